@@ -1,0 +1,82 @@
+package api
+
+import "time"
+
+// The agent protocol. An agent POSTs a Heartbeat to /api/v1/agents/{node}/heartbeat every
+// few seconds; the answer is the node's desired state. The agent makes its processes match
+// it and reports what actually runs in the next heartbeat. Both sides are idempotent, so a
+// lost request or a restarted server needs no special handling beyond the next heartbeat.
+
+// TaskStatus is the agent's view of one job attempt on its node.
+type TaskStatus struct {
+	JobID   int64 `json:"job_id"`
+	Attempt int   `json:"attempt"`
+	// State is RUNNING while the process lives, then SUCCEEDED, FAILED, CANCELLED or TIMEOUT.
+	State     JobState   `json:"state"`
+	PID       int        `json:"pid,omitempty"`
+	StartTime *time.Time `json:"start_time,omitempty"`
+	EndTime   *time.Time `json:"end_time,omitempty"`
+	ExitCode  *int       `json:"exit_code,omitempty"`
+	// Reason is one of the Reason* categories when the task ended other than by exiting 0.
+	Reason  string `json:"reason,omitempty"`
+	Message string `json:"message,omitempty"`
+	// Events are lines the job appended to ROTA_EVENTS_FILE since the last heartbeat.
+	Events []map[string]any `json:"events,omitempty"`
+}
+
+// Heartbeat is what an agent sends: its inventory and the state of its tasks.
+type Heartbeat struct {
+	Node      string    `json:"node"`
+	Inventory Inventory `json:"inventory"`
+	// Tasks holds every task the agent runs and every ended task not yet acknowledged.
+	Tasks []TaskStatus `json:"tasks"`
+	// AgentTime helps the server detect clock skew.
+	AgentTime time.Time `json:"agent_time"`
+}
+
+// Task is one job attempt the server wants on a node.
+type Task struct {
+	JobID   int64             `json:"job_id"`
+	Attempt int               `json:"attempt"`
+	Command []string          `json:"command"`
+	WorkDir string            `json:"workdir,omitempty"`
+	Env     map[string]string `json:"env"`
+	// GPUIndices and GPUIDs name the devices this node gives the task.
+	GPUIndices []int    `json:"gpu_indices"`
+	GPUIDs     []string `json:"gpu_ids"`
+	CPUs       int      `json:"cpus"`
+	MemoryMB   int64    `json:"memory_mb"`
+	// TimeLimitEnd is when the agent stops the task on its own, even without the server.
+	// Zero means no limit.
+	TimeLimitEnd time.Time `json:"time_limit_end"`
+	Signal       string    `json:"signal"`
+	GraceSeconds int64     `json:"grace_s"`
+	// Stop asks the agent to stop the task: write the notice, signal, wait grace, kill.
+	Stop       bool   `json:"stop,omitempty"`
+	StopReason string `json:"stop_reason,omitempty"`
+}
+
+// HeartbeatResponse is the node's desired state.
+type HeartbeatResponse struct {
+	// Tasks the node should run (or stop, where Stop is set). A task the agent runs that is
+	// not listed here must be stopped with reason "cancelled".
+	Tasks []Task `json:"tasks"`
+	// Acked lists ended tasks the server has recorded; the agent may forget them.
+	Acked []TaskRef `json:"acked"`
+	// HeartbeatSeconds is how often the server wants to hear from the agent.
+	HeartbeatSeconds float64 `json:"heartbeat_s"`
+}
+
+// TaskRef names one attempt of one job.
+type TaskRef struct {
+	JobID   int64 `json:"job_id"`
+	Attempt int   `json:"attempt"`
+}
+
+// Log shipping: the agent POSTs raw bytes of a task's combined stdout/stderr log to
+// /api/v1/agents/{node}/logs/{job}/{attempt}?offset=N. The server writes them at offset N of
+// its copy, so a resend after a lost answer is harmless. The answer is LogAck.
+type LogAck struct {
+	// Size is the length of the server's copy after the write.
+	Size int64 `json:"size"`
+}

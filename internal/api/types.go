@@ -1,0 +1,256 @@
+package api
+
+import (
+	"time"
+)
+
+// JobState is where a job stands in its lifecycle (DESIGN.md, "Job lifecycle").
+type JobState string
+
+const (
+	StatePending   JobState = "PENDING"
+	StateHeld      JobState = "HELD"
+	StateAssigned  JobState = "ASSIGNED"
+	StateRunning   JobState = "RUNNING"
+	StateSucceeded JobState = "SUCCEEDED"
+	StateFailed    JobState = "FAILED"
+	StateCancelled JobState = "CANCELLED"
+	StateTimeout   JobState = "TIMEOUT"
+)
+
+// Terminal reports whether no transition leaves s.
+func (s JobState) Terminal() bool {
+	switch s {
+	case StateSucceeded, StateFailed, StateCancelled, StateTimeout:
+		return true
+	}
+	return false
+}
+
+// Active reports whether a job in state s holds resources on a node.
+func (s JobState) Active() bool { return s == StateAssigned || s == StateRunning }
+
+// Valid reports whether s is one of the known states.
+func (s JobState) Valid() bool {
+	switch s {
+	case StatePending, StateHeld, StateAssigned, StateRunning,
+		StateSucceeded, StateFailed, StateCancelled, StateTimeout:
+		return true
+	}
+	return false
+}
+
+// Failure and stop reasons, categorised so reports can count them.
+const (
+	ReasonExitCode   = "exit_code"
+	ReasonOOM        = "oom"
+	ReasonGPUError   = "gpu_error"
+	ReasonNodeLost   = "node_lost"
+	ReasonTimeout    = "timeout"
+	ReasonIdle       = "idle_reclaim"
+	ReasonPreempted  = "preempted"
+	ReasonCancelled  = "cancelled"
+	ReasonStartError = "start_error"
+)
+
+// JobSpec is what a user asks for. It is stored as submitted, after defaults are filled in.
+type JobSpec struct {
+	Name    string            `json:"name,omitempty" yaml:"name"`
+	Queue   string            `json:"queue,omitempty" yaml:"queue"`
+	Team    string            `json:"team,omitempty" yaml:"team"`
+	User    string            `json:"user,omitempty" yaml:"user"`
+	Command []string          `json:"command" yaml:"command"`
+	WorkDir string            `json:"workdir,omitempty" yaml:"workdir"`
+	Env     map[string]string `json:"env,omitempty" yaml:"env"`
+
+	// GPUs is the total number of whole GPUs. With Nodes > 1 it is Nodes*GPUsPerNode.
+	GPUs        int    `json:"gpus" yaml:"gpus"`
+	GPUsPerNode int    `json:"gpus_per_node,omitempty" yaml:"gpus_per_node"`
+	Nodes       int    `json:"nodes,omitempty" yaml:"nodes"`
+	GPUModel    string `json:"gpu_model,omitempty" yaml:"gpu_model"`
+	CPUs        int    `json:"cpus" yaml:"cpus"`
+	MemoryMB    int64  `json:"memory_mb" yaml:"memory_mb"`
+
+	// TimeLimit is in seconds; 0 means the queue's default.
+	TimeLimit int64 `json:"time_limit_s" yaml:"time_limit_s"`
+	// Signal is sent first when the job must stop (default SIGTERM).
+	Signal string `json:"signal,omitempty" yaml:"signal"`
+	// Grace is the seconds between the signal and the kill.
+	Grace int64 `json:"grace_s,omitempty" yaml:"grace_s"`
+	// Retries is how many times a job lost to a node failure is requeued.
+	Retries int `json:"retries,omitempty" yaml:"retries"`
+}
+
+// Job is one unit of work and everything the cluster knows about it.
+type Job struct {
+	ID int64 `json:"id"`
+	JobSpec
+	State JobState `json:"state"`
+	// Reason says why the job is in its state: a pending reason code, or a stop reason.
+	Reason string `json:"reason,omitempty"`
+	// Message is the reason in one plain sentence with its numbers.
+	Message string `json:"message,omitempty"`
+
+	SubmitTime time.Time  `json:"submit_time"`
+	StartTime  *time.Time `json:"start_time,omitempty"`
+	EndTime    *time.Time `json:"end_time,omitempty"`
+	// EstimatedStart is set for pending jobs when it can be computed.
+	EstimatedStart *time.Time `json:"estimated_start,omitempty"`
+
+	// Attempts counts placements so far; the current attempt is number Attempts.
+	Attempts int `json:"attempts"`
+	// Nodes and GPUs (UUIDs) of the current or last attempt.
+	Nodes    []string `json:"nodes"`
+	GPUIDs   []string `json:"gpus"`
+	ExitCode *int     `json:"exit_code"`
+
+	// CancelRequested is set when a cancel reaches an active job; it ends once the agent reports.
+	CancelRequested bool `json:"cancel_requested,omitempty"`
+}
+
+// Placement is the part of an attempt that lands on one node.
+type Placement struct {
+	Node       string   `json:"node"`
+	GPUIndices []int    `json:"gpu_indices"`
+	GPUIDs     []string `json:"gpu_ids"`
+	CPUs       int      `json:"cpus"`
+	MemoryMB   int64    `json:"memory_mb"`
+}
+
+// Attempt is one placement of a job.
+type Attempt struct {
+	JobID      int64       `json:"job_id"`
+	N          int         `json:"attempt"`
+	Placements []Placement `json:"placements"`
+	State      JobState    `json:"state"`
+	AssignTime time.Time   `json:"assign_time"`
+	StartTime  *time.Time  `json:"start_time,omitempty"`
+	EndTime    *time.Time  `json:"end_time,omitempty"`
+	ExitCode   *int        `json:"exit_code,omitempty"`
+	Reason     string      `json:"reason,omitempty"`
+}
+
+// NodeState is the scheduling state of a node.
+type NodeState string
+
+const (
+	NodeReady    NodeState = "READY"
+	NodeDraining NodeState = "DRAINING"
+	NodeDrained  NodeState = "DRAINED"
+	NodeNotReady NodeState = "NOT_READY"
+	NodeLost     NodeState = "LOST"
+)
+
+// GPU is one device as the agent discovered it.
+type GPU struct {
+	Index    int    `json:"index"`
+	UUID     string `json:"uuid"`
+	Model    string `json:"model"`
+	MemoryMB int64  `json:"memory_mb"`
+	// Healthy is false when the device reported errors that make it unusable.
+	Healthy bool `json:"healthy"`
+}
+
+// Inventory is what an agent reports about its machine.
+type Inventory struct {
+	CPUs          int               `json:"cpus"`
+	MemoryMB      int64             `json:"memory_mb"`
+	GPUs          []GPU             `json:"gpus"`
+	Labels        map[string]string `json:"labels,omitempty"`
+	DriverVersion string            `json:"driver_version,omitempty"`
+	CUDAVersion   string            `json:"cuda_version,omitempty"`
+	// DeviceSource says where the GPUs came from: "nvml", "fake" or "none".
+	DeviceSource string `json:"device_source"`
+	Hostname     string `json:"hostname,omitempty"`
+}
+
+// Node is a machine that runs jobs, as the server knows it.
+type Node struct {
+	Name string `json:"name"`
+	Inventory
+	State         NodeState `json:"state"`
+	LastHeartbeat time.Time `json:"last_heartbeat"`
+	// Filled in by the API from the live state; not stored.
+	GPUsUsed int `json:"gpus_used"`
+	CPUsUsed int `json:"cpus_used"`
+	// Jobs lists the IDs of active jobs on the node (API only).
+	Jobs []int64 `json:"jobs,omitempty"`
+}
+
+// Event is one entry of the append-only audit trail: every transition and admin action.
+type Event struct {
+	ID      int64     `json:"id"`
+	Time    time.Time `json:"time"`
+	Actor   string    `json:"actor"`
+	Kind    string    `json:"kind"`
+	JobID   int64     `json:"job_id,omitempty"`
+	Attempt int       `json:"attempt,omitempty"`
+	Node    string    `json:"node,omitempty"`
+	From    JobState  `json:"from,omitempty"`
+	To      JobState  `json:"to,omitempty"`
+	Reason  string    `json:"reason,omitempty"`
+	Message string    `json:"message,omitempty"`
+}
+
+// Event kinds.
+const (
+	EventSubmit     = "submit"
+	EventTransition = "transition"
+	EventNode       = "node"
+	EventAdmin      = "admin"
+)
+
+// Queue is a class of work. Issue-2 queues carry a priority tier and time limits.
+type Queue struct {
+	Name string `json:"name"`
+	// Tier orders queues: a higher tier is scheduled first.
+	Tier             int   `json:"tier"`
+	Preemptible      bool  `json:"preemptible"`
+	DefaultTimeLimit int64 `json:"default_time_limit_s"`
+	// MaxTimeLimit of 0 means unlimited.
+	MaxTimeLimit int64 `json:"max_time_limit_s"`
+	// Grace is the default seconds between stop signal and kill.
+	Grace int64 `json:"grace_s"`
+}
+
+// Error is the body of every non-2xx API answer.
+type Error struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	Field   string `json:"field,omitempty"`
+}
+
+func (e *Error) Error() string {
+	if e.Field != "" {
+		return e.Field + ": " + e.Message
+	}
+	return e.Message
+}
+
+// Error codes.
+const (
+	CodeInvalid  = "invalid"
+	CodeNotFound = "not_found"
+	CodeConflict = "conflict"
+	CodeTooLarge = "too_large"
+	CodeInternal = "internal"
+)
+
+// JobList is the answer to GET /api/v1/jobs.
+type JobList struct {
+	Jobs []Job `json:"jobs"`
+	// Next is the cursor for the next page, empty at the end.
+	Next string `json:"next,omitempty"`
+}
+
+// NodeList is the answer to GET /api/v1/nodes.
+type NodeList struct {
+	Nodes []Node `json:"nodes"`
+}
+
+// JobDetail is the answer to GET /api/v1/jobs/{id}?detail=1: the job with its history.
+type JobDetail struct {
+	Job
+	AttemptList []Attempt `json:"attempt_list"`
+	Events      []Event   `json:"events"`
+}
