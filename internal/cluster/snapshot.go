@@ -1,0 +1,59 @@
+package cluster
+
+import (
+	"time"
+
+	"github.com/rotahq/rota/internal/api"
+	"github.com/rotahq/rota/internal/sched"
+)
+
+// Snapshot builds the scheduler's view of the state: nodes with their GPUs, the queues, what
+// active jobs hold and the jobs waiting. Occupancy is derived from attempts, never stored
+// twice, so the scheduler and the API cannot disagree about which GPU is whose.
+func (s *State) Snapshot() *sched.Snapshot {
+	snap := &sched.Snapshot{Queues: map[string]sched.Queue{}}
+	for _, n := range s.Nodes() {
+		sn := sched.Node{
+			Name:          n.Name,
+			Labels:        n.Labels,
+			Schedulable:   n.State == api.NodeReady,
+			CPUs:          n.CPUs,
+			MemoryMB:      n.MemoryMB,
+			DriverVersion: n.DriverVersion,
+		}
+		for _, g := range n.GPUs {
+			sn.GPUs = append(sn.GPUs, sched.GPU{Index: g.Index, ID: g.UUID, Model: g.Model, MemoryMB: g.MemoryMB, Healthy: g.Healthy})
+		}
+		snap.Nodes = append(snap.Nodes, sn)
+	}
+	for _, q := range s.queues {
+		snap.Queues[q.Name] = sched.Queue{Name: q.Name, Tier: q.Tier, Preemptible: q.Preemptible}
+	}
+	for _, id := range s.ActiveIDs() {
+		j := s.jobs[id]
+		a, ok := s.CurrentAttempt(id)
+		if !ok {
+			continue
+		}
+		r := sched.Running{ID: id, Queue: j.Spec.Queue, Team: j.Spec.Team, User: j.Spec.User, Start: a.AssignTime}
+		if j.Spec.TimeLimit > 0 {
+			r.End = a.AssignTime.Add(time.Duration(j.Spec.TimeLimit) * time.Second)
+		}
+		for _, p := range a.Placements {
+			r.Allocs = append(r.Allocs, sched.Alloc{Node: p.Node, GPUIndices: p.GPUIndices, CPUs: p.CPUs, MemoryMB: p.MemoryMB})
+		}
+		snap.Running = append(snap.Running, r)
+	}
+	for _, id := range s.PendingIDs() {
+		j := s.jobs[id]
+		snap.Pending = append(snap.Pending, sched.Job{
+			ID: id, Queue: j.Spec.Queue, Team: j.Spec.Team, User: j.Spec.User, SubmitTime: j.SubmitTime,
+			TimeLimit: time.Duration(j.Spec.TimeLimit) * time.Second,
+			Request: sched.Request{
+				GPUs: j.Spec.GPUs, Nodes: j.Spec.Nodes, GPUsPerNode: j.Spec.GPUsPerNode, GPUModel: j.Spec.GPUModel,
+				CPUs: j.Spec.CPUs, MemoryMB: j.Spec.MemoryMB,
+			},
+		})
+	}
+	return snap
+}

@@ -1,0 +1,244 @@
+package cluster
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/rotahq/rota/internal/api"
+	"github.com/rotahq/rota/internal/store"
+)
+
+// State is the authoritative in-memory copy of what the store holds. It changes only through
+// Apply, with batches that the store has already committed, so memory never runs ahead of
+// disk. It is not safe for concurrent use: the server serialises access.
+type State struct {
+	jobs     map[int64]*api.Job
+	attempts map[int64][]api.Attempt // by job, attempt N at index N-1
+	nodes    map[string]*api.Node
+	queues   map[string]api.Queue
+	maxID    int64
+
+	// pending is the set of jobs in PENDING, kept so a scheduling cycle need not scan
+	// finished jobs.
+	pending map[int64]struct{}
+	// active is the set of jobs that hold resources (ASSIGNED or RUNNING).
+	active map[int64]struct{}
+}
+
+// New returns an empty state.
+func New() *State {
+	return &State{
+		jobs:     map[int64]*api.Job{},
+		attempts: map[int64][]api.Attempt{},
+		nodes:    map[string]*api.Node{},
+		queues:   map[string]api.Queue{},
+		pending:  map[int64]struct{}{},
+		active:   map[int64]struct{}{},
+	}
+}
+
+// Load fills an empty state from what the store returned at start.
+func (s *State) Load(jobs []api.Job, attempts []api.Attempt, nodes []api.Node, queues []api.Queue) {
+	s.Apply(&store.Batch{Jobs: jobs, Attempts: attempts, Nodes: nodes, Queues: queues})
+}
+
+// Apply makes a committed batch part of the in-memory state.
+func (s *State) Apply(b *store.Batch) {
+	for i := range b.Jobs {
+		j := b.Jobs[i]
+		s.jobs[j.ID] = &j
+		if j.ID > s.maxID {
+			s.maxID = j.ID
+		}
+		delete(s.pending, j.ID)
+		delete(s.active, j.ID)
+		switch {
+		case j.State == api.StatePending:
+			s.pending[j.ID] = struct{}{}
+		case j.State.Active():
+			s.active[j.ID] = struct{}{}
+		}
+	}
+	for _, a := range b.Attempts {
+		list := s.attempts[a.JobID]
+		for len(list) < a.N {
+			list = append(list, api.Attempt{})
+		}
+		list[a.N-1] = a
+		s.attempts[a.JobID] = list
+	}
+	for i := range b.Nodes {
+		n := b.Nodes[i]
+		s.nodes[n.Name] = &n
+	}
+	for _, q := range b.Queues {
+		s.queues[q.Name] = q
+	}
+}
+
+// NextJobID returns the ID the next submitted job gets. IDs that were handed out but never
+// committed are reused, which is harmless: nobody was told about them.
+func (s *State) NextJobID() int64 { return s.maxID + 1 }
+
+// Job returns a copy of the job with the given ID.
+func (s *State) Job(id int64) (api.Job, bool) {
+	j, ok := s.jobs[id]
+	if !ok {
+		return api.Job{}, false
+	}
+	return *j, true
+}
+
+// Attempts returns the job's attempts, oldest first.
+func (s *State) Attempts(id int64) []api.Attempt {
+	return slices.Clone(s.attempts[id])
+}
+
+// CurrentAttempt returns the job's latest attempt.
+func (s *State) CurrentAttempt(id int64) (api.Attempt, bool) {
+	list := s.attempts[id]
+	if len(list) == 0 {
+		return api.Attempt{}, false
+	}
+	return list[len(list)-1], true
+}
+
+// Jobs returns copies of the jobs accepted by keep, ordered by ID.
+func (s *State) Jobs(keep func(*api.Job) bool) []api.Job {
+	var out []api.Job
+	for _, j := range s.jobs {
+		if keep == nil || keep(j) {
+			out = append(out, *j)
+		}
+	}
+	sort.Slice(out, func(a, b int) bool { return out[a].ID < out[b].ID })
+	return out
+}
+
+// PendingIDs returns the IDs of pending jobs, ascending.
+func (s *State) PendingIDs() []int64 { return sortedKeys(s.pending) }
+
+// ActiveIDs returns the IDs of jobs holding resources, ascending.
+func (s *State) ActiveIDs() []int64 { return sortedKeys(s.active) }
+
+func sortedKeys(m map[int64]struct{}) []int64 {
+	out := make([]int64, 0, len(m))
+	for id := range m {
+		out = append(out, id)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Node returns a copy of the named node.
+func (s *State) Node(name string) (api.Node, bool) {
+	n, ok := s.nodes[name]
+	if !ok {
+		return api.Node{}, false
+	}
+	return *n, true
+}
+
+// Nodes returns copies of all nodes, ordered by name.
+func (s *State) Nodes() []api.Node {
+	out := make([]api.Node, 0, len(s.nodes))
+	for _, n := range s.nodes {
+		out = append(out, *n)
+	}
+	sort.Slice(out, func(a, b int) bool { return out[a].Name < out[b].Name })
+	return out
+}
+
+// SetLastHeartbeat records when a node was last heard from. Heartbeat times change every few
+// seconds and are not worth a write each; the store keeps the value of the last node change.
+func (s *State) SetLastHeartbeat(name string, t time.Time) {
+	if n, ok := s.nodes[name]; ok {
+		n.LastHeartbeat = t
+	}
+}
+
+// Queue returns the named queue.
+func (s *State) Queue(name string) (api.Queue, bool) {
+	q, ok := s.queues[name]
+	return q, ok
+}
+
+// Queues returns all queues, ordered by name.
+func (s *State) Queues() []api.Queue {
+	out := make([]api.Queue, 0, len(s.queues))
+	for _, q := range s.queues {
+		out = append(out, q)
+	}
+	sort.Slice(out, func(a, b int) bool { return out[a].Name < out[b].Name })
+	return out
+}
+
+// SetPendingReason records why a pending job waits. Reasons are recomputed every cycle and
+// live in memory only; a restart recomputes them in its first cycle.
+func (s *State) SetPendingReason(id int64, code, msg string, est *time.Time) {
+	if j, ok := s.jobs[id]; ok && j.State == api.StatePending {
+		j.Reason, j.Message, j.EstimatedStart = code, msg, est
+	}
+}
+
+// NodeUsage is what active jobs hold on one node.
+type NodeUsage struct {
+	GPUs     map[int]int64 // GPU index -> job ID
+	CPUs     int
+	MemoryMB int64
+	Jobs     []int64
+}
+
+// Usage returns what active jobs hold on each node, from their current attempts.
+func (s *State) Usage() map[string]*NodeUsage {
+	out := map[string]*NodeUsage{}
+	for _, id := range s.ActiveIDs() {
+		a, ok := s.CurrentAttempt(id)
+		if !ok {
+			continue
+		}
+		for _, p := range a.Placements {
+			u := out[p.Node]
+			if u == nil {
+				u = &NodeUsage{GPUs: map[int]int64{}}
+				out[p.Node] = u
+			}
+			for _, g := range p.GPUIndices {
+				u.GPUs[g] = id
+			}
+			u.CPUs += p.CPUs
+			u.MemoryMB += p.MemoryMB
+			u.Jobs = append(u.Jobs, id)
+		}
+	}
+	return out
+}
+
+// transitions lists which state may follow which (DESIGN.md, "Job lifecycle").
+var transitions = map[api.JobState][]api.JobState{
+	api.StatePending:  {api.StateAssigned, api.StateHeld, api.StateCancelled, api.StateFailed},
+	api.StateHeld:     {api.StatePending, api.StateCancelled, api.StateFailed},
+	api.StateAssigned: {api.StateRunning, api.StatePending, api.StateSucceeded, api.StateFailed, api.StateCancelled, api.StateTimeout},
+	api.StateRunning:  {api.StatePending, api.StateSucceeded, api.StateFailed, api.StateCancelled, api.StateTimeout},
+}
+
+// Transition moves j to state to and returns the event that records it. It refuses moves the
+// lifecycle does not allow, so a late or duplicated report can never revive a finished job.
+func Transition(j *api.Job, to api.JobState, reason, msg, actor string, now time.Time) (api.Event, error) {
+	if !slices.Contains(transitions[j.State], to) {
+		return api.Event{}, fmt.Errorf("job %d: no transition from %s to %s", j.ID, j.State, to)
+	}
+	ev := api.Event{
+		Time: now, Actor: actor, Kind: api.EventTransition, JobID: j.ID, Attempt: j.Attempts,
+		From: j.State, To: to, Reason: reason, Message: msg,
+	}
+	j.State, j.Reason, j.Message = to, reason, msg
+	j.EstimatedStart = nil
+	if to.Terminal() {
+		t := now
+		j.EndTime = &t
+	}
+	return ev, nil
+}
