@@ -77,8 +77,9 @@ type JobSpec struct {
 	Signal string `json:"signal,omitempty" yaml:"signal"`
 	// Grace is the seconds between the signal and the kill.
 	Grace int64 `json:"grace_s,omitempty" yaml:"grace_s"`
-	// Retries is how many times a job lost to a node failure is requeued.
-	Retries int `json:"retries,omitempty" yaml:"retries"`
+	// Retries is how many times a job lost to a node failure is requeued; nil means the
+	// default (2), so that an explicit 0 can say "never".
+	Retries *int `json:"retries,omitempty" yaml:"retries"`
 }
 
 // Job is one unit of work and everything the cluster knows about it.
@@ -90,7 +91,7 @@ type Job struct {
 	Spec JobSpec `json:"spec"`
 	State JobState `json:"state"`
 	// Reason says why the job is in its state: a pending reason code, or a stop reason.
-	Reason string `json:"reason,omitempty"`
+	Reason string `json:"reason"`
 	// Message is the reason in one plain sentence with its numbers.
 	Message string `json:"message,omitempty"`
 
@@ -246,12 +247,17 @@ type JobList struct {
 	Next string `json:"next,omitempty"`
 }
 
+// QueueList is the answer to GET /api/v1/queues.
+type QueueList struct {
+	Queues []Queue `json:"queues"`
+}
+
 // NodeList is the answer to GET /api/v1/nodes.
 type NodeList struct {
 	Nodes []Node `json:"nodes"`
 }
 
-// JobDetail is the answer to GET /api/v1/jobs/{id}?detail=1: the job with its history.
+// JobDetail is the answer to GET /api/v1/jobs/{id}: the job with its attempts and events.
 type JobDetail struct {
 	Job
 	AttemptList []Attempt `json:"attempt_list"`

@@ -14,6 +14,41 @@ type Snapshot struct {
 	Running []Running
 	// Pending holds the jobs waiting for a placement, in any order; Plan orders them.
 	Pending []Job
+	// Teams by name: quotas, fair-share weight and decayed usage. Nil switches quotas off
+	// and gives every team the same fair share.
+	Teams map[string]Team
+	// Reservations are administrative windows that hold nodes for one team.
+	Reservations []Reservation
+}
+
+// Team is a tenant: what it may use and what it has used.
+type Team struct {
+	Name string
+	// Quota by GPU model; the key "" applies to any model the map does not name. A team
+	// without a matching entry is not limited.
+	Quota map[string]Quota
+	// Weight is the team's fair-share weight; shares are weights normalised over all teams.
+	Weight float64
+	// Usage is the team's decayed GPU-seconds (the caller applies the half-life).
+	Usage float64
+}
+
+// Quota bounds a team's GPUs of one model. Up to Guaranteed a job runs in quota; beyond it,
+// up to Limit, it borrows idle GPUs and may be reclaimed. A Limit below Guaranteed means
+// Guaranteed (no borrowing).
+type Quota struct {
+	Guaranteed int
+	Limit      int
+}
+
+// Reservation holds whole nodes for a team from Start to End. Other teams' jobs may use the
+// nodes only if their time limit ends them before Start.
+type Reservation struct {
+	Name  string
+	Team  string
+	Nodes []string
+	Start time.Time
+	End   time.Time
 }
 
 // Node is one machine as the scheduler sees it.
@@ -36,6 +71,9 @@ type GPU struct {
 	Model    string
 	MemoryMB int64
 	Healthy  bool
+	// NVLinkPeers lists the indices of the GPUs this one reaches over NVLink; empty when
+	// the topology is unknown, in which case the lowest free indices are used.
+	NVLinkPeers []int
 }
 
 // Queue is the part of a queue's configuration the scheduler uses.
@@ -43,6 +81,9 @@ type Queue struct {
 	Name        string
 	Tier        int
 	Preemptible bool
+	// NeverPreempt protects the queue's jobs even while they borrow (services).
+	// Without it, borrowing jobs of any queue may be reclaimed by in-quota work.
+	NeverPreempt bool
 }
 
 // Request is what a job needs.
@@ -53,8 +94,9 @@ type Request struct {
 	Nodes       int
 	GPUsPerNode int
 	GPUModel    string
-	CPUs        int
-	MemoryMB    int64
+	// CPUs and MemoryMB are per node.
+	CPUs     int
+	MemoryMB int64
 }
 
 // Job is a pending job.
@@ -64,9 +106,17 @@ type Job struct {
 	Team       string
 	User       string
 	SubmitTime time.Time
-	// TimeLimit bounds the runtime; backfill and estimates depend on it.
+	// TimeLimit bounds the runtime; backfill and estimates depend on it. Zero: unlimited.
 	TimeLimit time.Duration
 	Request   Request
+	// Nice lowers the job's multifactor priority by this many points (negative raises it).
+	Nice int
+	// Duration is the job's true runtime, known only to the simulator; the "sjf" order
+	// uses it as an oracle. Zero: unknown (the time limit stands in).
+	Duration time.Duration
+	// AttainedService is the GPU-seconds the job received in earlier attempts; the "las"
+	// order runs the least served first.
+	AttainedService float64
 }
 
 // Running is a job that holds resources.
@@ -79,6 +129,15 @@ type Running struct {
 	Start  time.Time
 	End    time.Time
 	Allocs []Alloc
+	// Borrowing is true when the job was placed beyond its team's guaranteed quota; such
+	// work may be reclaimed by in-quota jobs.
+	Borrowing bool
+	// LastCheckpoint is the job's latest reported checkpoint; zero means none (work since
+	// Start would be lost).
+	LastCheckpoint time.Time
+	// Preempting is true once the job has been told to stop; its resources are about to
+	// free and it is never chosen as a victim again.
+	Preempting bool
 }
 
 // Alloc is what a job holds, or is given, on one node.
@@ -93,14 +152,42 @@ type Alloc struct {
 type Plan struct {
 	// Placements to apply, in the order they were decided.
 	Placements []Placement
-	// Pending has one entry for every job of the snapshot that stays pending.
+	// Pending has one entry for every job of the snapshot that stays pending, in priority
+	// order.
 	Pending []PendingJob
+	// Preemptions are running jobs to stop so that higher-right jobs can start in a later
+	// cycle.
+	Preemptions []Preemption
+	// Reservations are the backfill reservations of the highest blocked jobs: where and
+	// when each is expected to start. Lower jobs were placed only where they do not delay
+	// these.
+	Reservations []JobReservation
+}
+
+// Preemption asks for a running job to be stopped.
+type Preemption struct {
+	JobID int64
+	// ForJob is the pending job that needs the resources.
+	ForJob int64
+	// Reason is one plain sentence, e.g. "reclaimed by team vision's in-quota job 42".
+	Reason string
+}
+
+// JobReservation is where and when a blocked job is expected to start.
+type JobReservation struct {
+	JobID int64
+	Nodes []string
+	Start time.Time
+	// End is zero for a job without a time limit.
+	End time.Time
 }
 
 // Placement gives a job its resources.
 type Placement struct {
 	JobID  int64
 	Allocs []Alloc
+	// Borrowing marks work placed beyond the team's guaranteed quota: it is preemptible.
+	Borrowing bool
 }
 
 // PendingJob explains why a job stays pending.
@@ -109,6 +196,20 @@ type PendingJob struct {
 	Reason Reason
 	// EstimatedStart is zero where no estimate can be computed.
 	EstimatedStart time.Time
+	// Priority is the breakdown of the job's place in the order, like Slurm's sprio.
+	Priority Priority
+}
+
+// Priority shows how a job's order was decided: first the queue tier, then Score, the sum
+// of the weighted factors below (each already multiplied by its weight).
+type Priority struct {
+	Tier      int
+	Score     float64
+	FairShare float64
+	Age       float64
+	Size      float64
+	// Nice is subtracted: Score = FairShare + Age + Size - Nice.
+	Nice float64
 }
 
 // ReasonCode says, in a word, why a job waits.
@@ -123,6 +224,14 @@ const (
 	ReasonPriority ReasonCode = "Priority"
 	// ReasonNoQueue: the job names a queue the snapshot lacks.
 	ReasonNoQueue ReasonCode = "NoQueue"
+	// ReasonFragmented: enough GPUs are free in total, but no node has enough of them.
+	ReasonFragmented ReasonCode = "Fragmented"
+	// ReasonQuotaExceeded: the job would take its team beyond its quota limit.
+	ReasonQuotaExceeded ReasonCode = "QuotaExceeded"
+	// ReasonWaitingForPreemption: victims are being stopped to make room for the job.
+	ReasonWaitingForPreemption ReasonCode = "WaitingForPreemption"
+	// ReasonReserved: the only nodes that fit are held by a reservation for another team.
+	ReasonReserved ReasonCode = "Reserved"
 )
 
 // Reason is a code with the numbers behind it. Message is one plain sentence.
@@ -135,4 +244,10 @@ type Reason struct {
 	Missing map[string]int64
 	// Ahead counts the jobs of higher priority that wait for the same resources.
 	Ahead int
+	// Team, Used and Limit explain QuotaExceeded, in GPUs.
+	Team  string
+	Used  int
+	Limit int
+	// Victims are the jobs being stopped for WaitingForPreemption.
+	Victims []int64
 }

@@ -1,0 +1,444 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/rotahq/rota/internal/api"
+	"github.com/rotahq/rota/internal/cli"
+)
+
+// The end-to-end tests run the real binary: a server and agents as separate processes that
+// talk HTTP on loopback, jobs as real processes, state in a real SQLite file.
+
+var (
+	buildOnce sync.Once
+	binPath   string
+	buildErr  error
+)
+
+// rotaBinary builds the rota binary once per test run.
+func rotaBinary(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "rota-e2e-bin-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "rota")
+		out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return binPath
+}
+
+func freePort(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// proc is a rota process started by a test; its output goes to a file kept for failures.
+type proc struct {
+	cmd  *exec.Cmd
+	name string
+	out  string
+}
+
+func start(t *testing.T, name string, args ...string) *proc {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), name+".log")
+	f, err := os.Create(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(rotaBinary(t), args...)
+	cmd.Stdout, cmd.Stderr = f, f
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	p := &proc{cmd: cmd, name: name, out: out}
+	t.Cleanup(func() {
+		p.kill()
+		if t.Failed() {
+			b, _ := os.ReadFile(out)
+			t.Logf("--- %s output ---\n%s", name, b)
+		}
+	})
+	return p
+}
+
+func (p *proc) kill() {
+	if p.cmd.ProcessState == nil {
+		p.cmd.Process.Signal(syscall.SIGKILL)
+		p.cmd.Wait()
+	}
+}
+
+type cluster struct {
+	t       *testing.T
+	dataDir string
+	addr    string
+	server  *proc
+	agents  []*proc
+	client  *cli.Client
+}
+
+func (c *cluster) startServer() {
+	c.server = start(c.t, "server", "server", "--data-dir", c.dataDir, "--listen", c.addr,
+		"--heartbeat-interval", "200ms")
+	waitFor(c.t, 20*time.Second, "server healthy", func() bool {
+		resp, err := http.Get("http://" + c.addr + "/healthz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+}
+
+func (c *cluster) startAgent(name string, gpus string) {
+	c.agents = append(c.agents, start(c.t, "agent-"+name, "agent", "--server", "http://"+c.addr, "--name", name,
+		"--fake-gpus", gpus, "--cpus", "64", "--memory", "256G", "--data-dir", filepath.Join(c.dataDir, "agent-"+name)))
+}
+
+func newCluster(t *testing.T, nodes map[string]string) *cluster {
+	c := &cluster{t: t, dataDir: t.TempDir(), addr: freePort(t)}
+	c.client = &cli.Client{BaseURL: "http://" + c.addr}
+	c.startServer()
+	for _, name := range sortedKeys(nodes) {
+		c.startAgent(name, nodes[name])
+	}
+	waitFor(t, 20*time.Second, "nodes ready", func() bool {
+		list, err := c.client.Nodes(context.Background())
+		if err != nil || len(list.Nodes) != len(nodes) {
+			return false
+		}
+		for _, n := range list.Nodes {
+			if n.State != api.NodeReady {
+				return false
+			}
+		}
+		return true
+	})
+	return c
+}
+
+func sortedKeys(m map[string]string) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	for i := range out {
+		for j := i + 1; j < len(out); j++ {
+			if out[j] < out[i] {
+				out[i], out[j] = out[j], out[i]
+			}
+		}
+	}
+	return out
+}
+
+func waitFor(t *testing.T, d time.Duration, what string, ok func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		if ok() {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("timed out after %s waiting for %s", d, what)
+}
+
+func (c *cluster) submit(spec api.JobSpec) api.Job {
+	c.t.Helper()
+	j, err := c.client.Submit(context.Background(), spec)
+	if err != nil {
+		c.t.Fatalf("submit %v: %v", spec.Command, err)
+	}
+	return j
+}
+
+func (c *cluster) job(id int64) api.JobDetail {
+	c.t.Helper()
+	d, err := c.client.GetJob(context.Background(), id)
+	if err != nil {
+		c.t.Fatalf("get job %d: %v", id, err)
+	}
+	return d
+}
+
+func (c *cluster) waitState(id int64, d time.Duration, states ...api.JobState) api.JobDetail {
+	c.t.Helper()
+	var last api.JobDetail
+	waitFor(c.t, d, fmt.Sprintf("job %d in %v", id, states), func() bool {
+		got, err := c.client.GetJob(context.Background(), id)
+		if err != nil {
+			return false
+		}
+		last = got
+		for _, s := range states {
+			if got.State == s {
+				return true
+			}
+		}
+		return false
+	})
+	return last
+}
+
+func (c *cluster) logs(id int64) string {
+	c.t.Helper()
+	var buf bytes.Buffer
+	var offset int64
+	for {
+		chunk, err := c.client.Logs(context.Background(), id, cli.LogOptions{Offset: offset, Wait: 5 * time.Second}, &buf)
+		if err != nil {
+			c.t.Fatalf("logs of job %d: %v", id, err)
+		}
+		offset += chunk.N
+		if chunk.Done {
+			return buf.String()
+		}
+	}
+}
+
+func shell(script string) []string { return []string{"sh", "-c", script} }
+
+func TestEndToEnd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end test builds and runs the binary; skipped in -short mode")
+	}
+	c := newCluster(t, map[string]string{"node-a": "4xH100", "node-b": "4xH100"})
+
+	t.Run("fill and overflow the GPUs", func(t *testing.T) {
+		c.t = t
+		// 10 one-GPU jobs on 8 GPUs: 8 start, 2 wait with a reason, then run when GPUs free.
+		var ids []int64
+		for i := range 10 {
+			j := c.submit(api.JobSpec{Name: fmt.Sprintf("fill-%d", i), GPUs: 1,
+				Command: shell(`echo "job $ROTA_JOB_ID attempt $ROTA_ATTEMPT gpus $CUDA_VISIBLE_DEVICES"; sleep 2; echo done >&2`)})
+			ids = append(ids, j.ID)
+		}
+		var running []api.JobDetail
+		waitFor(t, 20*time.Second, "8 jobs running", func() bool {
+			running = running[:0]
+			for _, id := range ids {
+				if d := c.job(id); d.State == api.StateRunning || d.State == api.StateAssigned {
+					running = append(running, d)
+				}
+			}
+			return len(running) == 8
+		})
+		seen := map[string]int64{}
+		for _, d := range running {
+			if len(d.GPUIDs) != 1 || len(d.Nodes) != 1 {
+				t.Fatalf("job %d holds gpus %v on nodes %v; want one GPU on one node", d.ID, d.GPUIDs, d.Nodes)
+			}
+			if other, dup := seen[d.GPUIDs[0]]; dup {
+				t.Fatalf("GPU %s given to jobs %d and %d", d.GPUIDs[0], other, d.ID)
+			}
+			seen[d.GPUIDs[0]] = d.ID
+		}
+		waiting := 0
+		for _, id := range ids {
+			if d := c.job(id); d.State == api.StatePending {
+				waiting++
+				if d.Reason == "" || d.Message == "" {
+					t.Errorf("pending job %d has no reason: %+v", id, d.Job)
+				}
+			}
+		}
+		if waiting != 2 {
+			t.Errorf("%d jobs pending while 8 run; want 2", waiting)
+		}
+		for _, id := range ids {
+			d := c.waitState(id, 30*time.Second, api.StateSucceeded)
+			if d.ExitCode == nil || *d.ExitCode != 0 || d.Attempts != 1 {
+				t.Errorf("job %d: exit code %v attempts %d; want 0 and 1", id, d.ExitCode, d.Attempts)
+			}
+			log := c.logs(id)
+			want := fmt.Sprintf("job %d attempt 1 gpus ", id)
+			if !strings.Contains(log, want) || !strings.Contains(log, "done") {
+				t.Errorf("job %d log %q lacks %q and the stderr line", id, log, want)
+			}
+		}
+	})
+
+	t.Run("cancel a running job", func(t *testing.T) {
+		c.t = t
+		j := c.submit(api.JobSpec{GPUs: 2, Command: shell(`trap 'echo got TERM; cat "$ROTA_NOTICE_FILE"; exit 3' TERM; echo ready; while true; do sleep 0.1; done`)})
+		c.waitState(j.ID, 20*time.Second, api.StateRunning)
+		waitFor(t, 10*time.Second, "job printed ready", func() bool {
+			var buf bytes.Buffer
+			c.client.Logs(context.Background(), j.ID, cli.LogOptions{}, &buf)
+			return strings.Contains(buf.String(), "ready")
+		})
+		if _, err := c.client.Cancel(context.Background(), j.ID); err != nil {
+			t.Fatal(err)
+		}
+		d := c.waitState(j.ID, 20*time.Second, api.StateCancelled, api.StateFailed, api.StateSucceeded)
+		if d.State != api.StateCancelled || d.Reason != api.ReasonCancelled {
+			t.Fatalf("cancelled job ended %s (%s); want CANCELLED (cancelled)", d.State, d.Reason)
+		}
+		log := c.logs(j.ID)
+		if !strings.Contains(log, "got TERM") || !strings.Contains(log, `"reason"`) {
+			t.Errorf("job did not see SIGTERM and the notice file before it was stopped; log %q", log)
+		}
+		// Cancelling again is refused: the job has ended.
+		if _, err := c.client.Cancel(context.Background(), j.ID); !isAPIStatus(err, http.StatusConflict) {
+			t.Errorf("second cancel: %v; want 409", err)
+		}
+		// A pending job is cancelled at once.
+		p := c.submit(api.JobSpec{GPUs: 0, Command: []string{"true"}, Queue: "batch", GPUModel: "", Name: "later"})
+		if _, err := c.client.Cancel(context.Background(), p.ID); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	t.Run("time limit", func(t *testing.T) {
+		c.t = t
+		grace := int64(1)
+		j := c.submit(api.JobSpec{GPUs: 1, TimeLimit: 2, Grace: grace, Command: shell(`trap '' TERM; echo start; sleep 300`)})
+		d := c.waitState(j.ID, 30*time.Second, api.StateTimeout, api.StateFailed, api.StateSucceeded)
+		if d.State != api.StateTimeout || d.Reason != api.ReasonTimeout {
+			t.Fatalf("job past its limit ended %s (%s); want TIMEOUT (timeout)", d.State, d.Reason)
+		}
+	})
+
+	t.Run("bad input stores nothing", func(t *testing.T) {
+		c.t = t
+		before := countJobs(t, c.client)
+		cases := []struct {
+			name, body, field string
+			status            int
+		}{
+			{"unknown field", `{"command":["true"],"gpuz":1}`, "gpuz", 400},
+			{"negative gpus", `{"command":["true"],"gpus":-1}`, "gpus", 400},
+			{"absurd memory", `{"command":["true"],"memory_mb":999999999999}`, "memory_mb", 400},
+			{"unknown queue", `{"command":["true"],"queue":"nope"}`, "queue", 400},
+			{"unknown model", `{"command":["true"],"gpus":1,"gpu_model":"A100"}`, "gpu_model", 400},
+			{"empty command", `{"command":[]}`, "command", 400},
+			{"too many gpus for any node", `{"command":["true"],"gpus":16}`, "gpus", 400},
+			{"time limit over queue max", `{"command":["true"],"queue":"interactive","time_limit_s":86400}`, "time_limit_s", 400},
+			{"wrong type", `{"command":"true"}`, "command", 400},
+			{"oversized body", `{"command":["` + strings.Repeat("x", 2<<20) + `"]}`, "", 413},
+		}
+		for _, tc := range cases {
+			resp, err := http.Post("http://"+c.addr+"/api/v1/jobs", "application/json", strings.NewReader(tc.body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var e api.Error
+			json.NewDecoder(resp.Body).Decode(&e)
+			resp.Body.Close()
+			if resp.StatusCode != tc.status || e.Field != tc.field || e.Message == "" {
+				t.Errorf("%s: got %d field %q message %q; want %d field %q and a message", tc.name, resp.StatusCode, e.Field, e.Message, tc.status, tc.field)
+			}
+		}
+		if after := countJobs(t, c.client); after != before {
+			t.Errorf("bad submissions stored jobs: %d before, %d after", before, after)
+		}
+	})
+
+	t.Run("CLI submit and show", func(t *testing.T) {
+		c.t = t
+		out, err := exec.Command(rotaBinary(t), "submit", "--server", "http://"+c.addr, "--gpus", "1", "--gpu-model", "H100", "--time", "10m", "--", "echo", "from-cli").Output()
+		if err != nil {
+			t.Fatalf("rota submit: %v", err)
+		}
+		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+		id, err := strconv.ParseInt(lines[len(lines)-1], 10, 64)
+		if err != nil {
+			t.Fatalf("last line of rota submit %q is not a job ID", out)
+		}
+		c.waitState(id, 20*time.Second, api.StateSucceeded)
+		out, err = exec.Command(rotaBinary(t), "show", "--server", "http://"+c.addr, "-o", "json", strconv.FormatInt(id, 10)).Output()
+		if err != nil {
+			t.Fatalf("rota show: %v", err)
+		}
+		var shown map[string]any
+		if err := json.Unmarshal(out, &shown); err != nil {
+			t.Fatalf("rota show -o json: %v\n%s", err, out)
+		}
+		for _, k := range []string{"id", "state", "reason", "nodes", "gpus", "exit_code", "attempts"} {
+			if _, ok := shown[k]; !ok {
+				t.Errorf("rota show -o json lacks %q", k)
+			}
+		}
+		if shown["state"] != "SUCCEEDED" {
+			t.Errorf("state %v; want SUCCEEDED", shown["state"])
+		}
+		if gpus, _ := shown["gpus"].([]any); len(gpus) != 1 || !strings.HasPrefix(fmt.Sprint(gpus[0]), "GPU-") {
+			t.Errorf("gpus %v; want one GPU UUID", shown["gpus"])
+		}
+	})
+
+	t.Run("server killed while jobs run", func(t *testing.T) {
+		c.t = t
+		var running, queued []int64
+		for range 4 {
+			running = append(running, c.submit(api.JobSpec{GPUs: 2, Command: shell(`sleep 4; echo survived`)}).ID)
+		}
+		for range 3 {
+			queued = append(queued, c.submit(api.JobSpec{GPUs: 2, Command: shell(`echo queued-ran`)}).ID)
+		}
+		for _, id := range running {
+			c.waitState(id, 20*time.Second, api.StateRunning)
+		}
+		c.server.kill() // SIGKILL: no shutdown, no flush
+		time.Sleep(500 * time.Millisecond)
+		c.startServer()
+		for _, id := range append(running, queued...) {
+			d := c.waitState(id, 40*time.Second, api.StateSucceeded, api.StateFailed, api.StateCancelled)
+			if d.State != api.StateSucceeded || d.Attempts != 1 {
+				t.Errorf("job %d after server restart: %s after %d attempts; want SUCCEEDED in 1", id, d.State, d.Attempts)
+			}
+		}
+		for _, id := range running {
+			if log := c.logs(id); !strings.Contains(log, "survived") {
+				t.Errorf("job %d log %q lacks its output", id, log)
+			}
+		}
+	})
+}
+
+func countJobs(t *testing.T, c *cli.Client) int {
+	t.Helper()
+	list, err := c.AllJobs(context.Background(), cli.ListOptions{States: []string{"all"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(list)
+}
+
+func isAPIStatus(err error, status int) bool {
+	var e *cli.APIError
+	return errors.As(err, &e) && e.StatusCode == status
+}

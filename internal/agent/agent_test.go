@@ -1,0 +1,457 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rotahq/rota/internal/api"
+)
+
+// fakeServer plays the server's side of the agent protocol and records what it hears.
+type fakeServer struct {
+	srv *httptest.Server
+
+	mu      sync.Mutex // guards the fields below
+	desired []api.Task
+	// down makes the server drop every connection, as if unreachable.
+	down bool
+	// withholdAcks is how many end reports of a task go unacknowledged first.
+	withholdAcks int
+	beats        []api.Heartbeat
+	refused      int
+	endReports   map[taskKey]int
+	final        map[taskKey]api.TaskStatus
+	ackedAt      map[taskKey]int
+	logs         map[taskKey][]byte
+	logAtEnd     map[taskKey]string
+	events       map[taskKey][]map[string]any
+}
+
+func newFakeServer(t *testing.T) *fakeServer {
+	s := &fakeServer{
+		endReports: map[taskKey]int{},
+		final:      map[taskKey]api.TaskStatus{},
+		ackedAt:    map[taskKey]int{},
+		logs:       map[taskKey][]byte{},
+		logAtEnd:   map[taskKey]string{},
+		events:     map[taskKey][]map[string]any{},
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /api/v1/agents/{node}/heartbeat", s.heartbeat)
+	mux.HandleFunc("POST /api/v1/agents/{node}/logs/{job}/{attempt}", s.log)
+	s.srv = httptest.NewServer(s.unlessDown(mux))
+	t.Cleanup(s.srv.Close)
+	return s
+}
+
+func (s *fakeServer) unlessDown(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.mu.Lock()
+		down := s.down
+		if down {
+			s.refused++
+		}
+		s.mu.Unlock()
+		if !down {
+			h.ServeHTTP(w, r)
+			return
+		}
+		conn, _, err := w.(http.Hijacker).Hijack()
+		if err == nil {
+			conn.Close()
+		}
+	})
+}
+
+func (s *fakeServer) heartbeat(w http.ResponseWriter, r *http.Request) {
+	var hb api.Heartbeat
+	if err := json.NewDecoder(r.Body).Decode(&hb); err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.beats = append(s.beats, hb)
+	resp := api.HeartbeatResponse{Tasks: append([]api.Task(nil), s.desired...), HeartbeatSeconds: 0.05}
+	for _, st := range hb.Tasks {
+		k := taskKey{st.JobID, st.Attempt}
+		s.events[k] = append(s.events[k], st.Events...)
+		if !st.State.Terminal() {
+			continue
+		}
+		if s.endReports[k] == 0 {
+			s.final[k] = st
+			s.logAtEnd[k] = string(s.logs[k])
+		}
+		s.endReports[k]++
+		if s.endReports[k] > s.withholdAcks {
+			resp.Acked = append(resp.Acked, api.TaskRef{JobID: st.JobID, Attempt: st.Attempt})
+			if _, ok := s.ackedAt[k]; !ok {
+				s.ackedAt[k] = len(s.beats)
+			}
+		}
+	}
+	json.NewEncoder(w).Encode(resp)
+}
+
+func (s *fakeServer) log(w http.ResponseWriter, r *http.Request) {
+	job, err1 := strconv.ParseInt(r.PathValue("job"), 10, 64)
+	attempt, err2 := strconv.Atoi(r.PathValue("attempt"))
+	offset, err3 := strconv.Atoi(r.URL.Query().Get("offset"))
+	data, err4 := io.ReadAll(r.Body)
+	if err1 != nil || err2 != nil || err3 != nil || err4 != nil || len(data) > maxLogChunk {
+		http.Error(w, "bad log request", http.StatusBadRequest)
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	k := taskKey{job, attempt}
+	have := s.logs[k]
+	if offset > len(have) {
+		w.WriteHeader(http.StatusConflict)
+		json.NewEncoder(w).Encode(api.LogAck{Size: int64(len(have))})
+		return
+	}
+	if end := offset + len(data); end > len(have) {
+		have = append(have, make([]byte, end-len(have))...)
+	}
+	copy(have[offset:], data)
+	s.logs[k] = have
+	json.NewEncoder(w).Encode(api.LogAck{Size: int64(len(have))})
+}
+
+func (s *fakeServer) setDesired(tasks ...api.Task) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.desired = tasks
+}
+
+func (s *fakeServer) setDown(down bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.down = down
+}
+
+func (s *fakeServer) finalOf(k taskKey) (api.TaskStatus, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st, ok := s.final[k]
+	return st, ok
+}
+
+func (s *fakeServer) logOf(k taskKey) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return string(s.logs[k])
+}
+
+// lastReported is the task's status in the latest heartbeat, if it was there.
+func (s *fakeServer) lastReported(k taskKey) (api.TaskStatus, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.beats) == 0 {
+		return api.TaskStatus{}, false
+	}
+	for _, st := range s.beats[len(s.beats)-1].Tasks {
+		if st.JobID == k.job && st.Attempt == k.attempt {
+			return st, true
+		}
+	}
+	return api.TaskStatus{}, false
+}
+
+// startAgent runs an agent against s until the test ends, then kills what it left running.
+// Each tweak adjusts the agent before it runs.
+func startAgent(t *testing.T, s *fakeServer, logger *slog.Logger, tweaks ...func(*Agent)) *Agent {
+	t.Helper()
+	a, err := New(Config{
+		ServerURL:         s.srv.URL,
+		Name:              "node-1",
+		Labels:            map[string]string{"pool": "train"},
+		FakeGPUs:          "2",
+		DataDir:           t.TempDir(),
+		HeartbeatInterval: 50 * time.Millisecond,
+	}, logger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tweak := range tweaks {
+		tweak(a)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("Run: %v", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Error("Run did not return after its context ended")
+		}
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		for _, p := range a.tasks {
+			if st, ended := p.snapshot(); !ended && st.PID > 0 {
+				killGroup(st.PID)
+			}
+		}
+	})
+	return a
+}
+
+func TestAgentRunsTaskOnceAndReportsItsEnd(t *testing.T) {
+	s := newFakeServer(t)
+	s.withholdAcks = 3
+	runs := filepath.Join(t.TempDir(), "runs")
+	k := taskKey{1, 1}
+	// The server keeps listing the task after it ended; the agent must not run it again.
+	s.setDesired(api.Task{JobID: 1, Attempt: 1, GraceSeconds: 5, Command: []string{"sh", "-c", `
+echo run >> "$1"
+echo out; echo err >&2
+echo '{"progress": {"step": 5, "total": 10}}' >> "$ROTA_EVENTS_FILE"
+sleep 0.2
+echo done`, "job", runs}})
+	startAgent(t, s, testLogger(t))
+
+	eventually(t, 20*time.Second, "the end to be acknowledged and dropped", func() bool {
+		s.mu.Lock()
+		at, acked := s.ackedAt[k]
+		n := len(s.beats)
+		s.mu.Unlock()
+		_, reported := s.lastReported(k)
+		return acked && n > at+2 && !reported
+	})
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.final[k]
+	if st.State != api.StateSucceeded || st.ExitCode == nil || *st.ExitCode != 0 {
+		t.Errorf("final status %+v, want SUCCEEDED with exit code 0", st)
+	}
+	if s.endReports[k] != s.withholdAcks+1 {
+		t.Errorf("end reported %d times, want %d: until acknowledged, then no more", s.endReports[k], s.withholdAcks+1)
+	}
+	if got := readFile(t, runs); got != "run\n" {
+		t.Errorf("the task ran %d times, want once", strings.Count(got, "run"))
+	}
+	want := "out\nerr\ndone\n"
+	if got := string(s.logs[k]); got != want {
+		t.Errorf("server log = %q, want %q", got, want)
+	}
+	if s.logAtEnd[k] != want {
+		t.Errorf("log when the end was first reported = %q, want the complete %q", s.logAtEnd[k], want)
+	}
+	if ev := s.events[k]; len(ev) != 1 || ev[0]["progress"] == nil {
+		t.Errorf("events = %v, want the one progress line", ev)
+	}
+	inv := s.beats[0].Inventory
+	if s.beats[0].Node != "node-1" || len(inv.GPUs) != 2 || inv.DeviceSource != SourceFake || inv.Labels["pool"] != "train" || inv.CPUs == 0 || inv.MemoryMB == 0 {
+		t.Errorf("first heartbeat: node %q inventory %+v", s.beats[0].Node, inv)
+	}
+}
+
+func TestAgentStopsTasks(t *testing.T) {
+	script := `trap 'echo got-term; exit 0' TERM; echo ready; while :; do sleep 0.05; done`
+	tests := []struct {
+		name   string
+		change func(api.Task) []api.Task
+		state  api.JobState
+		reason string
+	}{
+		{"removed from desired", func(api.Task) []api.Task { return nil }, api.StateCancelled, api.ReasonCancelled},
+		{"stop cancelled", func(t api.Task) []api.Task {
+			t.Stop, t.StopReason = true, api.ReasonCancelled
+			return []api.Task{t}
+		}, api.StateCancelled, api.ReasonCancelled},
+		{"stop preempted", func(t api.Task) []api.Task {
+			t.Stop, t.StopReason = true, api.ReasonPreempted
+			return []api.Task{t}
+		}, api.StateFailed, api.ReasonPreempted},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := newFakeServer(t)
+			task := api.Task{JobID: 4, Attempt: 2, GraceSeconds: 30, Command: []string{"sh", "-c", script}}
+			k := taskKey{4, 2}
+			s.setDesired(task)
+			startAgent(t, s, testLogger(t))
+			eventually(t, 10*time.Second, "the job to start and its log to arrive", func() bool {
+				return strings.Contains(s.logOf(k), "ready")
+			})
+			s.setDesired(tt.change(task)...)
+			var st api.TaskStatus
+			eventually(t, 20*time.Second, "the end report", func() bool {
+				var ok bool
+				st, ok = s.finalOf(k)
+				return ok
+			})
+			if st.State != tt.state || st.Reason != tt.reason {
+				t.Errorf("got %s reason %q, want %s reason %q", st.State, st.Reason, tt.state, tt.reason)
+			}
+			// The shell may also report its sleep being terminated; what matters is that
+			// the job's last words arrived.
+			if got := s.logOf(k); !strings.HasPrefix(got, "ready\n") || !strings.HasSuffix(got, "got-term\n") {
+				t.Errorf("server log = %q, want the job's reaction to SIGTERM too", got)
+			}
+		})
+	}
+}
+
+func TestAgentStopBeforeStart(t *testing.T) {
+	s := newFakeServer(t)
+	marker := filepath.Join(t.TempDir(), "ran")
+	s.setDesired(api.Task{JobID: 9, Attempt: 1, Stop: true, StopReason: api.ReasonCancelled,
+		Command: []string{"sh", "-c", `touch "$1"`, "job", marker}})
+	startAgent(t, s, testLogger(t))
+	var st api.TaskStatus
+	eventually(t, 10*time.Second, "the end report", func() bool {
+		var ok bool
+		st, ok = s.finalOf(taskKey{9, 1})
+		return ok
+	})
+	if st.State != api.StateCancelled || st.Reason != api.ReasonCancelled {
+		t.Errorf("got %s reason %q, want CANCELLED cancelled", st.State, st.Reason)
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Error("a task stopped before it started ran anyway")
+	}
+}
+
+func TestAgentKeepsTasksThroughServerOutage(t *testing.T) {
+	s := newFakeServer(t)
+	logs := &lockedBuffer{}
+	release := filepath.Join(t.TempDir(), "release")
+	k := taskKey{5, 1}
+	s.setDesired(api.Task{JobID: 5, Attempt: 1, GraceSeconds: 5, Command: []string{"sh", "-c",
+		`echo start; while [ ! -e "$1" ]; do sleep 0.05; done; echo end`, "job", release}})
+	// The log cannot ship while the server is away; do not hold the end back long for it.
+	shortFlush := func(a *Agent) { a.runner.flushWait = 200 * time.Millisecond }
+	a := startAgent(t, s, slog.New(slog.NewTextHandler(io.MultiWriter(logs, newTestWriter(t)), nil)), shortFlush)
+
+	eventually(t, 10*time.Second, "the task to run", func() bool {
+		st, ok := s.lastReported(k)
+		return ok && st.State == api.StateRunning
+	})
+	s.setDown(true)
+	eventually(t, 10*time.Second, "heartbeats to fail", func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.refused >= 5
+	})
+	// The job ends while the server is away; its end must reach the server later.
+	if err := os.WriteFile(release, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "the job to end on the node", func() bool {
+		a.mu.Lock()
+		p := a.tasks[k]
+		a.mu.Unlock()
+		_, ended := p.snapshot()
+		return ended
+	})
+	s.mu.Lock()
+	refused := s.refused
+	s.mu.Unlock()
+	eventually(t, 10*time.Second, "more heartbeats to fail", func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.refused >= refused+3
+	})
+	s.setDown(false)
+
+	var st api.TaskStatus
+	eventually(t, 20*time.Second, "the end report and the whole log", func() bool {
+		var ok bool
+		st, ok = s.finalOf(k)
+		return ok && s.logOf(k) == "start\nend\n"
+	})
+	if st.State != api.StateSucceeded {
+		t.Errorf("got %s (%s), want SUCCEEDED: the outage must not stop the job", st.State, st.Message)
+	}
+	out := logs.String()
+	if n := strings.Count(out, "server unreachable"); n != 1 {
+		t.Errorf("outage logged %d times, want once:\n%s", n, out)
+	}
+	if n := strings.Count(out, "server reachable again"); n != 1 {
+		t.Errorf("reconnect logged %d times, want once", n)
+	}
+}
+
+func TestNewRejectsBadConfig(t *testing.T) {
+	dir := t.TempDir()
+	tests := []struct {
+		name string
+		cfg  Config
+		want string
+	}{
+		{"no server", Config{DataDir: dir}, "server URL"},
+		{"bad server", Config{ServerURL: "rota:8080", DataDir: dir}, "server URL"},
+		{"no data dir", Config{ServerURL: "http://x"}, "data directory"},
+		{"bad fake gpus", Config{ServerURL: "http://x", DataDir: dir, FakeGPUs: "abc"}, "--fake-gpus"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := New(tt.cfg, nil)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("New error = %v, want one about %s", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestNewOffersResources(t *testing.T) {
+	tests := []struct {
+		name     string
+		cfg      Config
+		cpus     int
+		memoryMB int64
+	}{
+		{"fake node offers enough per GPU", Config{FakeGPUs: "64"}, 64 * fakeCPUsPerGPU, 64 * fakeMemoryMBPerGPU},
+		{"flags override", Config{FakeGPUs: "64", CPUs: 3, MemoryMB: 2048}, 3, 2048},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tt.cfg.ServerURL, tt.cfg.DataDir = "http://127.0.0.1:1", t.TempDir()
+			a, err := New(tt.cfg, testLogger(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			// 512 CPUs and 4 TiB exceed this machine, so the fake minimum shows.
+			if a.inventory.CPUs != tt.cpus || a.inventory.MemoryMB != tt.memoryMB {
+				t.Errorf("offers %d CPUs and %d MB, want %d and %d", a.inventory.CPUs, a.inventory.MemoryMB, tt.cpus, tt.memoryMB)
+			}
+		})
+	}
+}
+
+// Without GPUs an agent still comes up, CPU-only.
+func TestNewWithoutGPUs(t *testing.T) {
+	if _, err := os.Stat("/dev/nvidiactl"); err == nil {
+		t.Skip("this machine has an NVIDIA driver")
+	}
+	logs := &lockedBuffer{}
+	a, err := New(Config{ServerURL: "http://127.0.0.1:1", DataDir: t.TempDir()}, slog.New(slog.NewTextHandler(logs, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.inventory.DeviceSource != SourceNone || len(a.inventory.GPUs) != 0 {
+		t.Errorf("inventory %+v, want no GPUs from source none", a.inventory)
+	}
+	if n := strings.Count(logs.String(), "no NVIDIA GPUs: NVML not available"); n != 1 {
+		t.Errorf("the missing GPUs were logged %d times, want once:\n%s", n, logs)
+	}
+}

@@ -1,0 +1,87 @@
+package agent
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+
+	"github.com/rotahq/rota/internal/api"
+)
+
+// Devices finds the GPUs of this machine. The agent owns the interface so that NVML and the
+// fake set used by tests and demos are interchangeable.
+type Devices interface {
+	Discover() (Discovery, error)
+}
+
+// Discovery is what a Devices found.
+type Discovery struct {
+	GPUs          []api.GPU
+	DriverVersion string
+	CUDAVersion   string
+	// Source is "nvml", "fake" or "none", as in api.Inventory.DeviceSource.
+	Source string
+	// Reason says, for Source "none", why no GPUs were found; the caller logs it.
+	Reason string
+}
+
+// Device sources, as reported in api.Inventory.DeviceSource.
+const (
+	SourceNVML = "nvml"
+	SourceFake = "fake"
+	SourceNone = "none"
+)
+
+// machineMemoryMB reads MemTotal from /proc/meminfo. The file is a parameter so tests can
+// feed it a fixture.
+func machineMemoryMB(path string) (int64, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return 0, fmt.Errorf("read machine memory: %w", err)
+	}
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 2 || fields[0] != "MemTotal:" {
+			continue
+		}
+		kb, err := strconv.ParseInt(fields[1], 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("parse MemTotal in %s: %w", path, err)
+		}
+		return kb / 1024, nil
+	}
+	return 0, fmt.Errorf("no MemTotal line in %s", path)
+}
+
+// inventory assembles what the agent reports about its machine.
+func inventory(d Discovery, labels map[string]string) (api.Inventory, error) {
+	mem, err := machineMemoryMB("/proc/meminfo")
+	if err != nil {
+		return api.Inventory{}, err
+	}
+	host, err := os.Hostname()
+	if err != nil {
+		return api.Inventory{}, fmt.Errorf("hostname: %w", err)
+	}
+	gpus := d.GPUs
+	if gpus == nil {
+		// The server reads a missing list and an empty one alike, but an explicit []
+		// reads better in the JSON a person inspects.
+		gpus = []api.GPU{}
+	}
+	return api.Inventory{
+		CPUs:          runtime.NumCPU(),
+		MemoryMB:      mem,
+		GPUs:          gpus,
+		Labels:        labels,
+		DriverVersion: d.DriverVersion,
+		CUDAVersion:   d.CUDAVersion,
+		DeviceSource:  d.Source,
+		Hostname:      host,
+	}, nil
+}

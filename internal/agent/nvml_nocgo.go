@@ -1,0 +1,12 @@
+//go:build !cgo
+
+package agent
+
+// NVMLDevices stands in for the NVML discovery in a build without cgo, which cannot load
+// the NVML library; such an agent runs CPU-only jobs or fake GPUs.
+type NVMLDevices struct{}
+
+// Discover reports no GPUs and why.
+func (NVMLDevices) Discover() (Discovery, error) {
+	return Discovery{Source: SourceNone, Reason: "NVML not available: agent built without cgo"}, nil
+}

@@ -1,0 +1,489 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rotahq/rota/internal/api"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
+
+// checkGolden compares got with testdata/name, or rewrites the file under -update.
+func checkGolden(t *testing.T, name, got string) {
+	t.Helper()
+	path := filepath.Join("testdata", name)
+	if *update {
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test -update to create it)", err)
+	}
+	if got != string(want) {
+		t.Errorf("output differs from %s (go test -update rewrites it)\n--- got:\n%s\n--- want:\n%s", path, got, want)
+	}
+}
+
+func TestTablesGolden(t *testing.T) {
+	srv := newFakeServer(t)
+	for _, tc := range []struct {
+		golden string
+		verb   string
+		args   []string
+	}{
+		{"queue.golden", "queue", nil},
+		{"show.golden", "show", []string{"42"}},
+		{"show_pending.golden", "show", []string{"43"}},
+		{"nodes.golden", "nodes", nil},
+	} {
+		t.Run(tc.golden, func(t *testing.T) {
+			code, out, errOut := run(t, srv.URL, tc.verb, tc.args...)
+			if code != ExitOK {
+				t.Fatalf("exit %d, stderr %q", code, errOut)
+			}
+			checkGolden(t, tc.golden, out)
+		})
+	}
+}
+
+func TestQueueFiltersAndPages(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string // query of the first page
+	}{
+		{nil, ""},
+		{[]string{"--all"}, "state=all"},
+		{[]string{"--state", "pending,Running", "--queue", "train", "--user", "bob"}, "queue=train&state=PENDING%2CRUNNING&user=bob"},
+	} {
+		srv := newFakeServer(t)
+		code, out, errOut := run(t, srv.URL, "queue", tc.args...)
+		if code != ExitOK {
+			t.Fatalf("%v: exit %d, stderr %q", tc.args, code, errOut)
+		}
+		if len(srv.queries) != 2 || srv.queries[0] != tc.want || !strings.Contains(srv.queries[1], "after=page2") {
+			t.Errorf("%v: queries %q, want %q then one with after=page2", tc.args, srv.queries, tc.want)
+		}
+		if !strings.Contains(out, "\n45 ") {
+			t.Errorf("%v: the second page's job 45 is missing:\n%s", tc.args, out)
+		}
+	}
+}
+
+func TestJSONOutputParsesBack(t *testing.T) {
+	srv := newFakeServer(t)
+
+	_, out, _ := run(t, srv.URL, "queue", "-o", "json")
+	var list api.JobList
+	if err := json.Unmarshal([]byte(out), &list); err != nil {
+		t.Fatalf("queue -o json: %v\n%s", err, out)
+	}
+	if !reflect.DeepEqual(list.Jobs, fixtureJobs()) {
+		t.Errorf("queue -o json lost something:\n%s", out)
+	}
+
+	// Flags may follow the job ID.
+	_, out, _ = run(t, srv.URL, "show", "42", "--output", "json")
+	var d api.JobDetail
+	if err := json.Unmarshal([]byte(out), &d); err != nil {
+		t.Fatalf("show -o json: %v\n%s", err, out)
+	}
+	if !reflect.DeepEqual(d, fixtureDetail()) {
+		t.Errorf("show -o json lost something:\n%s", out)
+	}
+	var keys map[string]any
+	json.Unmarshal([]byte(out), &keys)
+	// reason is omitempty in api.Job, and job 42 runs without one.
+	for _, k := range []string{"id", "state", "nodes", "gpus", "exit_code", "attempts", "attempt_list", "events", "spec"} {
+		if _, ok := keys[k]; !ok {
+			t.Errorf("show -o json has no %q", k)
+		}
+	}
+
+	_, out, _ = run(t, srv.URL, "nodes", "-o", "json")
+	var nodes api.NodeList
+	if err := json.Unmarshal([]byte(out), &nodes); err != nil {
+		t.Fatalf("nodes -o json: %v\n%s", err, out)
+	}
+	if !reflect.DeepEqual(nodes, fixtureNodes()) {
+		t.Errorf("nodes -o json lost something:\n%s", out)
+	}
+
+	_, out, _ = run(t, srv.URL, "cancel", "-o", "json", "42", "43")
+	var cancelled []api.Job
+	if err := json.Unmarshal([]byte(out), &cancelled); err != nil || len(cancelled) != 2 {
+		t.Fatalf("cancel -o json of two jobs: %v\n%s", err, out)
+	}
+}
+
+func TestSubmitPrintsIDLast(t *testing.T) {
+	srv := newFakeServer(t)
+	code, out, errOut := run(t, srv.URL, "submit", "--gpus", "2", "--", "python", "train.py")
+	if code != ExitOK {
+		t.Fatalf("exit %d, stderr %q", code, errOut)
+	}
+	if !strings.HasPrefix(out, "Submitted job 46 (queue train, 2 GPUs)\n") {
+		t.Errorf("first line: %q", out)
+	}
+	if lastLine(out) != "46" {
+		t.Errorf("last line %q, want the ID alone", lastLine(out))
+	}
+
+	code, out, _ = run(t, srv.URL, "submit", "-o", "json", "--", "true")
+	var job api.Job
+	if err := json.Unmarshal([]byte(out), &job); code != ExitOK || err != nil || job.ID != 46 {
+		t.Errorf("submit -o json: exit %d, %v\n%s", code, err, out)
+	}
+}
+
+func TestSubmitBuildsSpec(t *testing.T) {
+	dir := t.TempDir()
+	specFile := filepath.Join(dir, "spec.yaml")
+	os.WriteFile(specFile, []byte(`name: from-file
+queue: batch
+gpus: 4
+cpus: 8
+memory_mb: 2048
+time_limit_s: 3600
+env:
+  A: "1"
+  B: "2"
+command: [python, file.py]
+`), 0o644)
+
+	for _, tc := range []struct {
+		name string
+		args []string
+		want api.JobSpec
+	}{
+		{"flags",
+			[]string{"--gpus", "2", "--gpu-model", "H100", "--cpus", "16", "--mem", "64G", "--time", "2h30m", "--queue", "train",
+				"--name", "ft", "--team", "nlp", "--workdir", "/data", "--env", "A=1", "--env", "B=x=y", "--signal", "usr1", "--grace", "2m",
+				"--", "python", "train.py", "--lr", "0.1"},
+			api.JobSpec{Name: "ft", Queue: "train", Team: "nlp", User: "alice", Command: []string{"python", "train.py", "--lr", "0.1"},
+				WorkDir: "/data", Env: map[string]string{"A": "1", "B": "x=y"}, GPUs: 2, GPUModel: "H100", CPUs: 16, MemoryMB: 64 << 10,
+				TimeLimit: 9000, Signal: "SIGUSR1", Grace: 120}},
+		{"defaults",
+			[]string{"--", "nvidia-smi"},
+			api.JobSpec{User: "alice", Command: []string{"nvidia-smi"}, WorkDir: "/home/alice/proj"}},
+		{"command without --",
+			[]string{"--gpus=1", "./run.sh", "--gpus", "8"},
+			api.JobSpec{User: "alice", Command: []string{"./run.sh", "--gpus", "8"}, WorkDir: "/home/alice/proj", GPUs: 1}},
+		{"file",
+			[]string{"-f", specFile},
+			api.JobSpec{Name: "from-file", Queue: "batch", User: "alice", Command: []string{"python", "file.py"}, WorkDir: "/home/alice/proj",
+				Env: map[string]string{"A": "1", "B": "2"}, GPUs: 4, CPUs: 8, MemoryMB: 2048, TimeLimit: 3600}},
+		{"flags override file",
+			[]string{"-f", specFile, "--gpus", "0", "--env", "B=3", "--time", "1-00", "--", "bash", "x.sh"},
+			api.JobSpec{Name: "from-file", Queue: "batch", User: "alice", Command: []string{"bash", "x.sh"}, WorkDir: "/home/alice/proj",
+				Env: map[string]string{"A": "1", "B": "3"}, GPUs: 0, CPUs: 8, MemoryMB: 2048, TimeLimit: 86400}},
+		{"multi-node",
+			[]string{"--gpus", "16", "--nodes", "2", "--gpus-per-node", "8", "--retries", "0", "--", "torchrun", "t.py"},
+			api.JobSpec{User: "alice", Command: []string{"torchrun", "t.py"}, WorkDir: "/home/alice/proj", GPUs: 16, Nodes: 2, GPUsPerNode: 8, Retries: intp(0)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := newFakeServer(t)
+			code, _, errOut := run(t, srv.URL, "submit", tc.args...)
+			if code != ExitOK {
+				t.Fatalf("exit %d, stderr %q", code, errOut)
+			}
+			if !reflect.DeepEqual(srv.spec, tc.want) {
+				t.Errorf("server got\n%+v\nwant\n%+v", srv.spec, tc.want)
+			}
+		})
+	}
+}
+
+func TestSubmitUsageErrors(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.yaml")
+	os.WriteFile(bad, []byte("name: x\ngpus: 1\ngpu: 2\ncommand: [true]\n"), 0o644)
+	badType := filepath.Join(dir, "badtype.yaml")
+	os.WriteFile(badType, []byte("gpus: many\ncommand: [true]\n"), 0o644)
+
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string // in stderr
+	}{
+		{"unknown flag", []string{"--bogus", "--", "true"}, "flag provided but not defined: -bogus"},
+		{"bad size", []string{"--mem", "16X", "--", "true"}, `--mem: invalid size "16X"`},
+		{"negative size", []string{"--mem", "-1G", "--", "true"}, `--mem: invalid size "-1G": must be 0 or more`},
+		{"bad duration", []string{"--time", "soon", "--", "true"}, `--time: invalid duration "soon"`},
+		{"negative duration", []string{"--time", "-1h", "--", "true"}, `--time: invalid duration "-1h": must be 0 or more`},
+		{"bad grace", []string{"--grace", "later", "--", "true"}, `--grace: invalid duration "later"`},
+		{"negative gpus", []string{"--gpus", "-1", "--", "true"}, "--gpus must be 0 or more, got -1"},
+		{"negative cpus", []string{"--cpus", "-4", "--", "true"}, "--cpus must be 0 or more, got -4"},
+		{"bad env", []string{"--env", "NOVALUE", "--", "true"}, `want KEY=VALUE, got "NOVALUE"`},
+		{"bad output", []string{"-o", "yaml", "--", "true"}, `unknown format "yaml"`},
+		{"empty command", []string{"--gpus", "1"}, "rota submit: no command: give it after --, e.g. rota submit --gpus 1 -- python train.py"},
+		{"empty command after --", []string{"--gpus", "1", "--"}, "no command"},
+		{"unknown field", []string{"-f", bad}, `line 3: unknown field "gpu"`},
+		{"wrong type", []string{"-f", badType}, "line 1: cannot unmarshal"},
+		{"missing file", []string{"-f", filepath.Join(dir, "nope.yaml"), "--", "true"}, "nope.yaml"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// Nothing is sent on a usage error, so no server is needed.
+			code, out, errOut := run(t, "http://127.0.0.1:1", "submit", tc.args...)
+			if code != ExitUsage {
+				t.Errorf("exit %d, want %d; stderr %q", code, ExitUsage, errOut)
+			}
+			if !strings.Contains(errOut, tc.want) {
+				t.Errorf("stderr %q does not contain %q", errOut, tc.want)
+			}
+			if out != "" {
+				t.Errorf("stdout %q, want nothing", out)
+			}
+		})
+	}
+}
+
+func TestParseSize(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want int64
+	}{
+		{"512M", 512}, {"512", 512}, {"1024", 1024}, {"512MB", 512}, {"16G", 16384}, {"16g", 16384},
+		{"16GiB", 16384}, {"16GB", 16384}, {"1.5G", 1536}, {"1T", 1 << 20}, {"2TiB", 2 << 20}, {"0", 0}, {" 8G ", 8192},
+	} {
+		got, err := ParseSize(tc.in)
+		if err != nil || got != tc.want {
+			t.Errorf("ParseSize(%q) = %d, %v; want %d", tc.in, got, err, tc.want)
+		}
+	}
+	for _, in := range []string{"", "G", "16X", "16GG", "16KB", "16 B", "1e3G", "sixteen", "-5", "16iB", "99999999999999999T"} {
+		if got, err := ParseSize(in); err == nil {
+			t.Errorf("ParseSize(%q) = %d, want an error", in, got)
+		}
+	}
+}
+
+func TestParseTimeLimit(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want int64
+	}{
+		{"90m", 5400}, {"2h30m", 9000}, {"1.5s", 2}, {"0", 0},
+		{"30", 1800}, {"10:30", 630}, {"01:30:00", 5400}, {"1-12", 129600},
+		{"1-12:30", 131400}, {"2-03:04:05", 2*86400 + 3*3600 + 4*60 + 5},
+	} {
+		got, err := parseTimeLimit(tc.in)
+		if err != nil || got != tc.want {
+			t.Errorf("parseTimeLimit(%q) = %d, %v; want %d", tc.in, got, err, tc.want)
+		}
+	}
+	for _, in := range []string{"", "soon", "1:2:3:4", "1-", "-1h", "-5", "1d", "9999999999", "1-1:1:1:1"} {
+		if got, err := parseTimeLimit(in); err == nil {
+			t.Errorf("parseTimeLimit(%q) = %d, want an error", in, got)
+		}
+	}
+}
+
+func TestServerErrors(t *testing.T) {
+	srv := newFakeServer(t)
+	code, _, errOut := run(t, srv.URL, "submit", "--queue", "nope", "--", "true")
+	if code != ExitError || errOut != "rota: no queue \"nope\" (field queue)\n" {
+		t.Errorf("exit %d, stderr %q", code, errOut)
+	}
+	code, _, errOut = run(t, srv.URL, "show", "7")
+	if code != ExitError || errOut != "rota: no job 7\n" {
+		t.Errorf("exit %d, stderr %q", code, errOut)
+	}
+	// A body that is no api.Error still says what happened.
+	plain := http.NewServeMux()
+	plain.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "upstream timed out", http.StatusBadGateway)
+	})
+	proxy := newHTTPServer(t, plain)
+	code, _, errOut = run(t, proxy, "nodes")
+	if code != ExitError || errOut != "rota: server answered 502 Bad Gateway: upstream timed out\n" {
+		t.Errorf("exit %d, stderr %q", code, errOut)
+	}
+}
+
+func TestUnreachable(t *testing.T) {
+	// A port that was just free: nothing listens there.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	code, _, errOut := run(t, "", "queue", "--server", addr)
+	if code != ExitError {
+		t.Errorf("exit %d", code)
+	}
+	for _, want := range []string{"rota: cannot reach the rota server at http://" + addr + ": ", "(is `rota up` or `rota server` running? set --server or ROTA_SERVER)"} {
+		if !strings.Contains(errOut, want) {
+			t.Errorf("stderr %q does not contain %q", errOut, want)
+		}
+	}
+}
+
+func TestUsage(t *testing.T) {
+	srv := newFakeServer(t)
+	for _, tc := range []struct {
+		verb string
+		args []string
+		code int
+		want string
+	}{
+		{"bogus", nil, ExitUsage, `rota: unknown command "bogus"`},
+		{"show", nil, ExitUsage, "want exactly one job ID"},
+		{"show", []string{"abc"}, ExitUsage, `invalid job ID "abc"`},
+		{"show", []string{"42", "--verbose"}, ExitUsage, "flag provided but not defined: -verbose"},
+		{"cancel", nil, ExitUsage, "no job ID given"},
+		{"queue", []string{"--state", "WAITING"}, ExitUsage, `unknown state "WAITING"`},
+		{"queue", []string{"--all", "--state", "RUNNING"}, ExitUsage, "--all and --state exclude each other"},
+		{"nodes", []string{"extra"}, ExitUsage, `unexpected argument "extra"`},
+		{"logs", []string{"--attempt", "-1", "42"}, ExitUsage, "--attempt must be 1 or more"},
+		{"nodes", []string{"-h"}, ExitOK, "usage: rota nodes"},
+	} {
+		code, _, errOut := run(t, srv.URL, tc.verb, tc.args...)
+		if code != tc.code || !strings.Contains(errOut, tc.want) {
+			t.Errorf("%s %v: exit %d, stderr %q; want exit %d and %q", tc.verb, tc.args, code, errOut, tc.code, tc.want)
+		}
+	}
+}
+
+func TestCancel(t *testing.T) {
+	srv := newFakeServer(t)
+	code, out, errOut := run(t, srv.URL, "cancel", "43", "42", "45", "99")
+	want := "Cancelled job 43\nCancel requested for job 42 (running on node-a)\nJob 45 had already ended: FAILED\n"
+	if code != ExitError || out != want || errOut != "rota: job 99: no job 99\n" {
+		t.Errorf("exit %d\nstdout %q\nwant   %q\nstderr %q", code, out, want, errOut)
+	}
+	code, out, _ = run(t, srv.URL, "cancel", "43", "-o", "json")
+	var job api.Job
+	if err := json.Unmarshal([]byte(out), &job); code != ExitOK || err != nil || job.State != api.StateCancelled {
+		t.Errorf("cancel -o json of one job: exit %d, %v\n%s", code, err, out)
+	}
+}
+
+// logServer serves a log in chunks: each request gets the next chunk from its offset,
+// and the request that reaches the end is told the log is done.
+func logServer(t *testing.T, chunks []string) (url string, queries func() []string) {
+	var (
+		log  = strings.Join(chunks, "")
+		seen []string
+		ends []int
+	)
+	for i, n := 0, 0; i < len(chunks); i++ {
+		n += len(chunks[i])
+		ends = append(ends, n)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /api/v1/jobs/42/logs", func(w http.ResponseWriter, r *http.Request) {
+		seen = append(seen, r.URL.RawQuery)
+		var offset int
+		if o := r.URL.Query().Get("offset"); o != "" {
+			var err error
+			if offset, err = strconv.Atoi(o); err != nil {
+				t.Errorf("offset %q: %v", o, err)
+			}
+		}
+		end := len(log)
+		for _, e := range ends {
+			if e > offset {
+				end = e
+				break
+			}
+		}
+		w.Header().Set("X-Rota-Log-Size", strconv.Itoa(end))
+		w.Header().Set("X-Rota-Log-Attempt", "2")
+		if end == len(log) {
+			w.Header().Set("X-Rota-Log-Done", "true")
+		}
+		w.Header().Set("Content-Type", "text/plain")
+		w.Write([]byte(log[offset:end]))
+	})
+	return newHTTPServer(t, mux), func() []string { return seen }
+}
+
+func TestLogsFollow(t *testing.T) {
+	url, queries := logServer(t, []string{"epoch 1\n", "epoch 2\n", "done\n"})
+	code, out, errOut := run(t, url, "logs", "-f", "42")
+	if code != ExitOK || out != "epoch 1\nepoch 2\ndone\n" {
+		t.Fatalf("exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	want := []string{"wait=30", "attempt=2&offset=8&wait=30", "attempt=2&offset=16&wait=30"}
+	if got := queries(); !reflect.DeepEqual(got, want) {
+		t.Errorf("requests %q, want %q", got, want)
+	}
+
+	// Without -f one request prints what there is.
+	url, queries = logServer(t, []string{"epoch 1\n", "epoch 2\n"})
+	code, out, _ = run(t, url, "logs", "42", "--attempt", "1")
+	if code != ExitOK || out != "epoch 1\n" || len(queries()) != 1 || queries()[0] != "attempt=1" {
+		t.Errorf("exit %d, stdout %q, requests %q", code, out, queries())
+	}
+}
+
+func TestLogsInterrupted(t *testing.T) {
+	held := make(chan struct{})
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /api/v1/jobs/42/logs", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Rota-Log-Size", "6")
+		if r.URL.Query().Get("offset") == "" {
+			w.Write([]byte("hello\n"))
+			return
+		}
+		close(held)
+		<-r.Context().Done() // a long poll that never gets data
+	})
+	url := newHTTPServer(t, mux)
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		<-held
+		cancel() // what Ctrl-C does through signal.NotifyContext
+	}()
+	done := make(chan struct{})
+	var code int
+	var out, errOut string
+	go func() {
+		code, out, errOut = runCtx(t, ctx, url, "logs", "-f", "42")
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("logs -f did not stop when its context was cancelled")
+	}
+	if code != ExitOK || out != "hello\n" || errOut != "" {
+		t.Errorf("exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+}
+
+func TestClientQueuesAndHealth(t *testing.T) {
+	srv := newFakeServer(t)
+	c := &Client{BaseURL: srv.URL + "/"}
+	qs, err := c.Queues(context.Background())
+	if err != nil || len(qs) != 1 || qs[0].Name != "train" {
+		t.Errorf("Queues: %v, %v", qs, err)
+	}
+	var apiErr *APIError
+	if err := c.Health(context.Background()); !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusNotFound {
+		t.Errorf("Health against a server without /healthz: %v", err)
+	}
+}
+
+func newHTTPServer(t *testing.T, h http.Handler) string {
+	s := httptest.NewServer(h)
+	t.Cleanup(s.Close)
+	return s.URL
+}

@@ -1,0 +1,207 @@
+package cli
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"sort"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/rotahq/rota/internal/api"
+)
+
+// table aligns tab-separated columns and writes them to out on Flush, without the
+// trailing blanks tabwriter leaves after an empty last cell.
+type table struct {
+	out io.Writer
+	buf bytes.Buffer
+	tw  *tabwriter.Writer
+}
+
+func newTable(out io.Writer) *table {
+	t := &table{out: out}
+	t.tw = tabwriter.NewWriter(&t.buf, 0, 0, 2, ' ', 0)
+	return t
+}
+
+func (t *table) Write(p []byte) (int, error) { return t.tw.Write(p) }
+
+func (t *table) Flush() error {
+	if err := t.tw.Flush(); err != nil {
+		return err
+	}
+	var out bytes.Buffer
+	for _, line := range strings.SplitAfter(t.buf.String(), "\n") {
+		if trimmed := strings.TrimRight(line, " \n"); trimmed != line {
+			if strings.HasSuffix(line, "\n") {
+				trimmed += "\n"
+			}
+			line = trimmed
+		}
+		out.WriteString(line)
+	}
+	t.buf.Reset()
+	_, err := t.out.Write(out.Bytes())
+	return err
+}
+
+// secondsDuration turns a count of seconds from the API into a Duration.
+func secondsDuration(s int64) time.Duration { return time.Duration(s) * time.Second }
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return strconv.Itoa(n) + " " + many
+}
+
+// describeGPUs says what a spec asks for in GPUs: "2 GPUs", "8 GPUs on 2 nodes", "no GPUs".
+func describeGPUs(s api.JobSpec) string {
+	if s.GPUs == 0 {
+		return "no GPUs"
+	}
+	d := plural(s.GPUs, "GPU", "GPUs")
+	if s.Nodes > 1 {
+		d += " on " + plural(s.Nodes, "node", "nodes")
+	}
+	return d
+}
+
+// describeRequest is the whole request in one line, as `rota show` prints it.
+func describeRequest(s api.JobSpec) string {
+	var parts []string
+	g := describeGPUs(s)
+	if s.GPUModel != "" && s.GPUs > 0 {
+		g += " (" + s.GPUModel + ")"
+	}
+	if s.GPUsPerNode > 0 && s.Nodes > 1 {
+		g += fmt.Sprintf(", %d per node", s.GPUsPerNode)
+	}
+	parts = append(parts, g)
+	if s.CPUs > 0 {
+		parts = append(parts, plural(s.CPUs, "CPU", "CPUs"))
+	}
+	if s.MemoryMB > 0 {
+		parts = append(parts, formatMB(s.MemoryMB)+" memory")
+	}
+	return strings.Join(parts, ", ")
+}
+
+// formatMB prints megabytes in the largest unit that keeps one decimal: 512M, 1.5G, 2T.
+func formatMB(mb int64) string {
+	units := []struct {
+		size float64
+		name string
+	}{{1 << 20, "T"}, {1 << 10, "G"}}
+	for _, u := range units {
+		if float64(mb) >= u.size {
+			v := float64(mb) / u.size
+			return strconv.FormatFloat(float64(int64(v*10+0.5))/10, 'f', -1, 64) + u.name
+		}
+	}
+	return strconv.FormatInt(mb, 10) + "M"
+}
+
+// formatDuration prints a duration compactly with two units at most: 42s, 12m05s, 3h04m,
+// 2d03h. Negative durations (clock skew) print as 0s.
+func formatDuration(d time.Duration) string {
+	if d < 0 {
+		d = 0
+	}
+	s := int64(d / time.Second)
+	switch {
+	case s < 60:
+		return fmt.Sprintf("%ds", s)
+	case s < 3600:
+		return fmt.Sprintf("%dm%02ds", s/60, s%60)
+	case s < 86400:
+		return fmt.Sprintf("%dh%02dm", s/3600, s%3600/60)
+	default:
+		return fmt.Sprintf("%dd%02dh", s/86400, s%86400/3600)
+	}
+}
+
+// formatTime prints t in loc to the second, "-" when unset.
+func formatTime(t *time.Time, loc *time.Location) string {
+	if t == nil || t.IsZero() {
+		return "-"
+	}
+	return t.In(loc).Format("2006-01-02 15:04:05 MST")
+}
+
+// relative says how far t is from now: "3m12s ago" or "in 2h00m".
+func relative(t, now time.Time) string {
+	if t.After(now) {
+		return "in " + formatDuration(t.Sub(now))
+	}
+	return formatDuration(now.Sub(t)) + " ago"
+}
+
+// formatTimeRel prints t with its distance from now, "-" when unset.
+func formatTimeRel(t *time.Time, now time.Time, loc *time.Location) string {
+	if t == nil || t.IsZero() {
+		return "-"
+	}
+	return formatTime(t, loc) + " (" + relative(*t, now) + ")"
+}
+
+// shellQuote joins a command so that a shell would split it back the same way.
+func shellQuote(args []string) string {
+	out := make([]string, len(args))
+	for i, a := range args {
+		if a != "" && strings.IndexFunc(a, needsQuote) < 0 {
+			out[i] = a
+			continue
+		}
+		out[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+	}
+	return strings.Join(out, " ")
+}
+
+func needsQuote(r rune) bool {
+	switch {
+	case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9':
+		return false
+	}
+	return !strings.ContainsRune("-_./=:,+@%", r)
+}
+
+// formatLabels prints labels sorted by key as k=v,k=v.
+func formatLabels(labels map[string]string) string {
+	if len(labels) == 0 {
+		return "-"
+	}
+	keys := make([]string, 0, len(labels))
+	for k := range labels {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for i, k := range keys {
+		keys[i] = k + "=" + labels[k]
+	}
+	return strings.Join(keys, ",")
+}
+
+func formatExitCode(c *int) string {
+	if c == nil {
+		return "-"
+	}
+	return strconv.Itoa(*c)
+}
+
+func joinOrDash(s []string) string {
+	if len(s) == 0 {
+		return "-"
+	}
+	return strings.Join(s, ",")
+}

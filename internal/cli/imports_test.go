@@ -1,0 +1,35 @@
+package cli
+
+import (
+	"go/parser"
+	"go/token"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// TestImportsOnlyAPI keeps the CLI a client: of rota's packages it may use only the wire
+// types, never the server's, the store's or the cluster's insides.
+func TestImportsOnlyAPI(t *testing.T) {
+	files, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fset := token.NewFileSet()
+	for _, name := range files {
+		if strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, name, nil, parser.ImportsOnly)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, imp := range f.Imports {
+			path, _ := strconv.Unquote(imp.Path.Value)
+			if strings.HasPrefix(path, "github.com/rotahq/rota/") && path != "github.com/rotahq/rota/internal/api" {
+				t.Errorf("%s imports %s; the CLI may import only internal/api of rota's packages", name, path)
+			}
+		}
+	}
+}

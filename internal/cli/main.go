@@ -1,0 +1,221 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/user"
+	"strings"
+	"time"
+)
+
+// Exit codes of every verb.
+const (
+	ExitOK    = 0
+	ExitError = 1 // the server refused, failed or could not be reached
+	ExitUsage = 2 // bad flags or arguments; nothing was sent
+)
+
+// DefaultServer is used when neither --server nor $ROTA_SERVER is set.
+const DefaultServer = "http://127.0.0.1:7070"
+
+// Config holds what the verbs take from the outside world, so tests can fix it. Every
+// field but Location and HTTP must be set; Main fills them from the process.
+type Config struct {
+	Stdout, Stderr io.Writer
+	// Now is the clock behind every "elapsed", "waited" and "ago".
+	Now func() time.Time
+	// Location is the zone times are printed in; nil means time.Local.
+	Location *time.Location
+	// Getenv reads ROTA_SERVER and USER.
+	Getenv func(string) string
+	// Getwd gives the default working directory of submitted jobs.
+	Getwd func() (string, error)
+	// HTTP sends the requests; nil means a client without an overall timeout, which
+	// `logs -f` needs for its long polls.
+	HTTP *http.Client
+}
+
+// Main runs one client verb with the process's environment and returns its exit code.
+// cmd/rota calls it for the verbs Verbs lists; ctx should be cancelled on Ctrl-C.
+func Main(ctx context.Context, verb string, args []string, stdout, stderr io.Writer) int {
+	return Config{
+		Stdout: stdout,
+		Stderr: stderr,
+		Now:    time.Now,
+		Getenv: os.Getenv,
+		Getwd:  os.Getwd,
+	}.Run(ctx, verb, args)
+}
+
+// Verb names a client verb with its one-line summary, for the top-level usage.
+type Verb struct {
+	Name, Summary string
+}
+
+type verbFunc func(ctx context.Context, cfg Config, args []string) int
+
+var verbs = []struct {
+	Verb
+	run verbFunc
+}{
+	{Verb{"submit", "submit a job: rota submit --gpus 1 -- python train.py"}, runSubmit},
+	{Verb{"queue", "list jobs with their state and why they wait"}, runQueue},
+	{Verb{"show", "show one job in full: request, times, attempts, events"}, runShow},
+	{Verb{"cancel", "cancel jobs"}, runCancel},
+	{Verb{"logs", "print a job's log; -f follows it"}, runLogs},
+	{Verb{"nodes", "list nodes with their GPUs and load"}, runNodes},
+}
+
+// Verbs lists the verbs Main runs, in the order a person meets them.
+func Verbs() []Verb {
+	out := make([]Verb, len(verbs))
+	for i, v := range verbs {
+		out[i] = v.Verb
+	}
+	return out
+}
+
+// Run runs one verb with cfg.
+func (cfg Config) Run(ctx context.Context, verb string, args []string) int {
+	for _, v := range verbs {
+		if v.Name == verb {
+			return v.run(ctx, cfg, args)
+		}
+	}
+	fmt.Fprintf(cfg.Stderr, "rota: unknown command %q\n", verb)
+	return ExitUsage
+}
+
+func (cfg Config) location() *time.Location {
+	if cfg.Location == nil {
+		return time.Local
+	}
+	return cfg.Location
+}
+
+// globalFlags are accepted by every verb.
+type globalFlags struct {
+	server string
+	output string
+}
+
+// newFlagSet makes a verb's flag set with the global flags registered. usage is the
+// synopsis line printed above the flags.
+func newFlagSet(cfg Config, verb, usage string) (*flag.FlagSet, *globalFlags) {
+	fs := flag.NewFlagSet("rota "+verb, flag.ContinueOnError)
+	fs.SetOutput(cfg.Stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(cfg.Stderr, "usage: %s\n\nflags:\n", usage)
+		fs.PrintDefaults()
+	}
+	g := &globalFlags{}
+	fs.StringVar(&g.server, "server", "", "rota server `URL` (default $ROTA_SERVER, else "+DefaultServer+")")
+	fs.StringVar(&g.output, "o", "table", "output `format`: table or json")
+	fs.StringVar(&g.output, "output", "table", "output `format`: table or json (same as -o)")
+	return fs, g
+}
+
+// parseFlags parses args, letting flags and positional arguments mix (`rota show 42 -o
+// json`) up to a "--". It returns the positional arguments, or an exit code when parsing
+// ended the verb: ExitOK for -h, ExitUsage for a bad flag, whose message the flag package
+// has already printed.
+func parseFlags(fs *flag.FlagSet, g *globalFlags, args []string) ([]string, int, bool) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return nil, ExitOK, false
+			}
+			return nil, ExitUsage, false
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			break
+		}
+		if len(args)-len(rest) > 0 && args[len(args)-len(rest)-1] == "--" {
+			pos = append(pos, rest...)
+			break
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
+	}
+	if !checkOutput(fs, g) {
+		return nil, ExitUsage, false
+	}
+	return pos, 0, true
+}
+
+func checkOutput(fs *flag.FlagSet, g *globalFlags) bool {
+	if g.output != "table" && g.output != "json" {
+		fmt.Fprintf(fs.Output(), "%s: -o: unknown format %q: want table or json\n", fs.Name(), g.output)
+		return false
+	}
+	return true
+}
+
+// client builds the API client from --server, $ROTA_SERVER or the default.
+func (cfg Config) client(g *globalFlags) *Client {
+	server := g.server
+	if server == "" {
+		server = cfg.Getenv("ROTA_SERVER")
+	}
+	if server == "" {
+		server = DefaultServer
+	}
+	if !strings.Contains(server, "://") {
+		server = "http://" + server
+	}
+	hc := cfg.HTTP
+	if hc == nil {
+		hc = &http.Client{}
+	}
+	return &Client{BaseURL: strings.TrimRight(server, "/"), HTTP: hc}
+}
+
+// fail prints err for a person and returns the exit code for it.
+func (cfg Config) fail(ctx context.Context, err error) int {
+	var unreachable *UnreachableError
+	switch {
+	case errors.As(err, &unreachable):
+		fmt.Fprintf(cfg.Stderr, "rota: %v (is `rota up` or `rota server` running? set --server or ROTA_SERVER)\n", unreachable)
+	case ctx.Err() != nil:
+		fmt.Fprintln(cfg.Stderr, "rota: interrupted")
+	default:
+		fmt.Fprintf(cfg.Stderr, "rota: %v\n", err)
+	}
+	return ExitError
+}
+
+// usageError prints a message about bad arguments and returns ExitUsage.
+func (cfg Config) usageError(verb, format string, args ...any) int {
+	fmt.Fprintf(cfg.Stderr, "rota %s: %s\n", verb, fmt.Sprintf(format, args...))
+	return ExitUsage
+}
+
+// printJSON writes v indented, as every -o json output is.
+func (cfg Config) printJSON(v any) int {
+	enc := json.NewEncoder(cfg.Stdout)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(v); err != nil {
+		fmt.Fprintf(cfg.Stderr, "rota: %v\n", err)
+		return ExitError
+	}
+	return ExitOK
+}
+
+// currentUser is $USER, else the OS account name.
+func (cfg Config) currentUser() string {
+	if u := cfg.Getenv("USER"); u != "" {
+		return u
+	}
+	if u, err := user.Current(); err == nil {
+		return u.Username
+	}
+	return ""
+}

@@ -1,0 +1,127 @@
+package sched
+
+// This file holds EASY backfill: each of the highest blocked jobs (up to
+// Options.ReservationDepth) gets a reservation at the earliest time its resources will be
+// free, assuming running jobs end at their time limits and the reservations made before
+// it are honoured. Lower jobs may then start now only where they do not delay any
+// reservation (the "backfill" check of the feasibility chain). The reservation time is
+// also the job's estimated start.
+
+// earliestOn returns the earliest time, not before from, at which candidate c has the
+// demand's resources free for its whole duration, given the node's future events, or
+// forever when that never happens (jobs without a time limit hold what is missing).
+func (st *state) earliestOn(c cand, d *demand, from int64) int64 {
+	ns := &st.nodes[c.node]
+	g := 0
+	if c.group >= 0 {
+		g = st.groups[c.group].nfree
+	}
+	cpus, mem := ns.freeCPU, ns.freeMem
+	fits := func() bool { return g >= d.gpus && cpus >= d.cpus && mem >= d.mem }
+	start := int64(-1) // start of the current stretch in which the job fits; -1: none
+	if fits() {
+		start = max(st.now, from)
+	}
+	for i := 0; i < len(ns.events); {
+		at := ns.events[i].at
+		if start >= 0 && at >= start && at-start >= d.dur {
+			break // the stretch already covers the whole run
+		}
+		for ; i < len(ns.events) && ns.events[i].at == at; i++ {
+			e := &ns.events[i]
+			if e.group == c.group && e.group >= 0 {
+				g += e.gpus
+			}
+			cpus += e.cpus
+			mem += e.mem
+		}
+		switch {
+		case !fits():
+			start = -1
+		case start < 0:
+			start = max(at, from)
+		}
+	}
+	if start < 0 {
+		return forever
+	}
+	return start
+}
+
+// earliestWithWindows is earliestOn that also steps past administrative windows held
+// for other teams.
+func (st *state) earliestWithWindows(c cand, d *demand) int64 {
+	from := st.now
+	for range len(st.nodes[c.node].windows) + 1 {
+		t := st.earliestOn(c, d, from)
+		if t == forever {
+			return forever
+		}
+		next := t
+		end := addSat(t, d.dur)
+		for _, w := range st.nodes[c.node].windows {
+			if w.team != d.team && w.start < end && t < w.end {
+				next = max(next, w.end)
+			}
+		}
+		if next == t {
+			return t
+		}
+		from = next
+	}
+	return forever
+}
+
+// reserve adds a reservation of the demand on candidate c from start for its duration.
+func (st *state) reserve(c cand, d *demand, start int64) {
+	ns := &st.nodes[c.node]
+	gpus := d.gpus
+	if c.group < 0 {
+		gpus = 0
+	}
+	ns.addEvent(event{at: start, group: c.group, gpus: -gpus, cpus: -d.cpus, mem: -d.mem})
+	if end := addSat(start, d.dur); end != forever {
+		ns.addEvent(event{at: end, group: c.group, gpus: gpus, cpus: d.cpus, mem: d.mem})
+	}
+	ns.reserved++
+}
+
+// release schedules the return of what a job placed now holds, at its time limit.
+func (st *state) release(c cand, gpus int, d *demand) {
+	end := addSat(st.now, d.dur)
+	if end == forever {
+		return
+	}
+	st.nodes[c.node].addEvent(event{at: end, group: c.group, gpus: gpus, cpus: d.cpus, mem: d.mem})
+}
+
+// earliestSingle finds the candidate where a single-node job can start soonest, ties to
+// name order; forever when none.
+func (st *state) earliestSingle(d *demand) (cand, int64) {
+	best, bestT := cand{}, int64(forever)
+	try := func(c cand) {
+		if t := st.earliestWithWindows(c, d); t < bestT || (t == bestT && t != forever && c.node < best.node) {
+			best, bestT = c, t
+		}
+	}
+	if d.gpus == 0 {
+		for ni := range st.nodes {
+			if st.nodes[ni].n.CPUs >= d.cpus && st.nodes[ni].n.MemoryMB >= d.mem {
+				try(cand{ni, -1})
+			}
+		}
+		return best, bestT
+	}
+	for m := range st.models {
+		if !d.takes(m) {
+			continue
+		}
+		for _, gi := range st.models[m].groups {
+			ni := st.groups[gi].node
+			if len(st.groups[gi].index) >= d.gpus && st.nodes[ni].n.CPUs >= d.cpus && st.nodes[ni].n.MemoryMB >= d.mem {
+				try(cand{ni, gi})
+			}
+		}
+	}
+	return best, bestT
+}

@@ -1,0 +1,88 @@
+package sched
+
+import (
+	"testing"
+	"time"
+)
+
+// One node, 4 of 8 GPUs busy for two hours. An 8-GPU job must wait for them and gets a
+// reservation at +2h; a 4-GPU job that ends within the hour backfills; one that would run
+// three hours would delay the reservation and waits.
+func TestBackfill(t *testing.T) {
+	big := job(1, 8, "H100")
+	short := job(2, 4, "H100")
+	long := job(3, 4, "H100")
+	long.TimeLimit = 3 * time.Hour
+	s := snapshot([]Node{gpuNode("gpu-01", "H100", 8)}, []Running{busy(90, "gpu-01", 2*time.Hour, 0, 1, 2, 3)}, big, short, long)
+	p := mustSchedule(s, Options{})
+
+	if _, ok := placementOf(p, 2); !ok {
+		t.Errorf("short job 2 did not backfill: %+v", p)
+	}
+	pj, _ := pendingOf(p, 1)
+	if pj.Reason.Code != ReasonResources || !pj.EstimatedStart.Equal(t0.Add(2*time.Hour)) {
+		t.Errorf("big job 1: %+v, want Resources starting at +2h", pj)
+	}
+	pj, _ = pendingOf(p, 3)
+	if pj.Reason.Code != ReasonPriority || pj.Reason.Ahead != 1 || pj.Reason.BestNode != "gpu-01" {
+		t.Errorf("long job 3: %+v, want Priority behind job 1 on gpu-01", pj.Reason)
+	}
+	// Job 3 runs after job 1: from +3h, when job 1's one-hour limit ends.
+	if !pj.EstimatedStart.Equal(t0.Add(3 * time.Hour)) {
+		t.Errorf("long job 3 estimated start %v, want +3h", pj.EstimatedStart.Sub(t0))
+	}
+	if len(p.Reservations) != 2 || p.Reservations[0].JobID != 1 || p.Reservations[0].Nodes[0] != "gpu-01" {
+		t.Errorf("reservations = %+v", p.Reservations)
+	}
+
+	// Without reservations every job that fits starts, and the big one may starve.
+	s.Pending = []Job{big, long}
+	p = mustSchedule(s, Options{ReservationDepth: -1})
+	if _, ok := placementOf(p, 3); !ok {
+		t.Errorf("greedy: long job 3 should start: %+v", p)
+	}
+}
+
+// Estimates stack: each blocked job starts after the reservations of those before it.
+func TestEstimatedStarts(t *testing.T) {
+	s := snapshot([]Node{gpuNode("gpu-01", "H100", 8), gpuNode("gpu-02", "H100", 8)},
+		[]Running{busy(90, "gpu-01", time.Hour, 0, 1, 2, 3, 4, 5, 6, 7), busy(91, "gpu-02", 30*time.Minute, 0, 1, 2, 3, 4, 5, 6, 7)},
+		job(1, 8, "H100"), job(2, 8, "H100"), job(3, 8, "H100"), job(4, 1, "H100"))
+	p := mustSchedule(s, Options{})
+	want := map[int64]time.Duration{1: 30 * time.Minute, 2: time.Hour, 3: 90 * time.Minute, 4: 2 * time.Hour}
+	for id, d := range want {
+		pj, ok := pendingOf(p, id)
+		if !ok || !pj.EstimatedStart.Equal(t0.Add(d)) {
+			t.Errorf("job %d: estimated start %v, want +%v", id, pj.EstimatedStart.Sub(t0), d)
+		}
+	}
+
+	// A running job without a time limit never frees its GPUs: no estimate.
+	s = snapshot([]Node{gpuNode("gpu-01", "H100", 8)}, []Running{busy(90, "gpu-01", 0, 0)}, job(1, 8, "H100"))
+	p = mustSchedule(s, Options{})
+	if pj, _ := pendingOf(p, 1); !pj.EstimatedStart.IsZero() {
+		t.Errorf("estimate %v behind an unlimited job, want none", pj.EstimatedStart)
+	}
+
+	// Jobs beyond the reservation depth get no estimate.
+	s = snapshot([]Node{gpuNode("gpu-01", "H100", 8)}, []Running{busy(90, "gpu-01", time.Hour, 0)},
+		job(1, 8, "H100"), job(2, 8, "H100"))
+	p = mustSchedule(s, Options{ReservationDepth: 1})
+	if pj, _ := pendingOf(p, 2); !pj.EstimatedStart.IsZero() {
+		t.Errorf("job beyond the depth has estimate %v", pj.EstimatedStart)
+	}
+}
+
+// A job that fails to fit is not searched again for the same request, but a shorter one is,
+// since it may backfill where the longer one could not.
+func TestFailureCacheRespectsDuration(t *testing.T) {
+	long := job(2, 4, "H100")
+	long.TimeLimit = 3 * time.Hour
+	short := job(3, 4, "H100")
+	s := snapshot([]Node{gpuNode("gpu-01", "H100", 8)}, []Running{busy(90, "gpu-01", 2*time.Hour, 0, 1, 2, 3)},
+		job(1, 8, "H100"), long, short)
+	p := mustSchedule(s, Options{})
+	if _, ok := placementOf(p, 3); !ok {
+		t.Errorf("short job 3 should backfill after long job 2 failed: %+v", p)
+	}
+}

@@ -1,0 +1,355 @@
+package sched
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+)
+
+// demand is a job's request in the form the checks use.
+type demand struct {
+	modelName string
+	// model is the number of the requested model in state.models; anyModel when the job
+	// takes any model, noModel when no schedulable node has the model.
+	model int
+	gpus  int // per node
+	nodes int
+	cpus  int // per node
+	mem   int64
+	dur   int64 // forever when the job has no time limit
+	team  string
+	// deny marks models the team's quota rules out for a job that takes any model.
+	deny []bool
+}
+
+// takes reports whether the job may use GPUs of model m.
+func (d *demand) takes(m int) bool {
+	if d.model != anyModel {
+		return d.model == m
+	}
+	return d.deny == nil || !d.deny[m]
+}
+
+const (
+	anyModel = -1
+	noModel  = -2
+)
+
+// newDemand normalises a request: a gang's per-node share, one node when Nodes is unset.
+// It returns a message instead when the request cannot be read as whole GPUs per node.
+func newDemand(st *state, j *Job) (demand, string) {
+	r := j.Request
+	d := demand{modelName: r.GPUModel, nodes: max(r.Nodes, 1), cpus: r.CPUs, mem: r.MemoryMB, team: j.Team, dur: forever}
+	if j.TimeLimit > 0 {
+		d.dur = int64(j.TimeLimit)
+	}
+	switch {
+	case r.GPUs < 0 || r.GPUsPerNode < 0 || r.CPUs < 0 || r.MemoryMB < 0:
+		return d, "the request has a negative amount"
+	case d.nodes == 1:
+		d.gpus = max(r.GPUs, r.GPUsPerNode)
+	case r.GPUsPerNode > 0:
+		d.gpus = r.GPUsPerNode
+	case r.GPUs%d.nodes != 0:
+		return d, fmt.Sprintf("%d GPUs do not divide evenly over %d nodes", r.GPUs, d.nodes)
+	default:
+		d.gpus = r.GPUs / d.nodes
+	}
+	switch m, ok := st.modelByName[r.GPUModel]; {
+	case r.GPUModel == "":
+		d.model = anyModel
+	case ok:
+		d.model = m
+	default:
+		d.model = noModel
+	}
+	return d, ""
+}
+
+// shape is what makes two requests identical for the scheduler: a request that failed to
+// fit is not tried again in the same cycle by a job of the same shape.
+type shape struct {
+	model      string
+	gpus       int
+	nodes      int
+	cpus       int
+	mem        int64
+	team       string // admin reservations and quotas depend on it
+	preemptive bool
+}
+
+func (d *demand) shape() shape {
+	return shape{model: d.modelName, gpus: d.gpus, nodes: d.nodes, cpus: d.cpus, mem: d.mem, team: d.team}
+}
+
+// capacity is a kind of node: its GPUs of one model, CPUs and memory, and how many nodes
+// of the snapshot (schedulable or not) are of that kind. Clusters are built from a few
+// kinds of machine, so the static check runs over a handful of kinds, not every node.
+type capacity struct {
+	gpus  int
+	cpus  int
+	mem   int64
+	count int
+}
+
+// capacities lists the node kinds per model; the key "" holds, for each node, its
+// largest group of one model (a job that takes any model still uses one model per node).
+func capacities(nodes []Node) map[string][]capacity {
+	type kind struct {
+		model string
+		capacity
+	}
+	counts := map[kind]int{}
+	perModel := map[string]int{}
+	for i := range nodes {
+		n := &nodes[i]
+		clear(perModel)
+		largest := 0
+		for _, g := range n.GPUs {
+			perModel[g.Model]++
+			largest = max(largest, perModel[g.Model])
+		}
+		for m, k := range perModel {
+			counts[kind{m, capacity{gpus: k, cpus: n.CPUs, mem: n.MemoryMB}}]++
+		}
+		counts[kind{"", capacity{gpus: largest, cpus: n.CPUs, mem: n.MemoryMB}}]++
+	}
+	out := map[string][]capacity{}
+	for k, c := range counts {
+		k.count = c
+		out[k.model] = append(out[k.model], k.capacity)
+	}
+	// Sorted, so that messages and results never depend on map order.
+	for _, cs := range out {
+		slices.SortFunc(cs, func(a, b capacity) int {
+			return cmp.Or(cmp.Compare(b.gpus, a.gpus), cmp.Compare(b.cpus, a.cpus), cmp.Compare(b.mem, a.mem))
+		})
+	}
+	return out
+}
+
+// neverFits is the static chain over every kind of node, schedulable or not: model, then
+// GPU count, then CPUs, then memory, then the number of such nodes a gang needs. It
+// returns "" when some node could run the request one day, else a sentence naming the
+// constraint no node meets.
+func neverFits(kinds map[string][]capacity, d *demand) string {
+	cs := kinds[d.modelName]
+	var (
+		largest, maxCPUs int
+		maxMem           int64
+		enough           int // nodes with everything the request needs on one node
+	)
+	for _, c := range kinds[""] {
+		maxCPUs = max(maxCPUs, c.cpus)
+		maxMem = max(maxMem, c.mem)
+	}
+	for _, c := range cs {
+		largest = max(largest, c.gpus)
+		if c.gpus >= d.gpus && c.cpus >= d.cpus && c.mem >= d.mem {
+			enough += c.count
+		}
+	}
+	switch {
+	case d.gpus > 0 && len(cs) == 0:
+		return fmt.Sprintf("no node has GPUs of model %s", d.modelName)
+	case d.gpus > largest:
+		return fmt.Sprintf("no node has %s; the largest has %d", gpusOf(d.gpus, "", d.modelName), largest)
+	case d.cpus > maxCPUs:
+		return fmt.Sprintf("no node has %d CPUs; the largest has %d", d.cpus, maxCPUs)
+	case d.mem > maxMem:
+		return fmt.Sprintf("no node has %d MB of memory; the largest has %d MB", d.mem, maxMem)
+	case enough == 0:
+		return fmt.Sprintf("no node has %s, %d CPUs and %d MB of memory together", gpusOf(d.gpus, "", d.modelName), d.cpus, d.mem)
+	case enough < d.nodes:
+		return fmt.Sprintf("the job needs %d nodes with %s each; there are %d", d.nodes, gpusOf(d.gpus, "", d.modelName), enough)
+	}
+	return ""
+}
+
+// gpusOf names n GPUs of a model for messages, e.g. "4 GPUs of model H100"; free is
+// put before the noun when given.
+func gpusOf(n int, free, model string) string {
+	s := fmt.Sprintf("%d %sGPUs", n, free)
+	if n == 1 {
+		s = s[:len(s)-1]
+	}
+	if model != "" {
+		s += " of model " + model
+	}
+	return s
+}
+
+// cand is a node, and the GPU group on it (-1 for a CPU-only job), that the index offers.
+type cand struct{ node, group int }
+
+// nodeCheck is one link of the feasibility chain run on every candidate the bucket index
+// yields. The index has already settled the first links of the chain: only schedulable
+// nodes are indexed (state), only groups of the requested model are searched (model),
+// and only buckets with at least the requested free GPUs (capacity, free GPUs). lack
+// returns what the candidate is short of, zero when it passes.
+type nodeCheck struct {
+	name string
+	lack func(st *state, c cand, d *demand) int64
+}
+
+// The chain, cheapest first: CPUs and memory are comparisons; administrative windows are
+// a short list per node; the backfill check walks the node's future events.
+var candidateChain = [...]nodeCheck{
+	{"cpus", func(st *state, c cand, d *demand) int64 {
+		return max(0, int64(d.cpus-st.nodes[c.node].freeCPU))
+	}},
+	{"memory_mb", func(st *state, c cand, d *demand) int64 {
+		return max(0, d.mem-st.nodes[c.node].freeMem)
+	}},
+	// A window held for another team blocks the node unless the job ends before it opens.
+	{"reservation", func(st *state, c cand, d *demand) int64 {
+		if st.foreignWindow(c.node, d, st.now) {
+			return 1
+		}
+		return 0
+	}},
+	// Higher jobs' backfill reservations: the job may take what they need only if it
+	// gives it back before they start (EASY backfill).
+	{"backfill", func(st *state, c cand, d *demand) int64 {
+		if st.delaysReservation(c, d) {
+			return 1
+		}
+		return 0
+	}},
+}
+
+const (
+	checkCPUs = iota
+	checkMemory
+	checkWindow
+	checkBackfill
+	numChecks
+)
+
+// diag records what the chain rejected, for the reason.
+type diag struct {
+	rejected [numChecks]int
+	first    [numChecks]cand // first candidate each check rejected (best-fit order)
+	// gangFound is, for a gang, the most feasible nodes one model and driver offered.
+	gangFound int
+}
+
+// passes runs the chain on one candidate, recording the first check that fails.
+func (st *state) passes(c cand, d *demand, dg *diag) bool {
+	for i := range candidateChain {
+		if candidateChain[i].lack(st, c, d) > 0 {
+			if dg.rejected[i] == 0 {
+				dg.first[i] = c
+			}
+			dg.rejected[i]++
+			return false
+		}
+	}
+	return true
+}
+
+// foreignWindow reports whether an administrative window for another team overlaps the
+// job's run if it starts at start on node ni.
+func (st *state) foreignWindow(ni int, d *demand, start int64) bool {
+	end := addSat(start, d.dur)
+	for _, w := range st.nodes[ni].windows {
+		if w.team != d.team && w.start < end && start < w.end {
+			return true
+		}
+	}
+	return false
+}
+
+// delaysReservation reports whether starting the job now on the candidate would leave a
+// later backfill reservation on the node short: what is free must cover the job at every
+// moment of its run, reservations included.
+func (st *state) delaysReservation(c cand, d *demand) bool {
+	ns := &st.nodes[c.node]
+	if ns.reserved == 0 {
+		return false // what is free only grows, and it covers the job now
+	}
+	g := 0
+	if c.group >= 0 {
+		g = st.groups[c.group].nfree
+	}
+	cpus, mem := ns.freeCPU, ns.freeMem
+	end := addSat(st.now, d.dur)
+	for i := 0; i < len(ns.events) && ns.events[i].at < end; {
+		at := ns.events[i].at
+		for ; i < len(ns.events) && ns.events[i].at == at; i++ {
+			e := &ns.events[i]
+			if e.group == c.group && e.group >= 0 {
+				g += e.gpus
+			}
+			cpus += e.cpus
+			mem += e.mem
+		}
+		if g < d.gpus || cpus < d.cpus || mem < d.mem {
+			return true
+		}
+	}
+	return false
+}
+
+// findNode returns the best candidate for a single-node job that can start now, searching
+// the buckets in placement order and running the chain on each candidate.
+func (st *state) findNode(d *demand, worst bool, dg *diag) (cand, bool) {
+	if d.gpus == 0 {
+		return st.findCPUOnly(d, worst, dg)
+	}
+	if d.model == noModel {
+		return cand{}, false
+	}
+	lo, hi := d.gpus, 0
+	for m := range st.models {
+		if d.takes(m) {
+			hi = max(hi, st.models[m].maxCap)
+		}
+	}
+	for step := 0; step <= hi-lo; step++ {
+		k := lo + step // best fit: fewest free GPUs first
+		if worst {
+			k = hi - step
+		}
+		best := -1
+		for m := range st.models {
+			if !d.takes(m) {
+				continue
+			}
+			mi := &st.models[m]
+			if k >= len(mi.buckets) || mi.counts[k] == 0 {
+				continue
+			}
+			b := mi.buckets[k]
+			for gi := b.next(0); gi >= 0 && (best < 0 || gi < best); gi = b.next(gi + 1) {
+				if st.passes(cand{st.groups[gi].node, gi}, d, dg) {
+					best = gi
+					break
+				}
+			}
+		}
+		if best >= 0 {
+			return cand{st.groups[best].node, best}, true
+		}
+	}
+	return cand{}, false
+}
+
+// findCPUOnly places a job without GPUs on the node with the fewest free GPUs (so that it
+// does not take CPUs a GPU job will need), or the most under worst fit.
+func (st *state) findCPUOnly(d *demand, worst bool, dg *diag) (cand, bool) {
+	hi := len(st.nodeBuckets) - 1
+	for step := 0; step <= hi; step++ {
+		k := step
+		if worst {
+			k = hi - step
+		}
+		b := st.nodeBuckets[k]
+		for ni := b.next(0); ni >= 0; ni = b.next(ni + 1) {
+			if st.passes(cand{ni, -1}, d, dg) {
+				return cand{ni, -1}, true
+			}
+		}
+	}
+	return cand{}, false
+}

@@ -1,0 +1,41 @@
+package sched
+
+import (
+	"testing"
+)
+
+func TestOptionsFor(t *testing.T) {
+	for _, name := range PolicyNames() {
+		o, err := OptionsFor(name)
+		if err != nil {
+			t.Fatalf("OptionsFor(%q): %v", name, err)
+		}
+		if _, err := ScheduleWith(snapshot(nil, nil), t0, o); err != nil {
+			t.Errorf("policy %q does not schedule: %v", name, err)
+		}
+	}
+	tests := []struct {
+		name string
+		want func(Options) bool
+	}{
+		{"default", func(o Options) bool { return o == DefaultOptions() }},
+		{"fifo", func(o Options) bool { return o.Order == OrderFIFO && o.Placement == PlacementBestFit }},
+		{"sjf", func(o Options) bool { return o.Order == OrderSJF }},
+		{"las", func(o Options) bool { return o.Order == OrderLAS }},
+		{"worstfit", func(o Options) bool { return o.Order == OrderPriority && o.Placement == PlacementWorstFit }},
+		{"fifo+worstfit", func(o Options) bool { return o.Order == OrderFIFO && o.Placement == PlacementWorstFit }},
+		{"greedy", func(o Options) bool { return o.ReservationDepth < 0 }},
+	}
+	for _, tt := range tests {
+		o, err := OptionsFor(tt.name)
+		if err != nil || !tt.want(o) {
+			t.Errorf("OptionsFor(%q) = %+v, %v", tt.name, o, err)
+		}
+	}
+	if _, err := OptionsFor("lottery"); err == nil {
+		t.Error("OptionsFor accepted an unknown policy")
+	}
+	if _, err := ScheduleWith(snapshot(nil, nil), t0, Options{Order: "random"}); err == nil {
+		t.Error("ScheduleWith accepted an unknown order")
+	}
+}

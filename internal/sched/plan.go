@@ -1,0 +1,283 @@
+package sched
+
+import (
+	"fmt"
+	"time"
+)
+
+// Schedule decides, for the snapshot at time now, which pending jobs start where, and why
+// the others wait, under the default policy. (The contract's "Plan(snapshot, now)": Go
+// does not let a function share the name of the Plan type.)
+func Schedule(s *Snapshot, now time.Time) Plan {
+	p, _ := ScheduleWith(s, now, Options{}) // the zero Options are always valid
+	return p
+}
+
+// ScheduleWith is Schedule under the given policy. It fails only for unknown names in opts.
+func ScheduleWith(s *Snapshot, now time.Time, opts Options) (Plan, error) {
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return Plan{}, err
+	}
+	return newCycle(s, now, opts).run(), nil
+}
+
+// run is one scheduling cycle.
+func (c *cycle) run() Plan {
+	// 1. Order the pending jobs: the order is the policy's first word.
+	jobs := order(c.s, c.st, &c.opts, c.st.now)
+	// 2. Serve them one by one: each placement changes what the next job finds, and each
+	//    blocked job's reservation bounds what the jobs below it may take.
+	for i := range jobs {
+		c.schedule(&jobs[i])
+	}
+	return c.plan
+}
+
+// cycle is one run of Plan: the state it changes and what it has decided so far.
+type cycle struct {
+	s    *Snapshot
+	opts Options
+	st   *state
+	plan Plan
+	// never caches the static check per request (team left out): the sentence saying
+	// why no node could ever run it, or "" when some node could.
+	never map[shape]string
+	kinds map[string][]capacity // built on first use
+	// quotas tracks team usage for admission.
+	quotas *quotas
+	pre    *preemptor // built on first use
+	loc    *time.Location
+	// failed caches requests that did not fit now, keyed by shape: the shortest duration
+	// that failed (a longer run is no easier to fit) and the diagnosis.
+	failed map[shape]failure
+	// Jobs so far left waiting for resources, for the Ahead count of the later ones.
+	blockedByModel map[string]int
+	blockedAnyGPU  int // GPU jobs that take any model
+	blockedGPU     int // all GPU jobs
+	blockedCPU     int // CPU-only jobs
+	reservations   int
+	// noCache makes every job search afresh; tests use it to check the cache changes
+	// nothing.
+	noCache bool
+}
+
+type failure struct {
+	dur int64
+	dg  diag
+}
+
+func newCycle(s *Snapshot, now time.Time, opts Options) *cycle {
+	st := newState(s, now.UnixNano())
+	st.addWindows(s.Reservations)
+	return &cycle{
+		s: s, opts: opts, st: st,
+		plan: Plan{
+			Placements: make([]Placement, 0, min(len(s.Pending), st.totalGPUs+len(st.nodes))),
+			Pending:    make([]PendingJob, 0, len(s.Pending)),
+		},
+		never:          map[shape]string{},
+		failed:         map[shape]failure{},
+		blockedByModel: map[string]int{},
+		quotas:         newQuotas(s),
+		loc:            now.Location(),
+	}
+}
+
+// schedule runs one job through the pipeline: queue, request, static feasibility,
+// placement now (skipped when the same request already failed), and otherwise a reason
+// and, for the highest blocked jobs, a reservation.
+func (c *cycle) schedule(r *ranked) {
+	j := r.job
+	pj := PendingJob{JobID: j.ID, Priority: r.prio}
+	if !r.hasQueue {
+		pj.Reason = Reason{Code: ReasonNoQueue, Message: fmt.Sprintf("queue %q does not exist", j.Queue)}
+		c.plan.Pending = append(c.plan.Pending, pj)
+		return
+	}
+	d, bad := newDemand(c.st, j)
+	if bad == "" {
+		bad = c.neverFits(&d)
+	}
+	if bad != "" {
+		pj.Reason = Reason{Code: ReasonNoNodeMatches, Message: bad}
+		c.plan.Pending = append(c.plan.Pending, pj)
+		return
+	}
+
+	// Admission: a job that would take its team beyond its quota limit waits without
+	// counting as blocked, since the resources it wants are no concern of the jobs below.
+	v, ok := c.admitDemand(&d)
+	if !ok {
+		pj.Reason = quotaReason(j.Team, v, d.gpus*d.nodes)
+		c.plan.Pending = append(c.plan.Pending, pj)
+		return
+	}
+
+	key := d.shape()
+	inQuota := v.limited && !v.borrowing
+	if f, ok := c.failed[key]; ok && d.dur >= f.dur && !c.noCache {
+		c.wait(r, pj, &d, f.dg, inQuota)
+		return
+	}
+	var dg diag
+	worst := c.opts.Placement == PlacementWorstFit
+	if d.nodes == 1 {
+		if cd, ok := c.st.findNode(&d, worst, &dg); ok {
+			c.placeSingle(j, &d, cd)
+			return
+		}
+	} else if cds, ok := c.st.findGang(&d, worst, &dg); ok {
+		c.placeGang(j, &d, cds)
+		return
+	}
+	if f, ok := c.failed[key]; !ok || d.dur < f.dur {
+		c.failed[key] = failure{dur: d.dur, dg: dg}
+	}
+	c.wait(r, pj, &d, dg, inQuota)
+}
+
+// neverFits is the static check, cached per request.
+func (c *cycle) neverFits(d *demand) string {
+	key := d.shape()
+	key.team = ""
+	msg, ok := c.never[key]
+	if !ok {
+		if c.kinds == nil {
+			c.kinds = capacities(c.s.Nodes)
+		}
+		msg = neverFits(c.kinds, d)
+		c.never[key] = msg
+	}
+	return msg
+}
+
+// placeSingle gives a single-node job its GPUs on the chosen candidate.
+func (c *cycle) placeSingle(j *Job, d *demand, cd cand) {
+	st := c.st
+	alloc := Alloc{Node: st.nodes[cd.node].n.Name, CPUs: d.cpus, MemoryMB: d.mem}
+	var positions []int
+	if cd.group >= 0 {
+		positions = st.pickGPUs(cd.group, d.gpus)
+		alloc.GPUIndices = make([]int, len(positions))
+		for i, p := range positions {
+			alloc.GPUIndices[i] = st.groups[cd.group].index[p]
+		}
+	}
+	st.take(cd.node, cd.group, positions, d.cpus, d.mem)
+	st.release(cd, len(positions), d)
+	c.plan.Placements = append(c.plan.Placements, Placement{JobID: j.ID, Allocs: []Alloc{alloc}, Borrowing: c.charge(d, cd.group)})
+}
+
+// at turns a cycle time back into a time.Time in the caller's location.
+func (c *cycle) at(t int64) time.Time { return time.Unix(0, t).In(c.loc) }
+
+// charge counts a placed job against its team's quota and reports whether it borrows.
+func (c *cycle) charge(d *demand, gi int) bool {
+	if c.quotas.teams == nil || gi < 0 {
+		return false
+	}
+	model := c.st.models[c.st.groups[gi].model].name
+	total := d.gpus * d.nodes
+	v := c.quotas.admit(d.team, model, total)
+	c.quotas.add(d.team, model, total)
+	return v.borrowing
+}
+
+// wait records why a job stays pending. The first in line for its resources may preempt;
+// otherwise, while reservations remain, it reserves its earliest start so that lower jobs
+// cannot delay it.
+func (c *cycle) wait(r *ranked, pj PendingJob, d *demand, dg diag, inQuota bool) {
+	pj.Reason = c.reason(d, &dg)
+	ahead := c.ahead(d)
+	if ahead == 0 && pj.Reason.Code != ReasonPriority {
+		if ids, node, ok := c.preempt(r, d, inQuota); ok {
+			// Not counted as blocked: its resources are on their way, and the jobs
+			// below may still use everything else.
+			pj.Reason = waitingReason(ids, node)
+			c.plan.Pending = append(c.plan.Pending, pj)
+			return
+		}
+	}
+	switch pj.Reason.Code {
+	case ReasonPriority:
+		// The job fits now but only by delaying reserved higher jobs.
+		pj.Reason.Ahead = max(ahead, 1)
+		pj.Reason.Message = fmt.Sprintf("it would fit on %s now, but would delay %s of higher priority with reservations there",
+			pj.Reason.BestNode, plural(pj.Reason.Ahead, "job"))
+	case ReasonResources, ReasonFragmented:
+		if ahead > 0 {
+			pj.Reason.Code = ReasonPriority
+			pj.Reason.Ahead = ahead
+			pj.Reason.Message = fmt.Sprintf("%s of higher priority %s ahead, waiting for the same resources",
+				plural(ahead, "job"), isAre(ahead))
+		}
+	}
+	if c.opts.ReservationDepth > 0 && c.reservations < c.opts.ReservationDepth {
+		var cds []cand
+		t := int64(forever)
+		if d.nodes == 1 {
+			var cd cand
+			if cd, t = c.st.earliestSingle(d); t != forever {
+				cds = []cand{cd}
+			}
+		} else {
+			cds, t = c.st.earliestGang(d)
+		}
+		if t != forever {
+			res := JobReservation{JobID: pj.JobID, Start: c.at(t)}
+			for _, cd := range cds {
+				c.st.reserve(cd, d, t)
+				res.Nodes = append(res.Nodes, c.st.nodes[cd.node].n.Name)
+			}
+			c.reservations++
+			pj.EstimatedStart = res.Start
+			if end := addSat(t, d.dur); end != forever {
+				res.End = c.at(end)
+			}
+			c.plan.Reservations = append(c.plan.Reservations, res)
+		}
+	}
+	c.block(d)
+	c.plan.Pending = append(c.plan.Pending, pj)
+}
+
+// ahead counts the jobs already left waiting that compete with d: GPU jobs of the same
+// model or of any model, or CPU-only jobs for a CPU-only one. Every job before this one in
+// the order is of higher priority.
+func (c *cycle) ahead(d *demand) int {
+	switch {
+	case d.gpus == 0:
+		return c.blockedCPU
+	case d.modelName == "":
+		return c.blockedGPU
+	}
+	return c.blockedByModel[d.modelName] + c.blockedAnyGPU
+}
+
+func (c *cycle) block(d *demand) {
+	switch {
+	case d.gpus == 0:
+		c.blockedCPU++
+	case d.modelName == "":
+		c.blockedAnyGPU++
+		c.blockedGPU++
+	default:
+		c.blockedByModel[d.modelName]++
+		c.blockedGPU++
+	}
+}
+
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
+}
+
+func isAre(n int) string {
+	if n == 1 {
+		return "is"
+	}
+	return "are"
+}

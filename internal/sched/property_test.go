@@ -1,0 +1,262 @@
+package sched
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"reflect"
+	"testing"
+	"time"
+)
+
+// genCluster builds a random but realistic snapshot: nodes of two models with 8 GPUs
+// (some with 4, a few CPU-only, some unhealthy GPUs and drained nodes), about busyFrac of
+// the GPUs held by running jobs with limits up to a day, and pending jobs asking for
+// 1, 2, 4 or 8 GPUs (some CPU-only) in four queues. rich adds a few gangs, team quotas,
+// and running work that preemption may touch (batch, borrowing, stopping).
+func genCluster(r *rand.Rand, nodes, pending int, busyFrac float64, rich bool) *Snapshot {
+	s := &Snapshot{Queues: queues()}
+	models := []string{"H100", "A100"}
+	for i := range nodes {
+		model := models[i%2]
+		n := gpuNode(fmt.Sprintf("node-%05d", i), model, 8)
+		n.Labels = map[string]string{"rack": fmt.Sprintf("r%d", i/16), "switch": fmt.Sprintf("s%d", i/64)}
+		switch {
+		case i%50 == 7:
+			n.GPUs = nil // a CPU-only node
+		case i%25 == 3:
+			n.GPUs = n.GPUs[:4]
+		case i%40 == 11:
+			n.GPUs[r.IntN(8)].Healthy = false
+		case i%100 == 42:
+			n.Schedulable = false
+		}
+		s.Nodes = append(s.Nodes, n)
+	}
+	id := int64(1)
+	for i := range s.Nodes {
+		n := &s.Nodes[i]
+		free := make([]int, 0, 8)
+		for _, g := range n.GPUs {
+			if g.Healthy {
+				free = append(free, g.Index)
+			}
+		}
+		for len(free) > 0 && r.Float64() < busyFrac {
+			k := min(len(free), []int{1, 2, 4, 8}[r.IntN(4)])
+			run := Running{ID: id, Queue: "train", Team: teamOf(id), Start: t0.Add(-time.Duration(r.IntN(3600)) * time.Second),
+				Allocs: []Alloc{{Node: n.Name, GPUIndices: append([]int(nil), free[:k]...), CPUs: 4, MemoryMB: 16 << 10}}}
+			if r.IntN(10) > 0 {
+				run.End = t0.Add(time.Duration(1+r.IntN(24*60)) * time.Minute)
+			}
+			if rich {
+				run.Queue = []string{"train", "batch", "inference", "batch"}[r.IntN(4)]
+				run.Borrowing = r.IntN(4) == 0
+				run.Preempting = r.IntN(30) == 0
+				if r.IntN(2) == 0 {
+					run.LastCheckpoint = t0.Add(-time.Duration(r.IntN(3600)) * time.Second)
+				}
+			}
+			free = free[k:]
+			s.Running = append(s.Running, run)
+			id++
+		}
+	}
+	qs := []string{"interactive", "train", "train", "batch"}
+	for range pending {
+		j := Job{ID: id, Queue: qs[r.IntN(len(qs))], Team: teamOf(id), User: "u",
+			SubmitTime: t0.Add(-time.Duration(r.IntN(86400)) * time.Second),
+			TimeLimit:  time.Duration(10+r.IntN(24*60)) * time.Minute,
+			Request:    Request{GPUs: []int{1, 2, 4, 8}[r.IntN(4)], GPUModel: models[r.IntN(2)], CPUs: 1 + r.IntN(8), MemoryMB: int64(1+r.IntN(64)) << 10}}
+		switch x := r.IntN(20); {
+		case x == 0:
+			j.Request.GPUs, j.Request.GPUModel = 0, ""
+		case x == 1:
+			j.Request.GPUModel = ""
+		case x == 2 && rich:
+			j.Request.Nodes, j.Request.GPUsPerNode = 2+r.IntN(3), 8
+			j.Request.GPUs = j.Request.Nodes * 8
+		}
+		if rich && r.IntN(10) == 0 {
+			j.Queue = "urgent"
+		}
+		s.Pending = append(s.Pending, j)
+		id++
+	}
+	if rich {
+		gpus := nodes * 8
+		s.Teams = map[string]Team{
+			"vision":   {Weight: 2, Usage: 5e6, Quota: map[string]Quota{"H100": {Guaranteed: gpus / 8, Limit: gpus / 3}}},
+			"nlp":      {Weight: 1, Usage: 1e6, Quota: map[string]Quota{"": {Guaranteed: gpus / 8, Limit: gpus / 2}}},
+			"speech":   {Weight: 1, Usage: 2e6, Quota: map[string]Quota{"A100": {Guaranteed: gpus / 16, Limit: gpus / 16}}},
+			"robotics": {Weight: 1},
+		}
+	}
+	return s
+}
+
+func teamOf(id int64) string { return []string{"vision", "nlp", "speech", "robotics"}[id%4] }
+
+// checkPlan verifies what must hold of any plan: each job placed or explained once, no GPU
+// given twice or given while held, only healthy GPUs of the right model on schedulable
+// nodes, and no node's CPUs or memory overcommitted by the plan.
+func checkPlan(t *testing.T, s *Snapshot, p Plan) {
+	t.Helper()
+	nodes := map[string]*Node{}
+	for i := range s.Nodes {
+		nodes[s.Nodes[i].Name] = &s.Nodes[i]
+	}
+	type gpuKey struct {
+		node string
+		idx  int
+	}
+	held := map[gpuKey]int64{}
+	cpus, mem := map[string]int{}, map[string]int64{}
+	for _, r := range s.Running {
+		for _, a := range r.Allocs {
+			for _, i := range a.GPUIndices {
+				held[gpuKey{a.Node, i}] = r.ID
+			}
+			cpus[a.Node] += a.CPUs
+			mem[a.Node] += a.MemoryMB
+		}
+	}
+	jobs := map[int64]*Job{}
+	for i := range s.Pending {
+		jobs[s.Pending[i].ID] = &s.Pending[i]
+	}
+	seen := map[int64]int{}
+	for _, pl := range p.Placements {
+		seen[pl.JobID]++
+		j := jobs[pl.JobID]
+		if j == nil {
+			t.Fatalf("placement of unknown job %d", pl.JobID)
+		}
+		total := 0
+		for _, a := range pl.Allocs {
+			n := nodes[a.Node]
+			if n == nil || !n.Schedulable {
+				t.Fatalf("job %d placed on unschedulable or unknown node %q", j.ID, a.Node)
+			}
+			for _, i := range a.GPUIndices {
+				k := gpuKey{a.Node, i}
+				if other, ok := held[k]; ok {
+					t.Fatalf("GPU %s/%d given to job %d is held by job %d", a.Node, i, j.ID, other)
+				}
+				held[k] = j.ID
+				var g *GPU
+				for gi := range n.GPUs {
+					if n.GPUs[gi].Index == i {
+						g = &n.GPUs[gi]
+					}
+				}
+				if g == nil || !g.Healthy {
+					t.Fatalf("job %d given missing or unhealthy GPU %s/%d", j.ID, a.Node, i)
+				}
+				if j.Request.GPUModel != "" && g.Model != j.Request.GPUModel {
+					t.Fatalf("job %d wants %s, got %s on %s", j.ID, j.Request.GPUModel, g.Model, a.Node)
+				}
+			}
+			total += len(a.GPUIndices)
+			before := cpus[a.Node] <= n.CPUs && mem[a.Node] <= n.MemoryMB
+			cpus[a.Node] += a.CPUs
+			mem[a.Node] += a.MemoryMB
+			if before && (cpus[a.Node] > n.CPUs || mem[a.Node] > n.MemoryMB) {
+				t.Fatalf("node %s overcommitted by job %d", a.Node, j.ID)
+			}
+		}
+		want := j.Request.GPUs
+		if j.Request.Nodes > 1 {
+			want = j.Request.Nodes * j.Request.GPUsPerNode
+		}
+		if total != want {
+			t.Fatalf("job %d got %d GPUs, wants %d", j.ID, total, want)
+		}
+	}
+	for _, pj := range p.Pending {
+		seen[pj.JobID]++
+		if pj.Reason.Code == "" || pj.Reason.Message == "" {
+			t.Fatalf("job %d pending without a reason", pj.JobID)
+		}
+	}
+	for id := range jobs {
+		if seen[id] != 1 {
+			t.Fatalf("job %d appears %d times in the plan", id, seen[id])
+		}
+	}
+	running := map[int64]*Running{}
+	for i := range s.Running {
+		running[s.Running[i].ID] = &s.Running[i]
+	}
+	waiting := map[int64]bool{}
+	for _, pj := range p.Pending {
+		if pj.Reason.Code == ReasonWaitingForPreemption {
+			waiting[pj.JobID] = true
+		}
+	}
+	victims := map[int64]bool{}
+	for _, pr := range p.Preemptions {
+		v := running[pr.JobID]
+		switch {
+		case v == nil:
+			t.Fatalf("preemption of job %d, which is not running", pr.JobID)
+		case victims[pr.JobID]:
+			t.Fatalf("job %d preempted twice", pr.JobID)
+		case v.Preempting:
+			t.Fatalf("job %d is already stopping", pr.JobID)
+		case s.Queues[v.Queue].NeverPreempt:
+			t.Fatalf("job %d of queue %s must never be preempted", pr.JobID, v.Queue)
+		case !s.Queues[v.Queue].Preemptible && !v.Borrowing:
+			t.Fatalf("job %d neither preemptible nor borrowing", pr.JobID)
+		case !waiting[pr.ForJob]:
+			t.Fatalf("job %d preempted for job %d, which does not wait for it", pr.JobID, pr.ForJob)
+		case t0.Sub(v.Start) < DefaultMinRuntime:
+			t.Fatalf("job %d preempted inside its minimum runtime", pr.JobID)
+		}
+		victims[pr.JobID] = true
+	}
+}
+
+func TestRandomSnapshots(t *testing.T) {
+	for seed := range uint64(40) {
+		r := rand.New(rand.NewPCG(seed, 0x5eed))
+		s := genCluster(r, 5+r.IntN(60), r.IntN(300), r.Float64(), true)
+		for _, opts := range []Options{{}, {Placement: PlacementWorstFit}, {Order: OrderFIFO, ReservationDepth: -1}, {ReservationDepth: 3}} {
+			t.Run(fmt.Sprintf("seed%d/%s-%s-%d", seed, opts.Order, opts.Placement, opts.ReservationDepth), func(t *testing.T) {
+				p := mustSchedule(s, opts)
+				checkPlan(t, s, p)
+				// The failure cache is only a shortcut: searching every job afresh must
+				// give the same plan.
+				o, _ := opts.withDefaults()
+				c := newCycle(s, t0, o)
+				c.noCache = true
+				if q := c.run(); !reflect.DeepEqual(p, q) {
+					t.Fatalf("seed %d: the failure cache changed the plan", seed)
+				}
+			})
+		}
+	}
+}
+
+// Same input, same plan; the order of nodes, running and pending jobs in the snapshot
+// must not matter either.
+func TestDeterminism(t *testing.T) {
+	for seed := range uint64(10) {
+		r := rand.New(rand.NewPCG(seed, 7))
+		s := genCluster(r, 40, 200, 0.5, true)
+		a := mustSchedule(s, Options{})
+		b := mustSchedule(s, Options{})
+		if !reflect.DeepEqual(a, b) {
+			t.Fatalf("seed %d: two plans of one snapshot differ", seed)
+		}
+		sh := *s
+		sh.Nodes = append([]Node(nil), s.Nodes...)
+		sh.Running = append([]Running(nil), s.Running...)
+		sh.Pending = append([]Job(nil), s.Pending...)
+		r.Shuffle(len(sh.Nodes), func(i, j int) { sh.Nodes[i], sh.Nodes[j] = sh.Nodes[j], sh.Nodes[i] })
+		r.Shuffle(len(sh.Running), func(i, j int) { sh.Running[i], sh.Running[j] = sh.Running[j], sh.Running[i] })
+		r.Shuffle(len(sh.Pending), func(i, j int) { sh.Pending[i], sh.Pending[j] = sh.Pending[j], sh.Pending[i] })
+		if c := mustSchedule(&sh, Options{}); !reflect.DeepEqual(a, c) {
+			t.Fatalf("seed %d: shuffling the snapshot changed the plan", seed)
+		}
+	}
+}

@@ -1,0 +1,147 @@
+package sched
+
+import (
+	"fmt"
+	"slices"
+)
+
+// quotas tracks each team's GPUs in use per model, from the running jobs and the
+// placements of this cycle, against the quotas of the snapshot.
+type quotas struct {
+	teams map[string]Team
+	used  map[string]map[string]int // team -> model -> GPUs held
+}
+
+// newQuotas counts what running jobs hold. It looks GPUs up on every node of the snapshot,
+// schedulable or not, since a drained node's jobs still count against their team.
+func newQuotas(s *Snapshot) *quotas {
+	q := &quotas{teams: s.Teams, used: map[string]map[string]int{}}
+	if s.Teams == nil {
+		return q
+	}
+	nodes := make(map[string]*Node, len(s.Nodes))
+	for i := range s.Nodes {
+		nodes[s.Nodes[i].Name] = &s.Nodes[i]
+	}
+	for _, r := range s.Running {
+		for _, a := range r.Allocs {
+			n := nodes[a.Node]
+			if n == nil {
+				continue
+			}
+			for _, idx := range a.GPUIndices {
+				for _, g := range n.GPUs {
+					if g.Index == idx {
+						q.add(r.Team, g.Model, 1)
+						break
+					}
+				}
+			}
+		}
+	}
+	return q
+}
+
+func (q *quotas) add(team, model string, gpus int) {
+	m := q.used[team]
+	if m == nil {
+		m = map[string]int{}
+		q.used[team] = m
+	}
+	m[model] += gpus
+}
+
+// verdict is the outcome of admission for one model.
+type verdict struct {
+	limited   bool // the team has a quota for the model
+	ok        bool // within the limit
+	borrowing bool // beyond guaranteed
+	key       string
+	used      int
+	limit     int
+}
+
+// admit checks a job of the team asking for gpus of model against the team's quota: the
+// entry for the model, else the "" entry for models the quota does not name. Teams
+// without a matching entry, and CPU-only jobs, are not limited.
+func (q *quotas) admit(team, model string, gpus int) verdict {
+	t, ok := q.teams[team]
+	if !ok || gpus == 0 {
+		return verdict{ok: true}
+	}
+	key := model
+	qt, ok := t.Quota[model]
+	if !ok {
+		key = ""
+		if qt, ok = t.Quota[""]; !ok {
+			return verdict{ok: true}
+		}
+	}
+	used := 0
+	for m, n := range q.used[team] {
+		if m == key || (key == "" && !named(t.Quota, m)) {
+			used += n
+		}
+	}
+	limit := max(qt.Limit, qt.Guaranteed)
+	return verdict{limited: true, ok: used+gpus <= limit, borrowing: used+gpus > qt.Guaranteed, key: key, used: used, limit: limit}
+}
+
+func named(quota map[string]Quota, model string) bool {
+	_, ok := quota[model]
+	return ok
+}
+
+// admitDemand runs admission for a job. A job that names its model is checked against
+// that model's quota. A job that takes any model may use only the models whose quota
+// admits it, so it cannot slip past a per-model limit; d.deny records the others. The
+// verdict returned is the one that refused, when every model refuses.
+func (c *cycle) admitDemand(d *demand) (verdict, bool) {
+	if c.quotas.teams == nil || d.gpus == 0 {
+		return verdict{ok: true}, true
+	}
+	total := d.gpus * d.nodes
+	if d.model != anyModel {
+		v := c.quotas.admit(d.team, d.modelName, total)
+		return v, v.ok
+	}
+	var refused verdict
+	allowed := 0
+	for m := range c.st.models {
+		v := c.quotas.admit(d.team, c.st.models[m].name, total)
+		if v.ok {
+			allowed++
+			continue
+		}
+		if d.deny == nil {
+			d.deny = make([]bool, len(c.st.models))
+			refused = v
+		}
+		d.deny[m] = true
+	}
+	if allowed == 0 && len(c.st.models) > 0 {
+		return refused, false
+	}
+	return verdict{ok: true}, true
+}
+
+// quotaReason explains a refusal, e.g. "team vision uses 14 of its 16-GPU limit; this job
+// needs 4".
+func quotaReason(team string, v verdict, need int) Reason {
+	what := "GPU limit"
+	if v.key != "" {
+		what = "GPU " + v.key + " limit"
+	}
+	return Reason{Code: ReasonQuotaExceeded, Team: team, Used: v.used, Limit: v.limit,
+		Message: fmt.Sprintf("team %s uses %d of its %d-%s; this job needs %d", team, v.used, v.limit, what, need)}
+}
+
+// sortedTeams lists team names in order, for deterministic iteration.
+func sortedTeams(m map[string]Team) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}

@@ -1,0 +1,323 @@
+package sched
+
+import (
+	"math"
+	"math/bits"
+	"slices"
+	"strings"
+	"time"
+)
+
+// forever stands for "no end" in the nanosecond times a cycle works in.
+const forever = math.MaxInt64
+
+// nanos turns a time into the cycle's int64 clock; the zero time means "never".
+func nanos(t time.Time) int64 {
+	if t.IsZero() {
+		return forever
+	}
+	return t.UnixNano()
+}
+
+// addSat adds a duration to a time without overflowing past forever.
+func addSat(t, d int64) int64 {
+	if d >= forever-t {
+		return forever
+	}
+	return t + d
+}
+
+// bitset holds group or node numbers; iterating it yields them in name order, which keeps
+// tie-breaking deterministic without sorting in the hot path.
+type bitset []uint64
+
+func newBitset(n int) bitset { return make(bitset, (n+63)/64) }
+func (b bitset) set(i int)   { b[i>>6] |= 1 << (i & 63) }
+func (b bitset) unset(i int) { b[i>>6] &^= 1 << (i & 63) }
+
+// next returns the lowest member >= i, or -1.
+func (b bitset) next(i int) int {
+	w := i >> 6
+	if w >= len(b) {
+		return -1
+	}
+	word := b[w] &^ (1<<(i&63) - 1)
+	for {
+		if word != 0 {
+			return w<<6 + bits.TrailingZeros64(word)
+		}
+		w++
+		if w == len(b) {
+			return -1
+		}
+		word = b[w]
+	}
+}
+
+// group is the healthy GPUs of one model on one node: the unit a single-node job is placed
+// on. Groups are numbered in (node name, model) order.
+type group struct {
+	node  int
+	model int
+	index []int  // GPU.Index of each GPU, ascending
+	pos   []int  // position of each in Node.GPUs, for its NVLink peers
+	free  []bool // parallel to index
+	nfree int
+}
+
+// nodeState is a schedulable node with what is free on it now and what will change.
+type nodeState struct {
+	n        *Node
+	groups   []int
+	freeCPU  int
+	freeMem  int64
+	freeGPUs int
+	// events are future changes of what is free, in time order: releases when jobs end,
+	// and the start (negative) and end of backfill reservations.
+	events []event
+	// reserved counts backfill reservations here; without any, what is free can only grow,
+	// so the backfill check has nothing to walk.
+	reserved int
+	// windows are administrative reservations that cover the node.
+	windows []window
+}
+
+// event is a change of a node's free resources at a time; group is -1 when no GPUs change.
+type event struct {
+	at    int64
+	group int
+	gpus  int
+	cpus  int
+	mem   int64
+}
+
+// window is an administrative reservation of a node for a team.
+type window struct {
+	team       string
+	start, end int64
+	name       string
+}
+
+// modelIndex finds groups of one model by their number of free GPUs.
+type modelIndex struct {
+	name string
+	// buckets[k] holds the groups with exactly k free GPUs.
+	buckets []bitset
+	counts  []int
+	groups  []int // every group of the model, in name order
+	maxCap  int   // most healthy GPUs in one group
+	free    int   // free GPUs of the model in all groups
+}
+
+// state is the cluster as one cycle sees it; placements made in the cycle update it.
+type state struct {
+	now         int64
+	nodes       []nodeState // schedulable nodes in name order
+	byName      map[string]int
+	groups      []group
+	models      []modelIndex // in name order
+	modelByName map[string]int
+	// nodeBuckets[k] holds the nodes with k free GPUs in all; CPU-only jobs search them.
+	nodeBuckets []bitset
+	// unschedulable counts the nodes left out, for messages.
+	unschedulable int
+	totalGPUs     int
+}
+
+// newState builds the cycle's view: schedulable nodes, their GPU groups, and what the
+// running jobs hold and when they give it back.
+func newState(s *Snapshot, now int64) *state {
+	st := &state{now: now, byName: map[string]int{}, modelByName: map[string]int{}}
+	order := make([]int, 0, len(s.Nodes))
+	for i := range s.Nodes {
+		if s.Nodes[i].Schedulable {
+			order = append(order, i)
+		} else {
+			st.unschedulable++
+		}
+	}
+	slices.SortFunc(order, func(a, b int) int { return strings.Compare(s.Nodes[a].Name, s.Nodes[b].Name) })
+
+	// Model numbers first, so that groups can carry them.
+	var names []string
+	for _, i := range order {
+		for _, g := range s.Nodes[i].GPUs {
+			if g.Healthy {
+				names = append(names, g.Model)
+			}
+		}
+	}
+	slices.Sort(names)
+	names = slices.Compact(names)
+	for i, m := range names {
+		st.modelByName[m] = i
+		st.models = append(st.models, modelIndex{name: m})
+	}
+
+	st.nodes = make([]nodeState, 0, len(order))
+	var models []int
+	for _, i := range order {
+		n := &s.Nodes[i]
+		if _, dup := st.byName[n.Name]; dup {
+			continue // a duplicate name is a caller bug; the first node wins
+		}
+		ni := len(st.nodes)
+		st.byName[n.Name] = ni
+		ns := nodeState{n: n, freeCPU: n.CPUs, freeMem: n.MemoryMB}
+		models = models[:0]
+		for _, g := range n.GPUs {
+			if g.Healthy {
+				models = append(models, st.modelByName[g.Model])
+			}
+		}
+		slices.Sort(models)
+		models = slices.Compact(models)
+		for _, m := range models {
+			gr := group{node: ni, model: m}
+			for p, g := range n.GPUs {
+				if g.Healthy && st.modelByName[g.Model] == m {
+					gr.index = append(gr.index, g.Index)
+					gr.pos = append(gr.pos, p)
+				}
+			}
+			// Sort by GPU index so "lowest free indices" means what it says.
+			idx := make([]int, len(gr.index))
+			for k := range idx {
+				idx[k] = k
+			}
+			slices.SortFunc(idx, func(a, b int) int { return gr.index[a] - gr.index[b] })
+			sortedIndex, sortedPos := make([]int, len(idx)), make([]int, len(idx))
+			for k, j := range idx {
+				sortedIndex[k], sortedPos[k] = gr.index[j], gr.pos[j]
+			}
+			gr.index, gr.pos = sortedIndex, sortedPos
+			gr.free = make([]bool, len(gr.index))
+			for k := range gr.free {
+				gr.free[k] = true
+			}
+			gr.nfree = len(gr.index)
+			ns.groups = append(ns.groups, len(st.groups))
+			st.models[m].groups = append(st.models[m].groups, len(st.groups))
+			st.models[m].maxCap = max(st.models[m].maxCap, len(gr.index))
+			st.groups = append(st.groups, gr)
+			st.totalGPUs += len(gr.index)
+		}
+		st.nodes = append(st.nodes, ns)
+	}
+
+	st.applyRunning(s.Running)
+
+	maxNode := 0
+	for i := range st.nodes {
+		ns := &st.nodes[i]
+		for _, g := range ns.groups {
+			ns.freeGPUs += st.groups[g].nfree
+		}
+		maxNode = max(maxNode, len(ns.n.GPUs))
+	}
+	st.nodeBuckets = make([]bitset, maxNode+1)
+	for k := range st.nodeBuckets {
+		st.nodeBuckets[k] = newBitset(len(st.nodes))
+	}
+	for i := range st.nodes {
+		st.nodeBuckets[st.nodes[i].freeGPUs].set(i)
+	}
+	for m := range st.models {
+		mi := &st.models[m]
+		mi.buckets = make([]bitset, mi.maxCap+1)
+		mi.counts = make([]int, mi.maxCap+1)
+		for k := range mi.buckets {
+			mi.buckets[k] = newBitset(len(st.groups))
+		}
+		for _, g := range mi.groups {
+			nf := st.groups[g].nfree
+			mi.buckets[nf].set(g)
+			mi.counts[nf]++
+			mi.free += nf
+		}
+	}
+	return st
+}
+
+// applyRunning takes what running jobs hold and schedules its release at their End.
+func (st *state) applyRunning(running []Running) {
+	var freed []int // GPUs freed per group of the current alloc, reused
+	for ri := range running {
+		r := &running[ri]
+		end := nanos(r.End)
+		if end < st.now {
+			end = st.now // overdue: about to be stopped
+		}
+		for _, a := range r.Allocs {
+			ni, ok := st.byName[a.Node]
+			if !ok {
+				continue // unschedulable or unknown node: nothing here to subtract from
+			}
+			ns := &st.nodes[ni]
+			ns.freeCPU -= a.CPUs
+			ns.freeMem -= a.MemoryMB
+			freed = freed[:0]
+			for _, gi := range ns.groups {
+				n := 0
+				g := &st.groups[gi]
+				for _, idx := range a.GPUIndices {
+					if p, ok := slices.BinarySearch(g.index, idx); ok && g.free[p] {
+						g.free[p] = false
+						g.nfree--
+						n++
+					}
+				}
+				freed = append(freed, n)
+			}
+			if end == forever {
+				continue
+			}
+			cpus, mem := a.CPUs, a.MemoryMB
+			for k, gi := range ns.groups {
+				if freed[k] > 0 {
+					ns.addEvent(event{at: end, group: gi, gpus: freed[k], cpus: cpus, mem: mem})
+					cpus, mem = 0, 0
+				}
+			}
+			if cpus != 0 || mem != 0 {
+				ns.addEvent(event{at: end, group: -1, cpus: cpus, mem: mem})
+			}
+		}
+	}
+}
+
+// addEvent inserts e after any event at the same time, keeping the order stable.
+func (ns *nodeState) addEvent(e event) {
+	i, _ := slices.BinarySearchFunc(ns.events, e.at, func(x event, t int64) int {
+		if x.at <= t {
+			return -1
+		}
+		return 1
+	})
+	ns.events = slices.Insert(ns.events, i, e)
+}
+
+// take marks GPUs of a group (by position) and CPUs and memory of its node as used, and
+// moves the group and node to their new buckets.
+func (st *state) take(ni, gi int, positions []int, cpus int, mem int64) {
+	ns := &st.nodes[ni]
+	ns.freeCPU -= cpus
+	ns.freeMem -= mem
+	if gi < 0 || len(positions) == 0 {
+		return
+	}
+	g := &st.groups[gi]
+	mi := &st.models[g.model]
+	mi.buckets[g.nfree].unset(gi)
+	mi.counts[g.nfree]--
+	st.nodeBuckets[ns.freeGPUs].unset(ni)
+	for _, p := range positions {
+		g.free[p] = false
+	}
+	g.nfree -= len(positions)
+	ns.freeGPUs -= len(positions)
+	mi.free -= len(positions)
+	mi.buckets[g.nfree].set(gi)
+	mi.counts[g.nfree]++
+	st.nodeBuckets[ns.freeGPUs].set(ni)
+}

@@ -1,0 +1,216 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/rotahq/rota/internal/api"
+	"github.com/rotahq/rota/internal/cluster"
+	"github.com/rotahq/rota/internal/sched"
+	"github.com/rotahq/rota/internal/store"
+)
+
+// Cycle runs the scheduler once and applies its plan in one commit. The lock is held from the
+// snapshot to the commit, so the plan is always applied to the state it was made from.
+func (s *Server) Cycle(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.cfg.Clock.Now()
+	snap := s.state.Snapshot()
+	if len(snap.Pending) == 0 {
+		return nil
+	}
+	plan := sched.Schedule(snap, now)
+
+	b := &store.Batch{}
+	for _, p := range plan.Placements {
+		job, ok := s.state.Job(p.JobID)
+		if !ok || job.State != api.StatePending {
+			return fmt.Errorf("plan places job %d, which is not pending", p.JobID)
+		}
+		a, err := s.newAttempt(&job, p.Allocs, now)
+		if err != nil {
+			return err
+		}
+		ev, err := cluster.Transition(&job, api.StateAssigned, "", "placed on "+strings.Join(job.Nodes, ","), "scheduler", now)
+		if err != nil {
+			return err
+		}
+		b.Jobs = append(b.Jobs, job)
+		b.Attempts = append(b.Attempts, a)
+		b.Events = append(b.Events, ev)
+	}
+	if err := s.commit(ctx, b); err != nil {
+		return fmt.Errorf("commit placements: %w", err)
+	}
+	for _, p := range plan.Pending {
+		var est *time.Time
+		if !p.EstimatedStart.IsZero() {
+			t := p.EstimatedStart
+			est = &t
+		}
+		s.state.SetPendingReason(p.JobID, string(p.Reason.Code), p.Reason.Message, est)
+	}
+	if len(plan.Placements) > 0 {
+		s.log.Info("scheduling cycle", "placed", len(plan.Placements), "pending", len(plan.Pending))
+	}
+	return nil
+}
+
+// newAttempt turns the scheduler's allocations into the job's next attempt, naming GPUs by
+// UUID so the record stays right even if a node's indices change after a reboot.
+func (s *Server) newAttempt(job *api.Job, allocs []sched.Alloc, now time.Time) (api.Attempt, error) {
+	job.Attempts++
+	a := api.Attempt{JobID: job.ID, N: job.Attempts, State: api.StateAssigned, AssignTime: now}
+	job.Nodes, job.GPUIDs, job.ExitCode, job.StartTime, job.EndTime = nil, nil, nil, nil, nil
+	job.CancelRequested = false
+	for _, al := range allocs {
+		node, ok := s.state.Node(al.Node)
+		if !ok {
+			return api.Attempt{}, fmt.Errorf("plan places job %d on unknown node %s", job.ID, al.Node)
+		}
+		p := api.Placement{Node: al.Node, GPUIndices: al.GPUIndices, CPUs: al.CPUs, MemoryMB: al.MemoryMB}
+		for _, idx := range al.GPUIndices {
+			uuid := ""
+			for _, g := range node.GPUs {
+				if g.Index == idx {
+					uuid = g.UUID
+				}
+			}
+			if uuid == "" {
+				return api.Attempt{}, fmt.Errorf("plan gives job %d GPU %d of node %s, which it does not have", job.ID, idx, al.Node)
+			}
+			p.GPUIDs = append(p.GPUIDs, uuid)
+		}
+		a.Placements = append(a.Placements, p)
+		job.Nodes = append(job.Nodes, al.Node)
+		job.GPUIDs = append(job.GPUIDs, p.GPUIDs...)
+	}
+	return a, nil
+}
+
+// endAttempt records how the job's current attempt ended and moves the job on: to a terminal
+// state, or back to PENDING when the end was not the job's doing and it may run again.
+func (s *Server) endAttempt(job *api.Job, st api.TaskStatus, now time.Time, actor string) (api.Attempt, api.Event, error) {
+	a, _ := s.state.CurrentAttempt(job.ID)
+	end := now
+	if st.EndTime != nil {
+		end = *st.EndTime
+	}
+	a.EndTime, a.ExitCode, a.Reason = &end, st.ExitCode, st.Reason
+	if a.StartTime == nil && st.StartTime != nil {
+		a.StartTime = st.StartTime
+	}
+	to, reason, msg := st.State, st.Reason, st.Message
+	switch {
+	case job.CancelRequested:
+		// Whatever the process did as it went, the user asked for it to stop.
+		to, reason = api.StateCancelled, api.ReasonCancelled
+		if msg == "" {
+			msg = "cancelled by user"
+		}
+	case st.Reason == api.ReasonNodeLost && job.Attempts <= retries(job.Spec):
+		to = api.StatePending
+		msg = fmt.Sprintf("node %s lost; requeued (attempt %d of %d)", strings.Join(job.Nodes, ","), job.Attempts+1, retries(job.Spec)+1)
+	case st.Reason == api.ReasonPreempted:
+		to = api.StatePending
+	case !to.Terminal():
+		to = api.StateFailed
+	}
+	if msg == "" {
+		msg = describeEnd(to, st.ExitCode)
+	}
+	a.State = to
+	if to == api.StatePending {
+		a.State = api.StateFailed
+	}
+	job.ExitCode = st.ExitCode
+	if job.StartTime == nil {
+		job.StartTime = a.StartTime
+	}
+	ev, err := cluster.Transition(job, to, reason, msg, actor, now)
+	if err != nil {
+		return api.Attempt{}, api.Event{}, err
+	}
+	if to == api.StatePending {
+		job.StartTime, job.EndTime = nil, nil
+	}
+	return a, ev, nil
+}
+
+func describeEnd(to api.JobState, code *int) string {
+	switch {
+	case to == api.StateSucceeded:
+		return "exited with code 0"
+	case to == api.StateTimeout:
+		return "stopped at its time limit"
+	case code != nil:
+		return fmt.Sprintf("exited with code %d", *code)
+	}
+	return strings.ToLower(string(to))
+}
+
+// checkNodes marks silent nodes NOT_READY (no new work) and, after LostAfter, LOST: their jobs
+// end with reason node_lost and are requeued while retries remain.
+func (s *Server) checkNodes(ctx context.Context) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.cfg.Clock.Now()
+	b := &store.Batch{}
+	lost := map[string]bool{}
+	for _, n := range s.state.Nodes() {
+		silent := now.Sub(n.LastHeartbeat)
+		to := n.State
+		switch {
+		case silent >= s.cfg.LostAfter && n.State != api.NodeLost:
+			to = api.NodeLost
+		case silent >= s.cfg.NotReadyAfter && n.State == api.NodeReady:
+			to = api.NodeNotReady
+		}
+		if to == n.State {
+			continue
+		}
+		b.Events = append(b.Events, api.Event{Time: now, Actor: "system", Kind: api.EventNode, Node: n.Name,
+			Message: fmt.Sprintf("node %s: %s -> %s after %s without a heartbeat", n.Name, n.State, to, silent.Round(time.Second))})
+		n.State = to
+		b.Nodes = append(b.Nodes, n)
+		if to == api.NodeLost {
+			lost[n.Name] = true
+		}
+	}
+	for _, id := range s.state.ActiveIDs() {
+		job, _ := s.state.Job(id)
+		onLost := false
+		for _, name := range job.Nodes {
+			onLost = onLost || lost[name]
+		}
+		if !onLost {
+			continue
+		}
+		a, ev, err := s.endAttempt(&job, api.TaskStatus{State: api.StateFailed, Reason: api.ReasonNodeLost,
+			Message: "node " + strings.Join(job.Nodes, ",") + " stopped reporting"}, now, "system")
+		if err != nil {
+			s.log.Error("node lost: end attempt", "job", id, "err", err)
+			continue
+		}
+		b.Jobs, b.Attempts, b.Events = append(b.Jobs, job), append(b.Attempts, a), append(b.Events, ev)
+	}
+	if err := s.commit(ctx, b); err != nil {
+		s.log.Error("node liveness: commit failed", "err", err)
+		return
+	}
+	for _, ev := range b.Events {
+		if ev.Kind == api.EventNode {
+			s.log.Warn(ev.Message)
+		}
+	}
+}
+
+func retries(spec api.JobSpec) int {
+	if spec.Retries == nil {
+		return defaultRetries
+	}
+	return *spec.Retries
+}

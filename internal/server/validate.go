@@ -1,0 +1,270 @@
+package server
+
+import (
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+
+	"github.com/rotahq/rota/internal/api"
+	"github.com/rotahq/rota/internal/cluster"
+)
+
+// Limits on a job request. They catch typos (a million GPUs, a ten-year limit) before the
+// request reaches the store; none of them is close to what a real job needs.
+const (
+	maxGPUs        = 4096
+	maxNodes       = 512
+	maxCPUs        = 8192
+	maxMemoryMB    = 64 << 20 // 64 TiB
+	maxTimeLimit   = 365 * day
+	maxGrace       = hour
+	maxRetries     = 10
+	maxArgs        = 4096
+	maxNameLen     = 128
+	maxEnv         = 512
+	defaultCPUs    = 1
+	defaultRetries = 2
+)
+
+var (
+	nameRE   = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._@+-]*$`)
+	envKeyRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	signals  = []string{"SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGKILL"}
+)
+
+// validateSpec checks a submitted request, fills in defaults, and refuses what can never run.
+// It returns an error naming the field at fault and what is allowed.
+func validateSpec(spec *api.JobSpec, st *cluster.State) *api.Error {
+	if len(spec.Command) == 0 || strings.TrimSpace(spec.Command[0]) == "" {
+		return invalid("command", "is empty: give the program to run and its arguments")
+	}
+	if len(spec.Command) > maxArgs {
+		return invalid("command", "has %d arguments; at most %d are allowed", len(spec.Command), maxArgs)
+	}
+	if len(spec.Name) > maxNameLen || (spec.Name != "" && !nameRE.MatchString(spec.Name)) {
+		return invalid("name", "must be at most %d characters of letters, digits and ._@+- starting with a letter or digit", maxNameLen)
+	}
+	if spec.Name == "" {
+		spec.Name = defaultName(spec.Command[0])
+	}
+	for field, v := range map[string]string{"user": spec.User, "team": spec.Team} {
+		if v != "" && (len(v) > maxNameLen || !nameRE.MatchString(v)) {
+			return invalid(field, "%q is not a valid name: use letters, digits and ._@+-", v)
+		}
+	}
+	if spec.User == "" {
+		spec.User = "anonymous"
+	}
+	if spec.Team == "" {
+		spec.Team = "default"
+	}
+	if spec.Queue == "" {
+		spec.Queue = DefaultQueue
+	}
+	q, ok := st.Queue(spec.Queue)
+	if !ok {
+		var names []string
+		for _, q := range st.Queues() {
+			names = append(names, q.Name)
+		}
+		return invalid("queue", "unknown queue %q; queues are: %s", spec.Queue, strings.Join(names, ", "))
+	}
+	if len(spec.Env) > maxEnv {
+		return invalid("env", "has %d variables; at most %d are allowed", len(spec.Env), maxEnv)
+	}
+	for k := range spec.Env {
+		if !envKeyRE.MatchString(k) {
+			return invalid("env", "%q is not a valid variable name", k)
+		}
+		if strings.HasPrefix(k, "ROTA_") || k == api.EnvCUDAVisibleDevices {
+			return invalid("env", "%s is set by rota and cannot be given", k)
+		}
+	}
+	if err := validateResources(spec); err != nil {
+		return err
+	}
+	if err := validateTime(spec, q); err != nil {
+		return err
+	}
+	return checkFits(spec, st)
+}
+
+func defaultName(prog string) string {
+	base := prog[strings.LastIndex(prog, "/")+1:]
+	var b strings.Builder
+	for _, r := range base {
+		if r < 128 && (r == '.' || r == '-' || r == '_' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z') {
+			b.WriteRune(r)
+		}
+	}
+	name := strings.TrimLeft(b.String(), "._-")
+	if name == "" {
+		return "job"
+	}
+	if len(name) > maxNameLen {
+		name = name[:maxNameLen]
+	}
+	return name
+}
+
+func validateResources(spec *api.JobSpec) *api.Error {
+	switch {
+	case spec.GPUs < 0 || spec.GPUs > maxGPUs:
+		return invalid("gpus", "must be between 0 and %d, got %d", maxGPUs, spec.GPUs)
+	case spec.Nodes < 0 || spec.Nodes > maxNodes:
+		return invalid("nodes", "must be between 0 and %d, got %d", maxNodes, spec.Nodes)
+	case spec.GPUsPerNode < 0 || spec.GPUsPerNode > 64:
+		return invalid("gpus_per_node", "must be between 0 and 64, got %d", spec.GPUsPerNode)
+	case spec.CPUs < 0 || spec.CPUs > maxCPUs:
+		return invalid("cpus", "must be between 0 and %d, got %d", maxCPUs, spec.CPUs)
+	case spec.MemoryMB < 0 || spec.MemoryMB > maxMemoryMB:
+		return invalid("memory_mb", "must be between 0 and %d (64 TiB), got %d", int64(maxMemoryMB), spec.MemoryMB)
+	case spec.Retries != nil && (*spec.Retries < 0 || *spec.Retries > maxRetries):
+		return invalid("retries", "must be between 0 and %d, got %d", maxRetries, *spec.Retries)
+	}
+	if spec.Retries == nil {
+		n := defaultRetries
+		spec.Retries = &n
+	}
+	if spec.Nodes > 1 || spec.GPUsPerNode > 0 {
+		if spec.Nodes == 0 {
+			spec.Nodes = 1
+		}
+		if spec.GPUsPerNode == 0 {
+			return invalid("gpus_per_node", "is required when nodes is %d", spec.Nodes)
+		}
+		if spec.GPUs != 0 && spec.GPUs != spec.Nodes*spec.GPUsPerNode {
+			return invalid("gpus", "is %d but nodes × gpus_per_node is %d; give one or make them agree", spec.GPUs, spec.Nodes*spec.GPUsPerNode)
+		}
+		spec.GPUs = spec.Nodes * spec.GPUsPerNode
+	}
+	if spec.CPUs == 0 {
+		spec.CPUs = defaultCPUs
+	}
+	return nil
+}
+
+func validateTime(spec *api.JobSpec, q api.Queue) *api.Error {
+	switch {
+	case spec.TimeLimit < 0 || spec.TimeLimit > maxTimeLimit:
+		return invalid("time_limit_s", "must be between 0 (the queue's default) and %d seconds (365 days), got %d", int64(maxTimeLimit), spec.TimeLimit)
+	case q.MaxTimeLimit > 0 && spec.TimeLimit > q.MaxTimeLimit:
+		return invalid("time_limit_s", "%s is above queue %s's maximum of %s", fmtSeconds(spec.TimeLimit), q.Name, fmtSeconds(q.MaxTimeLimit))
+	case spec.Grace < 0 || spec.Grace > maxGrace:
+		return invalid("grace_s", "must be between 0 and %d seconds, got %d", int64(maxGrace), spec.Grace)
+	}
+	if spec.TimeLimit == 0 {
+		spec.TimeLimit = q.DefaultTimeLimit
+	}
+	if spec.Grace == 0 {
+		spec.Grace = q.Grace
+	}
+	if spec.Signal == "" {
+		spec.Signal = "SIGTERM"
+	}
+	sig := strings.ToUpper(spec.Signal)
+	if !strings.HasPrefix(sig, "SIG") {
+		sig = "SIG" + sig
+	}
+	if !slices.Contains(signals, sig) {
+		return invalid("signal", "%q is not allowed; use one of %s", spec.Signal, strings.Join(signals, ", "))
+	}
+	spec.Signal = sig
+	return nil
+}
+
+// checkFits refuses a request that no registered node could ever hold, and resolves a short
+// GPU model name ("H100") to the full name the nodes report. With no node registered yet it
+// cannot judge, and the job waits with a reason instead.
+func checkFits(spec *api.JobSpec, st *cluster.State) *api.Error {
+	nodes := st.Nodes()
+	if len(nodes) == 0 {
+		return nil
+	}
+	if spec.GPUModel != "" {
+		model, err := resolveModel(spec.GPUModel, nodes)
+		if err != nil {
+			return err
+		}
+		spec.GPUModel = model
+	}
+	perNode := spec.GPUs
+	if spec.Nodes > 1 {
+		perNode = spec.GPUsPerNode
+	}
+	best, fitting := 0, 0
+	for _, n := range nodes {
+		if n.State == api.NodeLost {
+			continue
+		}
+		gpus := 0
+		for _, g := range n.GPUs {
+			if spec.GPUModel == "" || g.Model == spec.GPUModel {
+				gpus++
+			}
+		}
+		best = max(best, gpus)
+		if gpus >= perNode && n.CPUs >= spec.CPUs && n.MemoryMB >= spec.MemoryMB {
+			fitting++
+		}
+	}
+	want := max(spec.Nodes, 1)
+	if fitting >= want {
+		return nil
+	}
+	what := "GPUs"
+	if spec.GPUModel != "" {
+		what = spec.GPUModel + " GPUs"
+	}
+	switch {
+	case perNode > best:
+		return invalid("gpus", "no node has %d %s; the largest has %d", perNode, what, best)
+	case fitting == 0:
+		return invalid("cpus", "no node has %d GPUs together with %d CPUs and %d MB of memory", perNode, spec.CPUs, spec.MemoryMB)
+	}
+	return invalid("nodes", "the job needs %d nodes with %d %s each; only %d such nodes exist", want, perNode, what, fitting)
+}
+
+func resolveModel(want string, nodes []api.Node) (string, *api.Error) {
+	models := map[string]bool{}
+	for _, n := range nodes {
+		for _, g := range n.GPUs {
+			models[g.Model] = true
+		}
+	}
+	if models[want] {
+		return want, nil
+	}
+	var all, matches []string
+	for m := range models {
+		all = append(all, m)
+		if strings.Contains(strings.ToLower(m), strings.ToLower(want)) {
+			matches = append(matches, m)
+		}
+	}
+	slices.Sort(all)
+	slices.Sort(matches)
+	switch len(matches) {
+	case 1:
+		return matches[0], nil
+	case 0:
+		if len(all) == 0 {
+			return "", invalid("gpu_model", "no node has GPU model %q: no node has any GPU", want)
+		}
+		return "", invalid("gpu_model", "no node has GPU model %q; models are: %s", want, strings.Join(all, ", "))
+	}
+	return "", invalid("gpu_model", "%q matches several models (%s); give the full name", want, strings.Join(matches, ", "))
+}
+
+func fmtSeconds(s int64) string {
+	switch {
+	case s%day == 0:
+		return fmt.Sprintf("%dd", s/day)
+	case s%hour == 0:
+		return fmt.Sprintf("%dh", s/hour)
+	case s%60 == 0:
+		return fmt.Sprintf("%dm", s/60)
+	}
+	return fmt.Sprintf("%ds", s)
+}

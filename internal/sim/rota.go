@@ -1,0 +1,180 @@
+package sim
+
+import (
+	"encoding/csv"
+	"io"
+	"strconv"
+	"time"
+
+	"github.com/rotahq/rota/internal/api"
+)
+
+// rotaColumns is the header of a rota trace, in the order WriteRotaTrace writes it. doc.go
+// describes each column.
+var rotaColumns = []string{
+	"id", "submit", "start", "end", "duration_s", "time_limit_s", "gpus", "nodes", "gpu_model",
+	"cpus", "memory_mb", "queue", "team", "user", "state",
+}
+
+// RotaRecord is one job of a rota trace: what was asked for and what happened to it.
+type RotaRecord struct {
+	ID     int64
+	Submit time.Time
+	// Start and End of the job's last attempt; zero when it never started or has not ended.
+	Start, End time.Time
+	// Duration is how long the job ran (all attempts); zero with Start and End set means
+	// End − Start.
+	Duration  time.Duration
+	TimeLimit time.Duration
+	GPUs      int
+	// Nodes is the number of nodes of a gang; 0 or 1 is one node.
+	Nodes    int
+	GPUModel string
+	CPUs     int
+	MemoryMB int64
+	Queue    string
+	Team     string
+	User     string
+	State    api.JobState
+}
+
+// WriteRotaTrace writes records as a rota trace (CSV with a header; see doc.go). Times are
+// RFC 3339 in UTC; durations are seconds.
+func WriteRotaTrace(w io.Writer, recs []RotaRecord) error {
+	cw := csv.NewWriter(w)
+	if err := cw.Write(rotaColumns); err != nil {
+		return err
+	}
+	row := make([]string, len(rotaColumns))
+	for _, r := range recs {
+		row = append(row[:0],
+			strconv.FormatInt(r.ID, 10), formatTime(r.Submit), formatTime(r.Start), formatTime(r.End),
+			formatSeconds(r.Duration), formatSeconds(r.TimeLimit), strconv.Itoa(r.GPUs), strconv.Itoa(r.Nodes),
+			r.GPUModel, strconv.Itoa(r.CPUs), strconv.FormatInt(r.MemoryMB, 10),
+			r.Queue, r.Team, r.User, string(r.State))
+		if err := cw.Write(row); err != nil {
+			return err
+		}
+	}
+	cw.Flush()
+	return cw.Error()
+}
+
+func formatTime(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.UTC().Format(time.RFC3339Nano)
+}
+
+func formatSeconds(d time.Duration) string {
+	if d == 0 {
+		return ""
+	}
+	return strconv.FormatFloat(d.Seconds(), 'f', -1, 64)
+}
+
+// readRota reads a rota trace. A job is replayed for its recorded duration (duration_s, or
+// end − start); jobs that never ran have nothing to replay and are skipped with the reason.
+func readRota(r io.Reader, strict bool) (*Trace, error) {
+	t := &Trace{}
+	rr, err := newRowReader(r, t, strict, "submit", "gpus")
+	if err != nil {
+		return nil, err
+	}
+	err = readRows(rr, func(rec []string) (Job, error) {
+		j := Job{
+			Name: rr.field(rec, "id"), GPUModel: rr.field(rec, "gpu_model"),
+			Queue: rr.field(rec, "queue"), Team: rr.field(rec, "team"), User: rr.field(rec, "user"),
+		}
+		state := api.JobState(rr.field(rec, "state"))
+		if state != "" && !state.Valid() {
+			return Job{}, rowErrorf("unknown state %q", state)
+		}
+		var err error
+		if j.Submit, err = parseTime(rr.field(rec, "submit"), "submit"); err != nil {
+			return Job{}, err
+		}
+		start, err := parseTime(rr.field(rec, "start"), "start")
+		if err != nil {
+			return Job{}, err
+		}
+		end, err := parseTime(rr.field(rec, "end"), "end")
+		if err != nil {
+			return Job{}, err
+		}
+		switch d := rr.field(rec, "duration_s"); {
+		case d != "":
+			if j.Duration, err = parseSeconds(d); err != nil {
+				return Job{}, err
+			}
+		case !start.IsZero() && !end.IsZero():
+			if end.Before(start) {
+				return Job{}, rowErrorf("end %s is before start %s", rr.field(rec, "end"), rr.field(rec, "start"))
+			}
+			j.Duration = end.Sub(start)
+		case start.IsZero():
+			return Job{}, rowErrorf("never started (state %s): nothing to replay", orDash(string(state)))
+		default:
+			return Job{}, rowErrorf("no duration_s and no end: the run time is unknown")
+		}
+		if !start.IsZero() && start.Before(j.Submit) {
+			return Job{}, rowErrorf("start %s is before submit %s", rr.field(rec, "start"), rr.field(rec, "submit"))
+		}
+		if v := rr.field(rec, "time_limit_s"); v != "" {
+			if j.TimeLimit, err = parseSeconds(v); err != nil {
+				return Job{}, rowErrorf("bad time_limit_s: %v", err)
+			}
+		}
+		g, err := parseCount(rr, rec, "gpus")
+		if err != nil {
+			return Job{}, err
+		}
+		j.GPUs = int(g)
+		for _, f := range []struct {
+			col string
+			dst *int
+		}{{"nodes", &j.Nodes}, {"cpus", &j.CPUs}} {
+			if rr.field(rec, f.col) == "" {
+				continue
+			}
+			v, err := parseCount(rr, rec, f.col)
+			if err != nil {
+				return Job{}, err
+			}
+			*f.dst = int(v)
+		}
+		if j.Nodes > 1 && j.GPUs%j.Nodes != 0 {
+			return Job{}, rowErrorf("%d GPUs do not divide evenly over %d nodes", j.GPUs, j.Nodes)
+		}
+		if rr.field(rec, "memory_mb") != "" {
+			if j.MemoryMB, err = parseCount(rr, rec, "memory_mb"); err != nil {
+				return Job{}, err
+			}
+		}
+		return j, nil
+	})
+	return t, err
+}
+
+// parseTime reads an RFC 3339 time; "" is the zero time.
+func parseTime(s, col string) (time.Time, error) {
+	if s == "" {
+		if col == "submit" {
+			return time.Time{}, rowErrorf("empty submit time")
+		}
+		return time.Time{}, nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return time.Time{}, rowErrorf("bad %s time %q: want RFC 3339, e.g. 2025-01-02T15:04:05Z", col, s)
+	}
+	return t.UTC(), nil
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}

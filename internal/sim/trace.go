@@ -1,0 +1,244 @@
+package sim
+
+import (
+	"encoding/csv"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Job is one job of a trace as the simulator replays it. Loaders fill it; the simulator never
+// changes it.
+type Job struct {
+	// ID is the job's number in the replay: 1.. in order of submit time, then trace line.
+	ID int64
+	// Name is the trace's own identifier where it has one (a pod name, a rota job ID).
+	Name string
+	// Line is where the job is in the trace file, for messages.
+	Line int
+
+	Submit time.Time
+	// Duration is how long the job runs once started, from the trace.
+	Duration time.Duration
+	// TimeLimit is the limit the trace records; zero means the simulator derives one
+	// (Options.TimeLimit).
+	TimeLimit time.Duration
+
+	// GPUs in total; Nodes > 1 spreads them evenly over that many nodes (a gang).
+	GPUs     int
+	Nodes    int
+	GPUModel string
+	CPUs     int
+	MemoryMB int64
+
+	Queue string
+	Team  string
+	User  string
+}
+
+// Trace is a loaded trace: the jobs that can be replayed and an account of the rows that
+// could not.
+type Trace struct {
+	Format string
+	// Rows counts the data rows read, good and bad (headers and blank lines excluded).
+	Rows int
+	Jobs []Job
+	// Skipped lists the rows left out, with the reason, in line order.
+	Skipped []BadRow
+	// Notes say where the loader had to adapt the trace to what rota can schedule, e.g.
+	// fractional GPU requests rounded up. Each is one sentence with its count.
+	Notes []string
+}
+
+// BadRow is a trace row the loader (or the check against the cluster) refused.
+type BadRow struct {
+	Line   int
+	Reason string
+}
+
+func (b BadRow) String() string { return fmt.Sprintf("line %d: %s", b.Line, b.Reason) }
+
+// ErrBadRow is wrapped by the error a strict load returns for the first bad row.
+var ErrBadRow = errors.New("bad trace row")
+
+// Formats lists the trace formats LoadTrace reads.
+func Formats() []string { return []string{"alibaba-gpu2023", "philly", "rota"} }
+
+// LoadTrace reads a trace file in the named format. With strict set, the first bad row is an
+// error; otherwise bad rows are recorded in Trace.Skipped and loading goes on.
+func LoadTrace(path, format string, strict bool) (*Trace, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return ReadTrace(f, format, strict)
+}
+
+// ReadTrace is LoadTrace for a reader.
+func ReadTrace(r io.Reader, format string, strict bool) (*Trace, error) {
+	var (
+		t   *Trace
+		err error
+	)
+	switch format {
+	case "philly":
+		t, err = readPhilly(r, strict)
+	case "alibaba-gpu2023":
+		t, err = readAlibabaPods(r, strict)
+	case "rota":
+		t, err = readRota(r, strict)
+	default:
+		return nil, fmt.Errorf("unknown trace format %q (known: %s)", format, strings.Join(Formats(), ", "))
+	}
+	if err != nil {
+		return nil, err
+	}
+	t.Format = format
+	numberJobs(t.Jobs)
+	return t, nil
+}
+
+// numberJobs sorts jobs by submit time (trace line breaks ties, so equal input gives equal
+// order) and numbers them from 1: job IDs then follow arrival, as a server's would.
+func numberJobs(jobs []Job) {
+	slices.SortStableFunc(jobs, func(a, b Job) int {
+		if c := a.Submit.Compare(b.Submit); c != 0 {
+			return c
+		}
+		return a.Line - b.Line
+	})
+	for i := range jobs {
+		jobs[i].ID = int64(i + 1)
+	}
+}
+
+// rowReader reads a CSV file with a header, finds columns by name and tracks line numbers so
+// that every row error can name its line.
+type rowReader struct {
+	r      *csv.Reader
+	cols   map[string]int
+	strict bool
+	trace  *Trace
+	line   int
+}
+
+// newRowReader reads the header and checks that the required columns are there. A missing
+// column is fatal whatever the strictness: no row could be read without it.
+func newRowReader(r io.Reader, t *Trace, strict bool, required ...string) (*rowReader, error) {
+	cr := csv.NewReader(r)
+	cr.FieldsPerRecord = -1
+	cr.ReuseRecord = true
+	head, err := cr.Read()
+	if err == io.EOF {
+		return nil, errors.New("empty trace: no header row")
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading header: %w", err)
+	}
+	rr := &rowReader{r: cr, cols: map[string]int{}, strict: strict, trace: t}
+	for i, name := range head {
+		rr.cols[strings.TrimSpace(strings.TrimPrefix(name, "\ufeff"))] = i
+	}
+	var missing []string
+	for _, c := range required {
+		if _, ok := rr.cols[c]; !ok {
+			missing = append(missing, c)
+		}
+	}
+	if len(missing) > 0 {
+		return nil, fmt.Errorf("trace header lacks column(s) %s (has: %s)", strings.Join(missing, ", "), strings.Join(head, ","))
+	}
+	return rr, nil
+}
+
+// next returns the next data row, skipping blank lines. It returns io.EOF at the end.
+func (rr *rowReader) next() ([]string, error) {
+	for {
+		rec, err := rr.r.Read()
+		if err == io.EOF {
+			return nil, io.EOF
+		}
+		rr.line, _ = rr.r.FieldPos(0)
+		if err != nil {
+			var pe *csv.ParseError
+			if errors.As(err, &pe) {
+				rr.line = pe.StartLine
+				rr.trace.Rows++
+				if ferr := rr.bad("malformed CSV: %v", pe.Err); ferr != nil {
+					return nil, ferr
+				}
+				continue
+			}
+			return nil, err
+		}
+		if len(rec) == 1 && strings.TrimSpace(rec[0]) == "" {
+			continue
+		}
+		rr.trace.Rows++
+		if len(rec) != len(rr.cols) {
+			if ferr := rr.bad("has %d fields, header has %d", len(rec), len(rr.cols)); ferr != nil {
+				return nil, ferr
+			}
+			continue
+		}
+		return rec, nil
+	}
+}
+
+// field returns the named column of rec, trimmed; "" when the column is absent.
+func (rr *rowReader) field(rec []string, name string) string {
+	i, ok := rr.cols[name]
+	if !ok {
+		return ""
+	}
+	return strings.TrimSpace(rec[i])
+}
+
+// bad records the current row as skipped, or returns the fatal error in strict mode.
+func (rr *rowReader) bad(format string, args ...any) error {
+	b := BadRow{Line: rr.line, Reason: fmt.Sprintf(format, args...)}
+	if rr.strict {
+		return fmt.Errorf("%w: %s", ErrBadRow, b)
+	}
+	rr.trace.Skipped = append(rr.trace.Skipped, b)
+	return nil
+}
+
+// rowError is a reason a single row cannot be used.
+type rowError string
+
+func (e rowError) Error() string { return string(e) }
+
+func rowErrorf(format string, args ...any) error { return rowError(fmt.Sprintf(format, args...)) }
+
+// readRows drives rr over the file, handing each row to parse. A rowError from parse makes
+// the row bad; any other error stops the load.
+func readRows(rr *rowReader, parse func(rec []string) (Job, error)) error {
+	for {
+		rec, err := rr.next()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		j, err := parse(rec)
+		var re rowError
+		if errors.As(err, &re) {
+			if ferr := rr.bad("%s", re); ferr != nil {
+				return ferr
+			}
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		j.Line = rr.line
+		rr.trace.Jobs = append(rr.trace.Jobs, j)
+	}
+}

@@ -1,0 +1,730 @@
+package store
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rotahq/rota/internal/api"
+)
+
+// runConformance runs the behaviour every backend must show. newURL returns the URL of a
+// fresh, empty store; each subtest gets its own and may Open it several times.
+func runConformance(t *testing.T, newURL func(t *testing.T) string) {
+	tests := []struct {
+		name string
+		run  func(t *testing.T, url string)
+	}{
+		{"EmptyLoad", testEmptyLoad},
+		{"RoundTrip", testRoundTrip},
+		{"TimesComeBackInUTC", testTimesInUTC},
+		{"UpsertReplaces", testUpsertReplaces},
+		{"EventIDsAndFilters", testEvents},
+		{"FailedCommitLeavesNothing", testFailedCommit},
+		{"CancelledContextCommitsNothing", testCancelledCommit},
+		{"ReopenKeepsEverything", testReopen},
+		{"MigrationsIdempotent", testMigrationsIdempotent},
+		{"NewerSchemaRefused", testNewerSchemaRefused},
+		{"ConcurrentCommits", testConcurrentCommits},
+		{"BigBatch", testBigBatch},
+		{"CommitSurvivesKill", testSurvivesKill},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) { tc.run(t, newURL(t)) })
+	}
+}
+
+func testLogger(t *testing.T) *slog.Logger {
+	return slog.New(slog.NewTextHandler(t.Output(), nil))
+}
+
+// openStore opens url and closes the store when t ends.
+func openStore(t *testing.T, url string) Store {
+	t.Helper()
+	s, err := Open(context.Background(), url, testLogger(t))
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	return s
+}
+
+func commit(t *testing.T, s Store, b *Batch) {
+	t.Helper()
+	if err := s.Commit(context.Background(), b); err != nil {
+		t.Fatalf("Commit: %v", err)
+	}
+}
+
+// contents is everything a store holds, as its Load methods and Events return it.
+type contents struct {
+	Jobs     []api.Job
+	Attempts []api.Attempt
+	Nodes    []api.Node
+	Queues   []api.Queue
+	Events   []api.Event
+}
+
+func load(t *testing.T, s Store) contents {
+	t.Helper()
+	ctx := context.Background()
+	var c contents
+	var err error
+	if c.Jobs, err = s.LoadJobs(ctx); err != nil {
+		t.Fatalf("LoadJobs: %v", err)
+	}
+	if c.Attempts, err = s.LoadAttempts(ctx); err != nil {
+		t.Fatalf("LoadAttempts: %v", err)
+	}
+	if c.Nodes, err = s.LoadNodes(ctx); err != nil {
+		t.Fatalf("LoadNodes: %v", err)
+	}
+	if c.Queues, err = s.LoadQueues(ctx); err != nil {
+		t.Fatalf("LoadQueues: %v", err)
+	}
+	if c.Events, err = s.Events(ctx, EventFilter{}); err != nil {
+		t.Fatalf("Events: %v", err)
+	}
+	return c
+}
+
+func events(t *testing.T, s Store, f EventFilter) []api.Event {
+	t.Helper()
+	es, err := s.Events(context.Background(), f)
+	if err != nil {
+		t.Fatalf("Events(%+v): %v", f, err)
+	}
+	return es
+}
+
+func equal(t *testing.T, what string, got, want any) {
+	t.Helper()
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("%s:\n got %+v\nwant %+v", what, got, want)
+	}
+}
+
+func eventIDs(es []api.Event) []int64 {
+	ids := make([]int64, len(es))
+	for i, e := range es {
+		ids[i] = e.ID
+	}
+	return ids
+}
+
+// t0 has nanoseconds, so a store that rounds times fails the round trip.
+var t0 = time.Date(2025, 3, 14, 9, 26, 53, 589793238, time.UTC)
+
+func ptr[T any](v T) *T { return &v }
+
+// fullJob sets every field, pointers included; checkAllSet proves it.
+func fullJob(id int64) api.Job {
+	return api.Job{
+		ID: id,
+		Spec: api.JobSpec{
+			Name: "resnet", Queue: "train", Team: "vision", User: "ada",
+			Command: []string{"python", "train.py", "--lr=3e-4"},
+			WorkDir: "/home/ada/resnet",
+			Env:     map[string]string{"WANDB_MODE": "offline", "SEED": "7"},
+			GPUs:    16, GPUsPerNode: 8, Nodes: 2, GPUModel: "H100", CPUs: 64, MemoryMB: 512000,
+			TimeLimit: 86400, Signal: "SIGUSR1", Grace: 120, Retries: ptr(3),
+		},
+		State:           api.StateRunning,
+		Reason:          api.ReasonPreempted,
+		Message:         "preempted by job 9 (urgent) after 2h10m; checkpoint at step 1200",
+		SubmitTime:      t0,
+		StartTime:       ptr(t0.Add(90 * time.Second)),
+		EndTime:         ptr(t0.Add(3 * time.Hour)),
+		EstimatedStart:  ptr(t0.Add(time.Minute)),
+		Attempts:        2,
+		Nodes:           []string{"gpu-01", "gpu-02"},
+		GPUIDs:          []string{"GPU-0a1b", "GPU-2c3d"},
+		ExitCode:        ptr(137),
+		CancelRequested: true,
+	}
+}
+
+// bareJob leaves every pointer, slice and map nil.
+func bareJob(id int64) api.Job {
+	return api.Job{
+		ID:         id,
+		Spec:       api.JobSpec{Name: "sweep", Queue: "batch", Team: "nlp", User: "bob", GPUs: 1, CPUs: 4, MemoryMB: 16000},
+		State:      api.StatePending,
+		SubmitTime: t0.Add(time.Second),
+	}
+}
+
+func fullAttempt(jobID int64, n int) api.Attempt {
+	return api.Attempt{
+		JobID: jobID,
+		N:     n,
+		Placements: []api.Placement{
+			{Node: "gpu-01", GPUIndices: []int{4, 5, 6, 7}, GPUIDs: []string{"GPU-0a1b"}, CPUs: 32, MemoryMB: 256000},
+			{Node: "gpu-02", GPUIndices: []int{1, 2}, GPUIDs: []string{"GPU-2c3d"}, CPUs: 32, MemoryMB: 256000},
+		},
+		State:      api.StateFailed,
+		AssignTime: t0.Add(time.Minute),
+		StartTime:  ptr(t0.Add(2 * time.Minute)),
+		EndTime:    ptr(t0.Add(time.Hour)),
+		ExitCode:   ptr(1),
+		Reason:     api.ReasonExitCode,
+	}
+}
+
+func bareAttempt(jobID int64, n int) api.Attempt {
+	return api.Attempt{JobID: jobID, N: n, State: api.StateAssigned, AssignTime: t0.Add(time.Minute)}
+}
+
+func fullNode(name string) api.Node {
+	return api.Node{
+		Name: name,
+		Inventory: api.Inventory{
+			CPUs: 128, MemoryMB: 1 << 20,
+			GPUs: []api.GPU{
+				{Index: 3, UUID: "GPU-0a1b", Model: "H100", MemoryMB: 81559, Healthy: true},
+			},
+			Labels:        map[string]string{"pool": "train", "rack": "r7"},
+			DriverVersion: "550.54.15", CUDAVersion: "12.4", DeviceSource: "nvml", Hostname: name + ".example",
+		},
+		State:         api.NodeDraining,
+		LastHeartbeat: t0.Add(5 * time.Second),
+		GPUsUsed:      4,
+		CPUsUsed:      16,
+		Jobs:          []int64{7, 9},
+	}
+}
+
+// stored returns n as the store gives it back: without the fields the API fills in from
+// the live state, which are not stored.
+func stored(n api.Node) api.Node {
+	n.GPUsUsed, n.CPUsUsed, n.Jobs = 0, 0, nil
+	return n
+}
+
+func fullQueue(name string) api.Queue {
+	return api.Queue{Name: name, Tier: 2, Preemptible: true, DefaultTimeLimit: 3600, MaxTimeLimit: 7 * 86400, Grace: 60}
+}
+
+func fullEvent(jobID int64) api.Event {
+	return api.Event{
+		ID:   999, // the store assigns IDs; a caller's is overwritten
+		Time: t0.Add(7 * time.Second), Actor: "scheduler", Kind: api.EventTransition,
+		JobID: jobID, Attempt: 2, Node: "gpu-01", From: api.StateRunning, To: api.StatePending,
+		Reason: api.ReasonPreempted, Message: "preempted by job 9",
+	}
+}
+
+// checkAllSet fails t if any exported field of v, at any depth, is zero, so that a field
+// added to the api types later cannot slip through the round trip untested.
+func checkAllSet(t *testing.T, name string, v any) {
+	t.Helper()
+	if zero := zeroFields(reflect.ValueOf(v), name); len(zero) > 0 {
+		t.Fatalf("fixture leaves fields zero, so the round trip would not test them: %s", strings.Join(zero, ", "))
+	}
+}
+
+func zeroFields(v reflect.Value, path string) []string {
+	if tm, ok := v.Interface().(time.Time); ok {
+		if tm.IsZero() {
+			return []string{path}
+		}
+		return nil
+	}
+	switch v.Kind() {
+	case reflect.Struct:
+		var zero []string
+		for i := range v.NumField() {
+			if f := v.Type().Field(i); f.IsExported() {
+				zero = append(zero, zeroFields(v.Field(i), path+"."+f.Name)...)
+			}
+		}
+		return zero
+	case reflect.Slice, reflect.Map:
+		if v.Len() == 0 {
+			return []string{path}
+		}
+		var zero []string
+		if v.Kind() == reflect.Slice {
+			for i := range v.Len() {
+				zero = append(zero, zeroFields(v.Index(i), fmt.Sprintf("%s[%d]", path, i))...)
+			}
+		}
+		return zero
+	}
+	if v.IsZero() {
+		return []string{path}
+	}
+	return nil
+}
+
+func testEmptyLoad(t *testing.T, url string) {
+	s := openStore(t, url)
+	c := load(t, s)
+	if len(c.Jobs)+len(c.Attempts)+len(c.Nodes)+len(c.Queues)+len(c.Events) != 0 {
+		t.Errorf("new store is not empty: %+v", c)
+	}
+	if err := s.Commit(context.Background(), &Batch{}); err != nil {
+		t.Errorf("Commit of an empty batch: %v", err)
+	}
+}
+
+func testRoundTrip(t *testing.T, url string) {
+	checkAllSet(t, "Job", fullJob(7))
+	checkAllSet(t, "Attempt", fullAttempt(7, 2))
+	checkAllSet(t, "Node", fullNode("gpu-01"))
+	checkAllSet(t, "Queue", fullQueue("train"))
+	checkAllSet(t, "Event", fullEvent(7))
+
+	s := openStore(t, url)
+	retriesZero := bareJob(5)
+	retriesZero.Spec.Retries = ptr(0) // an explicit "never retry" must not come back as nil
+	succeeded := fullAttempt(3, 1)
+	succeeded.ExitCode = ptr(0) // exit code 0 must not come back as nil
+	bareEvent := api.Event{Time: t0, Actor: "root", Kind: api.EventAdmin}
+	// Rows are given out of order to check that loads sort them.
+	b := &Batch{
+		Jobs:     []api.Job{fullJob(7), bareJob(3), retriesZero},
+		Attempts: []api.Attempt{fullAttempt(7, 2), bareAttempt(7, 1), succeeded},
+		Nodes:    []api.Node{fullNode("gpu-02"), fullNode("gpu-01")},
+		Queues:   []api.Queue{fullQueue("train"), fullQueue("batch")},
+		Events:   []api.Event{fullEvent(7), bareEvent},
+	}
+	commit(t, s, b)
+
+	if b.Events[0].ID <= 0 || b.Events[1].ID <= b.Events[0].ID {
+		t.Fatalf("Commit assigned event IDs %v, want positive and increasing", eventIDs(b.Events))
+	}
+	wantEvents := []api.Event{fullEvent(7), bareEvent}
+	for i := range wantEvents {
+		wantEvents[i].ID = b.Events[i].ID
+	}
+	got := load(t, s)
+	equal(t, "jobs", got.Jobs, []api.Job{bareJob(3), retriesZero, fullJob(7)})
+	equal(t, "attempts", got.Attempts, []api.Attempt{succeeded, bareAttempt(7, 1), fullAttempt(7, 2)})
+	equal(t, "nodes", got.Nodes, []api.Node{stored(fullNode("gpu-01")), stored(fullNode("gpu-02"))})
+	equal(t, "queues", got.Queues, []api.Queue{fullQueue("batch"), fullQueue("train")})
+	equal(t, "events", got.Events, wantEvents)
+}
+
+func testTimesInUTC(t *testing.T, url string) {
+	s := openStore(t, url)
+	tokyo := time.FixedZone("JST", 9*3600)
+	local := t0.In(tokyo)
+	j := bareJob(1)
+	j.SubmitTime = local
+	j.StartTime = ptr(local)
+	a := bareAttempt(1, 1)
+	a.AssignTime = local
+	a.EndTime = ptr(local)
+	n := fullNode("gpu-01")
+	n.LastHeartbeat = local
+	e := api.Event{Time: local, Actor: "a", Kind: api.EventSubmit, JobID: 1}
+	zeroTime := api.Event{Actor: "a", Kind: api.EventAdmin}
+	commit(t, s, &Batch{Jobs: []api.Job{j}, Attempts: []api.Attempt{a}, Nodes: []api.Node{n},
+		Events: []api.Event{e, zeroTime}})
+	if j.SubmitTime.Location() != tokyo || *j.StartTime != local {
+		t.Errorf("Commit changed the caller's job times")
+	}
+
+	got := load(t, s)
+	for name, tm := range map[string]time.Time{
+		"job submit": got.Jobs[0].SubmitTime, "job start": *got.Jobs[0].StartTime,
+		"attempt assign": got.Attempts[0].AssignTime, "attempt end": *got.Attempts[0].EndTime,
+		"node heartbeat": got.Nodes[0].LastHeartbeat, "event": got.Events[0].Time,
+	} {
+		if !tm.Equal(t0) || tm.Location() != time.UTC {
+			t.Errorf("%s time: got %v, want %v in UTC", name, tm, t0)
+		}
+	}
+	if !got.Events[1].Time.IsZero() {
+		t.Errorf("zero event time came back as %v", got.Events[1].Time)
+	}
+}
+
+func testUpsertReplaces(t *testing.T, url string) {
+	s := openStore(t, url)
+	commit(t, s, &Batch{
+		Jobs:     []api.Job{fullJob(1), bareJob(2)},
+		Attempts: []api.Attempt{fullAttempt(1, 1)},
+		Nodes:    []api.Node{fullNode("gpu-01")},
+		Queues:   []api.Queue{fullQueue("train")},
+	})
+
+	// The replacements clear every pointer the originals set: an upsert replaces the row,
+	// it does not merge into it.
+	job := bareJob(1)
+	job.State = api.StateSucceeded
+	job.Spec.Queue, job.Spec.Team, job.Spec.User, job.Spec.Name = "urgent", "speech", "cy", "asr"
+	attempt := bareAttempt(1, 1)
+	attempt.State = api.StateSucceeded
+	node := fullNode("gpu-01")
+	node.State = api.NodeReady
+	node.Inventory.GPUs = nil
+	node.LastHeartbeat = t0.Add(time.Hour)
+	queue := api.Queue{Name: "train", Tier: 5}
+	// A batch may carry the same key twice; the last one wins, as if applied in order.
+	first := fullJob(2)
+	first.State = api.StateAssigned
+	second := fullJob(2)
+	second.State = api.StateRunning
+	commit(t, s, &Batch{
+		Jobs:     []api.Job{job, first, second},
+		Attempts: []api.Attempt{fullAttempt(1, 1), attempt},
+		Nodes:    []api.Node{node},
+		Queues:   []api.Queue{fullQueue("train"), queue},
+	})
+
+	got := load(t, s)
+	equal(t, "jobs", got.Jobs, []api.Job{job, second})
+	equal(t, "attempts", got.Attempts, []api.Attempt{attempt})
+	equal(t, "nodes", got.Nodes, []api.Node{stored(node)})
+	equal(t, "queues", got.Queues, []api.Queue{queue})
+
+	// The indexed columns must follow the JSON they copy, or queries on them would lie.
+	var state, queueName, team, user, name, submit string
+	row := s.(*sqlStore).read.QueryRowContext(context.Background(),
+		"SELECT state, queue, team, user_name, name, submit_time FROM jobs WHERE id = 1")
+	if err := row.Scan(&state, &queueName, &team, &user, &name, &submit); err != nil {
+		t.Fatalf("read job columns: %v", err)
+	}
+	equal(t, "job columns", []string{state, queueName, team, user, name, submit},
+		[]string{"SUCCEEDED", "urgent", "speech", "cy", "asr", formatTime(job.SubmitTime)})
+}
+
+func testEvents(t *testing.T, url string) {
+	s := openStore(t, url)
+	first := &Batch{Jobs: []api.Job{bareJob(1), bareJob(2)}, Events: []api.Event{fullEvent(1), fullEvent(1), fullEvent(2)}}
+	commit(t, s, first)
+	second := &Batch{Events: []api.Event{fullEvent(2), {Time: t0, Actor: "op", Kind: api.EventNode, Node: "gpu-01"}}}
+	commit(t, s, second)
+
+	all := append(append([]api.Event{}, first.Events...), second.Events...)
+	ids := eventIDs(all)
+	for i := range ids {
+		if ids[i] <= 0 || (i > 0 && ids[i] <= ids[i-1]) {
+			t.Fatalf("event IDs %v: want positive and increasing in commit order", ids)
+		}
+	}
+	equal(t, "all events", events(t, s, EventFilter{}), all)
+
+	pick := func(idx ...int) []int64 {
+		out := make([]int64, len(idx))
+		for i, k := range idx {
+			out[i] = ids[k]
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name string
+		f    EventFilter
+		want []int64
+	}{
+		{"job 1", EventFilter{JobID: 1}, pick(0, 1)},
+		{"job 2", EventFilter{JobID: 2}, pick(2, 3)},
+		{"unknown job", EventFilter{JobID: 99}, pick()},
+		{"after", EventFilter{AfterID: ids[1]}, pick(2, 3, 4)},
+		{"after last", EventFilter{AfterID: ids[4]}, pick()},
+		{"limit", EventFilter{Limit: 2}, pick(0, 1)},
+		{"job, after and limit", EventFilter{JobID: 2, AfterID: ids[2], Limit: 1}, pick(3)},
+		{"limit above count", EventFilter{JobID: 1, Limit: 10}, pick(0, 1)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			equal(t, "event IDs", eventIDs(events(t, s, tc.f)), tc.want)
+		})
+	}
+	if _, err := s.Events(context.Background(), EventFilter{Limit: -1}); err == nil {
+		t.Errorf("Events with a negative limit: want an error")
+	}
+}
+
+func testFailedCommit(t *testing.T, url string) {
+	s := openStore(t, url)
+	commit(t, s, &Batch{Jobs: []api.Job{bareJob(1)}, Events: []api.Event{fullEvent(1)}})
+	before := load(t, s)
+
+	// The attempt names a job that exists nowhere, which the foreign key rejects; it comes
+	// after a valid job, node and event so that they would be written first.
+	bad := &Batch{
+		Jobs:     []api.Job{bareJob(2)},
+		Attempts: []api.Attempt{bareAttempt(404, 1)},
+		Nodes:    []api.Node{fullNode("gpu-01")},
+		Queues:   []api.Queue{fullQueue("train")},
+		Events:   []api.Event{fullEvent(2)},
+	}
+	if err := s.Commit(context.Background(), bad); err == nil {
+		t.Fatalf("Commit of an attempt for a missing job: want an error")
+	}
+	if bad.Events[0].ID != 999 {
+		t.Errorf("failed Commit changed the event's ID to %d", bad.Events[0].ID)
+	}
+	equal(t, "contents after a failed commit", load(t, s), before)
+
+	// The store is still usable, and the failed batch used up nothing.
+	next := &Batch{Events: []api.Event{fullEvent(1)}}
+	commit(t, s, next)
+	if next.Events[0].ID <= before.Events[0].ID {
+		t.Errorf("event after a failed commit got ID %d, not above %d", next.Events[0].ID, before.Events[0].ID)
+	}
+}
+
+func testCancelledCommit(t *testing.T, url string) {
+	s := openStore(t, url)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	b := &Batch{Jobs: []api.Job{bareJob(1)}, Events: []api.Event{fullEvent(1)}}
+	if err := s.Commit(ctx, b); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Commit with a cancelled context: got %v, want context.Canceled", err)
+	}
+	if c := load(t, s); len(c.Jobs) != 0 || len(c.Events) != 0 {
+		t.Errorf("cancelled Commit wrote %d jobs and %d events", len(c.Jobs), len(c.Events))
+	}
+}
+
+func testReopen(t *testing.T, url string) {
+	s := openStore(t, url)
+	b := &Batch{
+		Jobs:     []api.Job{fullJob(1), bareJob(2)},
+		Attempts: []api.Attempt{fullAttempt(1, 1)},
+		Nodes:    []api.Node{fullNode("gpu-01")},
+		Queues:   []api.Queue{fullQueue("train")},
+		Events:   []api.Event{fullEvent(1), fullEvent(2)},
+	}
+	commit(t, s, b)
+	before := load(t, s)
+	if err := s.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+
+	s = openStore(t, url)
+	equal(t, "contents after reopening", load(t, s), before)
+	// Event IDs keep rising across a restart: a reader resuming from its last ID must
+	// not miss or see again any event.
+	after := &Batch{Events: []api.Event{fullEvent(1)}}
+	commit(t, s, after)
+	if after.Events[0].ID <= b.Events[1].ID {
+		t.Errorf("event committed after reopening got ID %d, not above %d", after.Events[0].ID, b.Events[1].ID)
+	}
+}
+
+func testMigrationsIdempotent(t *testing.T, url string) {
+	for range 3 {
+		s, err := Open(context.Background(), url, testLogger(t))
+		if err != nil {
+			t.Fatalf("Open: %v", err)
+		}
+		if err := s.Close(); err != nil {
+			t.Fatalf("Close: %v", err)
+		}
+	}
+	ms, err := migrations()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := openStore(t, url)
+	var rows, newest int
+	err = s.(*sqlStore).read.QueryRowContext(context.Background(),
+		"SELECT COUNT(*), MAX(version) FROM schema_migrations").Scan(&rows, &newest)
+	if err != nil {
+		t.Fatalf("read schema_migrations: %v", err)
+	}
+	if rows != len(ms) || newest != len(ms) {
+		t.Errorf("schema_migrations holds %d rows up to version %d, want %d up to %d", rows, newest, len(ms), len(ms))
+	}
+}
+
+func testNewerSchemaRefused(t *testing.T, url string) {
+	s := openStore(t, url)
+	ms, err := migrations()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.(*sqlStore).write.ExecContext(context.Background(),
+		"INSERT INTO schema_migrations (version, applied_at) VALUES ($1, $2)", len(ms)+1, formatTime(t0))
+	if err != nil {
+		t.Fatalf("record a future migration: %v", err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if s, err := Open(context.Background(), url, testLogger(t)); err == nil {
+		s.Close()
+		t.Fatalf("Open of a database with a newer schema: want an error")
+	} else if !strings.Contains(err.Error(), "newer") {
+		t.Errorf("Open of a database with a newer schema: error %q does not say so", err)
+	}
+}
+
+func testConcurrentCommits(t *testing.T, url string) {
+	// Two stores on one database stand in for two processes (servers, or a server and a
+	// restarted one), so the lock between processes is exercised as well as the one within.
+	stores := []Store{openStore(t, url), openStore(t, url)}
+	s := stores[0]
+	const writers, perWriter = 8, 20
+	ids := make([][]int64, writers)
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Go(func() {
+			for i := range perWriter {
+				id := int64(w*1000 + i + 1)
+				b := &Batch{Jobs: []api.Job{bareJob(id)}, Attempts: []api.Attempt{bareAttempt(id, 1)},
+					Events: []api.Event{fullEvent(id)}}
+				if err := stores[w%len(stores)].Commit(context.Background(), b); err != nil {
+					t.Errorf("writer %d: Commit: %v", w, err)
+					return
+				}
+				ids[w] = append(ids[w], b.Events[0].ID)
+			}
+		})
+	}
+	// Readers run alongside the writers and must never see an error such as SQLITE_BUSY.
+	done := make(chan struct{})
+	var readers sync.WaitGroup
+	for range 2 {
+		readers.Go(func() {
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				if _, err := s.LoadJobs(context.Background()); err != nil {
+					t.Errorf("LoadJobs during commits: %v", err)
+					return
+				}
+				if _, err := s.Events(context.Background(), EventFilter{Limit: 10}); err != nil {
+					t.Errorf("Events during commits: %v", err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(done)
+	readers.Wait()
+	if t.Failed() {
+		return
+	}
+
+	seen := map[int64]bool{}
+	for w, got := range ids {
+		for i, id := range got {
+			if i > 0 && id <= got[i-1] {
+				t.Errorf("writer %d: event IDs %v not increasing in commit order", w, got)
+			}
+			if seen[id] {
+				t.Errorf("event ID %d assigned twice", id)
+			}
+			seen[id] = true
+		}
+	}
+	c := load(t, s)
+	if len(c.Jobs) != writers*perWriter || len(c.Attempts) != writers*perWriter || len(c.Events) != writers*perWriter {
+		t.Errorf("after %d commits: %d jobs, %d attempts, %d events", writers*perWriter,
+			len(c.Jobs), len(c.Attempts), len(c.Events))
+	}
+	for _, e := range c.Events {
+		if !seen[e.ID] {
+			t.Errorf("stored event %d was not reported to any writer", e.ID)
+		}
+	}
+}
+
+func testBigBatch(t *testing.T, url string) {
+	s := openStore(t, url)
+	const n = 2500
+	b := &Batch{}
+	for i := range n {
+		id := int64(i + 1)
+		b.Jobs = append(b.Jobs, fullJob(id))
+		b.Attempts = append(b.Attempts, fullAttempt(id, 1))
+		b.Events = append(b.Events, fullEvent(id))
+		if i%10 == 0 {
+			b.Nodes = append(b.Nodes, fullNode(fmt.Sprintf("gpu-%04d", i)))
+		}
+	}
+	commit(t, s, b)
+	for i := 1; i < n; i++ {
+		if b.Events[i].ID <= b.Events[i-1].ID {
+			t.Fatalf("event %d got ID %d after %d", i, b.Events[i].ID, b.Events[i-1].ID)
+		}
+	}
+	c := load(t, s)
+	if len(c.Jobs) != n || len(c.Attempts) != n || len(c.Events) != n || len(c.Nodes) != n/10 {
+		t.Fatalf("stored %d jobs, %d attempts, %d events, %d nodes; want %d, %d, %d, %d",
+			len(c.Jobs), len(c.Attempts), len(c.Events), len(c.Nodes), n, n, n, n/10)
+	}
+	equal(t, "job 1777", c.Jobs[1776], fullJob(1777))
+	equal(t, "last event", c.Events[n-1], b.Events[n-1])
+}
+
+// killChildEnv, when set to a store URL, makes the test binary commit one batch to that
+// store, report it, and wait to be killed (see TestMain).
+const killChildEnv = "ROTA_STORE_KILL_CHILD_URL"
+
+const killChildJob = 42
+
+// runKillChild is the child process of testSurvivesKill.
+func runKillChild(url string) int {
+	s, err := Open(context.Background(), url, nil)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	b := &Batch{Jobs: []api.Job{fullJob(killChildJob)}, Events: []api.Event{fullEvent(killChildJob)}}
+	if err := s.Commit(context.Background(), b); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	fmt.Println("committed")
+	// Sleep rather than block forever, which the runtime would report as a deadlock.
+	time.Sleep(time.Hour)
+	return 0
+}
+
+// testSurvivesKill checks that a Commit that returned survives kill -9 of the process.
+func testSurvivesKill(t *testing.T, url string) {
+	// The deadline only stops a child that hangs; nothing here depends on how long it takes.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), killChildEnv+"="+url)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start child: %v", err)
+	}
+	line, _ := bufio.NewReader(stdout).ReadString('\n')
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatalf("kill child: %v", err)
+	}
+	_ = cmd.Wait() // it was killed; its exit status says only that
+	if line != "committed\n" {
+		t.Fatalf("child did not commit: stdout %q, stderr:\n%s", line, stderr.String())
+	}
+
+	c := load(t, openStore(t, url))
+	want := fullEvent(killChildJob)
+	if len(c.Jobs) != 1 || len(c.Events) != 1 {
+		t.Fatalf("after kill -9: %d jobs and %d events, want 1 and 1", len(c.Jobs), len(c.Events))
+	}
+	equal(t, "job", c.Jobs[0], fullJob(killChildJob))
+	want.ID = c.Events[0].ID
+	equal(t, "event", c.Events[0], want)
+}

@@ -1,0 +1,49 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"log/slog"
+
+	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" driver
+)
+
+// postgresWriteLock is the advisory lock key rota's writers take. It spells "rota" so that
+// it is recognisable in pg_locks.
+const postgresWriteLock = 0x726f7461
+
+// postgresMaxConns bounds each server's connections, so several replicas stay well inside
+// PostgreSQL's default max_connections of 100.
+const postgresMaxConns = 16
+
+// openPostgres opens a pool to the database at url. PostgreSQL's default synchronous_commit
+// makes a commit durable once it returns.
+//
+// Writers are serialized across processes by a transaction-scoped advisory lock, taken by
+// every transaction that appends events or migrates: event IDs must follow commit order,
+// which a sequence does not give when transactions overlap. It is released at commit or
+// rollback, so a crashed writer never leaves it held.
+func openPostgres(ctx context.Context, url string, logger *slog.Logger) (Store, error) {
+	db, err := sql.Open("pgx", url)
+	if err != nil {
+		return nil, fmt.Errorf("store: open postgres %s: %w", redact(url), err)
+	}
+	db.SetMaxOpenConns(postgresMaxConns)
+	// Idle connections are kept because pgx caches prepared statements per connection.
+	db.SetMaxIdleConns(postgresMaxConns)
+	if err := db.PingContext(ctx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("store: open postgres %s: %w", redact(url), err)
+	}
+	d := dialect{
+		name:       "postgres",
+		lockWrites: fmt.Sprintf("SELECT pg_advisory_xact_lock(%d)", postgresWriteLock),
+	}
+	if err := migrate(ctx, db, d, logger); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("store: migrate postgres %s: %w", redact(url), err)
+	}
+	logger.Info("store opened", "backend", "postgres")
+	return newSQLStore(d, db, db), nil
+}

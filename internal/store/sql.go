@@ -1,0 +1,505 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+
+	"github.com/rotahq/rota/internal/api"
+)
+
+// Open opens the store at url and applies any missing migrations. It accepts
+// sqlite://PATH (sqlite:///abs/path.db or sqlite://relative/path.db) and
+// postgres://… or postgresql://… (any URL pgx accepts). Any other URL yields an error
+// wrapping ErrUnsupportedURL. A nil logger discards.
+func Open(ctx context.Context, url string, logger *slog.Logger) (Store, error) {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	switch {
+	case strings.HasPrefix(url, "sqlite://"):
+		return openSQLite(ctx, strings.TrimPrefix(url, "sqlite://"), logger)
+	case strings.HasPrefix(url, "postgres://"), strings.HasPrefix(url, "postgresql://"):
+		return openPostgres(ctx, url, logger)
+	}
+	return nil, fmt.Errorf("store: open %q: %w", redact(url), ErrUnsupportedURL)
+}
+
+// redact drops everything after the scheme so a password in a URL never reaches an
+// error message or a log.
+func redact(url string) string {
+	if i := strings.Index(url, "://"); i >= 0 {
+		return url[:i+3] + "…"
+	}
+	return url
+}
+
+// dialect holds what differs between the backends once a connection is open.
+type dialect struct {
+	name string
+	// lockWrites, when set, runs first in every write transaction that appends events or
+	// migrates, so that writers in other processes wait for it. SQLite needs none: its
+	// write transactions begin IMMEDIATE and so already exclude each other.
+	lockWrites string
+}
+
+// sqlStore is the Store for both backends. Statements use $N placeholders, which both
+// PostgreSQL and SQLite understand, and INSERT … ON CONFLICT … DO UPDATE, which both
+// support with the same syntax.
+type sqlStore struct {
+	d     dialect
+	write *sql.DB // used for transactions that change something
+	read  *sql.DB // used for loads; the same pool as write for PostgreSQL
+
+	// writeSem serializes Commit within this process: event IDs are MAX(id)+1, which is
+	// only correct with one writer at a time, and waiting here rather than on a database
+	// lock keeps waiting writers from each holding a connection. It is a channel rather
+	// than a mutex so that a waiting Commit still honours its context.
+	writeSem chan struct{}
+}
+
+func newSQLStore(d dialect, write, read *sql.DB) *sqlStore {
+	return &sqlStore{d: d, write: write, read: read, writeSem: make(chan struct{}, 1)}
+}
+
+// Close releases both pools.
+func (s *sqlStore) Close() error {
+	err := s.write.Close()
+	if s.read != s.write {
+		err = errors.Join(err, s.read.Close())
+	}
+	if err != nil {
+		return fmt.Errorf("store: close %s: %w", s.d.name, err)
+	}
+	return nil
+}
+
+// table describes one table for building multi-row inserts.
+type table struct {
+	name string
+	cols []string
+	// key lists the primary-key columns; a row whose key exists replaces the stored one.
+	// Empty means append only.
+	key []string
+}
+
+var (
+	jobsTable = table{
+		name: "jobs",
+		cols: []string{"id", "state", "queue", "team", "user_name", "name", "submit_time", "data"},
+		key:  []string{"id"},
+	}
+	attemptsTable = table{
+		name: "attempts",
+		cols: []string{"job_id", "attempt", "state", "assign_time", "start_time", "end_time",
+			"exit_code", "reason", "placements"},
+		key: []string{"job_id", "attempt"},
+	}
+	nodesTable = table{
+		name: "nodes",
+		cols: []string{"name", "state", "last_heartbeat", "inventory"},
+		key:  []string{"name"},
+	}
+	queuesTable = table{
+		name: "queues",
+		cols: []string{"name", "data"},
+		key:  []string{"name"},
+	}
+	eventsTable = table{
+		name: "events",
+		cols: []string{"id", "time", "actor", "kind", "job_id", "attempt", "node",
+			"from_state", "to_state", "reason", "message"},
+	}
+)
+
+// rowsPerStatement caps a multi-row insert. A handful of rows goes in one statement (one
+// round trip to PostgreSQL); thousands go in a few dozen statements, each under both
+// backends' limits on bound parameters (32766 in SQLite, 999 in builds before 3.32;
+// 65535 in PostgreSQL) for tables of up to 12 columns.
+const rowsPerStatement = 80
+
+// insertSQL returns the statement inserting n rows into t, replacing rows whose key exists.
+func (t table) insertSQL(n int) string {
+	var b strings.Builder
+	b.WriteString("INSERT INTO ")
+	b.WriteString(t.name)
+	b.WriteString(" (")
+	b.WriteString(strings.Join(t.cols, ", "))
+	b.WriteString(") VALUES ")
+	p := 1
+	for r := range n {
+		if r > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteByte('(')
+		for c := range t.cols {
+			if c > 0 {
+				b.WriteString(", ")
+			}
+			b.WriteByte('$')
+			b.WriteString(strconv.Itoa(p))
+			p++
+		}
+		b.WriteByte(')')
+	}
+	if len(t.key) > 0 {
+		b.WriteString(" ON CONFLICT (")
+		b.WriteString(strings.Join(t.key, ", "))
+		b.WriteString(") DO UPDATE SET ")
+		first := true
+		for _, c := range t.cols {
+			if isKey(t.key, c) {
+				continue
+			}
+			if !first {
+				b.WriteString(", ")
+			}
+			first = false
+			b.WriteString(c)
+			b.WriteString(" = excluded.")
+			b.WriteString(c)
+		}
+	}
+	return b.String()
+}
+
+func isKey(key []string, col string) bool {
+	for _, k := range key {
+		if k == col {
+			return true
+		}
+	}
+	return false
+}
+
+// insert writes rows into t in statements of at most rowsPerStatement rows. appendRow
+// appends the column values of row i, in t.cols order, to args.
+func insert[T any](ctx context.Context, tx *sql.Tx, t table, rows []T, appendRow func(args []any, r *T) ([]any, error)) error {
+	for start := 0; start < len(rows); start += rowsPerStatement {
+		chunk := rows[start:min(len(rows), start+rowsPerStatement)]
+		args := make([]any, 0, len(chunk)*len(t.cols))
+		for i := range chunk {
+			var err error
+			if args, err = appendRow(args, &chunk[i]); err != nil {
+				return fmt.Errorf("encode %s row: %w", t.name, err)
+			}
+		}
+		if _, err := tx.ExecContext(ctx, t.insertSQL(len(chunk)), args...); err != nil {
+			return fmt.Errorf("write %s: %w", t.name, err)
+		}
+	}
+	return nil
+}
+
+// lastByKey returns rows with only the last row of each key kept, in the order keys first
+// appear. A batch may carry the same job twice (submitted, then placed), and PostgreSQL
+// refuses to let one INSERT … ON CONFLICT update a row twice; keeping the last row is what
+// applying the rows one by one would have left.
+func lastByKey[T any, K comparable](rows []T, key func(*T) K) []T {
+	if len(rows) < 2 {
+		return rows
+	}
+	index := make(map[K]int, len(rows))
+	out := make([]T, 0, len(rows))
+	for i := range rows {
+		k := key(&rows[i])
+		if j, ok := index[k]; ok {
+			out[j] = rows[i]
+			continue
+		}
+		index[k] = len(out)
+		out = append(out, rows[i])
+	}
+	return out
+}
+
+type attemptKey struct {
+	job int64
+	n   int
+}
+
+// Commit applies b in one transaction and, once it has committed, writes the assigned
+// event IDs into b.Events. On error nothing is written and b is unchanged.
+func (s *sqlStore) Commit(ctx context.Context, b *Batch) error {
+	if b.Empty() {
+		return nil
+	}
+	select {
+	case s.writeSem <- struct{}{}:
+	case <-ctx.Done():
+		return fmt.Errorf("store: commit: %w", ctx.Err())
+	}
+	defer func() { <-s.writeSem }()
+
+	lastID, err := s.commit(ctx, b)
+	if err != nil {
+		return fmt.Errorf("store: commit: %w", err)
+	}
+	first := lastID - int64(len(b.Events)) + 1
+	for i := range b.Events {
+		b.Events[i].ID = first + int64(i)
+	}
+	return nil
+}
+
+// commit runs the transaction and returns the ID given to the batch's last event.
+func (s *sqlStore) commit(ctx context.Context, b *Batch) (lastID int64, err error) {
+	tx, err := s.write.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, fmt.Errorf("begin: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			// The error that matters is err; a failed rollback leaves nothing committed.
+			_ = tx.Rollback()
+		}
+	}()
+
+	if len(b.Events) > 0 && s.d.lockWrites != "" {
+		if _, err := tx.ExecContext(ctx, s.d.lockWrites); err != nil {
+			return 0, fmt.Errorf("lock: %w", err)
+		}
+	}
+	// Jobs go before attempts: attempts reference jobs, and PostgreSQL checks foreign keys
+	// at the end of each statement.
+	jobs := lastByKey(b.Jobs, func(j *api.Job) int64 { return j.ID })
+	if err := insert(ctx, tx, jobsTable, jobs, appendJob); err != nil {
+		return 0, err
+	}
+	attempts := lastByKey(b.Attempts, func(a *api.Attempt) attemptKey { return attemptKey{a.JobID, a.N} })
+	if err := insert(ctx, tx, attemptsTable, attempts, appendAttempt); err != nil {
+		return 0, err
+	}
+	nodes := lastByKey(b.Nodes, func(n *api.Node) string { return n.Name })
+	if err := insert(ctx, tx, nodesTable, nodes, appendNode); err != nil {
+		return 0, err
+	}
+	queues := lastByKey(b.Queues, func(q *api.Queue) string { return q.Name })
+	if err := insert(ctx, tx, queuesTable, queues, appendQueue); err != nil {
+		return 0, err
+	}
+	if len(b.Events) > 0 {
+		// Under the write lock no other transaction can append, so IDs follow commit order
+		// and a reader polling with AfterID never skips an event committed later.
+		if err := tx.QueryRowContext(ctx, "SELECT COALESCE(MAX(id), 0) FROM events").Scan(&lastID); err != nil {
+			return 0, fmt.Errorf("read last event id: %w", err)
+		}
+		next := lastID
+		appendEvent := func(args []any, e *api.Event) ([]any, error) {
+			next++
+			return append(args, next, formatTime(e.Time), e.Actor, e.Kind, e.JobID, e.Attempt, e.Node,
+				string(e.From), string(e.To), e.Reason, e.Message), nil
+		}
+		if err := insert(ctx, tx, eventsTable, b.Events, appendEvent); err != nil {
+			return 0, err
+		}
+		lastID = next
+	}
+	if err := tx.Commit(); err != nil {
+		return 0, fmt.Errorf("commit transaction: %w", err)
+	}
+	return lastID, nil
+}
+
+func appendJob(args []any, j *api.Job) ([]any, error) {
+	data, err := encodeJob(*j)
+	if err != nil {
+		return args, err
+	}
+	return append(args, j.ID, string(j.State), j.Spec.Queue, j.Spec.Team, j.Spec.User, j.Spec.Name,
+		formatTime(j.SubmitTime), string(data)), nil
+}
+
+func appendAttempt(args []any, a *api.Attempt) ([]any, error) {
+	placements, err := encodeJSON(a.Placements)
+	if err != nil {
+		return args, err
+	}
+	var exitCode any
+	if a.ExitCode != nil {
+		exitCode = int64(*a.ExitCode)
+	}
+	return append(args, a.JobID, a.N, string(a.State), formatTime(a.AssignTime),
+		formatTimePtr(a.StartTime), formatTimePtr(a.EndTime), exitCode, a.Reason, placements), nil
+}
+
+func appendNode(args []any, n *api.Node) ([]any, error) {
+	inv, err := encodeJSON(n.Inventory)
+	if err != nil {
+		return args, err
+	}
+	return append(args, n.Name, string(n.State), formatTime(n.LastHeartbeat), inv), nil
+}
+
+func appendQueue(args []any, q *api.Queue) ([]any, error) {
+	data, err := encodeJSON(q)
+	if err != nil {
+		return args, err
+	}
+	return append(args, q.Name, data), nil
+}
+
+// LoadJobs returns every job, ordered by ID.
+func (s *sqlStore) LoadJobs(ctx context.Context) ([]api.Job, error) {
+	jobs, err := query(ctx, s.read, "SELECT data FROM jobs ORDER BY id", nil,
+		func(rows *sql.Rows) (api.Job, error) {
+			var data []byte
+			if err := rows.Scan(&data); err != nil {
+				return api.Job{}, err
+			}
+			return decodeJob(data)
+		})
+	if err != nil {
+		return nil, fmt.Errorf("store: load jobs: %w", err)
+	}
+	return jobs, nil
+}
+
+// LoadAttempts returns every attempt, ordered by job ID then attempt number.
+func (s *sqlStore) LoadAttempts(ctx context.Context) ([]api.Attempt, error) {
+	const q = `SELECT job_id, attempt, state, assign_time, start_time, end_time, exit_code, reason, placements
+		FROM attempts ORDER BY job_id, attempt`
+	attempts, err := query(ctx, s.read, q, nil, scanAttempt)
+	if err != nil {
+		return nil, fmt.Errorf("store: load attempts: %w", err)
+	}
+	return attempts, nil
+}
+
+// LoadNodes returns every node, ordered by name. The fields the API fills in from the
+// live state (GPUsUsed, CPUsUsed, Jobs) are not stored and come back zero.
+func (s *sqlStore) LoadNodes(ctx context.Context) ([]api.Node, error) {
+	const q = "SELECT name, state, last_heartbeat, inventory FROM nodes ORDER BY name"
+	nodes, err := query(ctx, s.read, q, nil, func(rows *sql.Rows) (api.Node, error) {
+		var (
+			n            api.Node
+			state, heart string
+			inv          []byte
+		)
+		if err := rows.Scan(&n.Name, &state, &heart, &inv); err != nil {
+			return n, err
+		}
+		n.State = api.NodeState(state)
+		var err error
+		if n.LastHeartbeat, err = parseTime(heart); err != nil {
+			return n, err
+		}
+		return n, decodeJSON(inv, &n.Inventory)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: load nodes: %w", err)
+	}
+	return nodes, nil
+}
+
+// LoadQueues returns the queues saved by Commit, ordered by name.
+func (s *sqlStore) LoadQueues(ctx context.Context) ([]api.Queue, error) {
+	queues, err := query(ctx, s.read, "SELECT data FROM queues ORDER BY name", nil,
+		func(rows *sql.Rows) (api.Queue, error) {
+			var (
+				q    api.Queue
+				data []byte
+			)
+			if err := rows.Scan(&data); err != nil {
+				return q, err
+			}
+			return q, decodeJSON(data, &q)
+		})
+	if err != nil {
+		return nil, fmt.Errorf("store: load queues: %w", err)
+	}
+	return queues, nil
+}
+
+// Events returns events matching f, ordered by ID.
+func (s *sqlStore) Events(ctx context.Context, f EventFilter) ([]api.Event, error) {
+	if f.Limit < 0 {
+		return nil, fmt.Errorf("store: events: negative limit %d", f.Limit)
+	}
+	var q strings.Builder
+	q.WriteString(`SELECT id, time, actor, kind, job_id, attempt, node, from_state, to_state, reason, message
+		FROM events WHERE id > $1`)
+	args := []any{f.AfterID}
+	if f.JobID != 0 {
+		args = append(args, f.JobID)
+		fmt.Fprintf(&q, " AND job_id = $%d", len(args))
+	}
+	q.WriteString(" ORDER BY id")
+	if f.Limit > 0 {
+		args = append(args, f.Limit)
+		fmt.Fprintf(&q, " LIMIT $%d", len(args))
+	}
+	events, err := query(ctx, s.read, q.String(), args, scanEvent)
+	if err != nil {
+		return nil, fmt.Errorf("store: events: %w", err)
+	}
+	return events, nil
+}
+
+func scanAttempt(rows *sql.Rows) (api.Attempt, error) {
+	var (
+		a             api.Attempt
+		state, assign string
+		start, end    sql.NullString
+		exitCode      sql.NullInt64
+		placements    []byte
+	)
+	if err := rows.Scan(&a.JobID, &a.N, &state, &assign, &start, &end, &exitCode, &a.Reason, &placements); err != nil {
+		return a, err
+	}
+	a.State = api.JobState(state)
+	var err error
+	if a.AssignTime, err = parseTime(assign); err != nil {
+		return a, err
+	}
+	if a.StartTime, err = parseTimePtr(start); err != nil {
+		return a, err
+	}
+	if a.EndTime, err = parseTimePtr(end); err != nil {
+		return a, err
+	}
+	if exitCode.Valid {
+		c := int(exitCode.Int64)
+		a.ExitCode = &c
+	}
+	return a, decodeJSON(placements, &a.Placements)
+}
+
+func scanEvent(rows *sql.Rows) (api.Event, error) {
+	var (
+		e           api.Event
+		t, from, to string
+	)
+	err := rows.Scan(&e.ID, &t, &e.Actor, &e.Kind, &e.JobID, &e.Attempt, &e.Node, &from, &to, &e.Reason, &e.Message)
+	if err != nil {
+		return e, err
+	}
+	e.From, e.To = api.JobState(from), api.JobState(to)
+	e.Time, err = parseTime(t)
+	return e, err
+}
+
+// query runs q and turns each row into a T with scan.
+func query[T any](ctx context.Context, db *sql.DB, q string, args []any, scan func(*sql.Rows) (T, error)) ([]T, error) {
+	rows, err := db.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []T
+	for rows.Next() {
+		v, err := scan(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return out, nil
+}

@@ -1,0 +1,123 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/rotahq/rota/internal/api"
+	"github.com/rotahq/rota/internal/store/storetest"
+)
+
+func TestMain(m *testing.M) {
+	if url := os.Getenv(killChildEnv); url != "" {
+		os.Exit(runKillChild(url))
+	}
+	os.Exit(m.Run())
+}
+
+func TestSQLite(t *testing.T) {
+	runConformance(t, func(t *testing.T) string {
+		return "sqlite://" + filepath.Join(t.TempDir(), "rota.db")
+	})
+}
+
+func TestPostgres(t *testing.T) {
+	pg := storetest.NewPostgres(t)
+	runConformance(t, func(t *testing.T) string { return pg.NewDatabase(t) })
+}
+
+func TestOpenUnsupportedURL(t *testing.T) {
+	for _, url := range []string{"", "rota.db", "/var/lib/rota/rota.db", "mysql://db/rota", "sqlite:", "sqlite://", "file:rota.db"} {
+		s, err := Open(context.Background(), url, nil)
+		if err == nil {
+			s.Close()
+		}
+		if !errors.Is(err, ErrUnsupportedURL) {
+			t.Errorf("Open(%q): got %v, want ErrUnsupportedURL", url, err)
+		}
+	}
+}
+
+// TestSQLiteRelativePath checks that sqlite://relative/path.db is relative to the working
+// directory and that Open creates the missing directory.
+func TestSQLiteRelativePath(t *testing.T) {
+	dir := t.TempDir()
+	t.Chdir(dir)
+	s := openStore(t, "sqlite://data/rota.db")
+	commit(t, s, &Batch{Queues: []api.Queue{fullQueue("train")}})
+	if _, err := os.Stat(filepath.Join(dir, "data", "rota.db")); err != nil {
+		t.Errorf("database file not where the URL says: %v", err)
+	}
+}
+
+func TestMigrationsWellFormed(t *testing.T) {
+	ms, err := migrations()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ms) == 0 {
+		t.Fatal("no migrations embedded")
+	}
+}
+
+// BenchmarkCommitSubmit measures the commonest write: one submitted job and its event.
+func BenchmarkCommitSubmit(b *testing.B) {
+	b.Run("sqlite", func(b *testing.B) {
+		benchmarkCommitSubmit(b, "sqlite://"+filepath.Join(b.TempDir(), "rota.db"))
+	})
+	b.Run("postgres", func(b *testing.B) {
+		benchmarkCommitSubmit(b, storetest.StartPostgres(b))
+	})
+}
+
+func benchmarkCommitSubmit(b *testing.B, url string) {
+	s, err := Open(context.Background(), url, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	job := fullJob(0)
+	event := api.Event{Time: t0, Actor: "ada", Kind: api.EventSubmit, To: api.StatePending}
+	b.ReportAllocs()
+	var id int64
+	for b.Loop() {
+		id++
+		job.ID, event.JobID = id, id
+		if err := s.Commit(context.Background(), &Batch{Jobs: []api.Job{job}, Events: []api.Event{event}}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// TestSQLiteSettings checks the settings the durability and concurrency promises rest on
+// (see openSQLite): they are applied per connection, so a typo would fail silently.
+func TestSQLiteSettings(t *testing.T) {
+	s := openStore(t, "sqlite://"+filepath.Join(t.TempDir(), "rota.db")).(*sqlStore)
+	for _, tc := range []struct {
+		pragma string
+		want   string
+	}{
+		{"journal_mode", "wal"},
+		{"synchronous", "2"}, // FULL
+		{"foreign_keys", "1"},
+		{"busy_timeout", sqliteBusyTimeoutMS},
+	} {
+		var got string
+		if err := s.write.QueryRowContext(context.Background(), "PRAGMA "+tc.pragma).Scan(&got); err != nil {
+			t.Fatalf("PRAGMA %s: %v", tc.pragma, err)
+		}
+		if got != tc.want {
+			t.Errorf("PRAGMA %s on the write connection = %q, want %q", tc.pragma, got, tc.want)
+		}
+	}
+	var readOnly string
+	if err := s.read.QueryRowContext(context.Background(), "PRAGMA query_only").Scan(&readOnly); err != nil {
+		t.Fatalf("PRAGMA query_only: %v", err)
+	}
+	if readOnly != "1" {
+		t.Errorf("read connections are not query_only")
+	}
+}
