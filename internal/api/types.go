@@ -87,8 +87,8 @@ type JobSpec struct {
 // The request is nested under "spec" rather than embedded because a job's top-level "nodes"
 // and "gpus" name where it runs (node names, GPU UUIDs), while the spec's are counts.
 type Job struct {
-	ID   int64   `json:"id"`
-	Spec JobSpec `json:"spec"`
+	ID    int64    `json:"id"`
+	Spec  JobSpec  `json:"spec"`
 	State JobState `json:"state"`
 	// Reason says why the job is in its state: a pending reason code, or a stop reason.
 	Reason string `json:"reason"`
