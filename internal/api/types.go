@@ -77,6 +77,18 @@ type JobSpec struct {
 	Signal string `json:"signal,omitempty" yaml:"signal"`
 	// Grace is the seconds between the signal and the kill.
 	Grace int64 `json:"grace_s,omitempty" yaml:"grace_s"`
+	// After lists jobs that must have ended (in any state) before this one may start.
+	After []int64 `json:"after,omitempty" yaml:"after"`
+	// AfterOK lists jobs that must have SUCCEEDED; if one ends otherwise this job fails
+	// with reason "dependency".
+	AfterOK []int64 `json:"after_ok,omitempty" yaml:"after_ok"`
+	// Array, e.g. "0-99%8", submits one job per index, at most 8 of them active at once.
+	Array string `json:"array,omitempty" yaml:"array"`
+	// Hold submits the job HELD until `rota release`.
+	Hold bool `json:"hold,omitempty" yaml:"hold"`
+	// Nice lowers the job's priority score by this many points (negative raises it; only
+	// admins may go below zero).
+	Nice int `json:"nice,omitempty" yaml:"nice"`
 	// Retries is how many times a job lost to a node failure is requeued; nil means the
 	// default (2), so that an explicit 0 can say "never".
 	Retries *int `json:"retries,omitempty" yaml:"retries"`
@@ -110,6 +122,84 @@ type Job struct {
 
 	// CancelRequested is set when a cancel reaches an active job; it ends once the agent reports.
 	CancelRequested bool `json:"cancel_requested,omitempty"`
+	// PreemptRequested is set when the scheduler chose the job as a preemption victim; the
+	// job is requeued as a new attempt once the agent reports it stopped.
+	PreemptRequested bool `json:"preempt_requested,omitempty"`
+	// UserHold is set by `rota hold` and cleared by `rota release`.
+	UserHold bool `json:"user_hold,omitempty"`
+	// ArrayID is the ID of the array's first job; ArrayIndex the job's index in it.
+	ArrayID    int64 `json:"array_id,omitempty"`
+	ArrayIndex *int  `json:"array_index,omitempty"`
+	// ArrayLimit is the most jobs of the array active at once (0: no limit).
+	ArrayLimit int `json:"array_limit,omitempty"`
+	// Borrowing is true while the job runs on GPUs beyond its team's guaranteed quota.
+	Borrowing bool `json:"borrowing,omitempty"`
+	// LastCheckpoint is when the job last reported a checkpoint through ROTA_EVENTS_FILE.
+	LastCheckpoint *time.Time `json:"last_checkpoint,omitempty"`
+	// Priority is the pending job's score, factor by factor (API only, not stored).
+	Priority *Priority `json:"priority,omitempty"`
+}
+
+// Priority explains a pending job's place in the queue, like Slurm's sprio: the queue's
+// tier orders first, then the sum of the weighted factors.
+type Priority struct {
+	Tier      int     `json:"tier"`
+	Score     float64 `json:"score"`
+	FairShare float64 `json:"fair_share"`
+	Age       float64 `json:"age"`
+	Size      float64 `json:"size"`
+	Nice      float64 `json:"nice"`
+}
+
+// Quota bounds a team's GPUs of one model: work up to Guaranteed is in quota; beyond it, up
+// to Limit, the team borrows idle GPUs and that work may be preempted.
+type Quota struct {
+	Guaranteed int `json:"guaranteed" yaml:"guaranteed"`
+	Limit      int `json:"limit" yaml:"limit"`
+}
+
+// Team is a tenant.
+type Team struct {
+	Name string `json:"name" yaml:"name"`
+	// Quotas by GPU model; the key "*" applies to any model not named.
+	Quotas map[string]Quota `json:"quotas,omitempty" yaml:"quotas"`
+	// Weight is the team's fair-share weight (default 1).
+	Weight float64 `json:"weight" yaml:"weight"`
+	// Members are the users whose jobs default to this team.
+	Members []string `json:"members,omitempty" yaml:"members"`
+	// Usage is the team's decayed GPU-hours (API only, not stored).
+	UsageGPUHours float64 `json:"usage_gpu_hours" yaml:"-"`
+	// GPUsInUse by model (API only).
+	GPUsInUse map[string]int `json:"gpus_in_use,omitempty" yaml:"-"`
+}
+
+// TeamList is the answer to GET /api/v1/teams.
+type TeamList struct {
+	Teams []Team `json:"teams"`
+}
+
+// Reservation holds whole nodes for a team in a time window.
+type Reservation struct {
+	ID    int64     `json:"id"`
+	Name  string    `json:"name"`
+	Team  string    `json:"team"`
+	GPUs  int       `json:"gpus"`
+	Nodes []string  `json:"nodes"`
+	Start time.Time `json:"start"`
+	End   time.Time `json:"end"`
+}
+
+// ReservationList is the answer to GET /api/v1/reservations.
+type ReservationList struct {
+	Reservations []Reservation `json:"reservations"`
+}
+
+// Why is the answer to GET /api/v1/jobs/{id}/why: one plain sentence per reason.
+type Why struct {
+	JobID          int64      `json:"job_id"`
+	State          JobState   `json:"state"`
+	Reasons        []string   `json:"reasons"`
+	EstimatedStart *time.Time `json:"estimated_start,omitempty"`
 }
 
 // Placement is the part of an attempt that lands on one node.
@@ -206,15 +296,26 @@ const (
 
 // Queue is a class of work. Issue-2 queues carry a priority tier and time limits.
 type Queue struct {
-	Name string `json:"name"`
+	Name string `json:"name" yaml:"name"`
 	// Tier orders queues: a higher tier is scheduled first.
-	Tier             int   `json:"tier"`
-	Preemptible      bool  `json:"preemptible"`
-	DefaultTimeLimit int64 `json:"default_time_limit_s"`
+	Tier             int   `json:"tier" yaml:"tier"`
+	Preemptible      bool  `json:"preemptible" yaml:"preemptible"`
+	DefaultTimeLimit int64 `json:"default_time_limit_s" yaml:"default_time_limit_s"`
 	// MaxTimeLimit of 0 means unlimited.
-	MaxTimeLimit int64 `json:"max_time_limit_s"`
-	// Grace is the default seconds between stop signal and kill.
-	Grace int64 `json:"grace_s"`
+	MaxTimeLimit int64 `json:"max_time_limit_s" yaml:"max_time_limit_s"`
+	// Grace is the default seconds between stop signal and kill; MaxGrace bounds what a
+	// job may ask for (0: Grace is also the maximum).
+	Grace    int64 `json:"grace_s" yaml:"grace_s"`
+	MaxGrace int64 `json:"max_grace_s,omitempty" yaml:"max_grace_s"`
+	// NeverPreempt protects the queue's jobs even while they borrow (services).
+	NeverPreempt bool `json:"never_preempt,omitempty" yaml:"never_preempt"`
+	// Pools limits the queue to nodes whose "pool" label is one of these (empty: any node).
+	Pools []string `json:"pools,omitempty" yaml:"pools"`
+	// Users and Teams limit who may submit (both empty: anyone).
+	Users []string `json:"users,omitempty" yaml:"users"`
+	Teams []string `json:"teams,omitempty" yaml:"teams"`
+	// UserGPULimit caps the GPUs one user's jobs in this queue hold at once (0: no cap).
+	UserGPULimit int `json:"user_gpu_limit,omitempty" yaml:"user_gpu_limit"`
 }
 
 // Error is the body of every non-2xx API answer.
@@ -245,6 +346,14 @@ type JobList struct {
 	Jobs []Job `json:"jobs"`
 	// Next is the cursor for the next page, empty at the end.
 	Next string `json:"next,omitempty"`
+}
+
+// Config is the administrative configuration: what `rota server --config FILE` reads at
+// start and `rota admin apply -f FILE` sends to PUT /api/v1/config. It is applied whole or
+// not at all. Queues and teams it does not name are left as they are.
+type Config struct {
+	Queues []Queue `json:"queues,omitempty" yaml:"queues"`
+	Teams  []Team  `json:"teams,omitempty" yaml:"teams"`
 }
 
 // QueueList is the answer to GET /api/v1/queues.
