@@ -34,14 +34,16 @@ func defaultDataDir() string {
 
 // serverFlags are shared by `rota server` and `rota up`.
 type serverFlags struct {
-	dataDir, listen, storeURL string
-	heartbeat, notReady, lost time.Duration
+	dataDir, listen, storeURL, config string
+	heartbeat, notReady, lost, halfLife time.Duration
 }
 
 func (f *serverFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.dataDir, "data-dir", defaultDataDir(), "directory for the database and job logs")
 	fs.StringVar(&f.listen, "listen", defaultListen, "address the API listens on")
 	fs.StringVar(&f.storeURL, "store", "", "store URL: sqlite://PATH or postgres://… (default: sqlite in the data dir)")
+	fs.StringVar(&f.config, "config", "", "YAML file of queues and teams applied at start (see deploy/rota.yaml)")
+	fs.DurationVar(&f.halfLife, "fairshare-half-life", 7*24*time.Hour, "how fast past usage stops counting against a team's fair share")
 	fs.DurationVar(&f.heartbeat, "heartbeat-interval", 2*time.Second, "how often agents report")
 	fs.DurationVar(&f.notReady, "node-not-ready-after", 15*time.Second, "silence after which a node takes no new work")
 	fs.DurationVar(&f.lost, "node-lost-after", 5*time.Minute, "silence after which a node's jobs are requeued")
@@ -209,7 +211,7 @@ func serve(ctx context.Context, sf serverFlags, log *slog.Logger, started chan<-
 		return fmt.Errorf("open store %s: %w", redact(url), err)
 	}
 	defer st.Close()
-	srv, err := server.New(ctx, server.Config{DataDir: sf.dataDir, HeartbeatInterval: sf.heartbeat, NotReadyAfter: sf.notReady, LostAfter: sf.lost}, st, log)
+	srv, err := server.New(ctx, server.Config{DataDir: sf.dataDir, HeartbeatInterval: sf.heartbeat, NotReadyAfter: sf.notReady, LostAfter: sf.lost, HalfLife: sf.halfLife, ConfigFile: sf.config}, st, log)
 	if err != nil {
 		return err
 	}

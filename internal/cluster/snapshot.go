@@ -10,8 +10,30 @@ import (
 // Snapshot builds the scheduler's view of the state: nodes with their GPUs, the queues, what
 // active jobs hold and the jobs waiting. Occupancy is derived from attempts, never stored
 // twice, so the scheduler and the API cannot disagree about which GPU is whose.
-func (s *State) Snapshot() *sched.Snapshot {
-	snap := &sched.Snapshot{Queues: map[string]sched.Queue{}}
+//
+// Pending jobs that keep is false for are left out: the server uses it for rules the core
+// does not know (array and per-user limits).
+func (s *State) Snapshot(now time.Time, keep func(*api.Job) bool) *sched.Snapshot {
+	snap := &sched.Snapshot{Queues: map[string]sched.Queue{}, Teams: map[string]sched.Team{}}
+	usage := s.TeamUsage(now)
+	for _, t := range s.teams {
+		st := sched.Team{Name: t.Name, Weight: t.Weight, Usage: usage[t.Name], Quota: map[string]sched.Quota{}}
+		for model, q := range t.Quotas {
+			if model == "*" {
+				model = ""
+			}
+			st.Quota[model] = sched.Quota{Guaranteed: q.Guaranteed, Limit: q.Limit}
+		}
+		snap.Teams[t.Name] = st
+	}
+	if _, ok := snap.Teams["default"]; !ok {
+		snap.Teams["default"] = sched.Team{Name: "default", Weight: 1, Usage: usage["default"]}
+	}
+	for _, r := range s.Reservations() {
+		if r.End.After(now) {
+			snap.Reservations = append(snap.Reservations, sched.Reservation{Name: r.Name, Team: r.Team, Nodes: r.Nodes, Start: r.Start, End: r.End})
+		}
+	}
 	for _, n := range s.Nodes() {
 		sn := sched.Node{
 			Name:          n.Name,
@@ -27,7 +49,7 @@ func (s *State) Snapshot() *sched.Snapshot {
 		snap.Nodes = append(snap.Nodes, sn)
 	}
 	for _, q := range s.queues {
-		snap.Queues[q.Name] = sched.Queue{Name: q.Name, Tier: q.Tier, Preemptible: q.Preemptible}
+		snap.Queues[q.Name] = sched.Queue{Name: q.Name, Tier: q.Tier, Preemptible: q.Preemptible, NeverPreempt: q.NeverPreempt}
 	}
 	for _, id := range s.ActiveIDs() {
 		j := s.jobs[id]
@@ -35,7 +57,11 @@ func (s *State) Snapshot() *sched.Snapshot {
 		if !ok {
 			continue
 		}
-		r := sched.Running{ID: id, Queue: j.Spec.Queue, Team: j.Spec.Team, User: j.Spec.User, Start: a.AssignTime}
+		r := sched.Running{ID: id, Queue: j.Spec.Queue, Team: j.Spec.Team, User: j.Spec.User, Start: a.AssignTime,
+			Borrowing: j.Borrowing, Preempting: j.PreemptRequested || j.CancelRequested}
+		if j.LastCheckpoint != nil {
+			r.LastCheckpoint = *j.LastCheckpoint
+		}
 		if j.Spec.TimeLimit > 0 {
 			r.End = a.AssignTime.Add(time.Duration(j.Spec.TimeLimit) * time.Second)
 		}
@@ -46,8 +72,11 @@ func (s *State) Snapshot() *sched.Snapshot {
 	}
 	for _, id := range s.PendingIDs() {
 		j := s.jobs[id]
+		if keep != nil && !keep(j) {
+			continue
+		}
 		snap.Pending = append(snap.Pending, sched.Job{
-			ID: id, Queue: j.Spec.Queue, Team: j.Spec.Team, User: j.Spec.User, SubmitTime: j.SubmitTime,
+			ID: id, Queue: j.Spec.Queue, Team: j.Spec.Team, User: j.Spec.User, SubmitTime: j.SubmitTime, Nice: j.Spec.Nice,
 			TimeLimit: time.Duration(j.Spec.TimeLimit) * time.Second,
 			Request: sched.Request{
 				GPUs: j.Spec.GPUs, Nodes: j.Spec.Nodes, GPUsPerNode: j.Spec.GPUsPerNode, GPUModel: j.Spec.GPUModel,

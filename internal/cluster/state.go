@@ -18,13 +18,22 @@ type State struct {
 	attempts map[int64][]api.Attempt // by job, attempt N at index N-1
 	nodes    map[string]*api.Node
 	queues   map[string]api.Queue
+	teams    map[string]api.Team
+	resv     map[int64]api.Reservation
 	maxID    int64
+	maxResv  int64
 
 	// pending is the set of jobs in PENDING, kept so a scheduling cycle need not scan
 	// finished jobs.
 	pending map[int64]struct{}
 	// active is the set of jobs that hold resources (ASSIGNED or RUNNING).
 	active map[int64]struct{}
+	// held is the set of jobs in HELD, rechecked every cycle for met dependencies.
+	held map[int64]struct{}
+	// usage is every team's fair-share usage, kept up to date as attempts end.
+	usage map[string]*decayed
+	// HalfLife is how fast fair-share usage decays. Set it before Load.
+	HalfLife time.Duration
 }
 
 // New returns an empty state.
@@ -34,14 +43,19 @@ func New() *State {
 		attempts: map[int64][]api.Attempt{},
 		nodes:    map[string]*api.Node{},
 		queues:   map[string]api.Queue{},
+		teams:    map[string]api.Team{},
+		resv:     map[int64]api.Reservation{},
 		pending:  map[int64]struct{}{},
 		active:   map[int64]struct{}{},
+		held:     map[int64]struct{}{},
+		usage:    map[string]*decayed{},
+		HalfLife: 7 * 24 * time.Hour,
 	}
 }
 
 // Load fills an empty state from what the store returned at start.
-func (s *State) Load(jobs []api.Job, attempts []api.Attempt, nodes []api.Node, queues []api.Queue) {
-	s.Apply(&store.Batch{Jobs: jobs, Attempts: attempts, Nodes: nodes, Queues: queues})
+func (s *State) Load(b *store.Batch) {
+	s.Apply(b)
 }
 
 // Apply makes a committed batch part of the in-memory state.
@@ -54,9 +68,12 @@ func (s *State) Apply(b *store.Batch) {
 		}
 		delete(s.pending, j.ID)
 		delete(s.active, j.ID)
+		delete(s.held, j.ID)
 		switch {
 		case j.State == api.StatePending:
 			s.pending[j.ID] = struct{}{}
+		case j.State == api.StateHeld:
+			s.held[j.ID] = struct{}{}
 		case j.State.Active():
 			s.active[j.ID] = struct{}{}
 		}
@@ -66,8 +83,12 @@ func (s *State) Apply(b *store.Batch) {
 		for len(list) < a.N {
 			list = append(list, api.Attempt{})
 		}
+		wasOpen := list[a.N-1].EndTime == nil
 		list[a.N-1] = a
 		s.attempts[a.JobID] = list
+		if wasOpen && a.EndTime != nil {
+			s.chargeUsage(a)
+		}
 	}
 	for i := range b.Nodes {
 		n := b.Nodes[i]
@@ -75,6 +96,22 @@ func (s *State) Apply(b *store.Batch) {
 	}
 	for _, q := range b.Queues {
 		s.queues[q.Name] = q
+	}
+	for _, t := range b.Teams {
+		s.teams[t.Name] = t
+	}
+	for _, r := range b.Reservations {
+		s.resv[r.ID] = r
+		s.maxResv = max(s.maxResv, r.ID)
+	}
+	for _, name := range b.DeleteQueues {
+		delete(s.queues, name)
+	}
+	for _, name := range b.DeleteTeams {
+		delete(s.teams, name)
+	}
+	for _, id := range b.DeleteReservations {
+		delete(s.resv, id)
 	}
 }
 
@@ -159,6 +196,49 @@ func (s *State) SetLastHeartbeat(name string, t time.Time) {
 	}
 }
 
+// Team returns the named team.
+func (s *State) Team(name string) (api.Team, bool) {
+	t, ok := s.teams[name]
+	return t, ok
+}
+
+// Teams returns all teams, ordered by name.
+func (s *State) Teams() []api.Team {
+	out := make([]api.Team, 0, len(s.teams))
+	for _, t := range s.teams {
+		out = append(out, t)
+	}
+	sort.Slice(out, func(a, b int) bool { return out[a].Name < out[b].Name })
+	return out
+}
+
+// TeamOf returns the team a user's jobs go to when they name none: the first team, by
+// name, that lists the user as a member, else "default".
+func (s *State) TeamOf(user string) string {
+	for _, t := range s.Teams() {
+		if slices.Contains(t.Members, user) {
+			return t.Name
+		}
+	}
+	return "default"
+}
+
+// Reservations returns all reservations, ordered by ID.
+func (s *State) Reservations() []api.Reservation {
+	out := make([]api.Reservation, 0, len(s.resv))
+	for _, r := range s.resv {
+		out = append(out, r)
+	}
+	sort.Slice(out, func(a, b int) bool { return out[a].ID < out[b].ID })
+	return out
+}
+
+// NextReservationID returns the ID the next reservation gets.
+func (s *State) NextReservationID() int64 { return s.maxResv + 1 }
+
+// HeldIDs returns the IDs of held jobs, ascending.
+func (s *State) HeldIDs() []int64 { return sortedKeys(s.held) }
+
 // Queue returns the named queue.
 func (s *State) Queue(name string) (api.Queue, bool) {
 	q, ok := s.queues[name]
@@ -177,9 +257,9 @@ func (s *State) Queues() []api.Queue {
 
 // SetPendingReason records why a pending job waits. Reasons are recomputed every cycle and
 // live in memory only; a restart recomputes them in its first cycle.
-func (s *State) SetPendingReason(id int64, code, msg string, est *time.Time) {
+func (s *State) SetPendingReason(id int64, code, msg string, est *time.Time, prio *api.Priority) {
 	if j, ok := s.jobs[id]; ok && j.State == api.StatePending {
-		j.Reason, j.Message, j.EstimatedStart = code, msg, est
+		j.Reason, j.Message, j.EstimatedStart, j.Priority = code, msg, est, prio
 	}
 }
 
@@ -235,7 +315,7 @@ func Transition(j *api.Job, to api.JobState, reason, msg, actor string, now time
 		From: j.State, To: to, Reason: reason, Message: msg,
 	}
 	j.State, j.Reason, j.Message = to, reason, msg
-	j.EstimatedStart = nil
+	j.EstimatedStart, j.Priority = nil, nil
 	if to.Terminal() {
 		t := now
 		j.EndTime = &t

@@ -98,9 +98,12 @@ func (s *Server) recordTasks(b *store.Batch, node string, tasks []api.TaskStatus
 			}
 			continue
 		}
+		checkpointed := false
 		for _, e := range st.Events {
 			if ev, ok := reportEvent(e, job, node, now); ok {
 				b.Events = append(b.Events, ev)
+				t := now
+				job.LastCheckpoint, checkpointed = &t, true
 			}
 		}
 		switch {
@@ -125,6 +128,8 @@ func (s *Server) recordTasks(b *store.Batch, node string, tasks []api.TaskStatus
 				continue
 			}
 			b.Jobs, b.Attempts, b.Events = append(b.Jobs, job), append(b.Attempts, a), append(b.Events, ev)
+		case checkpointed:
+			b.Jobs = append(b.Jobs, job)
 		}
 	}
 	return acked
@@ -172,8 +177,11 @@ func (s *Server) desiredTasks(node string) []api.Task {
 			if job.Spec.TimeLimit > 0 {
 				t.TimeLimitEnd = a.AssignTime.Add(time.Duration(job.Spec.TimeLimit) * time.Second)
 			}
-			if job.CancelRequested {
+			switch {
+			case job.CancelRequested:
 				t.Stop, t.StopReason = true, api.ReasonCancelled
+			case job.PreemptRequested:
+				t.Stop, t.StopReason = true, api.ReasonPreempted
 			}
 			tasks = append(tasks, t)
 		}

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
@@ -27,17 +28,37 @@ func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, e)
 		return
 	}
+	indices, limit := []int(nil), 0
+	if spec.Array != "" {
+		var e *api.Error
+		if indices, limit, e = parseArray(spec.Array); e != nil {
+			writeError(w, http.StatusBadRequest, e)
+			return
+		}
+	}
 	now := s.cfg.Clock.Now()
-	job := api.Job{ID: s.state.NextJobID(), Spec: spec, State: api.StatePending, SubmitTime: now}
-	ev := api.Event{Time: now, Actor: spec.User, Kind: api.EventSubmit, JobID: job.ID, To: api.StatePending,
-		Message: "submitted to queue " + spec.Queue}
+	first := s.state.NextJobID()
+	b := &store.Batch{}
+	add := func(j api.Job) {
+		j.State, j.Reason, j.Message = s.initialState(&j)
+		b.Jobs = append(b.Jobs, j)
+		b.Events = append(b.Events, api.Event{Time: now, Actor: spec.User, Kind: api.EventSubmit, JobID: j.ID, To: j.State,
+			Reason: j.Reason, Message: "submitted to queue " + spec.Queue})
+	}
+	if indices == nil {
+		add(api.Job{ID: first, Spec: spec, SubmitTime: now, UserHold: spec.Hold})
+	}
+	for i, idx := range indices {
+		add(api.Job{ID: first + int64(i), Spec: spec, SubmitTime: now, UserHold: spec.Hold, ArrayID: first, ArrayIndex: &idx, ArrayLimit: limit})
+	}
+	job := b.Jobs[0]
 	// The answer goes out only after the commit: an acknowledged job is a durable job.
-	if err := s.commit(r.Context(), &store.Batch{Jobs: []api.Job{job}, Events: []api.Event{ev}}); err != nil {
+	if err := s.commit(r.Context(), b); err != nil {
 		s.log.Error("submit: commit failed", "err", err)
 		writeError(w, http.StatusInternalServerError, &api.Error{Code: api.CodeInternal, Message: "the job could not be stored: " + err.Error()})
 		return
 	}
-	s.log.Info("job submitted", "job", job.ID, "user", spec.User, "queue", spec.Queue, "gpus", spec.GPUs)
+	s.log.Info("job submitted", "job", job.ID, "jobs", len(b.Jobs), "user", spec.User, "queue", spec.Queue, "gpus", spec.GPUs)
 	s.wake()
 	writeJSON(w, http.StatusCreated, job)
 }
@@ -202,4 +223,110 @@ func (s *Server) handleNodes(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	writeJSON(w, http.StatusOK, api.NodeList{Nodes: nodes})
+}
+
+// initialState is where a new job starts: HELD for a user hold or unmet dependencies,
+// FAILED if a dependency can never be met, else PENDING.
+func (s *Server) initialState(j *api.Job) (api.JobState, string, string) {
+	if j.UserHold {
+		return api.StateHeld, reasonUserHold, "held by its owner; rota release " + strconv.FormatInt(j.ID, 10) + " lets it run"
+	}
+	met, msg, never := s.depsMet(j)
+	switch {
+	case never:
+		return api.StateFailed, reasonDependency, msg
+	case !met:
+		return api.StateHeld, reasonDependency, msg
+	}
+	return api.StatePending, "", ""
+}
+
+// Reasons for HELD jobs and jobs the server keeps out of the scheduler.
+const (
+	reasonUserHold   = "UserHold"
+	reasonDependency = "Dependency"
+	reasonArrayLimit = "ArrayLimit"
+	reasonUserLimit  = "UserGPULimit"
+	reasonPool       = "Pool"
+)
+
+// depsMet reports whether the job's dependencies allow it to start, a sentence saying what
+// it waits for, and whether an after-ok dependency failed so that it never can.
+func (s *Server) depsMet(j *api.Job) (met bool, msg string, never bool) {
+	var waiting []string
+	for _, id := range j.Spec.After {
+		if d, ok := s.state.Job(id); ok && !d.State.Terminal() {
+			waiting = append(waiting, strconv.FormatInt(id, 10))
+		}
+	}
+	for _, id := range j.Spec.AfterOK {
+		d, ok := s.state.Job(id)
+		switch {
+		case !ok:
+			continue
+		case d.State == api.StateSucceeded:
+		case d.State.Terminal():
+			return false, fmt.Sprintf("job %d ended %s, so --after-ok %d can never be met", id, d.State, id), true
+		default:
+			waiting = append(waiting, strconv.FormatInt(id, 10))
+		}
+	}
+	if len(waiting) > 0 {
+		return false, "waits for job " + strings.Join(waiting, ", ") + " to end", false
+	}
+	return true, "", false
+}
+
+func (s *Server) handleHold(w http.ResponseWriter, r *http.Request)    { s.setHold(w, r, true) }
+func (s *Server) handleRelease(w http.ResponseWriter, r *http.Request) { s.setHold(w, r, false) }
+
+// setHold holds a waiting job, or releases it. Released, it waits again for any unmet
+// dependency; held, it keeps its place in the order by its submit time.
+func (s *Server) setHold(w http.ResponseWriter, r *http.Request, hold bool) {
+	id, ok := s.jobID(w, r)
+	if !ok {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	job, found := s.state.Job(id)
+	if !found {
+		notFound(w, id)
+		return
+	}
+	if job.State != api.StatePending && job.State != api.StateHeld {
+		writeError(w, http.StatusConflict, &api.Error{Code: api.CodeConflict, Field: "id",
+			Message: fmt.Sprintf("job %d is %s: only waiting jobs can be held or released", id, job.State)})
+		return
+	}
+	if job.UserHold == hold {
+		writeJSON(w, http.StatusOK, job)
+		return
+	}
+	now := s.cfg.Clock.Now()
+	job.UserHold = hold
+	to, reason, msg := s.initialState(&job)
+	b := &store.Batch{}
+	if to != job.State {
+		ev, err := cluster.Transition(&job, to, reason, msg, "user", now)
+		if err != nil {
+			writeError(w, http.StatusConflict, &api.Error{Code: api.CodeConflict, Message: err.Error()})
+			return
+		}
+		b.Events = append(b.Events, ev)
+	} else {
+		job.Reason, job.Message = reason, msg
+		verb := "released"
+		if hold {
+			verb = "held"
+		}
+		b.Events = append(b.Events, api.Event{Time: now, Actor: "user", Kind: api.EventAdmin, JobID: id, Message: verb + " by user; " + msg})
+	}
+	b.Jobs = append(b.Jobs, job)
+	if err := s.commit(r.Context(), b); err != nil {
+		writeError(w, http.StatusInternalServerError, &api.Error{Code: api.CodeInternal, Message: "the change could not be stored: " + err.Error()})
+		return
+	}
+	s.wake()
+	writeJSON(w, http.StatusOK, job)
 }

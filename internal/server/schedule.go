@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -14,17 +15,30 @@ import (
 
 // Cycle runs the scheduler once and applies its plan in one commit. The lock is held from the
 // snapshot to the commit, so the plan is always applied to the state it was made from.
+//
+// 1. Release held jobs whose dependencies are now met (or fail those that never can be).
+// 2. Mark draining nodes with nothing left on them drained.
+// 3. Keep out of the snapshot the jobs that rules outside the core hold back.
+// 4. Plan, then apply placements and preemption orders, and record every pending reason.
 func (s *Server) Cycle(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.cfg.Clock.Now()
-	snap := s.state.Snapshot()
-	if len(snap.Pending) == 0 {
+	b := &store.Batch{}
+	s.releaseHeld(b, now)
+	s.finishDrains(b, now)
+	if err := s.commit(ctx, b); err != nil {
+		return fmt.Errorf("commit held and drained: %w", err)
+	}
+
+	held := s.admission()
+	snap := s.state.Snapshot(now, func(j *api.Job) bool { _, out := held[j.ID]; return !out })
+	if len(snap.Pending) == 0 && len(held) == 0 {
 		return nil
 	}
 	plan := sched.Schedule(snap, now)
 
-	b := &store.Batch{}
+	b = &store.Batch{}
 	for _, p := range plan.Placements {
 		job, ok := s.state.Job(p.JobID)
 		if !ok || job.State != api.StatePending {
@@ -34,7 +48,12 @@ func (s *Server) Cycle(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		ev, err := cluster.Transition(&job, api.StateAssigned, "", "placed on "+strings.Join(job.Nodes, ","), "scheduler", now)
+		job.Borrowing = p.Borrowing
+		msg := "placed on " + strings.Join(job.Nodes, ",")
+		if p.Borrowing {
+			msg += ", borrowing beyond team " + job.Spec.Team + "'s guaranteed quota (preemptible)"
+		}
+		ev, err := cluster.Transition(&job, api.StateAssigned, "", msg, "scheduler", now)
 		if err != nil {
 			return err
 		}
@@ -42,8 +61,20 @@ func (s *Server) Cycle(ctx context.Context) error {
 		b.Attempts = append(b.Attempts, a)
 		b.Events = append(b.Events, ev)
 	}
+	for _, p := range plan.Preemptions {
+		job, ok := s.state.Job(p.JobID)
+		if !ok || !job.State.Active() || job.PreemptRequested {
+			continue
+		}
+		// The agent signals the job, waits its grace, kills it and reports; the job is
+		// then requeued as a new attempt with its checkpoint directory kept.
+		job.PreemptRequested = true
+		b.Jobs = append(b.Jobs, job)
+		b.Events = append(b.Events, api.Event{Time: now, Actor: "scheduler", Kind: "preempt", JobID: job.ID, Attempt: job.Attempts,
+			Reason: api.ReasonPreempted, Message: fmt.Sprintf("preempted for job %d: %s", p.ForJob, p.Reason)})
+	}
 	if err := s.commit(ctx, b); err != nil {
-		return fmt.Errorf("commit placements: %w", err)
+		return fmt.Errorf("commit plan: %w", err)
 	}
 	for _, p := range plan.Pending {
 		var est *time.Time
@@ -51,12 +82,111 @@ func (s *Server) Cycle(ctx context.Context) error {
 			t := p.EstimatedStart
 			est = &t
 		}
-		s.state.SetPendingReason(p.JobID, string(p.Reason.Code), p.Reason.Message, est)
+		pr := p.Priority
+		s.state.SetPendingReason(p.JobID, string(p.Reason.Code), p.Reason.Message, est, &api.Priority{
+			Tier: pr.Tier, Score: pr.Score, FairShare: pr.FairShare, Age: pr.Age, Size: pr.Size, Nice: pr.Nice})
 	}
-	if len(plan.Placements) > 0 {
-		s.log.Info("scheduling cycle", "placed", len(plan.Placements), "pending", len(plan.Pending))
+	for id, r := range held {
+		s.state.SetPendingReason(id, r[0], r[1], nil, nil)
+	}
+	if len(plan.Placements) > 0 || len(plan.Preemptions) > 0 {
+		s.log.Info("scheduling cycle", "placed", len(plan.Placements), "preempting", len(plan.Preemptions), "pending", len(plan.Pending)+len(held))
 	}
 	return nil
+}
+
+// releaseHeld moves held jobs whose dependencies are met to PENDING, and fails those whose
+// after-ok dependency ended badly.
+func (s *Server) releaseHeld(b *store.Batch, now time.Time) {
+	for _, id := range s.state.HeldIDs() {
+		job, _ := s.state.Job(id)
+		if job.UserHold {
+			continue
+		}
+		to, reason, msg := s.initialState(&job)
+		if to == api.StateHeld {
+			continue
+		}
+		if to == api.StatePending {
+			msg = "dependencies met"
+		}
+		ev, err := cluster.Transition(&job, to, reason, msg, "scheduler", now)
+		if err != nil {
+			s.log.Error("release held job", "job", id, "err", err)
+			continue
+		}
+		b.Jobs, b.Events = append(b.Jobs, job), append(b.Events, ev)
+	}
+}
+
+// finishDrains marks a draining node drained once no job holds anything on it.
+func (s *Server) finishDrains(b *store.Batch, now time.Time) {
+	usage := s.state.Usage()
+	for _, n := range s.state.Nodes() {
+		if n.State != api.NodeDraining || usage[n.Name] != nil {
+			continue
+		}
+		n.State = api.NodeDrained
+		b.Nodes = append(b.Nodes, n)
+		b.Events = append(b.Events, api.Event{Time: now, Actor: "scheduler", Kind: api.EventNode, Node: n.Name,
+			Message: "node " + n.Name + " drained: no jobs left on it"})
+	}
+}
+
+// admission applies the rules the scheduling core does not know: an array's limit on active
+// members, a queue's per-user GPU cap, and a queue's pools. It returns the pending jobs held
+// back, each with its reason code and sentence.
+func (s *Server) admission() map[int64][2]string {
+	out := map[int64][2]string{}
+	arrayActive := map[int64]int{}
+	userGPUs := map[[2]string]int{}
+	for _, id := range s.state.ActiveIDs() {
+		j, _ := s.state.Job(id)
+		if j.ArrayID != 0 {
+			arrayActive[j.ArrayID]++
+		}
+		userGPUs[[2]string{j.Spec.Queue, j.Spec.User}] += j.Spec.GPUs
+	}
+	pools := s.poolNodes()
+	for _, id := range s.state.PendingIDs() {
+		j, _ := s.state.Job(id)
+		q, _ := s.state.Queue(j.Spec.Queue)
+		if len(q.Pools) > 0 && pools[q.Name] == 0 {
+			out[id] = [2]string{reasonPool, fmt.Sprintf("no ready node is in queue %s's pools (%s)", q.Name, strings.Join(q.Pools, ", "))}
+			continue
+		}
+		if j.ArrayID != 0 && j.ArrayLimit > 0 {
+			if arrayActive[j.ArrayID] >= j.ArrayLimit {
+				out[id] = [2]string{reasonArrayLimit, fmt.Sprintf("array %d already has %d of its at most %d jobs active", j.ArrayID, arrayActive[j.ArrayID], j.ArrayLimit)}
+				continue
+			}
+			// Counted as if placed, so one cycle cannot start more than the limit.
+			arrayActive[j.ArrayID]++
+		}
+		if q.UserGPULimit > 0 {
+			key := [2]string{q.Name, j.Spec.User}
+			if userGPUs[key]+j.Spec.GPUs > q.UserGPULimit {
+				out[id] = [2]string{reasonUserLimit, fmt.Sprintf("user %s holds %d GPUs in queue %s, whose per-user limit is %d; this job needs %d",
+					j.Spec.User, userGPUs[key], q.Name, q.UserGPULimit, j.Spec.GPUs)}
+				continue
+			}
+			userGPUs[key] += j.Spec.GPUs
+		}
+	}
+	return out
+}
+
+// poolNodes counts, per queue with pools, the nodes whose "pool" label is one of them.
+func (s *Server) poolNodes() map[string]int {
+	out := map[string]int{}
+	for _, q := range s.state.Queues() {
+		for _, n := range s.state.Nodes() {
+			if slices.Contains(q.Pools, n.Labels["pool"]) {
+				out[q.Name]++
+			}
+		}
+	}
+	return out
 }
 
 // newAttempt turns the scheduler's allocations into the job's next attempt, naming GPUs by
@@ -114,8 +244,9 @@ func (s *Server) endAttempt(job *api.Job, st api.TaskStatus, now time.Time, acto
 	case st.Reason == api.ReasonNodeLost && job.Attempts <= retries(job.Spec):
 		to = api.StatePending
 		msg = fmt.Sprintf("node %s lost; requeued (attempt %d of %d)", strings.Join(job.Nodes, ","), job.Attempts+1, retries(job.Spec)+1)
-	case st.Reason == api.ReasonPreempted:
-		to = api.StatePending
+	case job.PreemptRequested || st.Reason == api.ReasonPreempted:
+		to, reason = api.StatePending, api.ReasonPreempted
+		msg = fmt.Sprintf("preempted; requeued as attempt %d with its checkpoint directory kept", job.Attempts+1)
 	case !to.Terminal():
 		to = api.StateFailed
 	}
@@ -137,6 +268,7 @@ func (s *Server) endAttempt(job *api.Job, st api.TaskStatus, now time.Time, acto
 	if to == api.StatePending {
 		job.StartTime, job.EndTime = nil, nil
 	}
+	job.PreemptRequested, job.Borrowing = false, false
 	return a, ev, nil
 }
 

@@ -39,7 +39,12 @@ type Config struct {
 	// CycleInterval is the longest time between two scheduling cycles (default 1s); a cycle
 	// also runs right after any change that may let a job start.
 	CycleInterval time.Duration
-	Clock         Clock
+	// HalfLife is how fast fair-share usage decays (default 7 days).
+	HalfLife time.Duration
+	// ConfigFile, if set, is applied at start (queues and teams); an invalid file stops the
+	// start with the line at fault.
+	ConfigFile string
+	Clock      Clock
 }
 
 func (c *Config) setDefaults() {
@@ -57,6 +62,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.Clock == nil {
 		c.Clock = wallClock{}
+	}
+	if c.HalfLife <= 0 {
+		c.HalfLife = 7 * 24 * time.Hour
 	}
 }
 
@@ -87,8 +95,21 @@ func New(ctx context.Context, cfg Config, st store.Store, logger *slog.Logger) (
 		return nil, fmt.Errorf("server: create log dir: %w", err)
 	}
 	s := &Server{cfg: cfg, log: logger, store: st, kick: make(chan struct{}, 1), state: cluster.New()}
+	s.state.HalfLife = cfg.HalfLife
 	if err := s.load(ctx); err != nil {
 		return nil, err
+	}
+	if cfg.ConfigFile != "" {
+		data, err := os.ReadFile(cfg.ConfigFile)
+		if err != nil {
+			return nil, fmt.Errorf("server: config: %w", err)
+		}
+		s.mu.Lock()
+		_, apiErr := s.applyConfig(ctx, data, "config file")
+		s.mu.Unlock()
+		if apiErr != nil {
+			return nil, fmt.Errorf("server: config %s: %s", cfg.ConfigFile, apiErr.Message)
+		}
 	}
 	return s, nil
 }
@@ -111,13 +132,21 @@ func (s *Server) load(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("server: load queues: %w", err)
 	}
+	teams, err := s.store.LoadTeams(ctx)
+	if err != nil {
+		return fmt.Errorf("server: load teams: %w", err)
+	}
+	resv, err := s.store.LoadReservations(ctx)
+	if err != nil {
+		return fmt.Errorf("server: load reservations: %w", err)
+	}
 	// Nodes were not heard from while the server was down; give each a full
 	// NotReadyAfter from now before judging it, so a restart never loses a node.
 	now := s.cfg.Clock.Now()
 	for i := range nodes {
 		nodes[i].LastHeartbeat = now
 	}
-	s.state.Load(jobs, attempts, nodes, queues)
+	s.state.Load(&store.Batch{Jobs: jobs, Attempts: attempts, Nodes: nodes, Queues: queues, Teams: teams, Reservations: resv})
 	if len(queues) == 0 {
 		b := &store.Batch{Queues: DefaultQueues()}
 		for _, q := range b.Queues {
@@ -178,8 +207,22 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /api/v1/jobs/{id}", s.handleGetJob)
 	mux.HandleFunc("POST /api/v1/jobs/{id}/cancel", s.handleCancel)
 	mux.HandleFunc("GET /api/v1/jobs/{id}/logs", s.handleGetLogs)
+	mux.HandleFunc("POST /api/v1/jobs/{id}/hold", s.handleHold)
+	mux.HandleFunc("POST /api/v1/jobs/{id}/release", s.handleRelease)
+	mux.HandleFunc("GET /api/v1/jobs/{id}/why", s.handleWhy)
 	mux.HandleFunc("GET /api/v1/nodes", s.handleNodes)
+	mux.HandleFunc("POST /api/v1/nodes/{name}/drain", s.handleDrain)
+	mux.HandleFunc("POST /api/v1/nodes/{name}/resume", s.handleResume)
 	mux.HandleFunc("GET /api/v1/queues", s.handleQueues)
+	mux.HandleFunc("PUT /api/v1/queues/{name}", s.handlePutQueue)
+	mux.HandleFunc("DELETE /api/v1/queues/{name}", s.handleDeleteQueue)
+	mux.HandleFunc("GET /api/v1/teams", s.handleTeams)
+	mux.HandleFunc("PUT /api/v1/teams/{name}", s.handlePutTeam)
+	mux.HandleFunc("DELETE /api/v1/teams/{name}", s.handleDeleteTeam)
+	mux.HandleFunc("GET /api/v1/reservations", s.handleReservations)
+	mux.HandleFunc("POST /api/v1/reservations", s.handleReserve)
+	mux.HandleFunc("DELETE /api/v1/reservations/{id}", s.handleUnreserve)
+	mux.HandleFunc("PUT /api/v1/config", s.handlePutConfig)
 	mux.HandleFunc("POST /api/v1/agents/{node}/heartbeat", s.handleHeartbeat)
 	mux.HandleFunc("POST /api/v1/agents/{node}/logs/{job}/{attempt}", s.handleShipLog)
 	mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {

@@ -3,6 +3,7 @@ package server
 import (
 	"fmt"
 	"regexp"
+	"strconv"
 	"slices"
 	"strings"
 
@@ -57,7 +58,14 @@ func validateSpec(spec *api.JobSpec, st *cluster.State) *api.Error {
 		spec.User = "anonymous"
 	}
 	if spec.Team == "" {
-		spec.Team = "default"
+		spec.Team = st.TeamOf(spec.User)
+	}
+	if _, ok := st.Team(spec.Team); !ok && spec.Team != "default" {
+		var names []string
+		for _, t := range st.Teams() {
+			names = append(names, t.Name)
+		}
+		return invalid("team", "unknown team %q; teams are: default %s", spec.Team, strings.Join(names, " "))
 	}
 	if spec.Queue == "" {
 		spec.Queue = DefaultQueue
@@ -69,6 +77,15 @@ func validateSpec(spec *api.JobSpec, st *cluster.State) *api.Error {
 			names = append(names, q.Name)
 		}
 		return invalid("queue", "unknown queue %q; queues are: %s", spec.Queue, strings.Join(names, ", "))
+	}
+	if (len(q.Users) > 0 || len(q.Teams) > 0) && !slices.Contains(q.Users, spec.User) && !slices.Contains(q.Teams, spec.Team) {
+		return invalid("queue", "user %s of team %s may not submit to queue %s", spec.User, spec.Team, q.Name)
+	}
+	if spec.Nice < -10000 || spec.Nice > 10000 {
+		return invalid("nice", "must be between -10000 and 10000, got %d", spec.Nice)
+	}
+	if err := validateDeps(spec, st); err != nil {
+		return err
 	}
 	if len(spec.Env) > maxEnv {
 		return invalid("env", "has %d variables; at most %d are allowed", len(spec.Env), maxEnv)
@@ -151,8 +168,8 @@ func validateTime(spec *api.JobSpec, q api.Queue) *api.Error {
 		return invalid("time_limit_s", "must be between 0 (the queue's default) and %d seconds (365 days), got %d", int64(maxTimeLimit), spec.TimeLimit)
 	case q.MaxTimeLimit > 0 && spec.TimeLimit > q.MaxTimeLimit:
 		return invalid("time_limit_s", "%s is above queue %s's maximum of %s", fmtSeconds(spec.TimeLimit), q.Name, fmtSeconds(q.MaxTimeLimit))
-	case spec.Grace < 0 || spec.Grace > maxGrace:
-		return invalid("grace_s", "must be between 0 and %d seconds, got %d", int64(maxGrace), spec.Grace)
+	case spec.Grace < 0 || spec.Grace > max(q.Grace, q.MaxGrace):
+		return invalid("grace_s", "queue %s allows a grace of 0 to %d seconds, got %d", q.Name, max(q.Grace, q.MaxGrace), spec.Grace)
 	}
 	if spec.TimeLimit == 0 {
 		spec.TimeLimit = q.DefaultTimeLimit
@@ -267,4 +284,75 @@ func fmtSeconds(s int64) string {
 		return fmt.Sprintf("%dm", s/60)
 	}
 	return fmt.Sprintf("%ds", s)
+}
+
+// validateDeps refuses dependencies on jobs that do not exist. A job can only depend on jobs
+// submitted before it, so a cycle of dependencies cannot be formed.
+func validateDeps(spec *api.JobSpec, st *cluster.State) *api.Error {
+	if len(spec.After)+len(spec.AfterOK) > 1000 {
+		return invalid("after", "a job may depend on at most 1000 jobs")
+	}
+	for field, ids := range map[string][]int64{"after": spec.After, "after_ok": spec.AfterOK} {
+		for _, id := range ids {
+			if _, ok := st.Job(id); !ok {
+				return invalid(field, "no job %d to depend on", id)
+			}
+		}
+	}
+	return nil
+}
+
+// Array limits: enough for a large sweep, small enough that one submit stays one quick commit.
+const (
+	maxArrayIndex = 1_000_000
+	maxArrayJobs  = 10_000
+)
+
+// parseArray reads an array spec: comma-separated items, each an index N, a range A-B or a
+// stepped range A-B:S, then optionally %L, the most jobs of the array active at once.
+// "0-99%8" is a hundred jobs, eight at a time.
+func parseArray(spec string) ([]int, int, *api.Error) {
+	bad := func(format string, args ...any) ([]int, int, *api.Error) {
+		return nil, 0, invalid("array", "%q: "+format+" (forms: 0-99, 0-99%8, 1,3,5, 0-10:2)", append([]any{spec}, args...)...)
+	}
+	body, limitStr, hasLimit := strings.Cut(spec, "%")
+	limit := 0
+	if hasLimit {
+		n, err := strconv.Atoi(limitStr)
+		if err != nil || n < 1 {
+			return bad("the limit after %% must be a positive number")
+		}
+		limit = n
+	}
+	seen := map[int]bool{}
+	var out []int
+	for _, item := range strings.Split(body, ",") {
+		rng, stepStr, hasStep := strings.Cut(item, ":")
+		lo, hi, isRange := strings.Cut(rng, "-")
+		a, err := strconv.Atoi(lo)
+		if err != nil || a < 0 || a > maxArrayIndex {
+			return bad("%q is not an index from 0 to %d", lo, maxArrayIndex)
+		}
+		b, step := a, 1
+		if isRange {
+			if b, err = strconv.Atoi(hi); err != nil || b < a || b > maxArrayIndex {
+				return bad("%q is not a range low-high with high at most %d", rng, maxArrayIndex)
+			}
+		}
+		if hasStep {
+			if step, err = strconv.Atoi(stepStr); err != nil || step < 1 || !isRange {
+				return bad("the step after : must be a positive number after a range")
+			}
+		}
+		for i := a; i <= b; i += step {
+			if !seen[i] {
+				seen[i] = true
+				out = append(out, i)
+			}
+			if len(out) > maxArrayJobs {
+				return bad("more than %d jobs", maxArrayJobs)
+			}
+		}
+	}
+	return out, limit, nil
 }

@@ -52,12 +52,15 @@ func utcPtr(t *time.Time) *time.Time {
 	return &u
 }
 
-// encodeJob returns the JSON stored for j, with its times in UTC like every stored time.
+// encodeJob returns the JSON stored for j, with its times in UTC like every stored time,
+// and without Priority, which the scheduler computes afresh for the API.
 func encodeJob(j api.Job) ([]byte, error) {
 	j.SubmitTime = j.SubmitTime.UTC()
 	j.StartTime = utcPtr(j.StartTime)
 	j.EndTime = utcPtr(j.EndTime)
 	j.EstimatedStart = utcPtr(j.EstimatedStart)
+	j.LastCheckpoint = utcPtr(j.LastCheckpoint)
+	j.Priority = nil
 	data, err := json.Marshal(j)
 	if err != nil {
 		return nil, fmt.Errorf("encode job %d: %w", j.ID, err)
@@ -71,6 +74,21 @@ func decodeJob(data []byte) (api.Job, error) {
 		return api.Job{}, fmt.Errorf("decode stored job: %w", err)
 	}
 	return j, nil
+}
+
+// encodeTeam returns the JSON stored for t: without the usage the API fills in from the
+// live state.
+func encodeTeam(t api.Team) (string, error) {
+	t.UsageGPUHours = 0
+	t.GPUsInUse = nil
+	return encodeJSON(t)
+}
+
+// encodeReservation returns the JSON stored for r, with its times in UTC.
+func encodeReservation(r api.Reservation) (string, error) {
+	r.Start = r.Start.UTC()
+	r.End = r.End.UTC()
+	return encodeJSON(r)
 }
 
 // encodeJSON returns v as a JSON string, the form TEXT columns bind from.

@@ -3,9 +3,11 @@ package store
 import (
 	"bufio"
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"log/slog"
+	neturl "net/url"
 	"os"
 	"os/exec"
 	"reflect"
@@ -28,11 +30,13 @@ func runConformance(t *testing.T, newURL func(t *testing.T) string) {
 		{"RoundTrip", testRoundTrip},
 		{"TimesComeBackInUTC", testTimesInUTC},
 		{"UpsertReplaces", testUpsertReplaces},
+		{"Deletes", testDeletes},
 		{"EventIDsAndFilters", testEvents},
 		{"FailedCommitLeavesNothing", testFailedCommit},
 		{"CancelledContextCommitsNothing", testCancelledCommit},
 		{"ReopenKeepsEverything", testReopen},
 		{"MigrationsIdempotent", testMigrationsIdempotent},
+		{"MigrateFromVersion1", testMigrateFromVersion1},
 		{"NewerSchemaRefused", testNewerSchemaRefused},
 		{"ConcurrentCommits", testConcurrentCommits},
 		{"BigBatch", testBigBatch},
@@ -71,11 +75,13 @@ func commit(t *testing.T, s Store, b *Batch) {
 
 // contents is everything a store holds, as its Load methods and Events return it.
 type contents struct {
-	Jobs     []api.Job
-	Attempts []api.Attempt
-	Nodes    []api.Node
-	Queues   []api.Queue
-	Events   []api.Event
+	Jobs         []api.Job
+	Attempts     []api.Attempt
+	Nodes        []api.Node
+	Queues       []api.Queue
+	Teams        []api.Team
+	Reservations []api.Reservation
+	Events       []api.Event
 }
 
 func load(t *testing.T, s Store) contents {
@@ -94,6 +100,12 @@ func load(t *testing.T, s Store) contents {
 	}
 	if c.Queues, err = s.LoadQueues(ctx); err != nil {
 		t.Fatalf("LoadQueues: %v", err)
+	}
+	if c.Teams, err = s.LoadTeams(ctx); err != nil {
+		t.Fatalf("LoadTeams: %v", err)
+	}
+	if c.Reservations, err = s.LoadReservations(ctx); err != nil {
+		t.Fatalf("LoadReservations: %v", err)
 	}
 	if c.Events, err = s.Events(ctx, EventFilter{}); err != nil {
 		t.Fatalf("Events: %v", err)
@@ -130,7 +142,8 @@ var t0 = time.Date(2025, 3, 14, 9, 26, 53, 589793238, time.UTC)
 
 func ptr[T any](v T) *T { return &v }
 
-// fullJob sets every field, pointers included; checkAllSet proves it.
+// fullJob sets every field, pointers and the API-only Priority included; checkAllSet
+// proves it. storedJob is what the store gives back.
 func fullJob(id int64) api.Job {
 	return api.Job{
 		ID: id,
@@ -140,21 +153,37 @@ func fullJob(id int64) api.Job {
 			WorkDir: "/home/ada/resnet",
 			Env:     map[string]string{"WANDB_MODE": "offline", "SEED": "7"},
 			GPUs:    16, GPUsPerNode: 8, Nodes: 2, GPUModel: "H100", CPUs: 64, MemoryMB: 512000,
-			TimeLimit: 86400, Signal: "SIGUSR1", Grace: 120, Retries: ptr(3),
+			TimeLimit: 86400, Signal: "SIGUSR1", Grace: 120,
+			After: []int64{3, 4}, AfterOK: []int64{5}, Array: "0-99%8", Hold: true, Nice: -5,
+			Retries: ptr(3),
 		},
-		State:           api.StateRunning,
-		Reason:          api.ReasonPreempted,
-		Message:         "preempted by job 9 (urgent) after 2h10m; checkpoint at step 1200",
-		SubmitTime:      t0,
-		StartTime:       ptr(t0.Add(90 * time.Second)),
-		EndTime:         ptr(t0.Add(3 * time.Hour)),
-		EstimatedStart:  ptr(t0.Add(time.Minute)),
-		Attempts:        2,
-		Nodes:           []string{"gpu-01", "gpu-02"},
-		GPUIDs:          []string{"GPU-0a1b", "GPU-2c3d"},
-		ExitCode:        ptr(137),
-		CancelRequested: true,
+		State:            api.StateRunning,
+		Reason:           api.ReasonPreempted,
+		Message:          "preempted by job 9 (urgent) after 2h10m; checkpoint at step 1200",
+		SubmitTime:       t0,
+		StartTime:        ptr(t0.Add(90 * time.Second)),
+		EndTime:          ptr(t0.Add(3 * time.Hour)),
+		EstimatedStart:   ptr(t0.Add(time.Minute)),
+		Attempts:         2,
+		Nodes:            []string{"gpu-01", "gpu-02"},
+		GPUIDs:           []string{"GPU-0a1b", "GPU-2c3d"},
+		ExitCode:         ptr(137),
+		CancelRequested:  true,
+		PreemptRequested: true,
+		UserHold:         true,
+		ArrayID:          id - 1,
+		ArrayIndex:       ptr(1),
+		ArrayLimit:       8,
+		Borrowing:        true,
+		LastCheckpoint:   ptr(t0.Add(2 * time.Hour)),
+		Priority:         &api.Priority{Tier: 2, Score: 1234.5, FairShare: 0.25, Age: 0.5, Size: 0.125, Nice: -5},
 	}
+}
+
+// storedJob returns j as the store gives it back: without the API-only Priority.
+func storedJob(j api.Job) api.Job {
+	j.Priority = nil
+	return j
 }
 
 // bareJob leaves every pointer, slice and map nil.
@@ -207,15 +236,46 @@ func fullNode(name string) api.Node {
 	}
 }
 
-// stored returns n as the store gives it back: without the fields the API fills in from
-// the live state, which are not stored.
-func stored(n api.Node) api.Node {
+// storedNode returns n as the store gives it back: without the fields the API fills in
+// from the live state, which are not stored.
+func storedNode(n api.Node) api.Node {
 	n.GPUsUsed, n.CPUsUsed, n.Jobs = 0, 0, nil
 	return n
 }
 
 func fullQueue(name string) api.Queue {
-	return api.Queue{Name: name, Tier: 2, Preemptible: true, DefaultTimeLimit: 3600, MaxTimeLimit: 7 * 86400, Grace: 60}
+	return api.Queue{
+		Name: name, Tier: 2, Preemptible: true, DefaultTimeLimit: 3600, MaxTimeLimit: 7 * 86400,
+		Grace: 60, MaxGrace: 600, NeverPreempt: true, Pools: []string{"train", "spot"},
+		Users: []string{"ada", "bob"}, Teams: []string{"vision"}, UserGPULimit: 32,
+	}
+}
+
+// fullTeam sets every field, the API-only usage included; storedTeam is what the store
+// gives back.
+func fullTeam(name string) api.Team {
+	return api.Team{
+		Name: name,
+		// Weight has a fraction so that a store rounding floats fails the round trip.
+		Quotas:        map[string]api.Quota{"H100": {Guaranteed: 16, Limit: 64}, "*": {Guaranteed: 2, Limit: 8}},
+		Weight:        1.7,
+		Members:       []string{"ada", "bob"},
+		UsageGPUHours: 812.25,
+		GPUsInUse:     map[string]int{"H100": 24},
+	}
+}
+
+// storedTeam returns tm without the fields the API fills in from the live state.
+func storedTeam(tm api.Team) api.Team {
+	tm.UsageGPUHours, tm.GPUsInUse = 0, nil
+	return tm
+}
+
+func fullReservation(id int64) api.Reservation {
+	return api.Reservation{
+		ID: id, Name: "neurips-push", Team: "vision", GPUs: 16, Nodes: []string{"gpu-01", "gpu-02"},
+		Start: t0.Add(24 * time.Hour), End: t0.Add(72 * time.Hour),
+	}
 }
 
 func fullEvent(jobID int64) api.Event {
@@ -273,7 +333,7 @@ func zeroFields(v reflect.Value, path string) []string {
 func testEmptyLoad(t *testing.T, url string) {
 	s := openStore(t, url)
 	c := load(t, s)
-	if len(c.Jobs)+len(c.Attempts)+len(c.Nodes)+len(c.Queues)+len(c.Events) != 0 {
+	if len(c.Jobs)+len(c.Attempts)+len(c.Nodes)+len(c.Queues)+len(c.Teams)+len(c.Reservations)+len(c.Events) != 0 {
 		t.Errorf("new store is not empty: %+v", c)
 	}
 	if err := s.Commit(context.Background(), &Batch{}); err != nil {
@@ -286,6 +346,8 @@ func testRoundTrip(t *testing.T, url string) {
 	checkAllSet(t, "Attempt", fullAttempt(7, 2))
 	checkAllSet(t, "Node", fullNode("gpu-01"))
 	checkAllSet(t, "Queue", fullQueue("train"))
+	checkAllSet(t, "Team", fullTeam("vision"))
+	checkAllSet(t, "Reservation", fullReservation(4))
 	checkAllSet(t, "Event", fullEvent(7))
 
 	s := openStore(t, url)
@@ -294,13 +356,17 @@ func testRoundTrip(t *testing.T, url string) {
 	succeeded := fullAttempt(3, 1)
 	succeeded.ExitCode = ptr(0) // exit code 0 must not come back as nil
 	bareEvent := api.Event{Time: t0, Actor: "root", Kind: api.EventAdmin}
+	bareTeam := api.Team{Name: "nlp"}
+	bareReservation := api.Reservation{ID: 11, Team: "nlp"}
 	// Rows are given out of order to check that loads sort them.
 	b := &Batch{
-		Jobs:     []api.Job{fullJob(7), bareJob(3), retriesZero},
-		Attempts: []api.Attempt{fullAttempt(7, 2), bareAttempt(7, 1), succeeded},
-		Nodes:    []api.Node{fullNode("gpu-02"), fullNode("gpu-01")},
-		Queues:   []api.Queue{fullQueue("train"), fullQueue("batch")},
-		Events:   []api.Event{fullEvent(7), bareEvent},
+		Jobs:         []api.Job{fullJob(7), bareJob(3), retriesZero},
+		Attempts:     []api.Attempt{fullAttempt(7, 2), bareAttempt(7, 1), succeeded},
+		Nodes:        []api.Node{fullNode("gpu-02"), fullNode("gpu-01")},
+		Queues:       []api.Queue{fullQueue("train"), fullQueue("batch")},
+		Teams:        []api.Team{fullTeam("vision"), bareTeam},
+		Reservations: []api.Reservation{bareReservation, fullReservation(4)},
+		Events:       []api.Event{fullEvent(7), bareEvent},
 	}
 	commit(t, s, b)
 
@@ -312,10 +378,12 @@ func testRoundTrip(t *testing.T, url string) {
 		wantEvents[i].ID = b.Events[i].ID
 	}
 	got := load(t, s)
-	equal(t, "jobs", got.Jobs, []api.Job{bareJob(3), retriesZero, fullJob(7)})
+	equal(t, "jobs", got.Jobs, []api.Job{bareJob(3), retriesZero, storedJob(fullJob(7))})
 	equal(t, "attempts", got.Attempts, []api.Attempt{succeeded, bareAttempt(7, 1), fullAttempt(7, 2)})
-	equal(t, "nodes", got.Nodes, []api.Node{stored(fullNode("gpu-01")), stored(fullNode("gpu-02"))})
+	equal(t, "nodes", got.Nodes, []api.Node{storedNode(fullNode("gpu-01")), storedNode(fullNode("gpu-02"))})
 	equal(t, "queues", got.Queues, []api.Queue{fullQueue("batch"), fullQueue("train")})
+	equal(t, "teams", got.Teams, []api.Team{bareTeam, storedTeam(fullTeam("vision"))})
+	equal(t, "reservations", got.Reservations, []api.Reservation{fullReservation(4), bareReservation})
 	equal(t, "events", got.Events, wantEvents)
 }
 
@@ -326,22 +394,26 @@ func testTimesInUTC(t *testing.T, url string) {
 	j := bareJob(1)
 	j.SubmitTime = local
 	j.StartTime = ptr(local)
+	j.LastCheckpoint = ptr(local)
 	a := bareAttempt(1, 1)
 	a.AssignTime = local
 	a.EndTime = ptr(local)
 	n := fullNode("gpu-01")
 	n.LastHeartbeat = local
 	e := api.Event{Time: local, Actor: "a", Kind: api.EventSubmit, JobID: 1}
+	r := api.Reservation{ID: 1, Team: "vision", Start: local, End: local}
 	zeroTime := api.Event{Actor: "a", Kind: api.EventAdmin}
 	commit(t, s, &Batch{Jobs: []api.Job{j}, Attempts: []api.Attempt{a}, Nodes: []api.Node{n},
-		Events: []api.Event{e, zeroTime}})
-	if j.SubmitTime.Location() != tokyo || *j.StartTime != local {
+		Reservations: []api.Reservation{r}, Events: []api.Event{e, zeroTime}})
+	if j.SubmitTime.Location() != tokyo || *j.StartTime != local || *j.LastCheckpoint != local {
 		t.Errorf("Commit changed the caller's job times")
 	}
 
 	got := load(t, s)
 	for name, tm := range map[string]time.Time{
 		"job submit": got.Jobs[0].SubmitTime, "job start": *got.Jobs[0].StartTime,
+		"job checkpoint":    *got.Jobs[0].LastCheckpoint,
+		"reservation start": got.Reservations[0].Start, "reservation end": got.Reservations[0].End,
 		"attempt assign": got.Attempts[0].AssignTime, "attempt end": *got.Attempts[0].EndTime,
 		"node heartbeat": got.Nodes[0].LastHeartbeat, "event": got.Events[0].Time,
 	} {
@@ -357,10 +429,12 @@ func testTimesInUTC(t *testing.T, url string) {
 func testUpsertReplaces(t *testing.T, url string) {
 	s := openStore(t, url)
 	commit(t, s, &Batch{
-		Jobs:     []api.Job{fullJob(1), bareJob(2)},
-		Attempts: []api.Attempt{fullAttempt(1, 1)},
-		Nodes:    []api.Node{fullNode("gpu-01")},
-		Queues:   []api.Queue{fullQueue("train")},
+		Jobs:         []api.Job{fullJob(1), bareJob(2)},
+		Attempts:     []api.Attempt{fullAttempt(1, 1)},
+		Nodes:        []api.Node{fullNode("gpu-01")},
+		Queues:       []api.Queue{fullQueue("train")},
+		Teams:        []api.Team{fullTeam("vision")},
+		Reservations: []api.Reservation{fullReservation(1)},
 	})
 
 	// The replacements clear every pointer the originals set: an upsert replaces the row,
@@ -375,33 +449,94 @@ func testUpsertReplaces(t *testing.T, url string) {
 	node.Inventory.GPUs = nil
 	node.LastHeartbeat = t0.Add(time.Hour)
 	queue := api.Queue{Name: "train", Tier: 5}
+	team := api.Team{Name: "vision", Weight: 2}
+	reservation := api.Reservation{ID: 1, Team: "speech", Start: t0.Add(time.Hour), End: t0.Add(2 * time.Hour)}
 	// A batch may carry the same key twice; the last one wins, as if applied in order.
 	first := fullJob(2)
 	first.State = api.StateAssigned
 	second := fullJob(2)
 	second.State = api.StateRunning
 	commit(t, s, &Batch{
-		Jobs:     []api.Job{job, first, second},
-		Attempts: []api.Attempt{fullAttempt(1, 1), attempt},
-		Nodes:    []api.Node{node},
-		Queues:   []api.Queue{fullQueue("train"), queue},
+		Jobs:         []api.Job{job, first, second},
+		Attempts:     []api.Attempt{fullAttempt(1, 1), attempt},
+		Nodes:        []api.Node{node},
+		Queues:       []api.Queue{fullQueue("train"), queue},
+		Teams:        []api.Team{fullTeam("vision"), team},
+		Reservations: []api.Reservation{fullReservation(1), reservation},
 	})
 
 	got := load(t, s)
-	equal(t, "jobs", got.Jobs, []api.Job{job, second})
+	equal(t, "jobs", got.Jobs, []api.Job{job, storedJob(second)})
 	equal(t, "attempts", got.Attempts, []api.Attempt{attempt})
-	equal(t, "nodes", got.Nodes, []api.Node{stored(node)})
+	equal(t, "nodes", got.Nodes, []api.Node{storedNode(node)})
 	equal(t, "queues", got.Queues, []api.Queue{queue})
+	equal(t, "teams", got.Teams, []api.Team{team})
+	equal(t, "reservations", got.Reservations, []api.Reservation{reservation})
 
 	// The indexed columns must follow the JSON they copy, or queries on them would lie.
-	var state, queueName, team, user, name, submit string
+	var state, queueName, teamName, user, name, submit string
 	row := s.(*sqlStore).read.QueryRowContext(context.Background(),
 		"SELECT state, queue, team, user_name, name, submit_time FROM jobs WHERE id = 1")
-	if err := row.Scan(&state, &queueName, &team, &user, &name, &submit); err != nil {
+	if err := row.Scan(&state, &queueName, &teamName, &user, &name, &submit); err != nil {
 		t.Fatalf("read job columns: %v", err)
 	}
-	equal(t, "job columns", []string{state, queueName, team, user, name, submit},
+	equal(t, "job columns", []string{state, queueName, teamName, user, name, submit},
 		[]string{"SUCCEEDED", "urgent", "speech", "cy", "asr", formatTime(job.SubmitTime)})
+	var resTeam, start, end string
+	row = s.(*sqlStore).read.QueryRowContext(context.Background(),
+		"SELECT team, start_time, end_time FROM reservations WHERE id = 1")
+	if err := row.Scan(&resTeam, &start, &end); err != nil {
+		t.Fatalf("read reservation columns: %v", err)
+	}
+	equal(t, "reservation columns", []string{resTeam, start, end},
+		[]string{"speech", formatTime(reservation.Start), formatTime(reservation.End)})
+}
+
+func testDeletes(t *testing.T, url string) {
+	s := openStore(t, url)
+	commit(t, s, &Batch{
+		Queues:       []api.Queue{fullQueue("batch"), fullQueue("train")},
+		Teams:        []api.Team{fullTeam("nlp"), fullTeam("vision")},
+		Reservations: []api.Reservation{fullReservation(1), fullReservation(2)},
+	})
+
+	// One batch deletes a row of each kind, keys that exist nowhere, and keys it also
+	// upserts (one stored before, one new), alongside other changes.
+	commit(t, s, &Batch{
+		Jobs:               []api.Job{bareJob(1)},
+		Queues:             []api.Queue{fullQueue("train"), fullQueue("new")},
+		Teams:              []api.Team{fullTeam("vision"), fullTeam("new")},
+		Reservations:       []api.Reservation{fullReservation(2), fullReservation(3)},
+		DeleteQueues:       []string{"batch", "train", "new", "missing"},
+		DeleteTeams:        []string{"nlp", "vision", "new", "missing"},
+		DeleteReservations: []int64{1, 2, 3, 404},
+		Events:             []api.Event{fullEvent(1)},
+	})
+	got := load(t, s)
+	if len(got.Queues)+len(got.Teams)+len(got.Reservations) != 0 {
+		t.Errorf("after deleting every key: queues %+v, teams %+v, reservations %+v",
+			got.Queues, got.Teams, got.Reservations)
+	}
+	if len(got.Jobs) != 1 || len(got.Events) != 1 {
+		t.Errorf("the batch's other changes: %d jobs and %d events, want 1 and 1", len(got.Jobs), len(got.Events))
+	}
+
+	// A batch that only deletes is not empty, and leaves the other keys alone.
+	commit(t, s, &Batch{
+		Queues:       []api.Queue{fullQueue("batch"), fullQueue("train")},
+		Teams:        []api.Team{fullTeam("nlp"), fullTeam("vision")},
+		Reservations: []api.Reservation{fullReservation(1), fullReservation(2)},
+	})
+	for _, b := range []*Batch{{DeleteQueues: []string{"batch"}}, {DeleteTeams: []string{"nlp"}}, {DeleteReservations: []int64{1}}} {
+		if b.Empty() {
+			t.Errorf("Batch %+v reports itself empty", b)
+		}
+		commit(t, s, b)
+	}
+	got = load(t, s)
+	equal(t, "queues", got.Queues, []api.Queue{fullQueue("train")})
+	equal(t, "teams", got.Teams, []api.Team{storedTeam(fullTeam("vision"))})
+	equal(t, "reservations", got.Reservations, []api.Reservation{fullReservation(2)})
 }
 
 func testEvents(t *testing.T, url string) {
@@ -452,17 +587,29 @@ func testEvents(t *testing.T, url string) {
 
 func testFailedCommit(t *testing.T, url string) {
 	s := openStore(t, url)
-	commit(t, s, &Batch{Jobs: []api.Job{bareJob(1)}, Events: []api.Event{fullEvent(1)}})
+	commit(t, s, &Batch{
+		Jobs:         []api.Job{bareJob(1)},
+		Queues:       []api.Queue{fullQueue("batch")},
+		Teams:        []api.Team{fullTeam("nlp")},
+		Reservations: []api.Reservation{fullReservation(1)},
+		Events:       []api.Event{fullEvent(1)},
+	})
 	before := load(t, s)
 
 	// The attempt names a job that exists nowhere, which the foreign key rejects; it comes
-	// after a valid job, node and event so that they would be written first.
+	// after a valid job, node, queue, team, reservation, deletes and event so that they
+	// would be written first.
 	bad := &Batch{
-		Jobs:     []api.Job{bareJob(2)},
-		Attempts: []api.Attempt{bareAttempt(404, 1)},
-		Nodes:    []api.Node{fullNode("gpu-01")},
-		Queues:   []api.Queue{fullQueue("train")},
-		Events:   []api.Event{fullEvent(2)},
+		Jobs:               []api.Job{bareJob(2)},
+		Attempts:           []api.Attempt{bareAttempt(404, 1)},
+		Nodes:              []api.Node{fullNode("gpu-01")},
+		Queues:             []api.Queue{fullQueue("train")},
+		Teams:              []api.Team{fullTeam("vision")},
+		Reservations:       []api.Reservation{fullReservation(2)},
+		DeleteQueues:       []string{"batch"},
+		DeleteTeams:        []string{"nlp"},
+		DeleteReservations: []int64{1},
+		Events:             []api.Event{fullEvent(2)},
 	}
 	if err := s.Commit(context.Background(), bad); err == nil {
 		t.Fatalf("Commit of an attempt for a missing job: want an error")
@@ -496,11 +643,13 @@ func testCancelledCommit(t *testing.T, url string) {
 func testReopen(t *testing.T, url string) {
 	s := openStore(t, url)
 	b := &Batch{
-		Jobs:     []api.Job{fullJob(1), bareJob(2)},
-		Attempts: []api.Attempt{fullAttempt(1, 1)},
-		Nodes:    []api.Node{fullNode("gpu-01")},
-		Queues:   []api.Queue{fullQueue("train")},
-		Events:   []api.Event{fullEvent(1), fullEvent(2)},
+		Jobs:         []api.Job{fullJob(1), bareJob(2)},
+		Attempts:     []api.Attempt{fullAttempt(1, 1)},
+		Nodes:        []api.Node{fullNode("gpu-01")},
+		Queues:       []api.Queue{fullQueue("train")},
+		Teams:        []api.Team{fullTeam("vision")},
+		Reservations: []api.Reservation{fullReservation(1)},
+		Events:       []api.Event{fullEvent(1), fullEvent(2)},
 	}
 	commit(t, s, b)
 	before := load(t, s)
@@ -543,6 +692,75 @@ func testMigrationsIdempotent(t *testing.T, url string) {
 	if rows != len(ms) || newest != len(ms) {
 		t.Errorf("schema_migrations holds %d rows up to version %d, want %d up to %d", rows, newest, len(ms), len(ms))
 	}
+}
+
+// testMigrateFromVersion1 builds a database as the first release left it, with only
+// migration 1 applied and rows written, and checks that Open brings it up to date with
+// the rows intact.
+func testMigrateFromVersion1(t *testing.T, url string) {
+	ctx := context.Background()
+	ms, err := migrations()
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, d := openRaw(t, url)
+	if err := applyMigrations(ctx, db, d, testLogger(t), ms[:1]); err != nil {
+		t.Fatalf("apply migration 1: %v", err)
+	}
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	job, queue := bareJob(1), api.Queue{Name: "train", Tier: 1, Grace: 30}
+	if err := insert(ctx, tx, jobsTable, []api.Job{job}, appendJob); err != nil {
+		t.Fatal(err)
+	}
+	if err := insert(ctx, tx, queuesTable, []api.Queue{queue}, appendQueue); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	s := openStore(t, url)
+	got := load(t, s)
+	equal(t, "jobs from version 1", got.Jobs, []api.Job{job})
+	equal(t, "queues from version 1", got.Queues, []api.Queue{queue})
+	var newest int
+	if err := s.(*sqlStore).read.QueryRowContext(ctx, "SELECT MAX(version) FROM schema_migrations").Scan(&newest); err != nil {
+		t.Fatalf("read schema version: %v", err)
+	}
+	if newest != len(ms) {
+		t.Errorf("schema version %d after Open, want %d", newest, len(ms))
+	}
+	commit(t, s, &Batch{Teams: []api.Team{fullTeam("vision")}, Reservations: []api.Reservation{fullReservation(1)}})
+	got = load(t, s)
+	equal(t, "teams", got.Teams, []api.Team{storedTeam(fullTeam("vision"))})
+	equal(t, "reservations", got.Reservations, []api.Reservation{fullReservation(1)})
+}
+
+// openRaw opens url without migrating it, as Open would for the backend.
+func openRaw(t *testing.T, url string) (*sql.DB, dialect) {
+	t.Helper()
+	var (
+		db  *sql.DB
+		d   dialect
+		err error
+	)
+	if path, ok := strings.CutPrefix(url, "sqlite://"); ok {
+		db, err = openSQLitePool(path, neturl.Values{"_txlock": {"immediate"}})
+		d = sqliteDialect
+	} else {
+		db, err = sql.Open("pgx", url)
+		d = postgresDialect
+	}
+	if err != nil {
+		t.Fatalf("open %s: %v", redact(url), err)
+	}
+	return db, d
 }
 
 func testNewerSchemaRefused(t *testing.T, url string) {
@@ -666,7 +884,7 @@ func testBigBatch(t *testing.T, url string) {
 		t.Fatalf("stored %d jobs, %d attempts, %d events, %d nodes; want %d, %d, %d, %d",
 			len(c.Jobs), len(c.Attempts), len(c.Events), len(c.Nodes), n, n, n, n/10)
 	}
-	equal(t, "job 1777", c.Jobs[1776], fullJob(1777))
+	equal(t, "job 1777", c.Jobs[1776], storedJob(fullJob(1777)))
 	equal(t, "last event", c.Events[n-1], b.Events[n-1])
 }
 
@@ -724,7 +942,7 @@ func testSurvivesKill(t *testing.T, url string) {
 	if len(c.Jobs) != 1 || len(c.Events) != 1 {
 		t.Fatalf("after kill -9: %d jobs and %d events, want 1 and 1", len(c.Jobs), len(c.Events))
 	}
-	equal(t, "job", c.Jobs[0], fullJob(killChildJob))
+	equal(t, "job", c.Jobs[0], storedJob(fullJob(killChildJob)))
 	want.ID = c.Events[0].ID
 	equal(t, "event", c.Events[0], want)
 }

@@ -1,4 +1,5 @@
-// Package store persists rota's state: jobs, attempts, nodes, queues and the event log.
+// Package store persists rota's state: jobs, attempts, nodes, queues, teams, reservations
+// and the event log.
 //
 // It owns the SQL schema, its embedded migrations and the two backends that run them:
 // SQLite (the embedded default, one file in WAL mode) and PostgreSQL (production and HA).

@@ -17,6 +17,12 @@ const postgresWriteLock = 0x726f7461
 // PostgreSQL's default max_connections of 100.
 const postgresMaxConns = 16
 
+// postgresDialect serializes writers with an advisory lock (see openPostgres).
+var postgresDialect = dialect{
+	name:       "postgres",
+	lockWrites: fmt.Sprintf("SELECT pg_advisory_xact_lock(%d)", postgresWriteLock),
+}
+
 // openPostgres opens a pool to the database at url. PostgreSQL's default synchronous_commit
 // makes a commit durable once it returns.
 //
@@ -36,14 +42,10 @@ func openPostgres(ctx context.Context, url string, logger *slog.Logger) (Store, 
 		db.Close()
 		return nil, fmt.Errorf("store: open postgres %s: %w", redact(url), err)
 	}
-	d := dialect{
-		name:       "postgres",
-		lockWrites: fmt.Sprintf("SELECT pg_advisory_xact_lock(%d)", postgresWriteLock),
-	}
-	if err := migrate(ctx, db, d, logger); err != nil {
+	if err := migrate(ctx, db, postgresDialect, logger); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("store: migrate postgres %s: %w", redact(url), err)
 	}
 	logger.Info("store opened", "backend", "postgres")
-	return newSQLStore(d, db, db), nil
+	return newSQLStore(postgresDialect, db, db), nil
 }

@@ -109,6 +109,16 @@ var (
 		cols: []string{"name", "data"},
 		key:  []string{"name"},
 	}
+	teamsTable = table{
+		name: "teams",
+		cols: []string{"name", "data"},
+		key:  []string{"name"},
+	}
+	reservationsTable = table{
+		name: "reservations",
+		cols: []string{"id", "team", "start_time", "end_time", "data"},
+		key:  []string{"id"},
+	}
 	eventsTable = table{
 		name: "events",
 		cols: []string{"id", "time", "actor", "kind", "job_id", "attempt", "node",
@@ -116,7 +126,7 @@ var (
 	}
 )
 
-// rowsPerStatement caps a multi-row insert. A handful of rows goes in one statement (one
+// rowsPerStatement caps the rows one statement inserts or deletes. A handful of rows goes in one statement (one
 // round trip to PostgreSQL); thousands go in a few dozen statements, each under both
 // backends' limits on bound parameters (32766 in SQLite, 999 in builds before 3.32;
 // 65535 in PostgreSQL) for tables of up to 12 columns.
@@ -217,6 +227,29 @@ func lastByKey[T any, K comparable](rows []T, key func(*T) K) []T {
 	return out
 }
 
+// deleteKeys deletes the rows of t whose single-column key is in keys, in statements of at
+// most rowsPerStatement keys. A key with no row is not an error.
+func deleteKeys[K any](ctx context.Context, tx *sql.Tx, t table, keys []K) error {
+	for start := 0; start < len(keys); start += rowsPerStatement {
+		chunk := keys[start:min(len(keys), start+rowsPerStatement)]
+		var q strings.Builder
+		fmt.Fprintf(&q, "DELETE FROM %s WHERE %s IN (", t.name, t.key[0])
+		args := make([]any, len(chunk))
+		for i, k := range chunk {
+			if i > 0 {
+				q.WriteString(", ")
+			}
+			fmt.Fprintf(&q, "$%d", i+1)
+			args[i] = k
+		}
+		q.WriteByte(')')
+		if _, err := tx.ExecContext(ctx, q.String(), args...); err != nil {
+			return fmt.Errorf("delete from %s: %w", t.name, err)
+		}
+	}
+	return nil
+}
+
 type attemptKey struct {
 	job int64
 	n   int
@@ -264,6 +297,29 @@ func (s *sqlStore) commit(ctx context.Context, b *Batch) (lastID int64, err erro
 			return 0, fmt.Errorf("lock: %w", err)
 		}
 	}
+	// Each table's deletes follow its upserts, so that a key the batch both upserts and
+	// deletes ends deleted.
+	queues := lastByKey(b.Queues, func(q *api.Queue) string { return q.Name })
+	if err := insert(ctx, tx, queuesTable, queues, appendQueue); err != nil {
+		return 0, err
+	}
+	if err := deleteKeys(ctx, tx, queuesTable, b.DeleteQueues); err != nil {
+		return 0, err
+	}
+	teams := lastByKey(b.Teams, func(t *api.Team) string { return t.Name })
+	if err := insert(ctx, tx, teamsTable, teams, appendTeam); err != nil {
+		return 0, err
+	}
+	if err := deleteKeys(ctx, tx, teamsTable, b.DeleteTeams); err != nil {
+		return 0, err
+	}
+	reservations := lastByKey(b.Reservations, func(r *api.Reservation) int64 { return r.ID })
+	if err := insert(ctx, tx, reservationsTable, reservations, appendReservation); err != nil {
+		return 0, err
+	}
+	if err := deleteKeys(ctx, tx, reservationsTable, b.DeleteReservations); err != nil {
+		return 0, err
+	}
 	// Jobs go before attempts: attempts reference jobs, and PostgreSQL checks foreign keys
 	// at the end of each statement.
 	jobs := lastByKey(b.Jobs, func(j *api.Job) int64 { return j.ID })
@@ -276,10 +332,6 @@ func (s *sqlStore) commit(ctx context.Context, b *Batch) (lastID int64, err erro
 	}
 	nodes := lastByKey(b.Nodes, func(n *api.Node) string { return n.Name })
 	if err := insert(ctx, tx, nodesTable, nodes, appendNode); err != nil {
-		return 0, err
-	}
-	queues := lastByKey(b.Queues, func(q *api.Queue) string { return q.Name })
-	if err := insert(ctx, tx, queuesTable, queues, appendQueue); err != nil {
 		return 0, err
 	}
 	if len(b.Events) > 0 {
@@ -343,6 +395,22 @@ func appendQueue(args []any, q *api.Queue) ([]any, error) {
 	return append(args, q.Name, data), nil
 }
 
+func appendTeam(args []any, t *api.Team) ([]any, error) {
+	data, err := encodeTeam(*t)
+	if err != nil {
+		return args, err
+	}
+	return append(args, t.Name, data), nil
+}
+
+func appendReservation(args []any, r *api.Reservation) ([]any, error) {
+	data, err := encodeReservation(*r)
+	if err != nil {
+		return args, err
+	}
+	return append(args, r.ID, r.Team, formatTime(r.Start), formatTime(r.End), data), nil
+}
+
 // LoadJobs returns every job, ordered by ID.
 func (s *sqlStore) LoadJobs(ctx context.Context) ([]api.Job, error) {
 	jobs, err := query(ctx, s.read, "SELECT data FROM jobs ORDER BY id", nil,
@@ -388,7 +456,8 @@ func (s *sqlStore) LoadNodes(ctx context.Context) ([]api.Node, error) {
 		if n.LastHeartbeat, err = parseTime(heart); err != nil {
 			return n, err
 		}
-		return n, decodeJSON(inv, &n.Inventory)
+		err = decodeJSON(inv, &n.Inventory)
+		return n, err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("store: load nodes: %w", err)
@@ -398,21 +467,29 @@ func (s *sqlStore) LoadNodes(ctx context.Context) ([]api.Node, error) {
 
 // LoadQueues returns the queues saved by Commit, ordered by name.
 func (s *sqlStore) LoadQueues(ctx context.Context) ([]api.Queue, error) {
-	queues, err := query(ctx, s.read, "SELECT data FROM queues ORDER BY name", nil,
-		func(rows *sql.Rows) (api.Queue, error) {
-			var (
-				q    api.Queue
-				data []byte
-			)
-			if err := rows.Scan(&data); err != nil {
-				return q, err
-			}
-			return q, decodeJSON(data, &q)
-		})
+	queues, err := query(ctx, s.read, "SELECT data FROM queues ORDER BY name", nil, scanJSON[api.Queue])
 	if err != nil {
 		return nil, fmt.Errorf("store: load queues: %w", err)
 	}
 	return queues, nil
+}
+
+// LoadTeams returns the teams saved by Commit, ordered by name.
+func (s *sqlStore) LoadTeams(ctx context.Context) ([]api.Team, error) {
+	teams, err := query(ctx, s.read, "SELECT data FROM teams ORDER BY name", nil, scanJSON[api.Team])
+	if err != nil {
+		return nil, fmt.Errorf("store: load teams: %w", err)
+	}
+	return teams, nil
+}
+
+// LoadReservations returns the reservations saved by Commit, ordered by ID.
+func (s *sqlStore) LoadReservations(ctx context.Context) ([]api.Reservation, error) {
+	rs, err := query(ctx, s.read, "SELECT data FROM reservations ORDER BY id", nil, scanJSON[api.Reservation])
+	if err != nil {
+		return nil, fmt.Errorf("store: load reservations: %w", err)
+	}
+	return rs, nil
 }
 
 // Events returns events matching f, ordered by ID.
@@ -438,6 +515,21 @@ func (s *sqlStore) Events(ctx context.Context, f EventFilter) ([]api.Event, erro
 		return nil, fmt.Errorf("store: events: %w", err)
 	}
 	return events, nil
+}
+
+// scanJSON decodes a row whose only column is a T as JSON.
+func scanJSON[T any](rows *sql.Rows) (T, error) {
+	var (
+		v    T
+		data []byte
+	)
+	if err := rows.Scan(&data); err != nil {
+		return v, err
+	}
+	// Not "return v, decodeJSON(…, &v)": Go leaves unspecified whether v is read before
+	// or after the call fills it.
+	err := decodeJSON(data, &v)
+	return v, err
 }
 
 func scanAttempt(rows *sql.Rows) (api.Attempt, error) {
@@ -466,7 +558,8 @@ func scanAttempt(rows *sql.Rows) (api.Attempt, error) {
 		c := int(exitCode.Int64)
 		a.ExitCode = &c
 	}
-	return a, decodeJSON(placements, &a.Placements)
+	err = decodeJSON(placements, &a.Placements)
+	return a, err
 }
 
 func scanEvent(rows *sql.Rows) (api.Event, error) {

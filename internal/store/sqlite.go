@@ -17,6 +17,9 @@ import (
 // (a reader during a checkpoint, or another process) before failing with SQLITE_BUSY.
 const sqliteBusyTimeoutMS = "10000"
 
+// sqliteDialect needs no lockWrites: every write transaction begins IMMEDIATE (see openSQLite).
+var sqliteDialect = dialect{name: "sqlite"}
+
 // openSQLite opens the database file at path, creating it and its directory if needed.
 //
 // Durability: journal_mode=WAL with synchronous=FULL. In WAL mode, FULL syncs the WAL to
@@ -50,13 +53,12 @@ func openSQLite(ctx context.Context, path string, logger *slog.Logger) (Store, e
 	write.SetMaxOpenConns(1)
 	write.SetMaxIdleConns(1)
 
-	d := dialect{name: "sqlite"}
 	// Pinging creates the file and switches it to WAL before any reader opens it.
 	if err := write.PingContext(ctx); err != nil {
 		write.Close()
 		return nil, fmt.Errorf("store: open sqlite %s: %w", path, err)
 	}
-	if err := migrate(ctx, write, d, logger); err != nil {
+	if err := migrate(ctx, write, sqliteDialect, logger); err != nil {
 		write.Close()
 		return nil, fmt.Errorf("store: migrate sqlite %s: %w", path, err)
 	}
@@ -73,7 +75,7 @@ func openSQLite(ctx context.Context, path string, logger *slog.Logger) (Store, e
 	read.SetMaxOpenConns(n)
 	read.SetMaxIdleConns(n)
 	logger.Info("store opened", "backend", "sqlite", "path", path)
-	return newSQLStore(d, write, read), nil
+	return newSQLStore(sqliteDialect, write, read), nil
 }
 
 // openSQLitePool opens a pool whose every connection is set up with params. The path is

@@ -1,0 +1,301 @@
+package server
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/rotahq/rota/internal/api"
+	"github.com/rotahq/rota/internal/store"
+)
+
+// Administrative routes: queues, teams, node drain, reservations and whole configurations.
+// Each change is one commit with an audit event.
+
+func (s *Server) adminCommit(w http.ResponseWriter, r *http.Request, b *store.Batch, status int, answer any) {
+	if err := s.commit(r.Context(), b); err != nil {
+		writeError(w, http.StatusInternalServerError, &api.Error{Code: api.CodeInternal, Message: "the change could not be stored: " + err.Error()})
+		return
+	}
+	s.wake()
+	if answer == nil {
+		w.WriteHeader(status)
+		return
+	}
+	writeJSON(w, status, answer)
+}
+
+func adminEvent(now time.Time, format string, args ...any) api.Event {
+	return api.Event{Time: now, Actor: "admin", Kind: api.EventAdmin, Message: fmt.Sprintf(format, args...)}
+}
+
+func (s *Server) handlePutQueue(w http.ResponseWriter, r *http.Request) {
+	var q api.Queue
+	if status, e := decodeJSON(w, r, &q); e != nil {
+		writeError(w, status, e)
+		return
+	}
+	if q.Name == "" {
+		q.Name = r.PathValue("name")
+	}
+	if q.Name != r.PathValue("name") {
+		writeError(w, http.StatusBadRequest, invalid("name", "body names queue %q but the URL names %q", q.Name, r.PathValue("name")))
+		return
+	}
+	if e := validateQueue(&q); e != nil {
+		writeError(w, http.StatusBadRequest, e)
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b := &store.Batch{Queues: []api.Queue{q}, Events: []api.Event{adminEvent(s.cfg.Clock.Now(), "set queue %s", q.Name)}}
+	s.adminCommit(w, r, b, http.StatusOK, q)
+}
+
+// inUse counts the jobs that have not ended and match.
+func (s *Server) inUse(match func(*api.Job) bool) int {
+	return len(s.state.Jobs(func(j *api.Job) bool { return !j.State.Terminal() && match(j) }))
+}
+
+func (s *Server) handleDeleteQueue(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.state.Queue(name); !ok {
+		writeError(w, http.StatusNotFound, &api.Error{Code: api.CodeNotFound, Field: "name", Message: "no queue " + name})
+		return
+	}
+	if n := s.inUse(func(j *api.Job) bool { return j.Spec.Queue == name }); n > 0 {
+		writeError(w, http.StatusConflict, &api.Error{Code: api.CodeConflict, Field: "name", Message: fmt.Sprintf("queue %s still has %d jobs that have not ended", name, n)})
+		return
+	}
+	b := &store.Batch{DeleteQueues: []string{name}, Events: []api.Event{adminEvent(s.cfg.Clock.Now(), "deleted queue %s", name)}}
+	s.adminCommit(w, r, b, http.StatusNoContent, nil)
+}
+
+func (s *Server) handleTeams(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	teams := s.state.Teams()
+	usage := s.state.TeamUsage(s.cfg.Clock.Now())
+	inUse := map[string]map[string]int{}
+	for _, id := range s.state.ActiveIDs() {
+		j, _ := s.state.Job(id)
+		if inUse[j.Spec.Team] == nil {
+			inUse[j.Spec.Team] = map[string]int{}
+		}
+		model := j.Spec.GPUModel
+		if model == "" {
+			model = "*"
+		}
+		inUse[j.Spec.Team][model] += len(j.GPUIDs)
+	}
+	s.mu.Unlock()
+	for i := range teams {
+		teams[i].UsageGPUHours = usage[teams[i].Name] / 3600
+		teams[i].GPUsInUse = inUse[teams[i].Name]
+	}
+	writeJSON(w, http.StatusOK, api.TeamList{Teams: teams})
+}
+
+func (s *Server) handlePutTeam(w http.ResponseWriter, r *http.Request) {
+	var t api.Team
+	if status, e := decodeJSON(w, r, &t); e != nil {
+		writeError(w, status, e)
+		return
+	}
+	if t.Name == "" {
+		t.Name = r.PathValue("name")
+	}
+	if t.Name != r.PathValue("name") {
+		writeError(w, http.StatusBadRequest, invalid("name", "body names team %q but the URL names %q", t.Name, r.PathValue("name")))
+		return
+	}
+	if e := validateTeam(&t); e != nil {
+		writeError(w, http.StatusBadRequest, e)
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b := &store.Batch{Teams: []api.Team{t}, Events: []api.Event{adminEvent(s.cfg.Clock.Now(), "set team %s", t.Name)}}
+	s.adminCommit(w, r, b, http.StatusOK, t)
+}
+
+func (s *Server) handleDeleteTeam(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.state.Team(name); !ok {
+		writeError(w, http.StatusNotFound, &api.Error{Code: api.CodeNotFound, Field: "name", Message: "no team " + name})
+		return
+	}
+	if n := s.inUse(func(j *api.Job) bool { return j.Spec.Team == name }); n > 0 {
+		writeError(w, http.StatusConflict, &api.Error{Code: api.CodeConflict, Field: "name", Message: fmt.Sprintf("team %s still has %d jobs that have not ended", name, n)})
+		return
+	}
+	b := &store.Batch{DeleteTeams: []string{name}, Events: []api.Event{adminEvent(s.cfg.Clock.Now(), "deleted team %s", name)}}
+	s.adminCommit(w, r, b, http.StatusNoContent, nil)
+}
+
+// handleDrain stops new work on a node; its running jobs finish, then it is DRAINED.
+func (s *Server) handleDrain(w http.ResponseWriter, r *http.Request) {
+	s.setNodeState(w, r, api.NodeDraining, "drain")
+}
+
+func (s *Server) handleResume(w http.ResponseWriter, r *http.Request) {
+	s.setNodeState(w, r, api.NodeReady, "resume")
+}
+
+func (s *Server) setNodeState(w http.ResponseWriter, r *http.Request, to api.NodeState, verb string) {
+	name := r.PathValue("name")
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n, ok := s.state.Node(name)
+	if !ok {
+		writeError(w, http.StatusNotFound, &api.Error{Code: api.CodeNotFound, Field: "name", Message: "no node " + name})
+		return
+	}
+	if to == api.NodeReady && n.State != api.NodeDraining && n.State != api.NodeDrained {
+		writeError(w, http.StatusConflict, &api.Error{Code: api.CodeConflict, Field: "name", Message: fmt.Sprintf("node %s is %s, not draining or drained", name, n.State)})
+		return
+	}
+	if to == api.NodeDraining && (n.State == api.NodeDraining || n.State == api.NodeDrained) {
+		writeJSON(w, http.StatusOK, n)
+		return
+	}
+	from := n.State
+	n.State = to
+	b := &store.Batch{Nodes: []api.Node{n}, Events: []api.Event{{Time: s.cfg.Clock.Now(), Actor: "admin", Kind: api.EventNode, Node: name,
+		Message: fmt.Sprintf("%s node %s: %s -> %s", verb, name, from, to)}}}
+	s.adminCommit(w, r, b, http.StatusOK, n)
+}
+
+func (s *Server) handleReservations(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	list := s.state.Reservations()
+	s.mu.Unlock()
+	writeJSON(w, http.StatusOK, api.ReservationList{Reservations: list})
+}
+
+// handleReserve holds whole nodes with at least the requested GPUs for a team in a window.
+// Nodes already reserved in an overlapping window are not used twice.
+func (s *Server) handleReserve(w http.ResponseWriter, r *http.Request) {
+	var req api.Reservation
+	if status, e := decodeJSON(w, r, &req); e != nil {
+		writeError(w, status, e)
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.cfg.Clock.Now()
+	switch {
+	case req.Team == "":
+		writeError(w, http.StatusBadRequest, invalid("team", "is required"))
+		return
+	case req.Team != "default" && !s.hasTeam(req.Team):
+		writeError(w, http.StatusBadRequest, invalid("team", "unknown team %q", req.Team))
+		return
+	case req.GPUs < 1 || req.GPUs > maxGPUs:
+		writeError(w, http.StatusBadRequest, invalid("gpus", "must be between 1 and %d", maxGPUs))
+		return
+	case req.Start.IsZero() || req.End.IsZero():
+		writeError(w, http.StatusBadRequest, invalid("start", "start and end are both required"))
+		return
+	case !req.End.After(req.Start):
+		writeError(w, http.StatusBadRequest, invalid("end", "must be after start"))
+		return
+	case !req.End.After(now):
+		writeError(w, http.StatusBadRequest, invalid("end", "is in the past"))
+		return
+	case req.End.Sub(req.Start) > 366*24*time.Hour:
+		writeError(w, http.StatusBadRequest, invalid("end", "a reservation may last at most a year"))
+		return
+	case req.Name != "" && !nameRE.MatchString(req.Name):
+		writeError(w, http.StatusBadRequest, invalid("name", "use letters, digits and ._@+-"))
+		return
+	}
+	taken := map[string]bool{}
+	for _, o := range s.state.Reservations() {
+		if o.Start.Before(req.End) && req.Start.Before(o.End) {
+			for _, n := range o.Nodes {
+				taken[n] = true
+			}
+		}
+	}
+	var nodes []api.Node
+	for _, n := range s.state.Nodes() {
+		if !taken[n.Name] && len(n.GPUs) > 0 && n.State != api.NodeLost {
+			nodes = append(nodes, n)
+		}
+	}
+	// Largest nodes first, so the reservation holds as few nodes as it can.
+	sort.SliceStable(nodes, func(a, b int) bool { return len(nodes[a].GPUs) > len(nodes[b].GPUs) })
+	got := 0
+	req.Nodes = nil
+	for _, n := range nodes {
+		if got >= req.GPUs {
+			break
+		}
+		req.Nodes = append(req.Nodes, n.Name)
+		got += len(n.GPUs)
+	}
+	if got < req.GPUs {
+		writeError(w, http.StatusConflict, &api.Error{Code: api.CodeConflict, Field: "gpus",
+			Message: fmt.Sprintf("only %d GPUs on nodes free of other reservations in that window; %d asked", got, req.GPUs)})
+		return
+	}
+	req.ID = s.state.NextReservationID()
+	if req.Name == "" {
+		req.Name = "resv-" + strconv.FormatInt(req.ID, 10)
+	}
+	b := &store.Batch{Reservations: []api.Reservation{req}, Events: []api.Event{adminEvent(now, "reserved %v (%d GPUs) for team %s from %s to %s",
+		req.Nodes, got, req.Team, req.Start.Format(time.RFC3339), req.End.Format(time.RFC3339))}}
+	s.adminCommit(w, r, b, http.StatusCreated, req)
+}
+
+func (s *Server) hasTeam(name string) bool {
+	_, ok := s.state.Team(name)
+	return ok
+}
+
+func (s *Server) handleUnreserve(w http.ResponseWriter, r *http.Request) {
+	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, invalid("id", "is not a reservation ID"))
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	found := false
+	for _, o := range s.state.Reservations() {
+		found = found || o.ID == id
+	}
+	if !found {
+		writeError(w, http.StatusNotFound, &api.Error{Code: api.CodeNotFound, Field: "id", Message: fmt.Sprintf("no reservation %d", id)})
+		return
+	}
+	b := &store.Batch{DeleteReservations: []int64{id}, Events: []api.Event{adminEvent(s.cfg.Clock.Now(), "deleted reservation %d", id)}}
+	s.adminCommit(w, r, b, http.StatusNoContent, nil)
+}
+
+func (s *Server) handlePutConfig(w http.ResponseWriter, r *http.Request) {
+	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+	if err != nil {
+		writeError(w, http.StatusRequestEntityTooLarge, &api.Error{Code: api.CodeTooLarge, Message: fmt.Sprintf("configurations are limited to %d bytes", maxBody)})
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cfg, e := s.applyConfig(r.Context(), data, "admin")
+	if e != nil {
+		status := http.StatusBadRequest
+		if e.Code == api.CodeInternal {
+			status = http.StatusInternalServerError
+		}
+		writeError(w, status, e)
+		return
+	}
+	writeJSON(w, http.StatusOK, cfg)
+}

@@ -1,0 +1,155 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/rotahq/rota/internal/api"
+	"github.com/rotahq/rota/internal/store"
+)
+
+const maxTier = 1000
+
+// validateQueue checks one queue definition. Every rule names the field and the bound.
+func validateQueue(q *api.Queue) *api.Error {
+	switch {
+	case q.Name == "" || len(q.Name) > maxNameLen || !nameRE.MatchString(q.Name):
+		return invalid("name", "queue name %q: use letters, digits and ._@+-", q.Name)
+	case q.Tier < 0 || q.Tier > maxTier:
+		return invalid("tier", "queue %s: tier must be between 0 and %d, got %d", q.Name, maxTier, q.Tier)
+	case q.DefaultTimeLimit < 0 || q.DefaultTimeLimit > maxTimeLimit:
+		return invalid("default_time_limit_s", "queue %s: must be between 0 and %d seconds", q.Name, int64(maxTimeLimit))
+	case q.MaxTimeLimit < 0 || q.MaxTimeLimit > maxTimeLimit:
+		return invalid("max_time_limit_s", "queue %s: must be between 0 (no limit) and %d seconds", q.Name, int64(maxTimeLimit))
+	case q.MaxTimeLimit > 0 && q.DefaultTimeLimit > q.MaxTimeLimit:
+		return invalid("default_time_limit_s", "queue %s: the default %s is above the maximum %s", q.Name, fmtSeconds(q.DefaultTimeLimit), fmtSeconds(q.MaxTimeLimit))
+	case q.MaxTimeLimit > 0 && q.DefaultTimeLimit == 0:
+		return invalid("default_time_limit_s", "queue %s: a queue with a maximum time limit needs a default one", q.Name)
+	case q.Grace < 0 || q.Grace > maxGrace:
+		return invalid("grace_s", "queue %s: must be between 0 and %d seconds", q.Name, int64(maxGrace))
+	case q.MaxGrace < 0 || q.MaxGrace > maxGrace:
+		return invalid("max_grace_s", "queue %s: must be between 0 and %d seconds", q.Name, int64(maxGrace))
+	case q.MaxGrace > 0 && q.MaxGrace < q.Grace:
+		return invalid("max_grace_s", "queue %s: the maximum grace %ds is below the default %ds", q.Name, q.MaxGrace, q.Grace)
+	case q.UserGPULimit < 0 || q.UserGPULimit > maxGPUs:
+		return invalid("user_gpu_limit", "queue %s: must be between 0 (no limit) and %d", q.Name, maxGPUs)
+	case q.NeverPreempt && q.Preemptible:
+		return invalid("never_preempt", "queue %s: cannot be both preemptible and never preempted", q.Name)
+	}
+	for field, names := range map[string][]string{"pools": q.Pools, "users": q.Users, "teams": q.Teams} {
+		for _, n := range names {
+			if !nameRE.MatchString(n) {
+				return invalid(field, "queue %s: %q is not a valid name", q.Name, n)
+			}
+		}
+	}
+	return nil
+}
+
+// validateTeam checks one team definition and fills in defaults.
+func validateTeam(t *api.Team) *api.Error {
+	switch {
+	case t.Name == "" || len(t.Name) > maxNameLen || !nameRE.MatchString(t.Name):
+		return invalid("name", "team name %q: use letters, digits and ._@+-", t.Name)
+	case t.Weight < 0 || t.Weight > 1e6:
+		return invalid("weight", "team %s: weight must be between 0 and 1000000, got %g", t.Name, t.Weight)
+	}
+	if t.Weight == 0 {
+		t.Weight = 1
+	}
+	for model, q := range t.Quotas {
+		switch {
+		case model == "":
+			return invalid("quotas", "team %s: a quota needs a GPU model, or * for any", t.Name)
+		case q.Guaranteed < 0 || q.Guaranteed > maxGPUs || q.Limit < 0 || q.Limit > maxGPUs:
+			return invalid("quotas", "team %s, model %s: guaranteed and limit must be between 0 and %d GPUs", t.Name, model, maxGPUs)
+		case q.Limit == 0:
+			q.Limit = q.Guaranteed
+		case q.Limit < q.Guaranteed:
+			return invalid("quotas", "team %s, model %s: limit %d is below guaranteed %d", t.Name, model, q.Limit, q.Guaranteed)
+		}
+		t.Quotas[model] = q
+	}
+	for _, m := range t.Members {
+		if !nameRE.MatchString(m) {
+			return invalid("members", "team %s: %q is not a valid user name", t.Name, m)
+		}
+	}
+	t.UsageGPUHours, t.GPUsInUse = 0, nil
+	return nil
+}
+
+// applyConfig validates a YAML (or JSON) configuration whole and commits it in one batch, or
+// changes nothing and names the line at fault. Callers hold s.mu.
+func (s *Server) applyConfig(ctx context.Context, data []byte, actor string) (api.Config, *api.Error) {
+	var cfg api.Config
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	// An empty document configures nothing; that is not an error.
+	if err := dec.Decode(&cfg); err != nil && !errors.Is(err, io.EOF) {
+		return cfg, invalid("config", "%s", strings.TrimPrefix(err.Error(), "yaml: "))
+	}
+	var doc yaml.Node
+	yaml.Unmarshal(data, &doc)
+	lines := itemLines(&doc)
+	seen := map[string]bool{}
+	b := &store.Batch{}
+	now := s.cfg.Clock.Now()
+	for i := range cfg.Queues {
+		q := &cfg.Queues[i]
+		if e := validateQueue(q); e != nil {
+			return cfg, atLine(e, lines["queues"], i)
+		}
+		if seen["q/"+q.Name] {
+			return cfg, atLine(invalid("name", "queue %s is defined twice", q.Name), lines["queues"], i)
+		}
+		seen["q/"+q.Name] = true
+		b.Queues = append(b.Queues, *q)
+		b.Events = append(b.Events, api.Event{Time: now, Actor: actor, Kind: api.EventAdmin, Message: "set queue " + q.Name})
+	}
+	for i := range cfg.Teams {
+		t := &cfg.Teams[i]
+		if e := validateTeam(t); e != nil {
+			return cfg, atLine(e, lines["teams"], i)
+		}
+		if seen["t/"+t.Name] {
+			return cfg, atLine(invalid("name", "team %s is defined twice", t.Name), lines["teams"], i)
+		}
+		seen["t/"+t.Name] = true
+		b.Teams = append(b.Teams, *t)
+		b.Events = append(b.Events, api.Event{Time: now, Actor: actor, Kind: api.EventAdmin, Message: "set team " + t.Name})
+	}
+	if err := s.commit(ctx, b); err != nil {
+		return cfg, &api.Error{Code: api.CodeInternal, Message: "the configuration could not be stored: " + err.Error()}
+	}
+	s.wake()
+	return cfg, nil
+}
+
+// itemLines maps the top-level keys "queues" and "teams" to the line of each of their items.
+func itemLines(doc *yaml.Node) map[string][]int {
+	out := map[string][]int{}
+	if len(doc.Content) == 0 || doc.Content[0].Kind != yaml.MappingNode {
+		return out
+	}
+	m := doc.Content[0]
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		for _, item := range m.Content[i+1].Content {
+			out[m.Content[i].Value] = append(out[m.Content[i].Value], item.Line)
+		}
+	}
+	return out
+}
+
+func atLine(e *api.Error, lines []int, i int) *api.Error {
+	if i < len(lines) {
+		e.Message = fmt.Sprintf("line %d: %s", lines[i], e.Message)
+	}
+	return e
+}

@@ -1,0 +1,91 @@
+package server
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/rotahq/rota/internal/api"
+)
+
+// handleWhy answers "why is my job where it is" in plain sentences with the numbers.
+func (s *Server) handleWhy(w http.ResponseWriter, r *http.Request) {
+	id, ok := s.jobID(w, r)
+	if !ok {
+		return
+	}
+	s.mu.Lock()
+	job, found := s.state.Job(id)
+	var ahead int
+	if found && job.State == api.StatePending {
+		ahead = s.aheadOf(job)
+	}
+	s.mu.Unlock()
+	if !found {
+		notFound(w, id)
+		return
+	}
+	writeJSON(w, http.StatusOK, explain(job, ahead, s.cfg.Clock.Now()))
+}
+
+// aheadOf counts the pending jobs that the scheduler considers before this one.
+func (s *Server) aheadOf(job api.Job) int {
+	if job.Priority == nil {
+		return 0
+	}
+	n := 0
+	for _, id := range s.state.PendingIDs() {
+		o, _ := s.state.Job(id)
+		if o.ID == job.ID || o.Priority == nil {
+			continue
+		}
+		p, q := o.Priority, job.Priority
+		if p.Tier > q.Tier || p.Tier == q.Tier && (p.Score > q.Score || p.Score == q.Score && o.SubmitTime.Before(job.SubmitTime)) {
+			n++
+		}
+	}
+	return n
+}
+
+func explain(job api.Job, ahead int, now time.Time) api.Why {
+	why := api.Why{JobID: job.ID, State: job.State, EstimatedStart: job.EstimatedStart}
+	add := func(format string, args ...any) { why.Reasons = append(why.Reasons, fmt.Sprintf(format, args...)) }
+	switch {
+	case job.State == api.StatePending:
+		if job.Message != "" {
+			add("%s.", strings.TrimSuffix(job.Message, "."))
+		} else {
+			add("The job waits for the next scheduling cycle.")
+		}
+		if ahead > 0 && job.Reason != "Priority" {
+			add("%d jobs of higher priority are ahead of it.", ahead)
+		}
+		if p := job.Priority; p != nil {
+			add("Its priority: queue %s tier %d, score %.2f = fair share %.2f + age %.2f + size %.2f - nice %.2f.",
+				job.Spec.Queue, p.Tier, p.Score, p.FairShare, p.Age, p.Size, p.Nice)
+		}
+		if job.EstimatedStart != nil {
+			add("Estimated start: %s (in %s), from the time limits of the jobs now running.",
+				job.EstimatedStart.Format(time.RFC3339), job.EstimatedStart.Sub(now).Round(time.Minute))
+		} else if job.Message != "" {
+			add("No start can be estimated yet.")
+		}
+	case job.State == api.StateHeld:
+		add("The job is held: %s.", strings.TrimSuffix(job.Message, "."))
+	case job.State.Active():
+		add("The job is %s on %s with GPUs %s.", strings.ToLower(string(job.State)), strings.Join(job.Nodes, ", "), strings.Join(job.GPUIDs, ", "))
+		if job.Borrowing {
+			add("It borrows GPUs beyond team %s's guaranteed quota, so in-quota work may reclaim them.", job.Spec.Team)
+		}
+		if job.CancelRequested {
+			add("A cancel was requested; the agent is stopping it.")
+		}
+		if job.PreemptRequested {
+			add("It is being preempted and will be requeued as attempt %d.", job.Attempts+1)
+		}
+	default:
+		add("The job ended %s: %s.", job.State, strings.TrimSuffix(job.Message, "."))
+	}
+	return why
+}
