@@ -34,7 +34,7 @@ func defaultDataDir() string {
 
 // serverFlags are shared by `rota server` and `rota up`.
 type serverFlags struct {
-	dataDir, listen, storeURL, config string
+	dataDir, listen, storeURL, config   string
 	heartbeat, notReady, lost, halfLife time.Duration
 }
 

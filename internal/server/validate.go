@@ -3,8 +3,8 @@ package server
 import (
 	"fmt"
 	"regexp"
-	"strconv"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/rotahq/rota/internal/api"
