@@ -16,6 +16,7 @@ import (
 
 	"github.com/rotahq/rota/internal/agent"
 	"github.com/rotahq/rota/internal/cli"
+	"github.com/rotahq/rota/internal/sched"
 	"github.com/rotahq/rota/internal/server"
 	"github.com/rotahq/rota/internal/store"
 )
@@ -34,8 +35,8 @@ func defaultDataDir() string {
 
 // serverFlags are shared by `rota server` and `rota up`.
 type serverFlags struct {
-	dataDir, listen, storeURL, config   string
-	heartbeat, notReady, lost, halfLife time.Duration
+	dataDir, listen, storeURL, config, policy       string
+	heartbeat, notReady, lost, halfLife, minRuntime time.Duration
 }
 
 func (f *serverFlags) register(fs *flag.FlagSet) {
@@ -44,6 +45,8 @@ func (f *serverFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.storeURL, "store", "", "store URL: sqlite://PATH or postgres://… (default: sqlite in the data dir)")
 	fs.StringVar(&f.config, "config", "", "YAML file of queues and teams applied at start (see deploy/rota.yaml)")
 	fs.DurationVar(&f.halfLife, "fairshare-half-life", 7*24*time.Hour, "how fast past usage stops counting against a team's fair share")
+	fs.StringVar(&f.policy, "policy", "default", "scheduling policy: "+strings.Join(sched.PolicyNames(), ", ")+" (combine with +)")
+	fs.DurationVar(&f.minRuntime, "min-runtime", sched.DefaultMinRuntime, "how long a job runs before it may be preempted (0: no protection)")
 	fs.DurationVar(&f.heartbeat, "heartbeat-interval", 2*time.Second, "how often agents report")
 	fs.DurationVar(&f.notReady, "node-not-ready-after", 15*time.Second, "silence after which a node takes no new work")
 	fs.DurationVar(&f.lost, "node-lost-after", 5*time.Minute, "silence after which a node's jobs are requeued")
@@ -211,7 +214,15 @@ func serve(ctx context.Context, sf serverFlags, log *slog.Logger, started chan<-
 		return fmt.Errorf("open store %s: %w", redact(url), err)
 	}
 	defer st.Close()
-	srv, err := server.New(ctx, server.Config{DataDir: sf.dataDir, HeartbeatInterval: sf.heartbeat, NotReadyAfter: sf.notReady, LostAfter: sf.lost, HalfLife: sf.halfLife, ConfigFile: sf.config}, st, log)
+	policy, err := sched.OptionsFor(sf.policy)
+	if err != nil {
+		return fmt.Errorf("--policy: %w", err)
+	}
+	policy.MinRuntime = sf.minRuntime
+	if sf.minRuntime <= 0 {
+		policy.MinRuntime = -1
+	}
+	srv, err := server.New(ctx, server.Config{Policy: policy, DataDir: sf.dataDir, HeartbeatInterval: sf.heartbeat, NotReadyAfter: sf.notReady, LostAfter: sf.lost, HalfLife: sf.halfLife, ConfigFile: sf.config}, st, log)
 	if err != nil {
 		return err
 	}

@@ -111,7 +111,7 @@ type cluster struct {
 
 func (c *cluster) startServer() {
 	c.server = start(c.t, "server", "server", "--data-dir", c.dataDir, "--listen", c.addr,
-		"--heartbeat-interval", "200ms")
+		"--heartbeat-interval", "200ms", "--min-runtime", "0s")
 	waitFor(c.t, 20*time.Second, "server healthy", func() bool {
 		resp, err := http.Get("http://" + c.addr + "/healthz")
 		if err != nil {
@@ -427,6 +427,57 @@ func TestEndToEnd(t *testing.T) {
 			}
 		}
 	})
+}
+
+// checkpointing is a job that saves its attempt number when told to stop, and on a later
+// attempt reports what it resumed from.
+const checkpointing = `trap 'echo "stopping attempt $ROTA_ATTEMPT"; echo $ROTA_ATTEMPT > "$ROTA_CHECKPOINT_DIR/ckpt"; exit 0' TERM
+if [ -f "$ROTA_CHECKPOINT_DIR/ckpt" ]; then echo "resumed from attempt $(cat "$ROTA_CHECKPOINT_DIR/ckpt") as attempt $ROTA_ATTEMPT"; exit 0; fi
+echo started; while true; do sleep 0.1; done`
+
+func TestEndToEndPreemption(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end test builds and runs the binary; skipped in -short mode")
+	}
+	c := newCluster(t, map[string]string{"node-a": "4", "node-b": "4"})
+	var sweeps []int64
+	for range 2 {
+		sweeps = append(sweeps, c.submit(api.JobSpec{Queue: "batch", GPUs: 4, Grace: 10, Command: shell(checkpointing)}).ID)
+	}
+	for _, id := range sweeps {
+		c.waitState(id, 20*time.Second, api.StateRunning)
+	}
+	urgent := c.submit(api.JobSpec{Queue: "urgent", GPUs: 4, Command: shell(`echo urgent on $CUDA_VISIBLE_DEVICES; sleep 1`)})
+	c.waitState(urgent.ID, 30*time.Second, api.StateSucceeded)
+
+	// Exactly one sweep was preempted: it saw SIGTERM, saved its checkpoint, was requeued
+	// as attempt 2 on the node it had, and resumed from the checkpoint.
+	var victim, other api.JobDetail
+	waitFor(t, 30*time.Second, "the preempted sweep to finish its second attempt", func() bool {
+		a, b := c.job(sweeps[0]), c.job(sweeps[1])
+		if b.Attempts > a.Attempts {
+			a, b = b, a
+		}
+		victim, other = a, b
+		return victim.State == api.StateSucceeded
+	})
+	if victim.Attempts != 2 || other.Attempts != 1 || other.State != api.StateRunning {
+		t.Fatalf("after preemption: victim %s attempt %d, other %s attempt %d; want SUCCEEDED at 2 and RUNNING at 1",
+			victim.State, victim.Attempts, other.State, other.Attempts)
+	}
+	if victim.AttemptList[0].Reason != api.ReasonPreempted {
+		t.Errorf("first attempt ended with reason %q; want preempted", victim.AttemptList[0].Reason)
+	}
+	if log := c.logs(victim.ID); !strings.Contains(log, "resumed from attempt 1 as attempt 2") {
+		t.Errorf("second attempt log %q: it did not find its checkpoint", log)
+	}
+	var buf bytes.Buffer
+	c.client.Logs(context.Background(), victim.ID, cli.LogOptions{Attempt: 1}, &buf)
+	if !strings.Contains(buf.String(), "stopping attempt 1") {
+		t.Errorf("first attempt log %q: it was not signalled before it was stopped", buf.String())
+	}
+	c.client.Cancel(context.Background(), other.ID)
+	c.waitState(other.ID, 20*time.Second, api.StateCancelled)
 }
 
 func countJobs(t *testing.T, c *cli.Client) int {

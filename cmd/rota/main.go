@@ -8,29 +8,41 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/rotahq/rota/internal/cli"
+	"github.com/rotahq/rota/internal/sim"
 )
 
-const usage = `rota: a GPU cluster scheduler
+const usageHead = `rota: a GPU cluster scheduler
 
 Start:
   rota up       [--data-dir DIR] [--listen ADDR] [--fake-gpus N[xMODEL]]   server and agent on this machine
-  rota server   --data-dir DIR --listen ADDR [--store URL]                  the control plane
+  rota server   --data-dir DIR --listen ADDR [--store URL] [--config FILE]  the control plane
   rota agent    --server URL --name NODE [--labels k=v,…] [--fake-gpus N[xMODEL]]
 
 Use:
-  rota submit   [--gpus N] [--gpu-model M] [--cpus N] [--mem SIZE] [--time DURATION] [--queue Q] -- CMD ARGS…
-  rota queue    list pending and running jobs
-  rota show     JOB
-  rota cancel   JOB…
-  rota logs     [-f] JOB
-  rota nodes    list nodes and their GPUs
+`
+
+const usageTail = `
+Replay and account:
+  rota sim      --trace FILE --format philly|alibaba-gpu2023|rota [--cluster FILE] [--policy P,…]
+  rota history  export [--since 720h] [--out FILE]   ended jobs as a rota trace for rota sim
 
 Every client verb takes --server URL (default $ROTA_SERVER, else http://127.0.0.1:7070) and -o json.
 Run 'rota VERB -h' for a verb's flags.
 `
+
+func usage() string {
+	var b strings.Builder
+	b.WriteString(usageHead)
+	for _, v := range cli.Verbs() {
+		fmt.Fprintf(&b, "  rota %-9s %s\n", v.Name, v.Summary)
+	}
+	b.WriteString(usageTail)
+	return b.String()
+}
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -40,23 +52,30 @@ func main() {
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
-		fmt.Fprint(stderr, usage)
+		fmt.Fprint(stderr, usage())
 		return 2
 	}
 	verb, rest := args[0], args[1:]
+	for _, v := range cli.Verbs() {
+		if v.Name == verb {
+			return cli.Main(ctx, verb, rest, stdout, stderr)
+		}
+	}
 	switch verb {
+	case "sim":
+		return sim.Main(ctx, rest, stdout, stderr)
+	case "history":
+		return runHistory(ctx, rest, stdout, stderr)
 	case "up":
 		return runUp(ctx, rest, stderr)
 	case "server":
 		return runServer(ctx, rest, stderr)
 	case "agent":
 		return runAgent(ctx, rest, stderr)
-	case "submit", "queue", "show", "cancel", "logs", "nodes":
-		return cli.Main(ctx, verb, rest, stdout, stderr)
 	case "-h", "--help", "help":
-		fmt.Fprint(stdout, usage)
+		fmt.Fprint(stdout, usage())
 		return 0
 	}
-	fmt.Fprintf(stderr, "rota: unknown command %q\n\n%s", verb, usage)
+	fmt.Fprintf(stderr, "rota: unknown command %q\n\n%s", verb, usage())
 	return 2
 }

@@ -372,3 +372,29 @@ type JobDetail struct {
 	AttemptList []Attempt `json:"attempt_list"`
 	Events      []Event   `json:"events"`
 }
+
+// HistoryRecord is one ended job as accounting sees it: what it asked for and what it used.
+// GET /api/v1/history answers a HistoryList; `rota history export` writes it as a rota trace.
+type HistoryRecord struct {
+	ID         int64      `json:"id"`
+	Submit     time.Time  `json:"submit"`
+	Start      *time.Time `json:"start,omitempty"`
+	End        *time.Time `json:"end,omitempty"`
+	RunSeconds float64    `json:"run_s"`
+	TimeLimit  int64      `json:"time_limit_s"`
+	GPUs       int        `json:"gpus"`
+	Nodes      int        `json:"nodes"`
+	GPUModel   string     `json:"gpu_model,omitempty"`
+	CPUs       int        `json:"cpus"`
+	MemoryMB   int64      `json:"memory_mb"`
+	Queue      string     `json:"queue"`
+	Team       string     `json:"team"`
+	User       string     `json:"user"`
+	State      JobState   `json:"state"`
+	Attempts   int        `json:"attempts"`
+}
+
+// HistoryList is the answer to GET /api/v1/history.
+type HistoryList struct {
+	Records []HistoryRecord `json:"records"`
+}

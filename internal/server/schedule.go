@@ -36,7 +36,10 @@ func (s *Server) Cycle(ctx context.Context) error {
 	if len(snap.Pending) == 0 && len(held) == 0 {
 		return nil
 	}
-	plan := sched.Schedule(snap, now)
+	plan, err := sched.ScheduleWith(snap, now, s.cfg.Policy)
+	if err != nil {
+		return fmt.Errorf("scheduling policy: %w", err)
+	}
 
 	b = &store.Batch{}
 	for _, p := range plan.Placements {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/rotahq/rota/internal/api"
 	"github.com/rotahq/rota/internal/cluster"
+	"github.com/rotahq/rota/internal/sched"
 	"github.com/rotahq/rota/internal/store"
 )
 
@@ -44,7 +45,9 @@ type Config struct {
 	// ConfigFile, if set, is applied at start (queues and teams); an invalid file stops the
 	// start with the line at fault.
 	ConfigFile string
-	Clock      Clock
+	// Policy configures the scheduling core; the zero value is rota's default policy.
+	Policy sched.Options
+	Clock  Clock
 }
 
 func (c *Config) setDefaults() {
@@ -223,6 +226,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST /api/v1/reservations", s.handleReserve)
 	mux.HandleFunc("DELETE /api/v1/reservations/{id}", s.handleUnreserve)
 	mux.HandleFunc("PUT /api/v1/config", s.handlePutConfig)
+	mux.HandleFunc("GET /api/v1/history", s.handleHistory)
 	mux.HandleFunc("POST /api/v1/agents/{node}/heartbeat", s.handleHeartbeat)
 	mux.HandleFunc("POST /api/v1/agents/{node}/logs/{job}/{attempt}", s.handleShipLog)
 	mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
-	"time"
 
 	"github.com/rotahq/rota/internal/api"
 )
@@ -26,7 +25,7 @@ func (s *Server) handleWhy(w http.ResponseWriter, r *http.Request) {
 		notFound(w, id)
 		return
 	}
-	writeJSON(w, http.StatusOK, explain(job, ahead, s.cfg.Clock.Now()))
+	writeJSON(w, http.StatusOK, explain(job, ahead))
 }
 
 // aheadOf counts the pending jobs that the scheduler considers before this one.
@@ -48,7 +47,7 @@ func (s *Server) aheadOf(job api.Job) int {
 	return n
 }
 
-func explain(job api.Job, ahead int, now time.Time) api.Why {
+func explain(job api.Job, ahead int) api.Why {
 	why := api.Why{JobID: job.ID, State: job.State, EstimatedStart: job.EstimatedStart}
 	add := func(format string, args ...any) { why.Reasons = append(why.Reasons, fmt.Sprintf(format, args...)) }
 	switch {
@@ -65,11 +64,9 @@ func explain(job api.Job, ahead int, now time.Time) api.Why {
 			add("Its priority: queue %s tier %d, score %.2f = fair share %.2f + age %.2f + size %.2f - nice %.2f.",
 				job.Spec.Queue, p.Tier, p.Score, p.FairShare, p.Age, p.Size, p.Nice)
 		}
-		if job.EstimatedStart != nil {
-			add("Estimated start: %s (in %s), from the time limits of the jobs now running.",
-				job.EstimatedStart.Format(time.RFC3339), job.EstimatedStart.Sub(now).Round(time.Minute))
-		} else if job.Message != "" {
-			add("No start can be estimated yet.")
+		// The estimated start travels in its own field; clients print it in the reader's zone.
+		if job.EstimatedStart == nil && job.Message != "" {
+			add("No start can be estimated yet: running jobs without time limits hold what it needs, or it can never fit.")
 		}
 	case job.State == api.StateHeld:
 		add("The job is held: %s.", strings.TrimSuffix(job.Message, "."))

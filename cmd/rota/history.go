@@ -1,0 +1,114 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/rotahq/rota/internal/api"
+	"github.com/rotahq/rota/internal/cli"
+	"github.com/rotahq/rota/internal/sim"
+)
+
+// runHistory serves `rota history export`: the cluster's accounting records as a rota trace,
+// so a team can replay its own last month with `rota sim --format rota`.
+func runHistory(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] != "export" {
+		fmt.Fprintln(stderr, "usage: rota history export [--since DURATION|TIME] [--until TIME] [--out FILE] [--server URL]")
+		return 2
+	}
+	fs := newFlagSet("history export", stderr)
+	server := fs.String("server", envOr("ROTA_SERVER", cli.DefaultServer), "server URL")
+	since := fs.String("since", "720h", "start of the window: a duration back from now (720h) or an RFC 3339 time")
+	until := fs.String("until", "", "end of the window, RFC 3339 (default: now)")
+	out := fs.String("out", "", "file to write (default: standard output)")
+	if code := parseFlags(fs, args[1:]); code >= 0 {
+		return code
+	}
+	q := url.Values{}
+	start, err := parseSince(*since, time.Now())
+	if err != nil {
+		fmt.Fprintf(stderr, "rota history export: --since: %v\n", err)
+		return 2
+	}
+	q.Set("since", start.Format(time.RFC3339))
+	if *until != "" {
+		if _, err := time.Parse(time.RFC3339, *until); err != nil {
+			fmt.Fprintf(stderr, "rota history export: --until: want an RFC 3339 time such as 2026-11-01T00:00:00Z\n")
+			return 2
+		}
+		q.Set("until", *until)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(*server, "/")+"/api/v1/history?"+q.Encode(), nil)
+	if err != nil {
+		fmt.Fprintf(stderr, "rota history export: %v\n", err)
+		return 2
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		fmt.Fprintf(stderr, "rota: cannot reach the rota server at %s: %v\n", *server, err)
+		return 1
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		var e api.Error
+		json.NewDecoder(resp.Body).Decode(&e)
+		fmt.Fprintf(stderr, "rota: %s\n", e.Error())
+		return 1
+	}
+	var list api.HistoryList
+	if err := json.NewDecoder(resp.Body).Decode(&list); err != nil {
+		fmt.Fprintf(stderr, "rota history export: bad answer from the server: %v\n", err)
+		return 1
+	}
+	recs := make([]sim.RotaRecord, 0, len(list.Records))
+	for _, r := range list.Records {
+		rec := sim.RotaRecord{
+			ID: r.ID, Submit: r.Submit, Duration: time.Duration(r.RunSeconds * float64(time.Second)),
+			TimeLimit: time.Duration(r.TimeLimit) * time.Second, GPUs: r.GPUs, Nodes: r.Nodes, GPUModel: r.GPUModel,
+			CPUs: r.CPUs, MemoryMB: r.MemoryMB, Queue: r.Queue, Team: r.Team, User: r.User, State: r.State,
+		}
+		if r.Start != nil {
+			rec.Start = *r.Start
+		}
+		if r.End != nil {
+			rec.End = *r.End
+		}
+		recs = append(recs, rec)
+	}
+	w := stdout
+	if *out != "" {
+		f, err := os.Create(*out)
+		if err != nil {
+			fmt.Fprintf(stderr, "rota history export: %v\n", err)
+			return 1
+		}
+		defer f.Close()
+		w = f
+	}
+	if err := sim.WriteRotaTrace(w, recs); err != nil {
+		fmt.Fprintf(stderr, "rota history export: %v\n", err)
+		return 1
+	}
+	if *out != "" {
+		fmt.Fprintf(stderr, "wrote %d jobs to %s\n", len(recs), *out)
+	}
+	return 0
+}
+
+func parseSince(v string, now time.Time) (time.Time, error) {
+	if d, err := time.ParseDuration(v); err == nil && d >= 0 {
+		return now.Add(-d), nil
+	}
+	t, err := time.Parse(time.RFC3339, v)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("%q is neither a duration (720h) nor an RFC 3339 time", v)
+	}
+	return t, nil
+}
