@@ -1,0 +1,182 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rotahq/rota/internal/api"
+	"github.com/rotahq/rota/internal/store"
+)
+
+// End-to-end benchmarks: a real server over a real SQLite file, answering real HTTP on
+// loopback, with simulated agents (one goroutine per node, many in one process).
+
+func benchServer(b *testing.B) (*Server, *httptest.Server) {
+	b.Helper()
+	dir := b.TempDir()
+	st, err := store.Open(context.Background(), "sqlite://"+filepath.Join(dir, "rota.db"), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv, err := New(context.Background(), Config{DataDir: dir, HeartbeatInterval: 50 * time.Millisecond, CycleInterval: 20 * time.Millisecond}, st, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	hs := httptest.NewServer(srv.Handler())
+	b.Cleanup(func() { hs.Close(); st.Close() })
+	return srv, hs
+}
+
+func post(client *http.Client, url string, body any, out any) error {
+	data, _ := json.Marshal(body)
+	resp, err := client.Post(url, "application/json", bytes.NewReader(data))
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode >= 300 {
+		return fmt.Errorf("%s: status %d", url, resp.StatusCode)
+	}
+	if out != nil {
+		return json.NewDecoder(resp.Body).Decode(out)
+	}
+	return nil
+}
+
+// BenchmarkSubmit measures durable submissions: each op is one POST /api/v1/jobs answered
+// only after its commit to SQLite, from 8 concurrent clients.
+func BenchmarkSubmit(b *testing.B) {
+	_, hs := benchServer(b)
+	spec := api.JobSpec{Command: []string{"true"}, User: "bench"}
+	b.SetParallelism(4) // 4 × GOMAXPROCS clients
+	b.ResetTimer()
+	start := time.Now()
+	b.RunParallel(func(pb *testing.PB) {
+		client := &http.Client{}
+		for pb.Next() {
+			if err := post(client, hs.URL+"/api/v1/jobs", spec, nil); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "submits/s")
+}
+
+// BenchmarkSubmitToRunning measures the latency from a submit's acknowledgement to the job
+// being reported RUNNING by its (simulated) agent, on 50 nodes of 8 GPUs with the scheduling
+// loop and heartbeats running as in production, only faster.
+func BenchmarkSubmitToRunning(b *testing.B) {
+	srv, hs := benchServer(b)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go srv.Run(ctx)
+	const nodes = 50
+	var wg sync.WaitGroup
+	for i := range nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			simulatedAgent(ctx, hs.URL, fmt.Sprintf("bench-%03d", i))
+		}()
+	}
+	defer wg.Wait()
+	defer cancel()
+	client := &http.Client{}
+	waitNodes(b, client, hs.URL, nodes)
+
+	lat := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for range b.N {
+		var j api.Job
+		if err := post(client, hs.URL+"/api/v1/jobs", api.JobSpec{Command: []string{"x"}, GPUs: 1}, &j); err != nil {
+			b.Fatal(err)
+		}
+		acked := time.Now()
+		for {
+			var d api.JobDetail
+			resp, err := client.Get(fmt.Sprintf("%s/api/v1/jobs/%d", hs.URL, j.ID))
+			if err != nil {
+				b.Fatal(err)
+			}
+			json.NewDecoder(resp.Body).Decode(&d)
+			resp.Body.Close()
+			if d.State == api.StateRunning || d.State == api.StateSucceeded {
+				break
+			}
+			time.Sleep(time.Millisecond)
+		}
+		lat = append(lat, time.Since(acked))
+	}
+	b.StopTimer()
+	slices.Sort(lat)
+	b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
+	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "p99-ms")
+}
+
+func waitNodes(b *testing.B, client *http.Client, url string, n int) {
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		var list api.NodeList
+		resp, err := client.Get(url + "/api/v1/nodes")
+		if err == nil {
+			json.NewDecoder(resp.Body).Decode(&list)
+			resp.Body.Close()
+			if len(list.Nodes) == n {
+				return
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	b.Fatalf("%d simulated agents did not register", n)
+}
+
+// simulatedAgent heartbeats like a real agent and "runs" each task for 50 ms: it reports it
+// RUNNING on the next beat and SUCCEEDED a few beats later.
+func simulatedAgent(ctx context.Context, url, name string) {
+	client := &http.Client{}
+	inv := api.Inventory{CPUs: 64, MemoryMB: 512 << 10, DeviceSource: "fake"}
+	for g := range 8 {
+		inv.GPUs = append(inv.GPUs, api.GPU{Index: g, UUID: fmt.Sprintf("GPU-%s-%d", name, g), Model: "H100", MemoryMB: 81559, Healthy: true})
+	}
+	started := map[api.TaskRef]time.Time{}
+	var statuses []api.TaskStatus
+	for ctx.Err() == nil {
+		statuses = statuses[:0]
+		now := time.Now()
+		for ref, t := range started {
+			st := api.TaskStatus{JobID: ref.JobID, Attempt: ref.Attempt, State: api.StateRunning, StartTime: &t}
+			if now.Sub(t) > 50*time.Millisecond {
+				code := 0
+				st.State, st.ExitCode, st.EndTime = api.StateSucceeded, &code, &now
+			}
+			statuses = append(statuses, st)
+		}
+		var resp api.HeartbeatResponse
+		if err := post(client, url+"/api/v1/agents/"+name+"/heartbeat", api.Heartbeat{Node: name, Inventory: inv, Tasks: statuses}, &resp); err != nil {
+			return
+		}
+		for _, ref := range resp.Acked {
+			delete(started, ref)
+		}
+		for _, t := range resp.Tasks {
+			ref := api.TaskRef{JobID: t.JobID, Attempt: t.Attempt}
+			if _, ok := started[ref]; !ok {
+				started[ref] = now
+			}
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
