@@ -50,7 +50,13 @@ func TestTablesGolden(t *testing.T) {
 		{"queue.golden", "queue", nil},
 		{"show.golden", "show", []string{"42"}},
 		{"show_pending.golden", "show", []string{"43"}},
+		{"show_held.golden", "show", []string{"44"}},
 		{"nodes.golden", "nodes", nil},
+		{"why.golden", "why", []string{"43"}},
+		{"why_running.golden", "why", []string{"42"}},
+		{"queue_list.golden", "admin", []string{"queue", "list"}},
+		{"team_list.golden", "admin", []string{"team", "list"}},
+		{"reservations.golden", "admin", []string{"reservations"}},
 	} {
 		t.Run(tc.golden, func(t *testing.T) {
 			code, out, errOut := run(t, srv.URL, tc.verb, tc.args...)
@@ -129,6 +135,29 @@ func TestJSONOutputParsesBack(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &cancelled); err != nil || len(cancelled) != 2 {
 		t.Fatalf("cancel -o json of two jobs: %v\n%s", err, out)
 	}
+
+	for _, tc := range []struct {
+		args []string
+		into any
+		want any
+	}{
+		{[]string{"why", "43", "-o", "json"}, &api.Why{}, fixtureWhy()},
+		{[]string{"admin", "queue", "list", "-o", "json"}, &api.QueueList{}, api.QueueList{Queues: fixtureQueues()}},
+		{[]string{"admin", "team", "list", "-o", "json"}, &api.TeamList{}, fixtureTeams()},
+		{[]string{"admin", "reservations", "-o", "json"}, &api.ReservationList{}, fixtureReservations()},
+	} {
+		code, out, errOut := run(t, srv.URL, tc.args[0], tc.args[1:]...)
+		if code != ExitOK {
+			t.Fatalf("%v: exit %d, stderr %q", tc.args, code, errOut)
+		}
+		if err := json.Unmarshal([]byte(out), tc.into); err != nil {
+			t.Fatalf("%v: %v\n%s", tc.args, err, out)
+		}
+		// The fixtures' times are UTC, as they come back from JSON.
+		if got := reflect.ValueOf(tc.into).Elem().Interface(); !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("%v lost something:\n%s", tc.args, out)
+		}
+	}
 }
 
 func TestSubmitPrintsIDLast(t *testing.T) {
@@ -192,6 +221,10 @@ command: [python, file.py]
 			[]string{"-f", specFile, "--gpus", "0", "--env", "B=3", "--time", "1-00", "--", "bash", "x.sh"},
 			api.JobSpec{Name: "from-file", Queue: "batch", User: "alice", Command: []string{"bash", "x.sh"}, WorkDir: "/home/alice/proj",
 				Env: map[string]string{"A": "1", "B": "3"}, GPUs: 0, CPUs: 8, MemoryMB: 2048, TimeLimit: 86400}},
+		{"dependencies, array, hold, nice",
+			[]string{"--after", "40,41", "--after-ok", "#39", "--array", "0-99%8", "--hold", "--nice", "5", "--", "python", "sweep.py"},
+			api.JobSpec{User: "alice", Command: []string{"python", "sweep.py"}, WorkDir: "/home/alice/proj",
+				After: []int64{40, 41}, AfterOK: []int64{39}, Array: "0-99%8", Hold: true, Nice: 5}},
 		{"multi-node",
 			[]string{"--gpus", "16", "--nodes", "2", "--gpus-per-node", "8", "--retries", "0", "--", "torchrun", "t.py"},
 			api.JobSpec{User: "alice", Command: []string{"torchrun", "t.py"}, WorkDir: "/home/alice/proj", GPUs: 16, Nodes: 2, GPUsPerNode: 8, Retries: intp(0)}},
@@ -236,6 +269,11 @@ func TestSubmitUsageErrors(t *testing.T) {
 		{"unknown field", []string{"-f", bad}, `line 3: unknown field "gpu"`},
 		{"wrong type", []string{"-f", badType}, "line 1: cannot unmarshal"},
 		{"missing file", []string{"-f", filepath.Join(dir, "nope.yaml"), "--", "true"}, "nope.yaml"},
+		{"bad after", []string{"--after", "40,x", "--", "true"}, `--after: invalid job ID "x"`},
+		{"empty after-ok", []string{"--after-ok", "", "--", "true"}, `--after-ok: invalid job ID ""`},
+		{"bad array", []string{"--array", "9-0", "--", "true"}, `--array: invalid array "9-0": "9-0": the range runs backwards`},
+		{"huge array", []string{"--array", "0-999999", "--", "true"}, "more than 10000 jobs"},
+		{"bad nice", []string{"--nice", "low", "--", "true"}, `invalid value "low" for flag -nice`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			// Nothing is sent on a usage error, so no server is needed.
@@ -353,6 +391,10 @@ func TestUsage(t *testing.T) {
 		{"nodes", []string{"extra"}, ExitUsage, `unexpected argument "extra"`},
 		{"logs", []string{"--attempt", "-1", "42"}, ExitUsage, "--attempt must be 1 or more"},
 		{"nodes", []string{"-h"}, ExitOK, "usage: rota nodes"},
+		{"why", nil, ExitUsage, "want exactly one job ID"},
+		{"why", []string{"42", "43"}, ExitUsage, "want exactly one job ID, got 2"},
+		{"hold", nil, ExitUsage, "rota hold: no job ID given"},
+		{"release", []string{"x"}, ExitUsage, `rota release: invalid job ID "x"`},
 	} {
 		code, _, errOut := run(t, srv.URL, tc.verb, tc.args...)
 		if code != tc.code || !strings.Contains(errOut, tc.want) {
@@ -473,7 +515,7 @@ func TestClientQueuesAndHealth(t *testing.T) {
 	srv := newFakeServer(t)
 	c := &Client{BaseURL: srv.URL + "/"}
 	qs, err := c.Queues(context.Background())
-	if err != nil || len(qs) != 1 || qs[0].Name != "train" {
+	if err != nil || !reflect.DeepEqual(qs, fixtureQueues()) {
 		t.Errorf("Queues: %v, %v", qs, err)
 	}
 	var apiErr *APIError

@@ -173,7 +173,7 @@ func (c *Client) Logs(ctx context.Context, id int64, opts LogOptions, w io.Write
 	if opts.Wait > 0 {
 		q.Set("wait", strconv.FormatInt(int64((opts.Wait+time.Second-1)/time.Second), 10))
 	}
-	resp, err := c.send(ctx, http.MethodGet, jobPath(id)+"/logs", q, nil)
+	resp, err := c.send(ctx, http.MethodGet, jobPath(id)+"/logs", q, nil, "")
 	if err != nil {
 		return LogChunk{}, err
 	}
@@ -209,16 +209,117 @@ func (c *Client) Nodes(ctx context.Context) (api.NodeList, error) {
 
 // Queues lists the configured queues.
 func (c *Client) Queues(ctx context.Context) ([]api.Queue, error) {
-	var list struct {
-		Queues []api.Queue `json:"queues"`
-	}
+	var list api.QueueList
 	err := c.do(ctx, http.MethodGet, "/api/v1/queues", nil, nil, &list)
 	return list.Queues, err
 }
 
+// Hold keeps a job that has not started from starting until Release. It returns the job
+// as it stands afterwards.
+func (c *Client) Hold(ctx context.Context, id int64) (api.Job, error) {
+	var job api.Job
+	err := c.do(ctx, http.MethodPost, jobPath(id)+"/hold", nil, nil, &job)
+	return job, err
+}
+
+// Release undoes Hold. The job may stay HELD for other reasons, such as a dependency.
+func (c *Client) Release(ctx context.Context, id int64) (api.Job, error) {
+	var job api.Job
+	err := c.do(ctx, http.MethodPost, jobPath(id)+"/release", nil, nil, &job)
+	return job, err
+}
+
+// Why says in plain sentences why a job has not started, and when it may.
+func (c *Client) Why(ctx context.Context, id int64) (api.Why, error) {
+	var why api.Why
+	err := c.do(ctx, http.MethodGet, jobPath(id)+"/why", nil, nil, &why)
+	return why, err
+}
+
+// Teams lists the teams with their quotas, usage and GPUs in use.
+func (c *Client) Teams(ctx context.Context) (api.TeamList, error) {
+	var list api.TeamList
+	err := c.do(ctx, http.MethodGet, "/api/v1/teams", nil, nil, &list)
+	return list, err
+}
+
+// SetTeam creates team.Name or replaces it whole, and returns it as stored.
+func (c *Client) SetTeam(ctx context.Context, team api.Team) (api.Team, error) {
+	var out api.Team
+	err := c.do(ctx, http.MethodPut, namePath("/api/v1/teams/", team.Name), nil, team, &out)
+	return out, err
+}
+
+// DeleteTeam removes a team.
+func (c *Client) DeleteTeam(ctx context.Context, name string) error {
+	return c.do(ctx, http.MethodDelete, namePath("/api/v1/teams/", name), nil, nil, nil)
+}
+
+// SetQueue creates queue.Name or replaces it whole, and returns it as stored.
+func (c *Client) SetQueue(ctx context.Context, queue api.Queue) (api.Queue, error) {
+	var out api.Queue
+	err := c.do(ctx, http.MethodPut, namePath("/api/v1/queues/", queue.Name), nil, queue, &out)
+	return out, err
+}
+
+// DeleteQueue removes a queue.
+func (c *Client) DeleteQueue(ctx context.Context, name string) error {
+	return c.do(ctx, http.MethodDelete, namePath("/api/v1/queues/", name), nil, nil, nil)
+}
+
+// Drain stops new jobs from starting on a node; the jobs on it run to their end. The node
+// is DRAINING until they have, then DRAINED.
+func (c *Client) Drain(ctx context.Context, node string) (api.Node, error) {
+	var n api.Node
+	err := c.do(ctx, http.MethodPost, namePath("/api/v1/nodes/", node)+"/drain", nil, nil, &n)
+	return n, err
+}
+
+// Resume lets jobs start on a drained or draining node again.
+func (c *Client) Resume(ctx context.Context, node string) (api.Node, error) {
+	var n api.Node
+	err := c.do(ctx, http.MethodPost, namePath("/api/v1/nodes/", node)+"/resume", nil, nil, &n)
+	return n, err
+}
+
+// Reservations lists the reservations that have not ended.
+func (c *Client) Reservations(ctx context.Context) (api.ReservationList, error) {
+	var list api.ReservationList
+	err := c.do(ctx, http.MethodGet, "/api/v1/reservations", nil, nil, &list)
+	return list, err
+}
+
+// Reserve asks for r.GPUs for r.Team from r.Start to r.End. The server picks the nodes and
+// the ID, and returns the reservation with both.
+func (c *Client) Reserve(ctx context.Context, r api.Reservation) (api.Reservation, error) {
+	var out api.Reservation
+	err := c.do(ctx, http.MethodPost, "/api/v1/reservations", nil, r, &out)
+	return out, err
+}
+
+// Unreserve deletes a reservation.
+func (c *Client) Unreserve(ctx context.Context, id int64) error {
+	return c.do(ctx, http.MethodDelete, "/api/v1/reservations/"+strconv.FormatInt(id, 10), nil, nil, nil)
+}
+
+// ApplyConfig sends an administrative config file's YAML as it is, so the server can name
+// the line of any mistake, and returns the configuration as applied.
+func (c *Client) ApplyConfig(ctx context.Context, yamlDoc []byte) (api.Config, error) {
+	var out api.Config
+	resp, err := c.send(ctx, http.MethodPut, "/api/v1/config", nil, bytes.NewReader(yamlDoc), "application/yaml")
+	if err != nil {
+		return out, err
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		return out, fmt.Errorf("PUT /api/v1/config: decoding the answer: %w", err)
+	}
+	return out, nil
+}
+
 // Health returns nil once the server answers /healthz with 200.
 func (c *Client) Health(ctx context.Context) error {
-	resp, err := c.send(ctx, http.MethodGet, "/healthz", nil, nil)
+	resp, err := c.send(ctx, http.MethodGet, "/healthz", nil, nil, "")
 	if err != nil {
 		return err
 	}
@@ -229,7 +330,12 @@ func (c *Client) Health(ctx context.Context) error {
 
 func jobPath(id int64) string { return "/api/v1/jobs/" + strconv.FormatInt(id, 10) }
 
-// do sends body as JSON (when not nil) and decodes a 2xx answer into out.
+// namePath appends a name to a collection's path, escaped so that no name can reach
+// another route.
+func namePath(collection, name string) string { return collection + url.PathEscape(name) }
+
+// do sends body as JSON (when not nil) and decodes a 2xx answer into out; with out nil
+// (an answer such as 204 No Content) it reads and drops the body.
 func (c *Client) do(ctx context.Context, method, path string, q url.Values, body, out any) error {
 	var r io.Reader
 	if body != nil {
@@ -239,20 +345,25 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, body
 		}
 		r = bytes.NewReader(b)
 	}
-	resp, err := c.send(ctx, method, path, q, r)
+	resp, err := c.send(ctx, method, path, q, r, "application/json")
 	if err != nil {
 		return err
 	}
 	defer resp.Body.Close()
+	if out == nil {
+		_, err := io.Copy(io.Discard, resp.Body)
+		return err
+	}
 	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
 		return fmt.Errorf("%s %s: decoding the answer: %w", method, path, err)
 	}
 	return nil
 }
 
-// send makes the request and turns failures into *UnreachableError or *APIError. On
-// success the caller owns the response body.
-func (c *Client) send(ctx context.Context, method, path string, q url.Values, body io.Reader) (*http.Response, error) {
+// send makes the request, with body of contentType when body is not nil, and turns
+// failures into *UnreachableError or *APIError. On success the caller owns the response
+// body.
+func (c *Client) send(ctx context.Context, method, path string, q url.Values, body io.Reader, contentType string) (*http.Response, error) {
 	base := strings.TrimRight(c.BaseURL, "/")
 	u := base + path
 	if len(q) > 0 {
@@ -264,7 +375,7 @@ func (c *Client) send(ctx context.Context, method, path string, q url.Values, bo
 	}
 	req.Header.Set("Accept", "application/json")
 	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Content-Type", contentType)
 	}
 	hc := c.HTTP
 	if hc == nil {

@@ -67,9 +67,13 @@ var verbs = []struct {
 	{Verb{"submit", "submit a job: rota submit --gpus 1 -- python train.py"}, runSubmit},
 	{Verb{"queue", "list jobs with their state and why they wait"}, runQueue},
 	{Verb{"show", "show one job in full: request, times, attempts, events"}, runShow},
+	{Verb{"why", "say why a job has not started, and when it may"}, runWhy},
 	{Verb{"cancel", "cancel jobs"}, runCancel},
+	{Verb{"hold", "keep jobs from starting until released"}, runHold},
+	{Verb{"release", "let held jobs start"}, runRelease},
 	{Verb{"logs", "print a job's log; -f follows it"}, runLogs},
 	{Verb{"nodes", "list nodes with their GPUs and load"}, runNodes},
+	{Verb{"admin", "queues, teams and quotas, node drains, reservations, config files"}, runAdmin},
 }
 
 // Verbs lists the verbs Main runs, in the order a person meets them.

@@ -12,7 +12,8 @@ import (
 const queueUsage = `rota queue [--all] [--state S,S...] [--queue Q] [--user U]
 
 Lists jobs that have not ended (--all: every job). TIME is how long a running job has
-run, a pending job has waited, or an ended job ran. REASON says why a job waits.`
+run, a pending job has waited, or an ended job ran. START is when a waiting job is
+estimated to start, "-" when that is unknown. REASON says why a job waits.`
 
 func runQueue(ctx context.Context, cfg Config, args []string) int {
 	fs, g := newFlagSet(cfg, "queue", queueUsage)
@@ -53,11 +54,11 @@ func runQueue(ctx context.Context, cfg Config, args []string) int {
 	}
 	now := cfg.Now()
 	tw := newTable(cfg.Stdout)
-	fmt.Fprintln(tw, "ID\tNAME\tUSER\tQUEUE\tSTATE\tGPUS\tNODES\tTIME\tREASON")
+	fmt.Fprintln(tw, "ID\tNAME\tUSER\tQUEUE\tSTATE\tGPUS\tNODES\tTIME\tSTART\tREASON")
 	for _, j := range jobs {
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n",
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n",
 			j.ID, orDash(truncate(j.Spec.Name, 32)), orDash(j.Spec.User), orDash(j.Spec.Queue), j.State,
-			j.Spec.GPUs, joinOrDash(j.Nodes), formatDuration(jobTime(j, now)), jobReason(j, now))
+			j.Spec.GPUs, joinOrDash(j.Nodes), formatDuration(jobTime(j, now)), jobStart(j, now), jobReason(j))
 	}
 	if err := tw.Flush(); err != nil {
 		return cfg.fail(ctx, err)
@@ -78,24 +79,23 @@ func jobTime(j api.Job, now time.Time) time.Duration {
 	return end.Sub(j.SubmitTime)
 }
 
-// jobReason is the REASON column: the plain sentence where there is one, else the code,
-// with the estimated start of a pending job.
-func jobReason(j api.Job, now time.Time) string {
+// jobStart is the START column: how soon a job that waits is estimated to start.
+func jobStart(j api.Job, now time.Time) string {
+	// An estimate already past says nothing a person can use.
+	if j.EstimatedStart == nil || !j.EstimatedStart.After(now) || j.State.Terminal() || j.State.Active() {
+		return "-"
+	}
+	return relative(*j.EstimatedStart, now)
+}
+
+// jobReason is the REASON column: the plain sentence where there is one, else the code.
+func jobReason(j api.Job) string {
 	r := j.Message
 	if r == "" {
 		r = j.Reason
 	}
 	if j.CancelRequested && !j.State.Terminal() {
 		r = "cancel requested"
-	}
-	// An estimate already past says nothing a person can use.
-	if j.EstimatedStart != nil && j.EstimatedStart.After(now) && !j.State.Terminal() && !j.State.Active() {
-		est := "starts " + relative(*j.EstimatedStart, now)
-		if r == "" {
-			r = est
-		} else {
-			r += " (" + est + ")"
-		}
 	}
 	return orDash(r)
 }

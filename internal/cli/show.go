@@ -5,14 +5,17 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/rotahq/rota/internal/api"
 )
 
 const showUsage = `rota show JOB
 
-Shows one job: its request, state and reason, times, attempts and events.
--o json prints the job with attempt_list and events.`
+Shows one job: its request, state and reason, times, attempts and events. Lines for a
+user hold, dependencies, the job's array, its priority while it waits, borrowing and
+its last checkpoint appear only when they apply. -o json prints the job with
+attempt_list and events.`
 
 func runShow(ctx context.Context, cfg Config, args []string) int {
 	fs, g := newFlagSet(cfg, "show", showUsage)
@@ -57,6 +60,7 @@ func printJobDetail(cfg Config, d api.JobDetail) {
 	if j.CancelRequested && !j.State.Terminal() {
 		state += " (cancel requested)"
 	}
+	// Lines with an empty value are left out: they are the ones that apply to few jobs.
 	tw := newTable(cfg.Stdout)
 	for _, kv := range [][2]string{
 		{"ID", strconv.FormatInt(j.ID, 10)},
@@ -65,22 +69,30 @@ func printJobDetail(cfg Config, d api.JobDetail) {
 		{"Team", orDash(j.Spec.Team)},
 		{"Queue", orDash(j.Spec.Queue)},
 		{"State", state},
+		{"Hold", describeHold(j)},
 		{"Reason", orDash(j.Reason)},
 		{"Message", orDash(j.Message)},
 		{"Command", shellQuote(j.Spec.Command)},
 		{"Workdir", orDash(j.Spec.WorkDir)},
 		{"Request", describeRequest(j.Spec)},
 		{"Time limit", timeLimit},
+		{"Depends on", describeDependencies(j.Spec)},
+		{"Array", describeArray(j)},
 		{"Submitted", formatTimeRel(&j.SubmitTime, now, loc)},
 		{"Started", formatTimeRel(j.StartTime, now, loc)},
 		{"Ended", formatTimeRel(j.EndTime, now, loc)},
 		{"Est. start", formatTimeRel(j.EstimatedStart, now, loc)},
+		{"Priority", describePriority(j.Priority)},
 		{"Nodes", joinOrDash(j.Nodes)},
 		{"GPUs", joinOrDash(j.GPUIDs)},
+		{"Borrowing", describeBorrowing(j)},
+		{"Checkpoint", checkpoint(j, now, loc)},
 		{"Exit code", formatExitCode(j.ExitCode)},
 		{"Attempts", strconv.Itoa(j.Attempts)},
 	} {
-		fmt.Fprintf(tw, "%s:\t%s\n", kv[0], kv[1])
+		if kv[1] != "" {
+			fmt.Fprintf(tw, "%s:\t%s\n", kv[0], kv[1])
+		}
 	}
 	tw.Flush()
 
@@ -111,6 +123,85 @@ func printJobDetail(cfg Config, d api.JobDetail) {
 		}
 		tw.Flush()
 	}
+}
+
+// describeHold is the Hold line: set while the user's hold keeps the job from starting.
+func describeHold(j api.Job) string {
+	if !j.UserHold || j.State.Terminal() {
+		return ""
+	}
+	return fmt.Sprintf("held by its user; rota release %d lets it start", j.ID)
+}
+
+// describeDependencies is the Depends on line: "after 40,41; after-ok 39".
+func describeDependencies(s api.JobSpec) string {
+	var parts []string
+	for _, d := range []struct {
+		name string
+		ids  []int64
+	}{{"after", s.After}, {"after-ok", s.AfterOK}} {
+		if len(d.ids) == 0 {
+			continue
+		}
+		ids := make([]string, len(d.ids))
+		for i, id := range d.ids {
+			ids[i] = strconv.FormatInt(id, 10)
+		}
+		parts = append(parts, d.name+" "+strings.Join(ids, ","))
+	}
+	return strings.Join(parts, "; ")
+}
+
+// describeArray is the Array line: "index 3 of array 12 (0-99%8)".
+func describeArray(j api.Job) string {
+	if j.ArrayID == 0 {
+		return ""
+	}
+	d := "array " + strconv.FormatInt(j.ArrayID, 10)
+	if j.ArrayIndex != nil {
+		d = "index " + strconv.Itoa(*j.ArrayIndex) + " of " + d
+	}
+	if j.Spec.Array != "" {
+		d += " (" + j.Spec.Array + ")"
+	} else if j.ArrayLimit > 0 {
+		d += fmt.Sprintf(" (at most %d at once)", j.ArrayLimit)
+	}
+	return d
+}
+
+// describePriority is the Priority line of a waiting job, like Slurm's sprio: the tier
+// orders first, then the score, whose factors add up to it.
+func describePriority(p *api.Priority) string {
+	if p == nil {
+		return ""
+	}
+	d := fmt.Sprintf("tier %d, score %.2f = fair share %.2f + age %.2f + size %.2f", p.Tier, p.Score, p.FairShare, p.Age, p.Size)
+	// A negative nice raises the score; "- nice -0.50" would read badly.
+	if p.Nice < 0 {
+		return d + fmt.Sprintf(" + nice %.2f", -p.Nice)
+	}
+	return d + fmt.Sprintf(" - nice %.2f", p.Nice)
+}
+
+// describeBorrowing is the Borrowing line: set while the job runs beyond its team's
+// guaranteed quota, where an in-quota job may reclaim its GPUs.
+func describeBorrowing(j api.Job) string {
+	if !j.Borrowing {
+		return ""
+	}
+	team := "its team"
+	if j.Spec.Team != "" {
+		team = "team " + j.Spec.Team
+	}
+	return "yes, beyond the guaranteed quota of " + team
+}
+
+// checkpoint is the Checkpoint line: when the job last reported one.
+func checkpoint(j api.Job, now time.Time, loc *time.Location) string {
+	if j.LastCheckpoint == nil {
+		return ""
+	}
+	return formatTimeRel(j.LastCheckpoint, now, loc)
 }
 
 // eventChange is the event's kind, with its transition where it has one.

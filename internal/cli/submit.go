@@ -27,7 +27,12 @@ override the spec file; a command after -- overrides the file's command.
   --mem takes 512M, 16G, 1T, 16GiB, 16GB or a number of megabytes.
   --time takes Go durations (90m, 2h30m) or Slurm's MM, MM:SS, HH:MM:SS, D-HH,
   D-HH:MM and D-HH:MM:SS; 0 means the queue's default.
-  --grace takes a Go duration (30s, 2m) or a number of seconds.`
+  --grace takes a Go duration (30s, 2m) or a number of seconds.
+  --after and --after-ok take job IDs separated by commas.
+  --array takes indices and ranges separated by commas, each range with an optional
+  step, and an optional limit of jobs active at once after %: 0-99, 0-99%8, 1,3,5,
+  0-10:2, 0-9,20-29%4. Indices run from 0 to 999999, at most 10000 of them. One job is
+  submitted per index, with consecutive IDs; the first ID is printed last.`
 
 // envFlag collects repeated --env K=V.
 type envFlag map[string]string
@@ -56,6 +61,9 @@ type submitFlags struct {
 	mem, timeLimit, grace                   string
 	queue, name, team, workdir, gpuModel    string
 	signal, file                            string
+	after, afterOK, array                   string
+	hold                                    bool
+	nice                                    int
 	env                                     envFlag
 }
 
@@ -77,6 +85,11 @@ func runSubmit(ctx context.Context, cfg Config, args []string) int {
 	fs.StringVar(&f.signal, "signal", "", "`signal` sent first when the job must stop (default SIGTERM)")
 	fs.StringVar(&f.grace, "grace", "", "time from the stop signal to the kill, a `DURATION`")
 	fs.IntVar(&f.retries, "retries", 0, "times to requeue the job when its node is lost (default: the server's)")
+	fs.StringVar(&f.after, "after", "", "start only after these `jobs` have ended, in any state")
+	fs.StringVar(&f.afterOK, "after-ok", "", "start only after these `jobs` have succeeded; fail if one does not")
+	fs.StringVar(&f.array, "array", "", "submit one job per index of `SPEC`, e.g. 0-99%8")
+	fs.BoolVar(&f.hold, "hold", false, "submit the job held, until rota release")
+	fs.IntVar(&f.nice, "nice", 0, "lower the job's priority score by `N` points")
 	fs.StringVar(&f.file, "f", "", "YAML job spec `file`")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -100,9 +113,30 @@ func runSubmit(ctx context.Context, cfg Config, args []string) int {
 	if g.output == "json" {
 		return cfg.printJSON(job)
 	}
-	fmt.Fprintf(cfg.Stdout, "Submitted job %d (queue %s, %s)\n", job.ID, orDash(job.Spec.Queue), describeGPUs(job.Spec))
+	if spec.Array != "" {
+		fmt.Fprintln(cfg.Stdout, describeArraySubmit(job.ID, spec.Array))
+	} else {
+		fmt.Fprintf(cfg.Stdout, "Submitted job %d (queue %s, %s)\n", job.ID, orDash(job.Spec.Queue), describeGPUs(job.Spec))
+	}
 	fmt.Fprintln(cfg.Stdout, job.ID)
 	return ExitOK
+}
+
+// describeArraySubmit says what an array submit created: the first ID and how many
+// consecutive ones follow it.
+func describeArraySubmit(first int64, array string) string {
+	// buildSpec has checked the spec already.
+	indices, limit, _ := parseArray(array)
+	n := len(indices)
+	d := fmt.Sprintf("Submitted array job %d: %s (%d", first, plural(n, "job", "jobs"), first)
+	if n > 1 {
+		d += fmt.Sprintf("-%d", first+int64(n)-1)
+	}
+	d += ")"
+	if limit > 0 && limit < n {
+		d += fmt.Sprintf(", at most %d at once", limit)
+	}
+	return d
 }
 
 // buildSpec merges the spec file, the flags set explicitly and the command into a JobSpec
@@ -175,6 +209,16 @@ func applyFlag(spec *api.JobSpec, f submitFlags, name string) error {
 		spec.WorkDir = f.workdir
 	case "signal":
 		spec.Signal = normalizeSignal(f.signal)
+	case "after":
+		spec.After, err = parseJobIDs(f.after)
+	case "after-ok":
+		spec.AfterOK, err = parseJobIDs(f.afterOK)
+	case "array":
+		spec.Array = f.array
+	case "hold":
+		spec.Hold = f.hold
+	case "nice":
+		spec.Nice = f.nice
 	case "env":
 		if spec.Env == nil {
 			spec.Env = map[string]string{}
@@ -210,7 +254,35 @@ func checkSpec(spec api.JobSpec) error {
 	if spec.Retries != nil && *spec.Retries < 0 {
 		return fmt.Errorf("--retries must be 0 or more, got %d", *spec.Retries)
 	}
+	for _, deps := range []struct {
+		flag string
+		ids  []int64
+	}{{"--after", spec.After}, {"--after-ok", spec.AfterOK}} {
+		for _, id := range deps.ids {
+			if id <= 0 {
+				return fmt.Errorf("%s: invalid job ID %d: want a positive number", deps.flag, id)
+			}
+		}
+	}
+	if spec.Array != "" {
+		if _, _, err := parseArray(spec.Array); err != nil {
+			return fmt.Errorf("--array: %w", err)
+		}
+	}
 	return nil
+}
+
+// parseJobIDs reads job IDs separated by commas.
+func parseJobIDs(s string) ([]int64, error) {
+	var ids []int64
+	for _, p := range strings.Split(s, ",") {
+		id, err := parseJobID(strings.TrimSpace(p))
+		if err != nil {
+			return nil, err
+		}
+		ids = append(ids, id)
+	}
+	return ids, nil
 }
 
 // unknownField matches yaml.v3's complaint about a field JobSpec lacks.

@@ -49,7 +49,8 @@ func (s *State) Snapshot(now time.Time, keep func(*api.Job) bool) *sched.Snapsho
 		snap.Nodes = append(snap.Nodes, sn)
 	}
 	for _, q := range s.queues {
-		snap.Queues[q.Name] = sched.Queue{Name: q.Name, Tier: q.Tier, Preemptible: q.Preemptible, NeverPreempt: q.NeverPreempt}
+		snap.Queues[q.Name] = sched.Queue{Name: q.Name, Tier: q.Tier, Preemptible: q.Preemptible, NeverPreempt: q.NeverPreempt,
+			Pools: q.Pools, UserGPULimit: q.UserGPULimit}
 	}
 	for _, id := range s.ActiveIDs() {
 		j := s.jobs[id]

@@ -106,7 +106,7 @@ func (st *state) earliestSingle(d *demand) (cand, int64) {
 	}
 	if d.gpus == 0 {
 		for ni := range st.nodes {
-			if st.nodes[ni].n.CPUs >= d.cpus && st.nodes[ni].n.MemoryMB >= d.mem {
+			if st.nodes[ni].n.CPUs >= d.cpus && st.nodes[ni].n.MemoryMB >= d.mem && st.inPools(ni, d) {
 				try(cand{ni, -1})
 			}
 		}
@@ -118,7 +118,7 @@ func (st *state) earliestSingle(d *demand) (cand, int64) {
 		}
 		for _, gi := range st.models[m].groups {
 			ni := st.groups[gi].node
-			if len(st.groups[gi].index) >= d.gpus && st.nodes[ni].n.CPUs >= d.cpus && st.nodes[ni].n.MemoryMB >= d.mem {
+			if len(st.groups[gi].index) >= d.gpus && st.nodes[ni].n.CPUs >= d.cpus && st.nodes[ni].n.MemoryMB >= d.mem && st.inPools(ni, d) {
 				try(cand{ni, gi})
 			}
 		}

@@ -18,6 +18,10 @@ type demand struct {
 	mem   int64
 	dur   int64 // forever when the job has no time limit
 	team  string
+	// pools are the node pools the job's queue may use; nil: any node.
+	pools []string
+	// poolKey names the pool restriction in cache keys: the queue's name, or "".
+	poolKey string
 	// deny marks models the team's quota rules out for a job that takes any model.
 	deny []bool
 }
@@ -37,9 +41,12 @@ const (
 
 // newDemand normalises a request: a gang's per-node share, one node when Nodes is unset.
 // It returns a message instead when the request cannot be read as whole GPUs per node.
-func newDemand(st *state, j *Job) (demand, string) {
+func newDemand(st *state, j *Job, q *Queue) (demand, string) {
 	r := j.Request
 	d := demand{modelName: r.GPUModel, nodes: max(r.Nodes, 1), cpus: r.CPUs, mem: r.MemoryMB, team: j.Team, dur: forever}
+	if len(q.Pools) > 0 {
+		d.pools, d.poolKey = q.Pools, q.Name
+	}
 	if j.TimeLimit > 0 {
 		d.dur = int64(j.TimeLimit)
 	}
@@ -48,6 +55,8 @@ func newDemand(st *state, j *Job) (demand, string) {
 		return d, "the request has a negative amount"
 	case d.nodes == 1:
 		d.gpus = max(r.GPUs, r.GPUsPerNode)
+	case r.GPUs == 0 && r.GPUsPerNode == 0:
+		return d, "a job on several nodes must ask for GPUs on each"
 	case r.GPUsPerNode > 0:
 		d.gpus = r.GPUsPerNode
 	case r.GPUs%d.nodes != 0:
@@ -69,17 +78,17 @@ func newDemand(st *state, j *Job) (demand, string) {
 // shape is what makes two requests identical for the scheduler: a request that failed to
 // fit is not tried again in the same cycle by a job of the same shape.
 type shape struct {
-	model      string
-	gpus       int
-	nodes      int
-	cpus       int
-	mem        int64
-	team       string // admin reservations and quotas depend on it
-	preemptive bool
+	model string
+	gpus  int
+	nodes int
+	cpus  int
+	mem   int64
+	team  string // admin reservations and quotas depend on it
+	pools string // the queue's name when it limits the pools
 }
 
 func (d *demand) shape() shape {
-	return shape{model: d.modelName, gpus: d.gpus, nodes: d.nodes, cpus: d.cpus, mem: d.mem, team: d.team}
+	return shape{model: d.modelName, gpus: d.gpus, nodes: d.nodes, cpus: d.cpus, mem: d.mem, team: d.team, pools: d.poolKey}
 }
 
 // capacity is a kind of node: its GPUs of one model, CPUs and memory, and how many nodes
@@ -94,7 +103,7 @@ type capacity struct {
 
 // capacities lists the node kinds per model; the key "" holds, for each node, its
 // largest group of one model (a job that takes any model still uses one model per node).
-func capacities(nodes []Node) map[string][]capacity {
+func capacities(nodes []Node, pools []string) map[string][]capacity {
 	type kind struct {
 		model string
 		capacity
@@ -103,6 +112,17 @@ func capacities(nodes []Node) map[string][]capacity {
 	perModel := map[string]int{}
 	for i := range nodes {
 		n := &nodes[i]
+		if !inPoolsNode(n, pools) {
+			continue
+		}
+		if single(n.GPUs) {
+			// The common case, without the per-model count.
+			if len(n.GPUs) > 0 {
+				counts[kind{n.GPUs[0].Model, capacity{gpus: len(n.GPUs), cpus: n.CPUs, mem: n.MemoryMB}}]++
+			}
+			counts[kind{"", capacity{gpus: len(n.GPUs), cpus: n.CPUs, mem: n.MemoryMB}}]++
+			continue
+		}
 		clear(perModel)
 		largest := 0
 		for _, g := range n.GPUs {
@@ -126,6 +146,16 @@ func capacities(nodes []Node) map[string][]capacity {
 		})
 	}
 	return out
+}
+
+// single reports whether all GPUs are of one model.
+func single(gpus []GPU) bool {
+	for i := 1; i < len(gpus); i++ {
+		if gpus[i].Model != gpus[0].Model {
+			return false
+		}
+	}
+	return true
 }
 
 // neverFits is the static chain over every kind of node, schedulable or not: model, then
@@ -192,9 +222,16 @@ type nodeCheck struct {
 	lack func(st *state, c cand, d *demand) int64
 }
 
-// The chain, cheapest first: CPUs and memory are comparisons; administrative windows are
-// a short list per node; the backfill check walks the node's future events.
+// The chain, cheapest first: the pool is a label lookup that rules a node out for good;
+// CPUs and memory are comparisons; administrative windows are a short list per node; the
+// backfill check walks the node's future events.
 var candidateChain = [...]nodeCheck{
+	{"pool", func(st *state, c cand, d *demand) int64 {
+		if st.inPools(c.node, d) {
+			return 0
+		}
+		return 1
+	}},
 	{"cpus", func(st *state, c cand, d *demand) int64 {
 		return max(0, int64(d.cpus-st.nodes[c.node].freeCPU))
 	}},
@@ -219,7 +256,8 @@ var candidateChain = [...]nodeCheck{
 }
 
 const (
-	checkCPUs = iota
+	checkPool = iota
+	checkCPUs
 	checkMemory
 	checkWindow
 	checkBackfill
@@ -246,6 +284,19 @@ func (st *state) passes(c cand, d *demand, dg *diag) bool {
 		}
 	}
 	return true
+}
+
+// inPools reports whether node ni belongs to one of the job's pools.
+func (st *state) inPools(ni int, d *demand) bool {
+	if d.pools == nil {
+		return true
+	}
+	return slices.Contains(d.pools, st.nodes[ni].n.Labels["pool"])
+}
+
+// inPoolsNode is inPools for a node of the snapshot, schedulable or not.
+func inPoolsNode(n *Node, pools []string) bool {
+	return pools == nil || slices.Contains(pools, n.Labels["pool"])
 }
 
 // foreignWindow reports whether an administrative window for another team overlaps the
@@ -294,11 +345,18 @@ func (st *state) delaysReservation(c cand, d *demand) bool {
 // findNode returns the best candidate for a single-node job that can start now, searching
 // the buckets in placement order and running the chain on each candidate.
 func (st *state) findNode(d *demand, worst bool, dg *diag) (cand, bool) {
+	if d.model == noModel && d.gpus > 0 {
+		return cand{}, false
+	}
+	if d.pools != nil {
+		// The buckets span all pools. For a small pool, walking its own nodes beats
+		// walking the buckets past every node of the other pools.
+		if nodes := st.poolNodes(d); len(nodes)*4 < len(st.nodes) {
+			return st.findInPool(nodes, d, worst, dg)
+		}
+	}
 	if d.gpus == 0 {
 		return st.findCPUOnly(d, worst, dg)
-	}
-	if d.model == noModel {
-		return cand{}, false
 	}
 	lo, hi := d.gpus, 0
 	for m := range st.models {
@@ -330,6 +388,54 @@ func (st *state) findNode(d *demand, worst bool, dg *diag) (cand, bool) {
 		}
 		if best >= 0 {
 			return cand{st.groups[best].node, best}, true
+		}
+	}
+	return cand{}, false
+}
+
+// poolNodes lists, in name order, the schedulable nodes of the job's pools.
+func (st *state) poolNodes(d *demand) []int {
+	if nodes, ok := st.pools[d.poolKey]; ok {
+		return nodes
+	}
+	var nodes []int
+	for ni := range st.nodes {
+		if st.inPools(ni, d) {
+			nodes = append(nodes, ni)
+		}
+	}
+	st.pools[d.poolKey] = nodes
+	return nodes
+}
+
+// findInPool is findNode over a list of nodes: the candidates with enough free GPUs, in
+// placement order (free GPUs left, then name), each run through the chain.
+func (st *state) findInPool(nodes []int, d *demand, worst bool, dg *diag) (cand, bool) {
+	type option struct {
+		c    cand
+		free int
+	}
+	var opts []option
+	for _, ni := range nodes {
+		if d.gpus == 0 {
+			opts = append(opts, option{cand{ni, -1}, st.nodes[ni].freeGPUs})
+			continue
+		}
+		for _, gi := range st.nodes[ni].groups {
+			if g := &st.groups[gi]; d.takes(g.model) && g.nfree >= d.gpus {
+				opts = append(opts, option{cand{ni, gi}, g.nfree})
+			}
+		}
+	}
+	slices.SortStableFunc(opts, func(a, b option) int {
+		if worst {
+			return cmp.Compare(b.free, a.free)
+		}
+		return cmp.Compare(a.free, b.free)
+	})
+	for _, o := range opts {
+		if st.passes(o.c, d, dg) {
+			return o.c, true
 		}
 	}
 	return cand{}, false

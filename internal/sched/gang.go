@@ -148,7 +148,7 @@ func (c *cycle) placeGang(j *Job, d *demand, cds []cand) {
 		st.release(cd, len(positions), d)
 		pl.Allocs = append(pl.Allocs, alloc)
 	}
-	pl.Borrowing = c.charge(d, cds[0].group)
+	pl.Borrowing = c.charge(j, d, cds[0].group)
 	c.plan.Placements = append(c.plan.Placements, pl)
 }
 
@@ -170,7 +170,7 @@ func (st *state) earliestGang(d *demand) ([]cand, int64) {
 		for _, gi := range st.models[m].groups {
 			ni := st.groups[gi].node
 			n := st.nodes[ni].n
-			if len(st.groups[gi].index) < d.gpus || n.CPUs < d.cpus || n.MemoryMB < d.mem {
+			if len(st.groups[gi].index) < d.gpus || n.CPUs < d.cpus || n.MemoryMB < d.mem || !st.inPools(ni, d) {
 				continue
 			}
 			c := cand{ni, gi}

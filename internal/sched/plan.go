@@ -2,6 +2,7 @@ package sched
 
 import (
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -28,13 +29,13 @@ func (c *cycle) run() Plan {
 	jobs := order(c.s, c.st, &c.opts, c.st.now)
 	// 2. Serve them one by one: each placement changes what the next job finds, and each
 	//    blocked job's reservation bounds what the jobs below it may take.
-	for i := range jobs {
-		c.schedule(&jobs[i])
+	for _, r := range jobs {
+		c.schedule(r)
 	}
 	return c.plan
 }
 
-// cycle is one run of Plan: the state it changes and what it has decided so far.
+// cycle is one run of Schedule: the state it changes and what it has decided so far.
 type cycle struct {
 	s    *Snapshot
 	opts Options
@@ -43,13 +44,20 @@ type cycle struct {
 	// never caches the static check per request (team left out): the sentence saying
 	// why no node could ever run it, or "" when some node could.
 	never map[shape]string
-	kinds map[string][]capacity // built on first use
+	// kinds holds the node kinds for the static check, per pool restriction (the
+	// queue's name, "" for all nodes), built on first use.
+	kinds map[string]map[string][]capacity
 	// quotas tracks team usage for admission.
 	quotas *quotas
-	pre    *preemptor // built on first use
-	loc    *time.Location
+	// users counts GPUs per user in queues with a per-user cap; nil without such queues.
+	users map[userKey]int
+	pre   *preemptor // built on first use
+	// shortages caches gpuShortage answers while free GPU counts stay the same.
+	shortages map[shortageKey]shortageEntry
+	loc       *time.Location
 	// failed caches requests that did not fit now, keyed by shape: the shortest duration
-	// that failed (a longer run is no easier to fit) and the diagnosis.
+	// that failed (a longer run is no easier to fit) and the reason found then, which
+	// the later identical jobs share.
 	failed map[shape]failure
 	// Jobs so far left waiting for resources, for the Ahead count of the later ones.
 	blockedByModel map[string]int
@@ -63,8 +71,8 @@ type cycle struct {
 }
 
 type failure struct {
-	dur int64
-	dg  diag
+	dur    int64
+	reason Reason
 }
 
 func newCycle(s *Snapshot, now time.Time, opts Options) *cycle {
@@ -77,25 +85,29 @@ func newCycle(s *Snapshot, now time.Time, opts Options) *cycle {
 			Pending:    make([]PendingJob, 0, len(s.Pending)),
 		},
 		never:          map[shape]string{},
+		kinds:          map[string]map[string][]capacity{},
 		failed:         map[shape]failure{},
 		blockedByModel: map[string]int{},
 		quotas:         newQuotas(s),
+		users:          userGPUs(s),
+		shortages:      map[shortageKey]shortageEntry{},
 		loc:            now.Location(),
 	}
 }
 
-// schedule runs one job through the pipeline: queue, request, static feasibility,
-// placement now (skipped when the same request already failed), and otherwise a reason
-// and, for the highest blocked jobs, a reservation.
+// schedule runs one job through the pipeline of DESIGN.md, in order. Holds (dependencies,
+// begin time, user hold) are settled by the caller: held jobs are not pending.
 func (c *cycle) schedule(r *ranked) {
 	j := r.job
 	pj := PendingJob{JobID: j.ID, Priority: r.prio}
+	// 1. The queue must exist: it gives the tier, the pools and the preemption rules.
 	if !r.hasQueue {
 		pj.Reason = Reason{Code: ReasonNoQueue, Message: fmt.Sprintf("queue %q does not exist", j.Queue)}
 		c.plan.Pending = append(c.plan.Pending, pj)
 		return
 	}
-	d, bad := newDemand(c.st, j)
+	// 2. The request must make sense and fit some node one day (static feasibility).
+	d, bad := newDemand(c.st, j, &r.queue)
 	if bad == "" {
 		bad = c.neverFits(&d)
 	}
@@ -105,8 +117,14 @@ func (c *cycle) schedule(r *ranked) {
 		return
 	}
 
-	// Admission: a job that would take its team beyond its quota limit waits without
-	// counting as blocked, since the resources it wants are no concern of the jobs below.
+	// 3. Admission: a job that would take its user beyond the queue's cap, or its team
+	// beyond its quota limit, waits without counting as blocked, since the resources it
+	// wants are no concern of the jobs below.
+	if reason, over := c.userLimit(j, &r.queue, d.gpus*d.nodes); over {
+		pj.Reason = reason
+		c.plan.Pending = append(c.plan.Pending, pj)
+		return
+	}
 	v, ok := c.admitDemand(&d)
 	if !ok {
 		pj.Reason = quotaReason(j.Team, v, d.gpus*d.nodes)
@@ -114,10 +132,11 @@ func (c *cycle) schedule(r *ranked) {
 		return
 	}
 
+	// 4. Placement now, unless an identical request already failed in this cycle.
 	key := d.shape()
 	inQuota := v.limited && !v.borrowing
 	if f, ok := c.failed[key]; ok && d.dur >= f.dur && !c.noCache {
-		c.wait(r, pj, &d, f.dg, inQuota)
+		c.wait(r, pj, &d, f.reason, inQuota)
 		return
 	}
 	var dg diag
@@ -131,10 +150,12 @@ func (c *cycle) schedule(r *ranked) {
 		c.placeGang(j, &d, cds)
 		return
 	}
+	// 5. It waits: explain why, then preempt or reserve (wait).
+	reason := c.reason(&d, &dg)
 	if f, ok := c.failed[key]; !ok || d.dur < f.dur {
-		c.failed[key] = failure{dur: d.dur, dg: dg}
+		c.failed[key] = failure{dur: d.dur, reason: reason}
 	}
-	c.wait(r, pj, &d, dg, inQuota)
+	c.wait(r, pj, &d, reason, inQuota)
 }
 
 // neverFits is the static check, cached per request.
@@ -143,10 +164,15 @@ func (c *cycle) neverFits(d *demand) string {
 	key.team = ""
 	msg, ok := c.never[key]
 	if !ok {
-		if c.kinds == nil {
-			c.kinds = capacities(c.s.Nodes)
+		kinds, ok := c.kinds[d.poolKey]
+		if !ok {
+			kinds = capacities(c.s.Nodes, d.pools)
+			c.kinds[d.poolKey] = kinds
 		}
-		msg = neverFits(c.kinds, d)
+		msg = neverFits(kinds, d)
+		if msg != "" && d.pools != nil {
+			msg += " in pools " + strings.Join(d.pools, ", ")
+		}
 		c.never[key] = msg
 	}
 	return msg
@@ -166,15 +192,22 @@ func (c *cycle) placeSingle(j *Job, d *demand, cd cand) {
 	}
 	st.take(cd.node, cd.group, positions, d.cpus, d.mem)
 	st.release(cd, len(positions), d)
-	c.plan.Placements = append(c.plan.Placements, Placement{JobID: j.ID, Allocs: []Alloc{alloc}, Borrowing: c.charge(d, cd.group)})
+	c.plan.Placements = append(c.plan.Placements, Placement{JobID: j.ID, Allocs: []Alloc{alloc}, Borrowing: c.charge(j, d, cd.group)})
 }
 
 // at turns a cycle time back into a time.Time in the caller's location.
 func (c *cycle) at(t int64) time.Time { return time.Unix(0, t).In(c.loc) }
 
-// charge counts a placed job against its team's quota and reports whether it borrows.
-func (c *cycle) charge(d *demand, gi int) bool {
-	if c.quotas.teams == nil || gi < 0 {
+// charge counts a placed job against its user's cap and its team's quota, and reports
+// whether it borrows.
+func (c *cycle) charge(j *Job, d *demand, gi int) bool {
+	if gi < 0 {
+		return false
+	}
+	if c.users != nil {
+		c.users[userKey{j.Queue, j.User}] += d.gpus * d.nodes
+	}
+	if c.quotas.teams == nil {
 		return false
 	}
 	model := c.st.models[c.st.groups[gi].model].name
@@ -187,9 +220,11 @@ func (c *cycle) charge(d *demand, gi int) bool {
 // wait records why a job stays pending. The first in line for its resources may preempt;
 // otherwise, while reservations remain, it reserves its earliest start so that lower jobs
 // cannot delay it.
-func (c *cycle) wait(r *ranked, pj PendingJob, d *demand, dg diag, inQuota bool) {
-	pj.Reason = c.reason(d, &dg)
+func (c *cycle) wait(r *ranked, pj PendingJob, d *demand, reason Reason, inQuota bool) {
+	pj.Reason = reason
 	ahead := c.ahead(d)
+	// Only the first in line for these resources preempts: GPUs freed for a job behind
+	// blocked higher ones would go to them in the next cycle, and it would preempt again.
 	if ahead == 0 && pj.Reason.Code != ReasonPriority {
 		if ids, node, ok := c.preempt(r, d, inQuota); ok {
 			// Not counted as blocked: its resources are on their way, and the jobs
@@ -203,8 +238,8 @@ func (c *cycle) wait(r *ranked, pj PendingJob, d *demand, dg diag, inQuota bool)
 	case ReasonPriority:
 		// The job fits now but only by delaying reserved higher jobs.
 		pj.Reason.Ahead = max(ahead, 1)
-		pj.Reason.Message = fmt.Sprintf("it would fit on %s now, but would delay %s of higher priority with reservations there",
-			pj.Reason.BestNode, plural(pj.Reason.Ahead, "job"))
+		pj.Reason.Message = fmt.Sprintf("%s of higher priority %s ahead; starting now on %s would delay their reserved start",
+			plural(pj.Reason.Ahead, "job"), isAre(pj.Reason.Ahead), pj.Reason.BestNode)
 	case ReasonResources, ReasonFragmented:
 		if ahead > 0 {
 			pj.Reason.Code = ReasonPriority

@@ -166,10 +166,74 @@ func TestPreemption(t *testing.T) {
 			t.Errorf("plan %+v", p)
 		}
 	})
+	t.Run("only victims that free what is missing", func(t *testing.T) {
+		cpuJob := Running{ID: 89, Queue: "batch", Start: t0.Add(-time.Hour), LastCheckpoint: t0,
+			Allocs: []Alloc{{Node: "gpu-01", CPUs: 2, MemoryMB: 1024}}}
+		p := mustSchedule(snapshot(node, []Running{cpuJob, runningIn(90, "batch", 0, 1, 2, 3, 4, 5, 6, 7)}, urgent), Options{})
+		if len(p.Preemptions) != 1 || p.Preemptions[0].JobID != 90 {
+			t.Errorf("preemptions %+v, want only job 90", p.Preemptions)
+		}
+	})
 	t.Run("switched off", func(t *testing.T) {
 		p := mustSchedule(snapshot(node, []Running{runningIn(90, "batch", 0, 1, 2, 3, 4, 5, 6, 7)}, urgent), Options{NoPreemption: true})
 		if len(p.Preemptions) != 0 {
 			t.Errorf("preempted with preemption off: %+v", p.Preemptions)
 		}
 	})
+}
+
+func TestPools(t *testing.T) {
+	inPool := func(name, pool string, gpus int) Node {
+		n := gpuNode(name, "H100", gpus)
+		n.Labels = map[string]string{"pool": pool}
+		return n
+	}
+	nodes := []Node{inPool("inf-01", "inference", 8), inPool("train-01", "train", 4)}
+	qs := queues()
+	qs["inference"] = Queue{Name: "inference", Tier: 1, NeverPreempt: true, Pools: []string{"inference"}}
+	qs["train"] = Queue{Name: "train", Tier: 1, Pools: []string{"train"}}
+	serve := job(1, 2, "H100")
+	serve.Queue = "inference"
+	s := &Snapshot{Nodes: nodes, Queues: qs, Pending: []Job{serve, job(2, 2, "H100"), job(3, 8, "H100"), job(4, 4, "H100")}}
+	p := mustSchedule(s, Options{})
+	if pl, _ := placementOf(p, 1); pl.Allocs[0].Node != "inf-01" {
+		t.Errorf("inference job on %+v", pl)
+	}
+	if pl, _ := placementOf(p, 2); pl.Allocs[0].Node != "train-01" {
+		t.Errorf("train job on %+v", pl)
+	}
+	pj, _ := pendingOf(p, 3)
+	if pj.Reason.Code != ReasonNoNodeMatches || pj.Reason.Message != "no node has 8 GPUs of model H100; the largest has 4 in pools train" {
+		t.Errorf("8-GPU train job: %+v", pj.Reason)
+	}
+	// The train pool has 2 GPUs left; the inference node's 6 free do not count.
+	pj, _ = pendingOf(p, 4)
+	want := Reason{Code: ReasonResources, BestNode: "train-01", Missing: map[string]int64{"gpus": 2},
+		Message: "no node has 4 free GPUs of model H100: best is train-01 with 2 free"}
+	if !reflect.DeepEqual(pj.Reason, want) {
+		t.Errorf("4-GPU train job:\n got %+v\nwant %+v", pj.Reason, want)
+	}
+}
+
+func TestUserLimit(t *testing.T) {
+	qs := queues()
+	q := qs["interactive"]
+	q.UserGPULimit = 2
+	qs["interactive"] = q
+	held := busy(90, "gpu-01", time.Hour, 0)
+	held.Queue, held.User = "interactive", "ada"
+	a, b, c := job(1, 1, "H100"), job(2, 1, "H100"), job(3, 1, "H100")
+	a.Queue, b.Queue, c.Queue = "interactive", "interactive", "interactive"
+	c.User = "bob"
+	s := &Snapshot{Nodes: []Node{gpuNode("gpu-01", "H100", 8)}, Queues: qs, Running: []Running{held}, Pending: []Job{a, b, c}}
+	p := mustSchedule(s, Options{})
+	if len(p.Placements) != 2 {
+		t.Fatalf("placements %+v, want jobs 1 and 3", p.Placements)
+	}
+	pj, _ := pendingOf(p, 2)
+	want := Reason{Code: ReasonUserLimit, User: "ada", Used: 2, Limit: 2,
+		Message: "user ada holds 2 of the 2 GPUs one user may hold in queue interactive; this job needs 1"}
+	if !reflect.DeepEqual(pj.Reason, want) {
+		t.Errorf("job 2:\n got %+v\nwant %+v", pj.Reason, want)
+	}
 }

@@ -170,7 +170,7 @@ func (c *cycle) preempt(r *ranked, d *demand, inQuota bool) ([]int64, string, bo
 	var chosen []int
 	for _, ni := range p.nodes {
 		ns := &st.nodes[ni]
-		if ns.n.CPUs < d.cpus || ns.n.MemoryMB < d.mem {
+		if ns.n.CPUs < d.cpus || ns.n.MemoryMB < d.mem || !st.inPools(ni, d) {
 			continue
 		}
 		groups := ns.groups
@@ -211,6 +211,11 @@ func (c *cycle) preempt(r *ranked, d *demand, inQuota bool) ([]int64, string, bo
 			for _, h := range cands {
 				if gpus >= d.gpus && cpus >= d.cpus && mem >= d.mem {
 					break
+				}
+				// Stop only what helps: a CPU-only job frees no GPUs.
+				helps := (h.group == gi && h.gpus > 0 && gpus < d.gpus) || (h.cpus > 0 && cpus < d.cpus) || (h.mem > 0 && mem < d.mem)
+				if !helps {
+					continue
 				}
 				// A victim may hold several groups of the node; what it holds elsewhere
 				// frees CPUs and memory too, but only this group's GPUs count.

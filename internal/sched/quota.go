@@ -1,9 +1,6 @@
 package sched
 
-import (
-	"fmt"
-	"slices"
-)
+import "fmt"
 
 // quotas tracks each team's GPUs in use per model, from the running jobs and the
 // placements of this cycle, against the quotas of the snapshot.
@@ -105,11 +102,16 @@ func (c *cycle) admitDemand(d *demand) (verdict, bool) {
 		v := c.quotas.admit(d.team, d.modelName, total)
 		return v, v.ok
 	}
-	var refused verdict
+	var refused, admitted verdict
 	allowed := 0
 	for m := range c.st.models {
 		v := c.quotas.admit(d.team, c.st.models[m].name, total)
 		if v.ok {
+			// The verdict returned is the most favourable admitting one: in quota where
+			// some model allows it, so the job keeps its right to reclaim borrowed GPUs.
+			if allowed == 0 || admitted.borrowing && !v.borrowing || !admitted.limited && v.limited && !v.borrowing {
+				admitted = v
+			}
 			allowed++
 			continue
 		}
@@ -122,7 +124,8 @@ func (c *cycle) admitDemand(d *demand) (verdict, bool) {
 	if allowed == 0 && len(c.st.models) > 0 {
 		return refused, false
 	}
-	return verdict{ok: true}, true
+	admitted.ok = true
+	return admitted, true
 }
 
 // quotaReason explains a refusal, e.g. "team vision uses 14 of its 16-GPU limit; this job
@@ -136,12 +139,41 @@ func quotaReason(team string, v verdict, need int) Reason {
 		Message: fmt.Sprintf("team %s uses %d of its %d-%s; this job needs %d", team, v.used, v.limit, what, need)}
 }
 
-// sortedTeams lists team names in order, for deterministic iteration.
-func sortedTeams(m map[string]Team) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
+// userKey names one user's jobs in one queue.
+type userKey struct{ queue, user string }
+
+// userGPUs counts GPUs held per user and queue, for queues with a per-user cap; nil when
+// no queue has one.
+func userGPUs(s *Snapshot) map[userKey]int {
+	capped := false
+	for _, q := range s.Queues {
+		capped = capped || q.UserGPULimit > 0
 	}
-	slices.Sort(out)
+	if !capped {
+		return nil
+	}
+	out := map[userKey]int{}
+	for _, r := range s.Running {
+		if s.Queues[r.Queue].UserGPULimit > 0 {
+			for _, a := range r.Allocs {
+				out[userKey{r.Queue, r.User}] += len(a.GPUIndices)
+			}
+		}
+	}
 	return out
+}
+
+// userLimit returns the refusal for a job that would take its user beyond the queue's
+// per-user cap, if it would.
+func (c *cycle) userLimit(j *Job, q *Queue, gpus int) (Reason, bool) {
+	if q.UserGPULimit <= 0 || gpus == 0 {
+		return Reason{}, false
+	}
+	used := c.users[userKey{q.Name, j.User}]
+	if used+gpus <= q.UserGPULimit {
+		return Reason{}, false
+	}
+	return Reason{Code: ReasonUserLimit, User: j.User, Used: used, Limit: q.UserGPULimit,
+		Message: fmt.Sprintf("user %s holds %d of the %d GPUs one user may hold in queue %s; this job needs %d",
+			j.User, used, q.UserGPULimit, q.Name, gpus)}, true
 }

@@ -1,6 +1,9 @@
 package sched
 
-import "fmt"
+import (
+	"fmt"
+	"strings"
+)
 
 // reason turns the chain's record into a Reason for a job that could not start now. The
 // codes, in the order they are decided:
@@ -23,15 +26,14 @@ func (c *cycle) reason(d *demand, dg *diag) Reason {
 		return Reason{Code: ReasonPriority, BestNode: st.nodes[dg.first[checkBackfill].node].n.Name}
 	case dg.rejected[checkWindow] > 0 && dg.rejected[checkCPUs]+dg.rejected[checkMemory] == 0:
 		ni := dg.first[checkWindow].node
-		team := ""
-		for _, w := range st.nodes[ni].windows {
+		var w window
+		for _, w = range st.nodes[ni].windows {
 			if w.team != d.team {
-				team = w.team
 				break
 			}
 		}
 		return Reason{Code: ReasonReserved, BestNode: st.nodes[ni].n.Name,
-			Message: fmt.Sprintf("the nodes with room, first %s, are reserved for team %s", st.nodes[ni].n.Name, team)}
+			Message: fmt.Sprintf("the nodes with room, first %s, are reserved for team %s (%s)", st.nodes[ni].n.Name, w.team, w.name)}
 	case dg.rejected[checkCPUs]+dg.rejected[checkMemory] > 0:
 		cd := dg.first[checkCPUs]
 		if dg.rejected[checkCPUs] == 0 {
@@ -58,7 +60,28 @@ func (c *cycle) reason(d *demand, dg *diag) Reason {
 		return Reason{Code: ReasonResources, BestNode: ns.n.Name, Missing: missing,
 			Message: fmt.Sprintf("no node has %s: best is %s, short of %s", what, ns.n.Name, short)}
 	}
-	return c.gpuShortage(d)
+	if d.deny != nil || d.model == noModel {
+		return c.gpuShortage(d) // answers that depend on more than the key below
+	}
+	// The answer depends only on the free GPU counts, so it is kept until a placement
+	// changes them: once the cluster is full, thousands of jobs share a few answers.
+	key := shortageKey{d.model, d.gpus, d.poolKey}
+	if e, ok := c.shortages[key]; ok && e.version == c.st.gpuVersion {
+		return e.reason
+	}
+	r := c.gpuShortage(d)
+	c.shortages[key] = shortageEntry{c.st.gpuVersion, r}
+	return r
+}
+
+type shortageKey struct {
+	model, gpus int
+	pools       string
+}
+
+type shortageEntry struct {
+	version int
+	reason  Reason
 }
 
 // gpuShortage explains a job for which no node has enough free GPUs of its model.
@@ -75,6 +98,26 @@ func (c *cycle) gpuShortage(d *demand) Reason {
 			continue
 		}
 		mi := &st.models[m]
+		if d.pools != nil {
+			// The buckets span all pools: count this pool's groups one by one.
+			for _, ni := range st.poolNodes(d) {
+				for _, gi := range st.nodes[ni].groups {
+					g := &st.groups[gi]
+					if g.model != m {
+						continue
+					}
+					largest = max(largest, len(g.index))
+					total += g.nfree
+					if g.nfree > 0 {
+						spread++
+					}
+					if g.nfree > bestFree || (g.nfree == bestFree && gi < bestGroup) {
+						bestGroup, bestFree = gi, g.nfree
+					}
+				}
+			}
+			continue
+		}
 		largest = max(largest, mi.maxCap)
 		total += mi.free
 		for k := len(mi.buckets) - 1; k >= 1; k-- {
@@ -91,8 +134,12 @@ func (c *cycle) gpuShortage(d *demand) Reason {
 		}
 	}
 	if d.model == noModel || largest < d.gpus {
-		return Reason{Code: ReasonResources, Message: fmt.Sprintf("no schedulable node has %s; %s not schedulable",
-			gpusOf(d.gpus, "", d.modelName), plural(st.unschedulable, "node")+" "+isAre(st.unschedulable))}
+		where := "schedulable node"
+		if d.pools != nil {
+			where = "schedulable node in pools " + strings.Join(d.pools, ", ")
+		}
+		return Reason{Code: ReasonResources, Message: fmt.Sprintf("no %s has %s; %s not schedulable",
+			where, gpusOf(d.gpus, "", d.modelName), plural(st.unschedulable, "node")+" "+isAre(st.unschedulable))}
 	}
 	node := st.nodes[st.groups[bestGroup].node].n.Name
 	missing := map[string]int64{"gpus": int64(d.gpus - bestFree)}

@@ -97,7 +97,7 @@ func TestReasons(t *testing.T) {
 				return s
 			}(),
 			job:  1,
-			want: Reason{Code: ReasonReserved, BestNode: "gpu-01", Message: "the nodes with room, first gpu-01, are reserved for team nlp"},
+			want: Reason{Code: ReasonReserved, BestNode: "gpu-01", Message: "the nodes with room, first gpu-01, are reserved for team nlp (demo)"},
 		},
 	}
 	for _, tt := range tests {

@@ -122,12 +122,16 @@ type state struct {
 	// unschedulable counts the nodes left out, for messages.
 	unschedulable int
 	totalGPUs     int
+	// gpuVersion counts changes of free GPU counts, for answers cached on them.
+	gpuVersion int
+	// pools caches the nodes of each queue's pools, by the queue's name.
+	pools map[string][]int
 }
 
 // newState builds the cycle's view: schedulable nodes, their GPU groups, and what the
 // running jobs hold and when they give it back.
 func newState(s *Snapshot, now int64) *state {
-	st := &state{now: now, byName: map[string]int{}, modelByName: map[string]int{}}
+	st := &state{now: now, byName: map[string]int{}, modelByName: map[string]int{}, pools: map[string][]int{}}
 	order := make([]int, 0, len(s.Nodes))
 	for i := range s.Nodes {
 		if s.Nodes[i].Schedulable {
@@ -142,7 +146,8 @@ func newState(s *Snapshot, now int64) *state {
 	var names []string
 	for _, i := range order {
 		for _, g := range s.Nodes[i].GPUs {
-			if g.Healthy {
+			// Nodes are mostly of one model: skip repeats before sorting.
+			if g.Healthy && (len(names) == 0 || names[len(names)-1] != g.Model) {
 				names = append(names, g.Model)
 			}
 		}
@@ -154,7 +159,19 @@ func newState(s *Snapshot, now int64) *state {
 		st.models = append(st.models, modelIndex{name: m})
 	}
 
+	// One backing array per field for all groups: a cycle at 10,000 nodes would
+	// otherwise spend its time allocating.
+	healthy := 0
+	for _, i := range order {
+		for _, g := range s.Nodes[i].GPUs {
+			if g.Healthy {
+				healthy++
+			}
+		}
+	}
+	indexes, positions, frees := make([]int, 0, healthy), make([]int, 0, healthy), make([]bool, healthy)
 	st.nodes = make([]nodeState, 0, len(order))
+	st.groups = make([]group, 0, len(order))
 	var models []int
 	for _, i := range order {
 		n := &s.Nodes[i]
@@ -174,24 +191,27 @@ func newState(s *Snapshot, now int64) *state {
 		models = slices.Compact(models)
 		for _, m := range models {
 			gr := group{node: ni, model: m}
+			start := len(indexes)
 			for p, g := range n.GPUs {
 				if g.Healthy && st.modelByName[g.Model] == m {
-					gr.index = append(gr.index, g.Index)
-					gr.pos = append(gr.pos, p)
+					indexes = append(indexes, g.Index)
+					positions = append(positions, p)
 				}
 			}
-			// Sort by GPU index so "lowest free indices" means what it says.
-			idx := make([]int, len(gr.index))
-			for k := range idx {
-				idx[k] = k
+			gr.index, gr.pos = indexes[start:len(indexes):len(indexes)], positions[start:len(positions):len(positions)]
+			// Sorted by GPU index so that "lowest free indices" means what it says and
+			// running jobs' indices can be found by binary search.
+			if !slices.IsSorted(gr.index) {
+				byIndex := make([][2]int, len(gr.index))
+				for k := range byIndex {
+					byIndex[k] = [2]int{gr.index[k], gr.pos[k]}
+				}
+				slices.SortFunc(byIndex, func(a, b [2]int) int { return a[0] - b[0] })
+				for k, x := range byIndex {
+					gr.index[k], gr.pos[k] = x[0], x[1]
+				}
 			}
-			slices.SortFunc(idx, func(a, b int) int { return gr.index[a] - gr.index[b] })
-			sortedIndex, sortedPos := make([]int, len(idx)), make([]int, len(idx))
-			for k, j := range idx {
-				sortedIndex[k], sortedPos[k] = gr.index[j], gr.pos[j]
-			}
-			gr.index, gr.pos = sortedIndex, sortedPos
-			gr.free = make([]bool, len(gr.index))
+			gr.free = frees[start : start+len(gr.index) : start+len(gr.index)]
 			for k := range gr.free {
 				gr.free[k] = true
 			}
@@ -245,8 +265,8 @@ func (st *state) applyRunning(running []Running) {
 	for ri := range running {
 		r := &running[ri]
 		end := nanos(r.End)
-		if end < st.now {
-			end = st.now // overdue: about to be stopped
+		if end < st.now || r.Preempting {
+			end = st.now // overdue or told to stop: its resources come back at once
 		}
 		for _, a := range r.Allocs {
 			ni, ok := st.byName[a.Node]
@@ -306,6 +326,7 @@ func (st *state) take(ni, gi int, positions []int, cpus int, mem int64) {
 	if gi < 0 || len(positions) == 0 {
 		return
 	}
+	st.gpuVersion++
 	g := &st.groups[gi]
 	mi := &st.models[g.model]
 	mi.buckets[g.nfree].unset(gi)

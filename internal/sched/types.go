@@ -84,6 +84,10 @@ type Queue struct {
 	// NeverPreempt protects the queue's jobs even while they borrow (services).
 	// Without it, borrowing jobs of any queue may be reclaimed by in-quota work.
 	NeverPreempt bool
+	// Pools limits the queue to nodes whose "pool" label is one of these (empty: any).
+	Pools []string
+	// UserGPULimit caps the GPUs one user's jobs in this queue hold at once (0: no cap).
+	UserGPULimit int
 }
 
 // Request is what a job needs.
@@ -232,6 +236,8 @@ const (
 	ReasonWaitingForPreemption ReasonCode = "WaitingForPreemption"
 	// ReasonReserved: the only nodes that fit are held by a reservation for another team.
 	ReasonReserved ReasonCode = "Reserved"
+	// ReasonUserLimit: the job would take its user beyond the queue's per-user GPU cap.
+	ReasonUserLimit ReasonCode = "UserLimit"
 )
 
 // Reason is a code with the numbers behind it. Message is one plain sentence.
@@ -240,12 +246,15 @@ type Reason struct {
 	Message string
 	// BestNode is the node that came closest, where one did.
 	BestNode string
-	// Missing says what BestNode lacks, e.g. {"gpus": 2}.
+	// Missing says what BestNode lacks, e.g. {"gpus": 2}. Jobs that share a reason
+	// share the map (at 100,000 pending jobs a copy each is a cost): read it only.
 	Missing map[string]int64
 	// Ahead counts the jobs of higher priority that wait for the same resources.
 	Ahead int
-	// Team, Used and Limit explain QuotaExceeded, in GPUs.
+	// Team, Used and Limit explain QuotaExceeded, in GPUs; User, Used and Limit explain
+	// UserLimit.
 	Team  string
+	User  string
 	Used  int
 	Limit int
 	// Victims are the jobs being stopped for WaitingForPreemption.

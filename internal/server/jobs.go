@@ -246,8 +246,6 @@ const (
 	reasonUserHold   = "UserHold"
 	reasonDependency = "Dependency"
 	reasonArrayLimit = "ArrayLimit"
-	reasonUserLimit  = "UserGPULimit"
-	reasonPool       = "Pool"
 )
 
 // depsMet reports whether the job's dependencies allow it to start, a sentence saying what

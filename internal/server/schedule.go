@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
@@ -136,58 +135,28 @@ func (s *Server) finishDrains(b *store.Batch, now time.Time) {
 	}
 }
 
-// admission applies the rules the scheduling core does not know: an array's limit on active
-// members, a queue's per-user GPU cap, and a queue's pools. It returns the pending jobs held
-// back, each with its reason code and sentence.
+// admission applies the one rule the scheduling core does not know: an array's limit on
+// active members. It returns the pending jobs held back, each with its reason code and
+// sentence.
 func (s *Server) admission() map[int64][2]string {
 	out := map[int64][2]string{}
 	arrayActive := map[int64]int{}
-	userGPUs := map[[2]string]int{}
 	for _, id := range s.state.ActiveIDs() {
-		j, _ := s.state.Job(id)
-		if j.ArrayID != 0 {
+		if j, _ := s.state.Job(id); j.ArrayID != 0 {
 			arrayActive[j.ArrayID]++
 		}
-		userGPUs[[2]string{j.Spec.Queue, j.Spec.User}] += j.Spec.GPUs
 	}
-	pools := s.poolNodes()
 	for _, id := range s.state.PendingIDs() {
 		j, _ := s.state.Job(id)
-		q, _ := s.state.Queue(j.Spec.Queue)
-		if len(q.Pools) > 0 && pools[q.Name] == 0 {
-			out[id] = [2]string{reasonPool, fmt.Sprintf("no ready node is in queue %s's pools (%s)", q.Name, strings.Join(q.Pools, ", "))}
+		if j.ArrayID == 0 || j.ArrayLimit == 0 {
 			continue
 		}
-		if j.ArrayID != 0 && j.ArrayLimit > 0 {
-			if arrayActive[j.ArrayID] >= j.ArrayLimit {
-				out[id] = [2]string{reasonArrayLimit, fmt.Sprintf("array %d already has %d of its at most %d jobs active", j.ArrayID, arrayActive[j.ArrayID], j.ArrayLimit)}
-				continue
-			}
-			// Counted as if placed, so one cycle cannot start more than the limit.
-			arrayActive[j.ArrayID]++
+		if arrayActive[j.ArrayID] >= j.ArrayLimit {
+			out[id] = [2]string{reasonArrayLimit, fmt.Sprintf("array %d already has %d of its at most %d jobs active", j.ArrayID, arrayActive[j.ArrayID], j.ArrayLimit)}
+			continue
 		}
-		if q.UserGPULimit > 0 {
-			key := [2]string{q.Name, j.Spec.User}
-			if userGPUs[key]+j.Spec.GPUs > q.UserGPULimit {
-				out[id] = [2]string{reasonUserLimit, fmt.Sprintf("user %s holds %d GPUs in queue %s, whose per-user limit is %d; this job needs %d",
-					j.Spec.User, userGPUs[key], q.Name, q.UserGPULimit, j.Spec.GPUs)}
-				continue
-			}
-			userGPUs[key] += j.Spec.GPUs
-		}
-	}
-	return out
-}
-
-// poolNodes counts, per queue with pools, the nodes whose "pool" label is one of them.
-func (s *Server) poolNodes() map[string]int {
-	out := map[string]int{}
-	for _, q := range s.state.Queues() {
-		for _, n := range s.state.Nodes() {
-			if slices.Contains(q.Pools, n.Labels["pool"]) {
-				out[q.Name]++
-			}
-		}
+		// Counted as if placed, so one cycle cannot start more than the limit.
+		arrayActive[j.ArrayID]++
 	}
 	return out
 }

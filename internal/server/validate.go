@@ -345,10 +345,11 @@ func parseArray(spec string) ([]int, int, *api.Error) {
 			}
 		}
 		for i := a; i <= b; i += step {
-			if !seen[i] {
-				seen[i] = true
-				out = append(out, i)
+			if seen[i] {
+				return bad("index %d appears twice", i)
 			}
+			seen[i] = true
+			out = append(out, i)
 			if len(out) > maxArrayJobs {
 				return bad("more than %d jobs", maxArrayJobs)
 			}

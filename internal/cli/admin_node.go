@@ -1,0 +1,66 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/rotahq/rota/internal/api"
+)
+
+const drainUsage = `rota admin drain NODE...
+
+Starts no new jobs on the nodes; the jobs running there run to their end, and the node
+is DRAINED once they have. -o json prints the node, or an array when several are given.`
+
+const resumeUsage = `rota admin resume NODE...
+
+Lets jobs start again on drained or draining nodes. -o json prints the node, or an array
+when several are given.`
+
+func runDrain(ctx context.Context, cfg Config, args []string) int {
+	return runNodeAction(ctx, cfg, args, "admin drain", drainUsage, (*Client).Drain, drainOutcome)
+}
+
+func runResume(ctx context.Context, cfg Config, args []string) int {
+	return runNodeAction(ctx, cfg, args, "admin resume", resumeUsage, (*Client).Resume, func(n api.Node) string {
+		return fmt.Sprintf("Resumed %s (%s)", n.Name, n.State)
+	})
+}
+
+// runNodeAction applies do to each node named in args, as runJobAction does to jobs.
+func runNodeAction(ctx context.Context, cfg Config, args []string, cmd, usage string,
+	do func(c *Client, ctx context.Context, name string) (api.Node, error), outcome func(api.Node) string) int {
+	fs, g := newFlagSet(cfg, cmd, usage)
+	pos, code, ok := parseFlags(fs, g, args)
+	if !ok {
+		return code
+	}
+	if len(pos) == 0 {
+		return cfg.usageError(cmd, "no node given")
+	}
+	c := cfg.client(g)
+	nodes, exit := forEach(ctx, cfg, g, pos,
+		func(name string) string { return "node " + name },
+		func(name string) (api.Node, error) { return do(c, ctx, name) },
+		outcome)
+	return printEachJSON(cfg, g, len(pos), nodes, exit)
+}
+
+func drainOutcome(n api.Node) string {
+	switch {
+	case n.State == api.NodeDrained:
+		return "Drained " + n.Name
+	case n.State != api.NodeDraining:
+		return fmt.Sprintf("Drain requested for %s (%s)", n.Name, n.State)
+	case len(n.Jobs) == 0:
+		return "Draining " + n.Name + ": no new jobs start there"
+	}
+	ids := make([]string, len(n.Jobs))
+	for i, id := range n.Jobs {
+		ids[i] = strconv.FormatInt(id, 10)
+	}
+	return fmt.Sprintf("Draining %s: no new jobs start there; %s still running (%s)",
+		n.Name, plural(len(n.Jobs), "job", "jobs"), strings.Join(ids, ","))
+}

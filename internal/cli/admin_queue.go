@@ -1,0 +1,245 @@
+package cli
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/rotahq/rota/internal/api"
+)
+
+const queueListUsage = `rota admin queue list
+
+Lists the queues. A higher TIER is scheduled first. PREEMPTIBLE is "yes" when the
+queue's jobs may always be preempted, "borrowing" when only while they run beyond their
+team's guaranteed quota, "never" when not even then. MAX-TIME "unlimited" means no cap.
+USERS/TEAMS says who may submit; USER-GPU-LIMIT caps the GPUs one user holds in the
+queue at once. -o json prints an api.QueueList.`
+
+const queueSetUsage = `rota admin queue set NAME [flags]
+
+Creates queue NAME from the flags, or changes only the flags given of an existing one.
+Times take Go durations (90m, 4h) or Slurm's forms (HH:MM:SS, D-HH); --max-time 0 means
+unlimited. Lists are comma-separated; an empty list ("") clears one. A boolean flag is
+turned off with =false, e.g. --preemptible=false. -o json prints the queue as stored.`
+
+const queueDeleteUsage = `rota admin queue delete NAME
+
+Deletes a queue.`
+
+func runQueueList(ctx context.Context, cfg Config, args []string) int {
+	const cmd = "admin queue list"
+	fs, g := newFlagSet(cfg, cmd, queueListUsage)
+	pos, code, ok := parseFlags(fs, g, args)
+	if !ok {
+		return code
+	}
+	if len(pos) > 0 {
+		return cfg.usageError(cmd, "unexpected argument %q", pos[0])
+	}
+	queues, err := cfg.client(g).Queues(ctx)
+	if err != nil {
+		return cfg.fail(ctx, err)
+	}
+	if queues == nil {
+		queues = []api.Queue{}
+	}
+	if g.output == "json" {
+		return cfg.printJSON(api.QueueList{Queues: queues})
+	}
+	return cfg.printQueues(ctx, queues)
+}
+
+func (cfg Config) printQueues(ctx context.Context, queues []api.Queue) int {
+	tw := newTable(cfg.Stdout)
+	fmt.Fprintln(tw, "NAME\tTIER\tPREEMPTIBLE\tDEFAULT-TIME\tMAX-TIME\tGRACE\tPOOLS\tUSERS/TEAMS\tUSER-GPU-LIMIT")
+	for _, q := range queues {
+		maxTime := "unlimited"
+		if q.MaxTimeLimit > 0 {
+			maxTime = formatDuration(secondsDuration(q.MaxTimeLimit))
+		}
+		defaultTime := "-"
+		if q.DefaultTimeLimit > 0 {
+			defaultTime = formatDuration(secondsDuration(q.DefaultTimeLimit))
+		}
+		grace := formatDuration(secondsDuration(q.Grace))
+		if q.MaxGrace > 0 {
+			grace += ", max " + formatDuration(secondsDuration(q.MaxGrace))
+		}
+		gpuLimit := "-"
+		if q.UserGPULimit > 0 {
+			gpuLimit = strconv.Itoa(q.UserGPULimit)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
+			q.Name, q.Tier, preemptibility(q), defaultTime, maxTime, grace,
+			joinOrDash(q.Pools), whoMaySubmit(q), gpuLimit)
+	}
+	if err := tw.Flush(); err != nil {
+		return cfg.fail(ctx, err)
+	}
+	return ExitOK
+}
+
+// preemptibility is the PREEMPTIBLE column (see queueListUsage).
+func preemptibility(q api.Queue) string {
+	switch {
+	case q.NeverPreempt:
+		return "never"
+	case q.Preemptible:
+		return "yes"
+	}
+	return "borrowing"
+}
+
+// whoMaySubmit is the USERS/TEAMS column: "anyone", or the users and teams named.
+func whoMaySubmit(q api.Queue) string {
+	var parts []string
+	if len(q.Users) > 0 {
+		parts = append(parts, "users "+strings.Join(q.Users, ","))
+	}
+	if len(q.Teams) > 0 {
+		parts = append(parts, "teams "+strings.Join(q.Teams, ","))
+	}
+	if len(parts) == 0 {
+		return "anyone"
+	}
+	return strings.Join(parts, "; ")
+}
+
+// queueFlags are queue set's own flags, as typed.
+type queueFlags struct {
+	tier, userGPULimit                    int
+	preemptible, neverPreempt             bool
+	defaultTime, maxTime, grace, maxGrace string
+	pools, users, teams                   string
+}
+
+func runQueueSet(ctx context.Context, cfg Config, args []string) int {
+	const cmd = "admin queue set"
+	fs, g := newFlagSet(cfg, cmd, queueSetUsage)
+	var f queueFlags
+	fs.IntVar(&f.tier, "tier", 0, "scheduling `tier`; a higher one goes first")
+	fs.BoolVar(&f.preemptible, "preemptible", false, "the queue's jobs may always be preempted")
+	fs.BoolVar(&f.neverPreempt, "never-preempt", false, "the queue's jobs are never preempted, even while borrowing")
+	fs.StringVar(&f.defaultTime, "default-time", "", "time limit of jobs that give none, a `DURATION`")
+	fs.StringVar(&f.maxTime, "max-time", "", "largest time limit a job may ask for, a `DURATION` (0: unlimited)")
+	fs.StringVar(&f.grace, "grace", "", "default time from the stop signal to the kill, a `DURATION`")
+	fs.StringVar(&f.maxGrace, "max-grace", "", "largest grace a job may ask for, a `DURATION`")
+	fs.StringVar(&f.pools, "pools", "", "run only on nodes of these `pools`, comma-separated (\"\": any)")
+	fs.StringVar(&f.users, "users", "", "only these `users` may submit, comma-separated")
+	fs.StringVar(&f.teams, "teams", "", "only these `teams` may submit, comma-separated")
+	fs.IntVar(&f.userGPULimit, "user-gpu-limit", 0, "most `GPUs` one user's jobs hold at once (0: no cap)")
+	pos, code, ok := parseFlags(fs, g, args)
+	if !ok {
+		return code
+	}
+	name, ok := cfg.oneName(cmd, pos)
+	if !ok {
+		return ExitUsage
+	}
+	if f.preemptible && f.neverPreempt {
+		return cfg.usageError(cmd, "--preemptible and --never-preempt exclude each other")
+	}
+	// Every flag is checked before the server is asked anything.
+	edits, err := queueEdits(fs, f)
+	if err != nil {
+		return cfg.usageError(cmd, "%v", err)
+	}
+
+	c := cfg.client(g)
+	queues, err := c.Queues(ctx)
+	if err != nil {
+		return cfg.fail(ctx, err)
+	}
+	q, verb := api.Queue{Name: name}, "Created"
+	for _, have := range queues {
+		if have.Name == name {
+			q, verb = have, "Updated"
+		}
+	}
+	for _, edit := range edits {
+		edit(&q)
+	}
+	q, err = c.SetQueue(ctx, q)
+	if err != nil {
+		return cfg.fail(ctx, err)
+	}
+	if g.output == "json" {
+		return cfg.printJSON(q)
+	}
+	fmt.Fprintf(cfg.Stdout, "%s queue %s\n", verb, q.Name)
+	return cfg.printQueues(ctx, []api.Queue{q})
+}
+
+// queueEdits turns the flags set explicitly into changes to a queue, checking them all.
+func queueEdits(fs *flag.FlagSet, f queueFlags) ([]func(*api.Queue), error) {
+	var edits []func(*api.Queue)
+	var err error
+	fs.Visit(func(fl *flag.Flag) {
+		if err != nil {
+			return
+		}
+		var edit func(*api.Queue)
+		var secs int64
+		switch fl.Name {
+		case "tier":
+			edit = func(q *api.Queue) { q.Tier = f.tier }
+		case "preemptible":
+			edit = func(q *api.Queue) { q.Preemptible = f.preemptible }
+		case "never-preempt":
+			edit = func(q *api.Queue) { q.NeverPreempt = f.neverPreempt }
+		case "default-time":
+			secs, err = parseTimeLimit(f.defaultTime)
+			edit = func(q *api.Queue) { q.DefaultTimeLimit = secs }
+		case "max-time":
+			secs, err = parseTimeLimit(f.maxTime)
+			edit = func(q *api.Queue) { q.MaxTimeLimit = secs }
+		case "grace":
+			secs, err = parseGrace(f.grace)
+			edit = func(q *api.Queue) { q.Grace = secs }
+		case "max-grace":
+			secs, err = parseGrace(f.maxGrace)
+			edit = func(q *api.Queue) { q.MaxGrace = secs }
+		case "pools":
+			edit = func(q *api.Queue) { q.Pools = splitList(f.pools) }
+		case "users":
+			edit = func(q *api.Queue) { q.Users = splitList(f.users) }
+		case "teams":
+			edit = func(q *api.Queue) { q.Teams = splitList(f.teams) }
+		case "user-gpu-limit":
+			if f.userGPULimit < 0 {
+				err = fmt.Errorf("must be 0 or more, got %d", f.userGPULimit)
+			}
+			edit = func(q *api.Queue) { q.UserGPULimit = f.userGPULimit }
+		}
+		if err != nil {
+			err = fmt.Errorf("--%s: %w", fl.Name, err)
+		}
+		if edit != nil {
+			edits = append(edits, edit)
+		}
+	})
+	return edits, err
+}
+
+func runQueueDelete(ctx context.Context, cfg Config, args []string) int {
+	const cmd = "admin queue delete"
+	fs, g := newFlagSet(cfg, cmd, queueDeleteUsage)
+	pos, code, ok := parseFlags(fs, g, args)
+	if !ok {
+		return code
+	}
+	name, ok := cfg.oneName(cmd, pos)
+	if !ok {
+		return ExitUsage
+	}
+	if err := cfg.client(g).DeleteQueue(ctx, name); err != nil {
+		return cfg.fail(ctx, err)
+	}
+	if g.output == "table" {
+		fmt.Fprintf(cfg.Stdout, "Deleted queue %s\n", name)
+	}
+	return ExitOK
+}

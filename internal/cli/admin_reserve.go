@@ -1,0 +1,215 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/rotahq/rota/internal/api"
+)
+
+const reserveUsage = `rota admin reserve --team T --gpus N --start TIME --end TIME [--name NAME]
+
+Holds GPUs for a team from --start to --end; the server picks the nodes. Prints the
+reservation's ID on the last line.
+  TIME is RFC 3339 (2026-12-01T09:00:00Z), a local time "2026-12-01 09:00" (seconds
+  optional, or a date alone for its midnight), "now", or "+DURATION" from now (+2h, +1d).
+  --end may also be a DURATION after --start: 4h, 90m, 2d, 1d12h.
+  --start defaults to now.`
+
+const reservationsUsage = `rota admin reservations
+
+Lists the reservations that have not ended. -o json prints an api.ReservationList.`
+
+const unreserveUsage = `rota admin unreserve ID...
+
+Deletes reservations; the GPUs they held are free for anyone at once.`
+
+func runReserve(ctx context.Context, cfg Config, args []string) int {
+	const cmd = "admin reserve"
+	fs, g := newFlagSet(cfg, cmd, reserveUsage)
+	team := fs.String("team", "", "`team` the GPUs are held for")
+	gpus := fs.Int("gpus", 0, "number of `GPUs` to hold")
+	start := fs.String("start", "now", "when the reservation begins, a `TIME`")
+	end := fs.String("end", "", "when it ends, a `TIME` or a DURATION after --start")
+	name := fs.String("name", "", "`name` of the reservation")
+	pos, code, ok := parseFlags(fs, g, args)
+	if !ok {
+		return code
+	}
+	if len(pos) > 0 {
+		return cfg.usageError(cmd, "unexpected argument %q", pos[0])
+	}
+	r, err := buildReservation(*team, *gpus, *start, *end, cfg.Now(), cfg.location())
+	if err != nil {
+		return cfg.usageError(cmd, "%v", err)
+	}
+	r.Name = *name
+
+	r, err = cfg.client(g).Reserve(ctx, r)
+	if err != nil {
+		return cfg.fail(ctx, err)
+	}
+	if g.output == "json" {
+		return cfg.printJSON(r)
+	}
+	loc := cfg.location()
+	fmt.Fprintf(cfg.Stdout, "Reserved %s for team %s on %s from %s to %s (reservation %d)\n",
+		plural(r.GPUs, "GPU", "GPUs"), r.Team, joinOrDash(r.Nodes), formatTime(&r.Start, loc), formatTime(&r.End, loc), r.ID)
+	fmt.Fprintln(cfg.Stdout, r.ID)
+	return ExitOK
+}
+
+// buildReservation checks reserve's flags and turns them into the request.
+func buildReservation(team string, gpus int, start, end string, now time.Time, loc *time.Location) (api.Reservation, error) {
+	var r api.Reservation
+	switch {
+	case team == "":
+		return r, errors.New("--team is required")
+	case gpus < 1:
+		return r, fmt.Errorf("--gpus must be 1 or more, got %d", gpus)
+	case end == "":
+		return r, errors.New("--end is required: a time, or a duration after --start such as 4h")
+	}
+	from, err := parseWhen(start, now, loc)
+	if err != nil {
+		return r, fmt.Errorf("--start: %w", err)
+	}
+	to, err := parseEnd(end, from, now, loc)
+	if err != nil {
+		return r, fmt.Errorf("--end: %w", err)
+	}
+	if !to.After(from) {
+		return r, fmt.Errorf("--end %s is not after --start %s", formatTime(&to, loc), formatTime(&from, loc))
+	}
+	return api.Reservation{Team: team, GPUs: gpus, Start: from, End: to}, nil
+}
+
+// localLayouts are the forms of a time without a zone, read in the local zone.
+var localLayouts = []string{"2006-01-02 15:04", "2006-01-02 15:04:05", "2006-01-02T15:04", "2006-01-02T15:04:05", "2006-01-02"}
+
+// parseWhen reads a point in time: RFC 3339, a local time in one of localLayouts, "now",
+// or "+DURATION" from now.
+func parseWhen(s string, now time.Time, loc *time.Location) (time.Time, error) {
+	s = strings.TrimSpace(s)
+	if s == "now" {
+		return now, nil
+	}
+	if rest, ok := strings.CutPrefix(s, "+"); ok {
+		d, err := parseSpan(rest)
+		if err != nil {
+			return time.Time{}, err
+		}
+		return now.Add(d), nil
+	}
+	if t, err := time.Parse(time.RFC3339, s); err == nil {
+		return t, nil
+	}
+	for _, layout := range localLayouts {
+		if t, err := time.ParseInLocation(layout, s, loc); err == nil {
+			return t, nil
+		}
+	}
+	return time.Time{}, fmt.Errorf(`invalid time %q: want e.g. 2026-12-01T09:00:00Z, "2026-12-01 09:00" (local), now or +2h`, s)
+}
+
+// parseEnd reads the end of a window: a time as parseWhen reads it, or a duration after
+// start.
+func parseEnd(s string, start, now time.Time, loc *time.Location) (time.Time, error) {
+	if d, err := parseSpan(strings.TrimSpace(s)); err == nil {
+		return start.Add(d), nil
+	}
+	return parseWhen(s, now, loc)
+}
+
+// spanDays matches a duration that begins with whole days: 2d, 1d12h.
+var spanDays = regexp.MustCompile(`^(\d{1,5})d(.*)$`)
+
+// parseSpan reads a positive duration: a Go duration, optionally led by days (2d, 1d12h).
+// It takes no sign, so that parseEnd leaves "+4h" to parseWhen.
+func parseSpan(s string) (time.Duration, error) {
+	if s == "" || s[0] < '0' || s[0] > '9' {
+		return 0, fmt.Errorf("invalid duration %q: want e.g. 4h, 90m, 2d or 1d12h", s)
+	}
+	var days time.Duration
+	rest := s
+	if m := spanDays.FindStringSubmatch(s); m != nil {
+		n, _ := strconv.Atoi(m[1])
+		days, rest = time.Duration(n)*24*time.Hour, m[2]
+	}
+	var d time.Duration
+	if rest != "" || days == 0 {
+		var err error
+		if d, err = time.ParseDuration(rest); err != nil {
+			return 0, fmt.Errorf("invalid duration %q: want e.g. 4h, 90m, 2d or 1d12h", s)
+		}
+	}
+	if d+days <= 0 {
+		return 0, fmt.Errorf("invalid duration %q: must be more than 0", s)
+	}
+	return d + days, nil
+}
+
+func runReservations(ctx context.Context, cfg Config, args []string) int {
+	const cmd = "admin reservations"
+	fs, g := newFlagSet(cfg, cmd, reservationsUsage)
+	pos, code, ok := parseFlags(fs, g, args)
+	if !ok {
+		return code
+	}
+	if len(pos) > 0 {
+		return cfg.usageError(cmd, "unexpected argument %q", pos[0])
+	}
+	list, err := cfg.client(g).Reservations(ctx)
+	if err != nil {
+		return cfg.fail(ctx, err)
+	}
+	if list.Reservations == nil {
+		list.Reservations = []api.Reservation{}
+	}
+	if g.output == "json" {
+		return cfg.printJSON(list)
+	}
+	loc := cfg.location()
+	tw := newTable(cfg.Stdout)
+	fmt.Fprintln(tw, "ID\tNAME\tTEAM\tGPUS\tNODES\tSTART\tEND")
+	for _, r := range list.Reservations {
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%s\t%s\t%s\n",
+			r.ID, orDash(r.Name), r.Team, r.GPUs, joinOrDash(r.Nodes), formatTime(&r.Start, loc), formatTime(&r.End, loc))
+	}
+	if err := tw.Flush(); err != nil {
+		return cfg.fail(ctx, err)
+	}
+	return ExitOK
+}
+
+func runUnreserve(ctx context.Context, cfg Config, args []string) int {
+	const cmd = "admin unreserve"
+	fs, g := newFlagSet(cfg, cmd, unreserveUsage)
+	pos, code, ok := parseFlags(fs, g, args)
+	if !ok {
+		return code
+	}
+	if len(pos) == 0 {
+		return cfg.usageError(cmd, "no reservation ID given")
+	}
+	ids := make([]int64, len(pos))
+	for i, p := range pos {
+		id, err := strconv.ParseInt(p, 10, 64)
+		if err != nil || id <= 0 {
+			return cfg.usageError(cmd, "invalid reservation ID %q: want a positive number", p)
+		}
+		ids[i] = id
+	}
+	c := cfg.client(g)
+	// A deletion has nothing to print as JSON; the exit code says how it went.
+	_, exit := forEach(ctx, cfg, g, ids,
+		func(id int64) string { return fmt.Sprintf("reservation %d", id) },
+		func(id int64) (int64, error) { return id, c.Unreserve(ctx, id) },
+		func(id int64) string { return fmt.Sprintf("Deleted reservation %d", id) })
+	return exit
+}
