@@ -201,34 +201,47 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 }
 
+// route is one entry of the API: method, path pattern and handler.
+type route struct {
+	method, path string
+	handle       func(*Server, http.ResponseWriter, *http.Request)
+}
+
+// routes is the whole API. A test checks that api/openapi.yaml documents every entry.
+var routes = []route{
+	{"POST", "/api/v1/jobs", (*Server).handleSubmit},
+	{"GET", "/api/v1/jobs", (*Server).handleListJobs},
+	{"GET", "/api/v1/jobs/{id}", (*Server).handleGetJob},
+	{"POST", "/api/v1/jobs/{id}/cancel", (*Server).handleCancel},
+	{"GET", "/api/v1/jobs/{id}/logs", (*Server).handleGetLogs},
+	{"POST", "/api/v1/jobs/{id}/hold", (*Server).handleHold},
+	{"POST", "/api/v1/jobs/{id}/release", (*Server).handleRelease},
+	{"GET", "/api/v1/jobs/{id}/why", (*Server).handleWhy},
+	{"GET", "/api/v1/nodes", (*Server).handleNodes},
+	{"POST", "/api/v1/nodes/{name}/drain", (*Server).handleDrain},
+	{"POST", "/api/v1/nodes/{name}/resume", (*Server).handleResume},
+	{"GET", "/api/v1/queues", (*Server).handleQueues},
+	{"PUT", "/api/v1/queues/{name}", (*Server).handlePutQueue},
+	{"DELETE", "/api/v1/queues/{name}", (*Server).handleDeleteQueue},
+	{"GET", "/api/v1/teams", (*Server).handleTeams},
+	{"PUT", "/api/v1/teams/{name}", (*Server).handlePutTeam},
+	{"DELETE", "/api/v1/teams/{name}", (*Server).handleDeleteTeam},
+	{"GET", "/api/v1/reservations", (*Server).handleReservations},
+	{"POST", "/api/v1/reservations", (*Server).handleReserve},
+	{"DELETE", "/api/v1/reservations/{id}", (*Server).handleUnreserve},
+	{"PUT", "/api/v1/config", (*Server).handlePutConfig},
+	{"GET", "/api/v1/history", (*Server).handleHistory},
+	{"POST", "/api/v1/agents/{node}/heartbeat", (*Server).handleHeartbeat},
+	{"POST", "/api/v1/agents/{node}/logs/{job}/{attempt}", (*Server).handleShipLog},
+}
+
 // Handler returns the HTTP API.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
-	mux.HandleFunc("POST /api/v1/jobs", s.handleSubmit)
-	mux.HandleFunc("GET /api/v1/jobs", s.handleListJobs)
-	mux.HandleFunc("GET /api/v1/jobs/{id}", s.handleGetJob)
-	mux.HandleFunc("POST /api/v1/jobs/{id}/cancel", s.handleCancel)
-	mux.HandleFunc("GET /api/v1/jobs/{id}/logs", s.handleGetLogs)
-	mux.HandleFunc("POST /api/v1/jobs/{id}/hold", s.handleHold)
-	mux.HandleFunc("POST /api/v1/jobs/{id}/release", s.handleRelease)
-	mux.HandleFunc("GET /api/v1/jobs/{id}/why", s.handleWhy)
-	mux.HandleFunc("GET /api/v1/nodes", s.handleNodes)
-	mux.HandleFunc("POST /api/v1/nodes/{name}/drain", s.handleDrain)
-	mux.HandleFunc("POST /api/v1/nodes/{name}/resume", s.handleResume)
-	mux.HandleFunc("GET /api/v1/queues", s.handleQueues)
-	mux.HandleFunc("PUT /api/v1/queues/{name}", s.handlePutQueue)
-	mux.HandleFunc("DELETE /api/v1/queues/{name}", s.handleDeleteQueue)
-	mux.HandleFunc("GET /api/v1/teams", s.handleTeams)
-	mux.HandleFunc("PUT /api/v1/teams/{name}", s.handlePutTeam)
-	mux.HandleFunc("DELETE /api/v1/teams/{name}", s.handleDeleteTeam)
-	mux.HandleFunc("GET /api/v1/reservations", s.handleReservations)
-	mux.HandleFunc("POST /api/v1/reservations", s.handleReserve)
-	mux.HandleFunc("DELETE /api/v1/reservations/{id}", s.handleUnreserve)
-	mux.HandleFunc("PUT /api/v1/config", s.handlePutConfig)
-	mux.HandleFunc("GET /api/v1/history", s.handleHistory)
-	mux.HandleFunc("POST /api/v1/agents/{node}/heartbeat", s.handleHeartbeat)
-	mux.HandleFunc("POST /api/v1/agents/{node}/logs/{job}/{attempt}", s.handleShipLog)
+	for _, rt := range routes {
+		mux.HandleFunc(rt.method+" "+rt.path, func(w http.ResponseWriter, r *http.Request) { rt.handle(s, w, r) })
+	}
 	mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, &api.Error{Code: api.CodeNotFound, Message: "no such API route: " + r.Method + " " + r.URL.Path})
 	})
