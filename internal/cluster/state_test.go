@@ -1,0 +1,68 @@
+package cluster
+
+import (
+	"math"
+	"testing"
+	"time"
+
+	"github.com/rotahq/rota/internal/api"
+	"github.com/rotahq/rota/internal/store"
+)
+
+func TestTransitionFollowsTheLifecycle(t *testing.T) {
+	now := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
+	cases := []struct {
+		from, to api.JobState
+		ok       bool
+	}{
+		{api.StatePending, api.StateAssigned, true},
+		{api.StateAssigned, api.StateRunning, true},
+		{api.StateRunning, api.StatePending, true}, // preempted or node lost: a new attempt
+		{api.StateRunning, api.StateSucceeded, true},
+		{api.StateHeld, api.StatePending, true},
+		{api.StateSucceeded, api.StateRunning, false}, // a late report cannot revive a finished job
+		{api.StateCancelled, api.StatePending, false},
+		{api.StatePending, api.StateRunning, false}, // only through ASSIGNED
+		{api.StateHeld, api.StateAssigned, false},
+	}
+	for _, tc := range cases {
+		j := api.Job{ID: 1, State: tc.from}
+		ev, err := Transition(&j, tc.to, "r", "m", "test", now)
+		if (err == nil) != tc.ok {
+			t.Errorf("%s -> %s: err %v; want ok=%v", tc.from, tc.to, err, tc.ok)
+			continue
+		}
+		if !tc.ok {
+			if j.State != tc.from {
+				t.Errorf("%s -> %s refused but the job changed to %s", tc.from, tc.to, j.State)
+			}
+			continue
+		}
+		if ev.From != tc.from || ev.To != tc.to || j.State != tc.to || (tc.to.Terminal() != (j.EndTime != nil)) {
+			t.Errorf("%s -> %s: event %+v, job %s end %v", tc.from, tc.to, ev, j.State, j.EndTime)
+		}
+	}
+}
+
+func TestUsageDecaysByHalfLife(t *testing.T) {
+	t0 := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
+	s := New()
+	s.HalfLife = time.Hour
+	start, end := t0, t0.Add(time.Hour)
+	job := api.Job{ID: 1, Spec: api.JobSpec{Team: "vision"}, State: api.StateSucceeded}
+	a := api.Attempt{JobID: 1, N: 1, AssignTime: start, StartTime: &start, EndTime: &end,
+		Placements: []api.Placement{{Node: "n1", GPUIndices: []int{0, 1}}}}
+	s.Apply(&store.Batch{Jobs: []api.Job{job}, Attempts: []api.Attempt{a}})
+	// Two GPUs for an hour is 7200 GPU-seconds at the end; one half-life later, half.
+	if got := s.TeamUsage(end)["vision"]; math.Abs(got-7200) > 1e-6 {
+		t.Errorf("usage at the end %v; want 7200", got)
+	}
+	if got := s.TeamUsage(end.Add(time.Hour))["vision"]; math.Abs(got-3600) > 1e-6 {
+		t.Errorf("usage one half-life later %v; want 3600", got)
+	}
+	// Re-applying the same ended attempt (a duplicate report) does not charge it twice.
+	s.Apply(&store.Batch{Attempts: []api.Attempt{a}})
+	if got := s.TeamUsage(end)["vision"]; math.Abs(got-7200) > 1e-6 {
+		t.Errorf("usage after a duplicate %v; want 7200", got)
+	}
+}
