@@ -29,6 +29,7 @@ const usageTail = `
 Replay and account:
   rota sim      --trace FILE --format philly|alibaba-gpu2023|rota [--cluster FILE] [--policy P,…]
   rota history  export [--since 720h] [--out FILE]   ended jobs as a rota trace for rota sim
+  rota bench    [--suite sched,e2e,sim] [--quick] [-o table|json]   benchmarks to compare across commits
 
 Every client verb takes --server URL (default $ROTA_SERVER, else http://127.0.0.1:7070) and -o json.
 Run 'rota VERB -h' for a verb's flags.
@@ -66,6 +67,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return sim.Main(ctx, rest, stdout, stderr)
 	case "history":
 		return runHistory(ctx, rest, stdout, stderr)
+	case "bench":
+		return runBench(ctx, rest, stdout, stderr)
 	case "up":
 		return runUp(ctx, rest, stderr)
 	case "server":

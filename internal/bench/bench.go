@@ -1,0 +1,169 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Result is one benchmark's measurement.
+type Result struct {
+	Suite string `json:"suite"`
+	Name  string `json:"name"`
+	// N is how many operations the timing covers.
+	N       int     `json:"n"`
+	NsPerOp float64 `json:"ns_per_op"`
+	// Metrics are the benchmark's own figures by unit, e.g. "placements/s" or "p99-ms".
+	Metrics     map[string]float64 `json:"metrics"`
+	AllocsPerOp int64              `json:"allocs_per_op"`
+	BytesPerOp  int64              `json:"bytes_per_op"`
+}
+
+// Suites lists the suite names in the order Run runs them.
+func Suites() []string { return []string{"sched", "e2e", "sim"} }
+
+// Options say what Run runs.
+type Options struct {
+	// Suites to run, by name; empty means all.
+	Suites []string
+	// Quick runs smaller sizes for less time: seconds in all, for tests and a first look.
+	Quick bool
+	// Progress, if set, gets one line as each benchmark starts and ends.
+	Progress io.Writer
+}
+
+// benchmark is one entry of a suite.
+type benchmark struct {
+	suite, name string
+	// benchtime is testing's -test.benchtime for this benchmark: a duration, or "Nx" for a
+	// fixed count where an operation is slow or a percentile needs enough samples.
+	benchtime string
+	run       func(ctx context.Context, benchtime string) (testing.BenchmarkResult, error)
+}
+
+// Run runs the chosen suites one benchmark at a time and returns their results in order.
+// It stops at the first benchmark that fails, returning the results so far with the error.
+func Run(ctx context.Context, opts Options) ([]Result, error) {
+	suites := opts.Suites
+	if len(suites) == 0 {
+		suites = Suites()
+	}
+	for _, s := range suites {
+		if !slices.Contains(Suites(), s) {
+			return nil, fmt.Errorf("unknown suite %q (known: %s)", s, strings.Join(Suites(), ", "))
+		}
+	}
+	var list []benchmark
+	for _, s := range Suites() {
+		if !slices.Contains(suites, s) {
+			continue
+		}
+		switch s {
+		case "sched":
+			list = append(list, schedBenchmarks(opts.Quick)...)
+		case "e2e":
+			list = append(list, e2eBenchmarks(opts.Quick)...)
+		case "sim":
+			list = append(list, simBenchmarks(opts.Quick)...)
+		}
+	}
+	progress := opts.Progress
+	if progress == nil {
+		progress = io.Discard
+	}
+	var results []Result
+	for _, bm := range list {
+		if err := ctx.Err(); err != nil {
+			return results, err
+		}
+		fmt.Fprintf(progress, "bench: %s %s ...\n", bm.suite, bm.name)
+		start := time.Now()
+		r, err := bm.run(ctx, bm.benchtime)
+		if err != nil {
+			return results, fmt.Errorf("%s %s: %w", bm.suite, bm.name, err)
+		}
+		res := toResult(bm.suite, bm.name, r)
+		fmt.Fprintf(progress, "bench: %s %s: %d ops, %s/op (%.1fs)\n", bm.suite, bm.name, res.N,
+			formatNs(res.NsPerOp), time.Since(start).Seconds())
+		results = append(results, res)
+	}
+	return results, nil
+}
+
+// toResult converts what testing measured.
+func toResult(suite, name string, r testing.BenchmarkResult) Result {
+	res := Result{Suite: suite, Name: name, N: r.N, Metrics: map[string]float64{},
+		AllocsPerOp: r.AllocsPerOp(), BytesPerOp: r.AllocedBytesPerOp()}
+	if r.N > 0 {
+		res.NsPerOp = float64(r.T.Nanoseconds()) / float64(r.N)
+	}
+	for unit, v := range r.Extra {
+		res.Metrics[unit] = v
+	}
+	return res
+}
+
+// benchtimeMu serialises measure: testing.Benchmark reads its duration from a package-wide
+// flag.
+var benchtimeMu sync.Mutex
+
+// measure runs f under testing.Benchmark for benchtime. f returns an error instead of
+// calling b.Fatal, because a failed testing.Benchmark says only that it ran nothing.
+func measure(benchtime string, f func(b *testing.B) error) (testing.BenchmarkResult, error) {
+	benchtimeMu.Lock()
+	defer benchtimeMu.Unlock()
+	// Outside `go test` the testing flags exist only after testing.Init, and -test.benchtime
+	// is the one way to tell testing.Benchmark how long to run.
+	testing.Init()
+	bt := flag.Lookup("test.benchtime")
+	if bt == nil {
+		return testing.BenchmarkResult{}, errors.New("testing registered no -test.benchtime flag")
+	}
+	old := bt.Value.String()
+	if err := bt.Value.Set(benchtime); err != nil {
+		return testing.BenchmarkResult{}, fmt.Errorf("benchtime %q: %w", benchtime, err)
+	}
+	defer bt.Value.Set(old)
+
+	var (
+		mu    sync.Mutex
+		first error
+	)
+	r := testing.Benchmark(func(b *testing.B) {
+		if err := f(b); err != nil {
+			mu.Lock()
+			if first == nil {
+				first = err
+			}
+			mu.Unlock()
+			b.FailNow()
+		}
+	})
+	if first != nil {
+		return r, first
+	}
+	if r.N == 0 {
+		return r, errors.New("the benchmark ran no operations")
+	}
+	return r, nil
+}
+
+// formatNs writes a duration in nanoseconds with three significant digits.
+func formatNs(ns float64) string {
+	switch {
+	case ns >= 1e9:
+		return fmt.Sprintf("%.3gs", ns/1e9)
+	case ns >= 1e6:
+		return fmt.Sprintf("%.3gms", ns/1e6)
+	case ns >= 1e3:
+		return fmt.Sprintf("%.3gµs", ns/1e3)
+	}
+	return fmt.Sprintf("%.3gns", ns)
+}
