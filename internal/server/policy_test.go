@@ -257,6 +257,9 @@ func TestWhy(t *testing.T) {
 	if len(why.Reasons) < 2 || !strings.Contains(why.Reasons[0], "free") || why.EstimatedStart == nil {
 		t.Fatalf("why: %+v; want a resources sentence, the priority and an estimated start", why)
 	}
+	if !strings.Contains(why.Reasons[1], "1 of the 1 jobs on n1 end within 1h0m0s") {
+		t.Errorf("why does not say when the jobs on the best node end: %q", why.Reasons[1])
+	}
 	if want := h.clock.Now().Add(time.Hour); !why.EstimatedStart.Equal(want) {
 		t.Errorf("estimated start %s; want %s, when the running job's time limit ends", why.EstimatedStart, want)
 	}

@@ -78,7 +78,9 @@ func (s *Server) Cycle(ctx context.Context) error {
 	if err := s.commit(ctx, b); err != nil {
 		return fmt.Errorf("commit plan: %w", err)
 	}
+	s.reasons = make(map[int64]sched.Reason, len(plan.Pending))
 	for _, p := range plan.Pending {
+		s.reasons[p.JobID] = p.Reason
 		var est *time.Time
 		if !p.EstimatedStart.IsZero() {
 			t := p.EstimatedStart

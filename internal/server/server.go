@@ -81,6 +81,8 @@ type Server struct {
 
 	mu    sync.Mutex // guards the fields below; held across store commits so memory and disk change in the same order
 	state *cluster.State
+	// reasons holds the last cycle's structured reason per pending job, for rota why.
+	reasons map[int64]sched.Reason
 
 	logMu sync.Mutex // serialises writes to shipped log files
 }

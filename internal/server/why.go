@@ -3,7 +3,9 @@ package server
 import (
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
+	"time"
 
 	"github.com/rotahq/rota/internal/api"
 )
@@ -17,15 +19,54 @@ func (s *Server) handleWhy(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	job, found := s.state.Job(id)
 	var ahead int
+	var node string
 	if found && job.State == api.StatePending {
 		ahead = s.aheadOf(job)
+		node = s.endingOn(s.reasons[id].BestNode, job.EstimatedStart)
 	}
 	s.mu.Unlock()
 	if !found {
 		notFound(w, id)
 		return
 	}
-	writeJSON(w, http.StatusOK, explain(job, ahead))
+	why := explain(job, ahead)
+	if node != "" {
+		why.Reasons = append(why.Reasons[:1], append([]string{node}, why.Reasons[1:]...)...)
+	}
+	writeJSON(w, http.StatusOK, why)
+}
+
+// endingOn says when the jobs on the node that came closest end, by their time limits: the
+// other half of "best is gpu-07 with 3 free".
+func (s *Server) endingOn(node string, est *time.Time) string {
+	u := s.state.Usage()[node]
+	if node == "" || u == nil {
+		return ""
+	}
+	now := s.cfg.Clock.Now()
+	var ends []time.Time
+	for _, id := range u.Jobs {
+		j, _ := s.state.Job(id)
+		a, _ := s.state.CurrentAttempt(id)
+		if j.Spec.TimeLimit > 0 {
+			ends = append(ends, a.AssignTime.Add(time.Duration(j.Spec.TimeLimit)*time.Second))
+		}
+	}
+	if len(ends) == 0 {
+		return fmt.Sprintf("The %d jobs on %s have no time limit, so when they end cannot be known.", len(u.Jobs), node)
+	}
+	slices.SortFunc(ends, func(a, b time.Time) int { return a.Compare(b) })
+	horizon := ends[0]
+	if est != nil && est.After(horizon) {
+		horizon = *est
+	}
+	n := 0
+	for _, e := range ends {
+		if !e.After(horizon) {
+			n++
+		}
+	}
+	return fmt.Sprintf("%d of the %d jobs on %s end within %s by their time limits.", n, len(u.Jobs), node, horizon.Sub(now).Round(time.Minute))
 }
 
 // aheadOf counts the pending jobs that the scheduler considers before this one.
