@@ -6,15 +6,22 @@ import (
 	"testing"
 )
 
-// phillyPath is the full Philly trace of the shared traces, where this checkout has them.
-const phillyPath = "../../../shared/traces/philly/philly.csv"
+// sharedTraces are where the shared public traces may be: in the checkout, or beside it.
+var sharedTraces = []string{"../../shared/traces", "../../../shared/traces"}
 
 func loadPhilly(tb testing.TB) *Workload {
 	tb.Helper()
-	if _, err := os.Stat(phillyPath); err != nil {
-		tb.Skipf("no Philly trace at %s", phillyPath)
+	path := ""
+	for _, dir := range sharedTraces {
+		if _, err := os.Stat(dir + "/philly/philly.csv"); err == nil {
+			path = dir + "/philly/philly.csv"
+			break
+		}
 	}
-	tr, err := LoadTrace(phillyPath, "philly", false)
+	if path == "" {
+		tb.Skip("no shared Philly trace")
+	}
+	tr, err := LoadTrace(path, "philly", false)
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -204,7 +204,7 @@ func (c *Cluster) GPUs() int {
 // 8 GPUs (2,400 GPUs; the Philly paper's cluster had about 2,490), 48 CPUs and 512 GiB each.
 // The trace states no model, CPUs or memory, so only the GPU count can constrain a job.
 func PhillyCluster() *Cluster {
-	c := &Cluster{Source: "default philly cluster: 300 nodes × 8 GPUs"}
+	c := &Cluster{Source: "default philly cluster"}
 	for i := range 300 {
 		c.Nodes = append(c.Nodes, NodeSpec{
 			Name: fmt.Sprintf("philly-%03d", i), GPUs: 8, GPUModel: "P100", GPUMemoryMB: 16384,

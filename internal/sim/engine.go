@@ -107,8 +107,8 @@ func (a event) less(b event) bool {
 	return a.id < b.id
 }
 
-// eventHeap is a binary min-heap; written out rather than through container/heap, whose
-// interface calls cost a third of a replay's time.
+// eventHeap is a binary min-heap, written out to keep container/heap's interface calls off
+// the hot path.
 type eventHeap []event
 
 func (h *eventHeap) push(e event) {
@@ -205,17 +205,23 @@ type engine struct {
 	jobs        []jobRun
 	arrivals    []int64
 	nextArrival int
-	pending     []sched.Job
-	running     []sched.Running
-	heap        eventHeap
-	wakeAt      int64
+	// ends counts the end events in the heap, stale ones included.
+	ends    int
+	pending []sched.Job
+	running []sched.Running
+	heap    eventHeap
+	wakeAt  int64
 
 	// Integrals over virtual time, in GPU-seconds.
-	lastT               int64
-	allocGPUs, capGPUs  int
-	allocSec, capSec    float64
-	satAlloc, satCap    float64
-	satTime             int64
+	lastT              int64
+	allocGPUs, capGPUs int
+	allocSec, capSec   float64
+	satAlloc, satCap   float64
+	satTime            int64
+	// arrivedGPUs sums the requests of the jobs arrived so far; alloc100 is the allocation
+	// ratio when it first reached the cluster's GPUs (FillWorkload), -1 before.
+	arrivedGPUs         int
+	alloc100            float64
 	stats               counters
 	progressUnreported  int
 	maxPlansPerInstance int
@@ -252,7 +258,7 @@ func newEngine(w *Workload, cfg Config, policy string, plan planFunc) (*engine, 
 		w: w, cfg: cfg, plan: plan, policy: policy,
 		halfS: cfg.HalfLife.Seconds(), nodeIdx: map[string]int{},
 		queues: map[string]sched.Queue{}, snapT: map[string]sched.Team{},
-		maxPlansPerInstance: 4,
+		maxPlansPerInstance: 4, alloc100: -1,
 	}
 	c := w.Cluster
 	for i, n := range c.Nodes {
@@ -306,7 +312,7 @@ func newEngine(w *Workload, cfg Config, policy string, plan planFunc) (*engine, 
 			e.teams = append(e.teams, teamAcct{name: j.Team, weight: 1})
 		}
 		limit := j.TimeLimit
-		if limit == 0 {
+		if limit == 0 && w.fill == 0 {
 			limit = limitOf(j.Duration)
 		}
 		at := int64(math.Round(float64(j.Submit.Sub(e.base)) / cfg.Scale))
@@ -328,10 +334,11 @@ func (e *engine) draw(r *rand.Rand, mean time.Duration) int64 {
 
 func (e *engine) t(at int64) time.Time { return e.base.Add(time.Duration(at)) }
 
-// active reports whether anything can still happen: jobs to arrive or running, or pending
-// jobs that a node coming back could unblock. Node failures alone do not keep a replay going.
+// active reports whether anything can still happen: jobs to arrive or to end, or pending
+// jobs that a node coming back could unblock. Node failures alone do not keep a replay
+// going, nor do jobs that never end (FillWorkload).
 func (e *engine) active() bool {
-	return e.nextArrival < len(e.arrivals) || len(e.running) > 0 || (len(e.pending) > 0 && e.down > 0)
+	return e.nextArrival < len(e.arrivals) || e.ends > 0 || (len(e.pending) > 0 && e.down > 0)
 }
 
 // run replays the workload. Each step: (1) move the clock to the next event time,
@@ -354,6 +361,9 @@ func (e *engine) run(ctx context.Context) error {
 			if err := e.schedule(); err != nil {
 				return err
 			}
+		}
+		if e.w.fill > 0 && e.alloc100 < 0 && e.arrivedGPUs >= e.w.Cluster.GPUs() {
+			e.alloc100 = float64(e.allocGPUs) / float64(e.capGPUs)
 		}
 	}
 	e.report(0)
@@ -397,6 +407,7 @@ func (e *engine) applyEventsAt(at int64) (bool, error) {
 		e.stats.events++
 		switch ev.kind {
 		case evEnd:
+			e.ends--
 			changed = e.end(ev) || changed
 		case evNodeDown:
 			e.nodeDown(int(ev.id))
@@ -407,6 +418,7 @@ func (e *engine) applyEventsAt(at int64) (bool, error) {
 		}
 	}
 	for e.nextArrival < len(e.arrivals) && e.arrivals[e.nextArrival] == at {
+		e.arrivedGPUs += e.jobs[e.nextArrival].gpus
 		e.addPending(e.nextArrival)
 		e.nextArrival++
 		e.stats.events++
@@ -618,7 +630,10 @@ func (e *engine) start(pl sched.Placement) error {
 	}
 	j.runPos = int32(len(e.running))
 	e.running = append(e.running, r)
-	e.heap.push(event{at: e.now + int64(run), kind: evEnd, id: wj.ID, epoch: j.attempts})
+	if e.w.fill == 0 {
+		e.heap.push(event{at: e.now + int64(run), kind: evEnd, id: wj.ID, epoch: j.attempts})
+		e.ends++
+	}
 	e.allocGPUs += j.gpus
 	e.addTeamGPUs(j.team, j.gpus)
 	return nil

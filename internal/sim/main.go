@@ -47,6 +47,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		repair      = fs.Duration("node-repair", def.NodeRepair, "mean time to repair a failed node")
 		retries     = fs.Int("retries", def.Retries, "requeues of a job lost to a node failure before it fails")
 		halfLife    = fs.Duration("half-life", def.HalfLife, "half-life of the GPU usage behind fair share")
+		fill        = fs.Float64("fill", 0, "FGD-style run: draw jobs until their GPU requests reach `X` times the cluster's GPUs, one a second, never ending")
 		progress    = fs.Bool("progress", false, "show a progress bar on stderr even when it is not a terminal")
 	)
 	if err := fs.Parse(args); err != nil {
@@ -70,6 +71,8 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return usage("-o %q: want table, json or csv", *output)
 	case *scale <= 0:
 		return usage("--scale %v: want a positive number", *scale)
+	case *fill < 0 || *fill > 100:
+		return usage("--fill %v: want a number above 0 and at most 100", *fill)
 	case *checkpoint < 0 || *mtbf < 0 || *repair <= 0 || *retries < 0 || *halfLife <= 0:
 		return usage("--checkpoint, --node-mtbf and --retries must not be negative; --node-repair and --half-life must be positive")
 	}
@@ -117,6 +120,11 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	reportSkipped(stderr, *tracePath, w)
 	if len(w.Jobs) == 0 {
 		return fail(errors.New("no job to replay"))
+	}
+	if *fill > 0 {
+		if w, err = FillWorkload(w, *fill, *seed); err != nil {
+			return fail(err)
+		}
 	}
 
 	cfg := def
@@ -234,7 +242,7 @@ func (b *progressBar) draw() {
 	const width = 30
 	d := min(int(b.done.Load()), b.total)
 	fill := d * width / b.total
-	fmt.Fprintf(b.w, "\r[%s%s] %3d%% %d/%d jobs %s", strings.Repeat("#", fill), strings.Repeat(".", width-fill),
+	fmt.Fprintf(b.w, "\r[%s%s] %3d%% %d/%d jobs %-8s", strings.Repeat("#", fill), strings.Repeat(".", width-fill),
 		d*100/b.total, d, b.total, time.Since(b.start).Round(100*time.Millisecond))
 }
 

@@ -34,6 +34,10 @@ type Result struct {
 	AllocRatio float64
 	// Saturated is how long at least one job waited.
 	Saturated time.Duration
+	// FillAlloc100 and FillAllocEnd are the FGD measure, for a FillWorkload only (NaN
+	// otherwise): allocated GPUs over capacity when the arrived GPU requests first reach
+	// the capacity, and when all jobs have arrived.
+	FillAlloc100, FillAllocEnd float64
 
 	Preemptions        int
 	PreemptionGPUHours float64
@@ -64,12 +68,12 @@ type TeamResult struct {
 	GPUHours float64
 	// Share is the team's part of all GPU-hours held.
 	Share float64
-	// Slowdown is the mean bounded slowdown of the team's ended jobs; NaN if none ended.
+	// Slowdown is the mean bounded slowdown of the team's succeeded jobs; NaN if none.
 	Slowdown float64
 }
 
-// slowdownFloor bounds the slowdown of very short jobs: a 1-second job that waits a minute
-// would otherwise weigh as much as a day-long job waiting two months.
+// slowdownFloor bounds the slowdown of very short jobs (bounded slowdown): a 1-second job
+// that waits a minute would otherwise weigh as much as a day-long job waiting two months.
 const slowdownFloor = 10 * time.Second
 
 // result computes the metrics from the engine's state after a replay.
@@ -80,11 +84,17 @@ func (e *engine) result() *Result {
 		NodeFailures: e.stats.failures, JobsLostToFailures: e.stats.lostJobs,
 		FailureGPUHours: e.stats.lostSec / 3600,
 		Events:          e.stats.events, Plans: e.stats.plans,
-		AllocRatio: math.NaN(),
+		AllocRatio: math.NaN(), FillAlloc100: math.NaN(), FillAllocEnd: math.NaN(),
+	}
+	if e.w.fill > 0 {
+		if e.alloc100 >= 0 {
+			r.FillAlloc100 = e.alloc100
+		}
+		r.FillAllocEnd = float64(e.allocGPUs) / float64(e.capGPUs)
 	}
 	type teamSum struct {
-		jobs, ended int
-		slow        float64
+		jobs, succeeded int
+		slow            float64
 	}
 	sums := make([]teamSum, len(e.teams))
 	jct := make([]int64, 0, len(e.jobs))
@@ -99,10 +109,15 @@ func (e *engine) result() *Result {
 		switch j.state {
 		case api.StateSucceeded:
 			r.Succeeded++
+			s := max(1, float64(j.end-j.arrive)/float64(max(e.w.Jobs[i].Duration, slowdownFloor)))
+			sums[j.team].succeeded++
+			sums[j.team].slow += s
+			slowAll += s
 		case api.StateTimeout:
 			r.TimedOut++
 		case api.StateFailed:
 			r.Failed++
+			continue
 		default:
 			if j.firstStart < 0 {
 				r.NeverStarted++
@@ -111,17 +126,12 @@ func (e *engine) result() *Result {
 			}
 			continue
 		}
-		c := j.end - j.arrive
-		jct = append(jct, c)
-		s := float64(c) / float64(max(e.w.Jobs[i].Duration, slowdownFloor))
-		sums[j.team].ended++
-		sums[j.team].slow += s
-		slowAll += s
+		jct = append(jct, j.end-j.arrive)
 	}
 	r.JCT, r.Wait = summarise(jct), summarise(wait)
 	r.Slowdown = math.NaN()
-	if len(jct) > 0 {
-		r.Slowdown = slowAll / float64(len(jct))
+	if r.Succeeded > 0 {
+		r.Slowdown = slowAll / float64(r.Succeeded)
 	}
 	r.Makespan = time.Duration(e.stats.lastEnd)
 	if e.capSec > 0 {
@@ -144,8 +154,8 @@ func (e *engine) result() *Result {
 		if total > 0 {
 			tr.Share = t.gpuSec / total
 		}
-		if sums[ti].ended > 0 {
-			tr.Slowdown = sums[ti].slow / float64(sums[ti].ended)
+		if sums[ti].succeeded > 0 {
+			tr.Slowdown = sums[ti].slow / float64(sums[ti].succeeded)
 		}
 		r.Teams = append(r.Teams, tr)
 	}

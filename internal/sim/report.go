@@ -9,8 +9,8 @@ import (
 	"math"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 )
 
 // Report is everything rota sim prints: what was replayed, on what, and each policy's result.
@@ -41,6 +41,14 @@ type metric struct {
 
 func dur(d time.Duration) float64 { return d.Seconds() }
 
+// stat is d in seconds, or NaN when the distribution it comes from is empty.
+func stat(s Stats, d time.Duration) float64 {
+	if s.N == 0 {
+		return math.NaN()
+	}
+	return d.Seconds()
+}
+
 // metrics lists the report's rows in order; METRICS.md defines each.
 var metrics = []metric{
 	{"jobs", "jobs replayed", unitCount, func(r *Result) float64 { return float64(r.Jobs) }},
@@ -49,19 +57,21 @@ var metrics = []metric{
 	{"failed", "failed (node lost, no retries left)", unitCount, func(r *Result) float64 { return float64(r.Failed) }},
 	{"never_started", "never started", unitCount, func(r *Result) float64 { return float64(r.NeverStarted) }},
 	{"unfinished", "started, not finished", unitCount, func(r *Result) float64 { return float64(r.Unfinished) }},
-	{"jct_mean_s", "JCT mean", unitDuration, func(r *Result) float64 { return dur(r.JCT.Mean) }},
-	{"jct_p50_s", "JCT p50", unitDuration, func(r *Result) float64 { return dur(r.JCT.P50) }},
-	{"jct_p95_s", "JCT p95", unitDuration, func(r *Result) float64 { return dur(r.JCT.P95) }},
-	{"jct_p99_s", "JCT p99", unitDuration, func(r *Result) float64 { return dur(r.JCT.P99) }},
-	{"wait_mean_s", "queueing delay mean", unitDuration, func(r *Result) float64 { return dur(r.Wait.Mean) }},
-	{"wait_p50_s", "queueing delay p50", unitDuration, func(r *Result) float64 { return dur(r.Wait.P50) }},
-	{"wait_p95_s", "queueing delay p95", unitDuration, func(r *Result) float64 { return dur(r.Wait.P95) }},
-	{"wait_p99_s", "queueing delay p99", unitDuration, func(r *Result) float64 { return dur(r.Wait.P99) }},
+	{"jct_mean_s", "JCT mean", unitDuration, func(r *Result) float64 { return stat(r.JCT, r.JCT.Mean) }},
+	{"jct_p50_s", "JCT p50", unitDuration, func(r *Result) float64 { return stat(r.JCT, r.JCT.P50) }},
+	{"jct_p95_s", "JCT p95", unitDuration, func(r *Result) float64 { return stat(r.JCT, r.JCT.P95) }},
+	{"jct_p99_s", "JCT p99", unitDuration, func(r *Result) float64 { return stat(r.JCT, r.JCT.P99) }},
+	{"wait_mean_s", "queueing delay mean", unitDuration, func(r *Result) float64 { return stat(r.Wait, r.Wait.Mean) }},
+	{"wait_p50_s", "queueing delay p50", unitDuration, func(r *Result) float64 { return stat(r.Wait, r.Wait.P50) }},
+	{"wait_p95_s", "queueing delay p95", unitDuration, func(r *Result) float64 { return stat(r.Wait, r.Wait.P95) }},
+	{"wait_p99_s", "queueing delay p99", unitDuration, func(r *Result) float64 { return stat(r.Wait, r.Wait.P99) }},
 	{"slowdown_mean", "slowdown mean", unitFactor, func(r *Result) float64 { return r.Slowdown }},
-	{"makespan_s", "makespan", unitDuration, func(r *Result) float64 { return dur(r.Makespan) }},
+	{"makespan_s", "makespan", unitDuration, func(r *Result) float64 { return stat(r.JCT, r.Makespan) }},
 	{"gpu_utilisation", "GPU utilisation", unitRatio, func(r *Result) float64 { return r.Utilisation }},
 	{"gpu_alloc_ratio_saturated", "GPU allocation while jobs wait", unitRatio, func(r *Result) float64 { return r.AllocRatio }},
 	{"saturated_s", "time with jobs waiting", unitDuration, func(r *Result) float64 { return dur(r.Saturated) }},
+	{"fill_alloc_100", "GPU allocation at 100% arrived", unitRatio, func(r *Result) float64 { return r.FillAlloc100 }},
+	{"fill_alloc_end", "GPU allocation when all arrived", unitRatio, func(r *Result) float64 { return r.FillAllocEnd }},
 	{"preemptions", "preemptions", unitCount, func(r *Result) float64 { return float64(r.Preemptions) }},
 	{"preemption_gpu_hours_lost", "GPU-hours lost to preemption", unitGPUHours, func(r *Result) float64 { return r.PreemptionGPUHours }},
 	{"node_failures", "node failures", unitCount, func(r *Result) float64 { return float64(r.NodeFailures) }},
@@ -136,6 +146,10 @@ func (rep *Report) header() []string {
 		fmt.Sprintf("config:  scale %s, time limit %s, checkpoint every %s, seed %d%s", strconv.FormatFloat(rep.Config.Scale, 'g', -1, 64),
 			orDefault(rep.Config.TimeLimit, "hour"), rep.Config.Checkpoint, rep.Config.Seed, failureText(rep.Config)),
 	}
+	if w.fill > 0 {
+		lines = append(lines, fmt.Sprintf("fill:    %d jobs drawn from the trace until their GPU requests reached %s× the cluster's GPUs; they never end",
+			len(w.Jobs), strconv.FormatFloat(w.fill, 'g', -1, 64)))
+	}
 	for _, n := range t.Notes {
 		lines = append(lines, "note:    "+n)
 	}
@@ -156,51 +170,46 @@ func orDefault(s, d string) string {
 	return s
 }
 
-// WriteTable writes the human table: one row per metric, one column per policy.
+// WriteTable writes the human table: one row per metric, one column per policy, labels
+// flush left and values flush right.
 func (rep *Report) WriteTable(w io.Writer) error {
-	var buf bytes.Buffer
+	var b strings.Builder
 	for _, l := range rep.header() {
-		buf.WriteString(l + "\n")
+		b.WriteString(l + "\n")
 	}
-	buf.WriteString("\n")
-	tw := tabwriter.NewWriter(&buf, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprint(tw, "metric\t")
+	b.WriteString("\n")
+	rows := rep.rows()
+	cells := make([][]string, 0, len(rows)+1)
+	head := []string{"metric"}
 	for _, res := range rep.Results {
-		fmt.Fprintf(tw, "%s\t", res.Policy)
+		head = append(head, res.Policy)
 	}
-	fmt.Fprintln(tw)
-	for _, r := range rep.rows() {
-		fmt.Fprintf(tw, "%s\t", r.label)
+	cells = append(cells, head)
+	for _, r := range rows {
+		line := []string{r.label}
 		for _, v := range r.values {
-			fmt.Fprintf(tw, "%s\t", human(v, r.unit))
+			line = append(line, human(v, r.unit))
 		}
-		fmt.Fprintln(tw)
+		cells = append(cells, line)
 	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	// tabwriter right-aligns every column; the labels read better flush left.
-	lines := strings.Split(strings.TrimSuffix(buf.String(), "\n"), "\n")
-	labelWidth := 0
-	for _, r := range rep.rows() {
-		labelWidth = max(labelWidth, len(r.label))
-	}
-	labelWidth = max(labelWidth, len("metric"))
-	var out strings.Builder
-	inTable := false
-	for _, l := range lines {
-		if l == "" {
-			inTable = true
-			out.WriteString("\n")
-			continue
+	width := make([]int, len(head))
+	for _, line := range cells {
+		for k, c := range line {
+			width[k] = max(width[k], utf8.RuneCountInString(c))
 		}
-		if inTable && len(l) >= labelWidth {
-			head := strings.TrimLeft(l[:labelWidth], " ")
-			l = head + strings.Repeat(" ", labelWidth-len(head)) + l[labelWidth:]
-		}
-		out.WriteString(strings.TrimRight(l, " ") + "\n")
 	}
-	_, err := io.WriteString(w, out.String())
+	for _, line := range cells {
+		for k, c := range line {
+			pad := strings.Repeat(" ", width[k]-utf8.RuneCountInString(c))
+			if k == 0 {
+				b.WriteString(c + pad)
+				continue
+			}
+			b.WriteString("  " + pad + c)
+		}
+		b.WriteString("\n")
+	}
+	_, err := io.WriteString(w, b.String())
 	return err
 }
 
@@ -260,8 +269,8 @@ func (rep *Report) WriteCSV(w io.Writer) error {
 	return cw.Error()
 }
 
-// plain prints a value exactly enough to compare runs: integers as integers, other values
-// with six significant digits.
+// plain prints a value for machines: integers as integers, other values rounded to six
+// significant digits, never in exponent form.
 func plain(v float64) string {
 	switch {
 	case math.IsNaN(v):
@@ -269,7 +278,8 @@ func plain(v float64) string {
 	case v == math.Trunc(v) && math.Abs(v) < 1e15:
 		return strconv.FormatFloat(v, 'f', 0, 64)
 	}
-	return strconv.FormatFloat(v, 'g', 6, 64)
+	r, _ := strconv.ParseFloat(strconv.FormatFloat(v, 'g', 6, 64), 64)
+	return strconv.FormatFloat(r, 'f', -1, 64)
 }
 
 // jsonNumber is a metric value in JSON: null when undefined.
@@ -309,6 +319,7 @@ func (rep *Report) WriteJSON(w io.Writer) error {
 		} `json:"cluster"`
 		Config struct {
 			Scale       float64 `json:"scale"`
+			Fill        float64 `json:"fill,omitempty"`
 			TimeLimit   string  `json:"time_limit"`
 			CheckpointS float64 `json:"checkpoint_s"`
 			Seed        uint64  `json:"seed"`
@@ -328,6 +339,7 @@ func (rep *Report) WriteJSON(w io.Writer) error {
 	out.Trace.Notes = append([]string{}, wl.Trace.Notes...)
 	out.Cluster.Source, out.Cluster.Nodes, out.Cluster.GPUs = wl.Cluster.Source, len(wl.Cluster.Nodes), wl.Cluster.GPUs()
 	c := rep.Config
+	out.Config.Fill = wl.fill
 	out.Config.Scale, out.Config.TimeLimit, out.Config.CheckpointS, out.Config.Seed = c.Scale, orDefault(c.TimeLimit, "hour"), c.Checkpoint.Seconds(), c.Seed
 	if c.NodeMTBF > 0 {
 		out.Config.NodeMTBFS, out.Config.NodeRepairS = c.NodeMTBF.Seconds(), c.NodeRepair.Seconds()

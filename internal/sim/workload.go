@@ -17,6 +17,8 @@ type Workload struct {
 	shapes []shape
 	// Skipped is the trace's bad rows plus the jobs no node could ever run, by line.
 	Skipped []BadRow
+	// fill is set by FillWorkload: the jobs never end.
+	fill float64
 }
 
 // shape is a job's request per node.

@@ -1,0 +1,110 @@
+// Package sim is rota's trace simulator, `rota sim`: it replays recorded or public GPU
+// cluster traces in virtual time through the real scheduler (internal/sched) and the server's
+// job state machine (internal/cluster.Transition), under several policies side by side, and
+// reports job completion times, queueing delays, utilisation, preemptions and fairness.
+//
+// It owns the trace loaders, the cluster file, the event engine and the metrics. It must
+// not make scheduling decisions of its own: every placement and preemption comes from
+// sched, and policy.go is the one file that knows how a policy name becomes sched.Options.
+// No network, no database, no wall clock in the replay (the progress bar alone reads it).
+//
+// # Engine
+//
+// A virtual clock and a min-heap of events: job ends (completion or time limit), node
+// failures and repairs, wake-ups at estimated starts; arrivals come from the job list sorted
+// by submit time. Events of one instant apply in a fixed order (ends, node failures, node
+// repairs, arrivals, wake-ups; then job ID), and then, if anything changed and a job waits,
+// the scheduler plans once on a snapshot kept up to date incrementally. Preemption victims
+// stop at once (the grace period is not modelled) and the scheduler is asked again at the
+// same instant so that the preemptor can start. A started job ends at start + the work it
+// has left, or at start + its time limit if that is sooner (TIMEOUT). A preempted job, or
+// one lost with a failed node, keeps the work it checkpointed (--checkpoint) and returns to
+// PENDING as a new attempt; a job lost more than --retries times FAILs. The replay stops
+// when no job can arrive, run or be unblocked by a node coming back; jobs still waiting
+// then are counted as never started.
+//
+// Determinism: the only randomness is node failures (--node-mtbf), drawn per node from
+// --seed, so the same trace, flags and seed give byte-identical output. Policies replay
+// concurrently, each in its own engine.
+//
+// # Trace formats (--format)
+//
+//   - philly: philly.csv of the Philly job extract (columns timestamp, duration, num_gpus,
+//     gpu_time, cluster). Each virtual cluster is a team. Rows need not be sorted; blank
+//     lines are ignored. Jobs state no model, CPUs or memory. Without --cluster the cluster
+//     is 300 nodes of 8 GPUs (PhillyCluster). Jobs larger than a node become gangs of whole
+//     nodes (16 GPUs: 2 nodes × 8).
+//
+//   - alibaba-gpu2023: an openb pod list of the Alibaba GPU trace v2023 (FGD, ATC'23).
+//     Submit is creation_time; the run time is deletion_time − scheduled_time (or −
+//     creation_time for pods never scheduled). Fractional GPU requests are rounded up to one
+//     whole GPU and counted in a note; CPUs are rounded up to whole cores; the QoS class is
+//     the team. Without --cluster, openb_node_list_all_node.csv next to the trace is the
+//     cluster; --cluster may name any openb node list.
+//
+//   - rota: rota's own format, which `rota history export` writes (WriteRotaTrace). A CSV
+//     file with a header; columns may come in any order, and only submit and gpus are
+//     required:
+//
+//     id            the job's ID (kept as its name)
+//     submit        submit time, RFC 3339
+//     start, end    start and end of the last attempt, RFC 3339; empty if none
+//     duration_s    seconds the job ran; if empty, end − start
+//     time_limit_s  the job's time limit in seconds; empty: the --time-limit rule
+//     gpus          GPUs in total (0 for a CPU-only job)
+//     nodes         nodes of a gang (empty, 0 or 1: one node); gpus must divide evenly
+//     gpu_model     required GPU model; empty: any
+//     cpus          CPUs in total (shared out evenly over a gang's nodes)
+//     memory_mb     memory in MB in total
+//     queue         queue name; empty: the cluster's default queue
+//     team, user    owner
+//     state         final state (SUCCEEDED, FAILED, TIMEOUT, CANCELLED, …); informative,
+//     except that a job that never started has nothing to replay and is skipped
+//
+// A rota trace needs --cluster; --add-nodes 4xH100 asks "what if we bought four more nodes".
+//
+// Bad rows (missing or malformed fields, bad timestamps, negative durations, requests that
+// no node or set of nodes can ever satisfy, unknown queues) are skipped and listed by line
+// with the reason; --strict makes the first one fatal. A header that lacks a required
+// column is always fatal.
+//
+// # Cluster file (--cluster, YAML)
+//
+//	nodes:                   # a node, or a group of nodes with count
+//	  - name: a100           # with count, nodes are a100-000, a100-001, …
+//	    count: 3
+//	    gpus: 8
+//	    gpu_model: A100
+//	    gpu_memory_mb: 81920
+//	    cpus: 128
+//	    memory_mb: 1048576
+//	    labels: {pool: train}
+//	queues:                  # default: one preemptible queue named "default"
+//	  - {name: train, tier: 10, preemptible: true}
+//	  - {name: urgent, tier: 100, preemptible: false}
+//	default_queue: train     # for jobs whose trace names none; default: the first queue
+//	teams:                   # teams of the trace not listed here have weight 1, no quota
+//	  - name: vision
+//	    weight: 2            # fair-share weight, default 1
+//	    quota:               # per GPU model; "any" covers models not named
+//	      A100: {guaranteed: 8, limit: 16}
+//
+// Unknown keys are errors. testdata/cluster.yaml uses every key.
+//
+// # Flags
+//
+// --scale X multiplies the arrival rate: each submit offset from the first submit is
+// divided by X; durations are unchanged. --time-limit is the limit of jobs whose trace has
+// none: "hour" (default; the duration rounded up to a whole hour, at least one hour: a user
+// who roughly knows the run time), "exact" (perfect estimates) or a duration for every job.
+// --node-mtbf and --node-repair model node failures (exponential, per node, from --seed).
+// --fill X runs the FGD paper's experiment instead of a replay in trace time (FillWorkload):
+// jobs drawn with replacement (from --seed) until their GPU requests reach X times the
+// cluster's GPUs, one a second, never ending; the report's allocation rows then measure how
+// much of the cluster a policy manages to allocate as demand passes capacity.
+// Policies are sched's (PolicyNames); the default set is default, fifo, sjf (oracle
+// durations), las (least attained service, as in Tiresias) and worstfit (spread); the
+// default policy places best-fit. Names combine with "+", e.g. fifo+worstfit.
+//
+// METRICS.md defines every number of the report.
+package sim
