@@ -20,7 +20,37 @@ func ScheduleWith(s *Snapshot, now time.Time, opts Options) (Plan, error) {
 	if err != nil {
 		return Plan{}, err
 	}
-	return newCycle(s, now, opts).run(), nil
+	return newCycle(s, now, opts, newState(s, now.UnixNano())).run(), nil
+}
+
+// Planner schedules the same nodes many times, as the simulator does: it keeps what a cycle
+// derives from the nodes alone (their order, GPU groups and indexes) from one call to the
+// next while Snapshot.NodesVersion stays the same, so a cycle costs what its jobs cost
+// rather than what the cluster's size costs. Its plans are those of ScheduleWith.
+type Planner struct {
+	opts    Options
+	version uint64
+	base    *state
+}
+
+// NewPlanner returns a planner for the policy opts.
+func NewPlanner(opts Options) (*Planner, error) {
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	return &Planner{opts: opts}, nil
+}
+
+// Schedule plans one cycle. A snapshot whose NodesVersion is zero, or differs from the
+// previous call's, rebuilds the node layout.
+func (p *Planner) Schedule(s *Snapshot, now time.Time) Plan {
+	if s.NodesVersion == 0 || s.NodesVersion != p.version || p.base == nil {
+		p.base, p.version = newBase(s), s.NodesVersion
+	}
+	st := p.base.clone(s, now.UnixNano())
+	st.finish(s.Running)
+	return newCycle(s, now, p.opts, st).run()
 }
 
 // run is one scheduling cycle.
@@ -75,8 +105,7 @@ type failure struct {
 	reason Reason
 }
 
-func newCycle(s *Snapshot, now time.Time, opts Options) *cycle {
-	st := newState(s, now.UnixNano())
+func newCycle(s *Snapshot, now time.Time, opts Options, st *state) *cycle {
 	st.addWindows(s.Reservations)
 	return &cycle{
 		s: s, opts: opts, st: st,
@@ -85,10 +114,10 @@ func newCycle(s *Snapshot, now time.Time, opts Options) *cycle {
 			Pending:    make([]PendingJob, 0, len(s.Pending)),
 		},
 		never:          map[shape]string{},
-		kinds:          map[string]map[string][]capacity{},
+		kinds:          st.kinds,
 		failed:         map[shape]failure{},
 		blockedByModel: map[string]int{},
-		quotas:         newQuotas(s),
+		quotas:         newQuotas(s, st),
 		users:          userGPUs(s),
 		shortages:      map[shortageKey]shortageEntry{},
 		loc:            now.Location(),

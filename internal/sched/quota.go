@@ -11,19 +11,21 @@ type quotas struct {
 
 // newQuotas counts what running jobs hold. It looks GPUs up on every node of the snapshot,
 // schedulable or not, since a drained node's jobs still count against their team.
-func newQuotas(s *Snapshot) *quotas {
+func newQuotas(s *Snapshot, st *state) *quotas {
 	q := &quotas{teams: s.Teams, used: map[string]map[string]int{}}
 	if s.Teams == nil {
 		return q
 	}
-	nodes := make(map[string]*Node, len(s.Nodes))
-	for i := range s.Nodes {
-		nodes[s.Nodes[i].Name] = &s.Nodes[i]
-	}
 	for _, r := range s.Running {
 		for _, a := range r.Allocs {
-			n := nodes[a.Node]
-			if n == nil {
+			ni, ok := st.allNodes[a.Node]
+			if !ok || len(a.GPUIndices) == 0 {
+				continue
+			}
+			n := &s.Nodes[ni]
+			if single(n.GPUs) {
+				// The common case: one model on the node, so no per-GPU lookup.
+				q.add(r.Team, n.GPUs[0].Model, len(a.GPUIndices))
 				continue
 			}
 			for _, idx := range a.GPUIndices {

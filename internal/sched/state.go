@@ -63,11 +63,13 @@ type group struct {
 	pos   []int  // position of each in Node.GPUs, for its NVLink peers
 	free  []bool // parallel to index
 	nfree int
+	off   int // where free starts in state.frees
 }
 
 // nodeState is a schedulable node with what is free on it now and what will change.
 type nodeState struct {
 	n        *Node
+	src      int // index of n in Snapshot.Nodes
 	groups   []int
 	freeCPU  int
 	freeMem  int64
@@ -126,12 +128,31 @@ type state struct {
 	gpuVersion int
 	// pools caches the nodes of each queue's pools, by the queue's name.
 	pools map[string][]int
+	// frees backs every group's free slice, so a copy of the state can copy it in one go.
+	frees []bool
+	// Derived from the nodes alone, so copies of a base state share them:
+	// allNodes finds every node of the snapshot, schedulable or not, by name;
+	// kinds caches the node kinds for the static check per pool restriction.
+	allNodes map[string]int
+	kinds    map[string]map[string][]capacity
 }
 
 // newState builds the cycle's view: schedulable nodes, their GPU groups, and what the
 // running jobs hold and when they give it back.
 func newState(s *Snapshot, now int64) *state {
-	st := &state{now: now, byName: map[string]int{}, modelByName: map[string]int{}, pools: map[string][]int{}}
+	st := newBase(s)
+	st.now = now
+	st.finish(s.Running)
+	return st
+}
+
+// newBase builds what a cycle derives from the nodes alone: everything free, nothing held.
+func newBase(s *Snapshot) *state {
+	st := &state{byName: make(map[string]int, len(s.Nodes)), modelByName: map[string]int{}, pools: map[string][]int{},
+		allNodes: make(map[string]int, len(s.Nodes)), kinds: map[string]map[string][]capacity{}}
+	for i := range s.Nodes {
+		st.allNodes[s.Nodes[i].Name] = i
+	}
 	order := make([]int, 0, len(s.Nodes))
 	for i := range s.Nodes {
 		if s.Nodes[i].Schedulable {
@@ -180,7 +201,7 @@ func newState(s *Snapshot, now int64) *state {
 		}
 		ni := len(st.nodes)
 		st.byName[n.Name] = ni
-		ns := nodeState{n: n, freeCPU: n.CPUs, freeMem: n.MemoryMB}
+		ns := nodeState{n: n, src: i, freeCPU: n.CPUs, freeMem: n.MemoryMB}
 		models = models[:0]
 		for _, g := range n.GPUs {
 			if g.Healthy {
@@ -212,6 +233,7 @@ func newState(s *Snapshot, now int64) *state {
 				}
 			}
 			gr.free = frees[start : start+len(gr.index) : start+len(gr.index)]
+			gr.off = start
 			for k := range gr.free {
 				gr.free[k] = true
 			}
@@ -225,7 +247,34 @@ func newState(s *Snapshot, now int64) *state {
 		st.nodes = append(st.nodes, ns)
 	}
 
-	st.applyRunning(s.Running)
+	st.frees = frees
+	return st
+}
+
+// clone returns a fresh copy of a base state for a cycle at now on the snapshot s, whose
+// nodes the caller promises are those the base was built from. Only what a cycle changes
+// is copied; the node and GPU layout is shared.
+func (b *state) clone(s *Snapshot, now int64) *state {
+	st := *b
+	st.now = now
+	st.pools = map[string][]int{}
+	st.frees = slices.Clone(b.frees)
+	st.nodes = slices.Clone(b.nodes)
+	for i := range st.nodes {
+		st.nodes[i].n = &s.Nodes[st.nodes[i].src]
+	}
+	st.groups = slices.Clone(b.groups)
+	for i := range st.groups {
+		g := &st.groups[i]
+		g.free = st.frees[g.off : g.off+len(g.index) : g.off+len(g.index)]
+	}
+	st.models = slices.Clone(b.models)
+	return &st
+}
+
+// finish takes what the running jobs hold and indexes nodes and groups by what is free.
+func (st *state) finish(running []Running) {
+	st.applyRunning(running)
 
 	maxNode := 0
 	for i := range st.nodes {
@@ -256,7 +305,6 @@ func newState(s *Snapshot, now int64) *state {
 			mi.free += nf
 		}
 	}
-	return st
 }
 
 // applyRunning takes what running jobs hold and schedules its release at their End.

@@ -19,6 +19,10 @@ type Snapshot struct {
 	Teams map[string]Team
 	// Reservations are administrative windows that hold nodes for one team.
 	Reservations []Reservation
+	// NodesVersion lets a Planner keep its node layout between calls: a caller that plans
+	// the same nodes many times sets it non-zero and changes it whenever Nodes change in
+	// any way (added, removed, reordered, a field changed). Zero means unknown.
+	NodesVersion uint64
 }
 
 // Team is a tenant: what it may use and what it has used.

@@ -182,13 +182,16 @@ type teamAcct struct {
 
 // engine replays one workload under one policy.
 type engine struct {
-	w      *Workload
-	cfg    Config
-	plan   planFunc
-	policy string
-	base   time.Time // virtual time zero: the first submit
-	now    int64
-	halfS  float64 // half-life in seconds
+	// nodesVersion changes whenever a node fails or is repaired, so the scheduler may keep
+	// its node layout between the calls in between.
+	nodesVersion uint64
+	w            *Workload
+	cfg          Config
+	plan         planFunc
+	policy       string
+	base         time.Time // virtual time zero: the first submit
+	now          int64
+	halfS        float64 // half-life in seconds
 
 	nodes    []sched.Node
 	nodeIdx  map[string]int
@@ -254,7 +257,7 @@ func newEngine(w *Workload, cfg Config, policy string, plan planFunc) (*engine, 
 	if err != nil {
 		return nil, err
 	}
-	e := &engine{
+	e := &engine{nodesVersion: 1,
 		w: w, cfg: cfg, plan: plan, policy: policy,
 		halfS: cfg.HalfLife.Seconds(), nodeIdx: map[string]int{},
 		queues: map[string]sched.Queue{}, snapT: map[string]sched.Team{},
@@ -531,7 +534,7 @@ func (e *engine) snapshot() *sched.Snapshot {
 			}
 		}
 	}
-	return &sched.Snapshot{Nodes: e.nodes, Queues: e.queues, Teams: e.snapT, Running: e.running, Pending: e.pending}
+	return &sched.Snapshot{Nodes: e.nodes, NodesVersion: e.nodesVersion, Queues: e.queues, Teams: e.snapT, Running: e.running, Pending: e.pending}
 }
 
 // accrue brings a team's usage up to now: usage decays by half every half-life while the
@@ -731,6 +734,7 @@ func (e *engine) preempt(pr sched.Preemption) error {
 func (e *engine) nodeDown(n int) {
 	node := &e.nodes[n]
 	node.Schedulable = false
+	e.nodesVersion++
 	e.down++
 	e.capGPUs -= len(node.GPUs)
 	e.stats.failures++
@@ -763,6 +767,7 @@ func (e *engine) nodeDown(n int) {
 func (e *engine) nodeUp(n int) {
 	node := &e.nodes[n]
 	node.Schedulable = true
+	e.nodesVersion++
 	e.down--
 	e.capGPUs += len(node.GPUs)
 	e.heap.push(event{at: e.draw(e.nodeRand[n], e.cfg.NodeMTBF), kind: evNodeDown, id: int64(n)})

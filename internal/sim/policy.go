@@ -1,8 +1,6 @@
 package sim
 
 import (
-	"time"
-
 	"github.com/rotahq/rota/internal/sched"
 )
 
@@ -22,9 +20,11 @@ func plannerFor(policy string) (planFunc, error) {
 	if err != nil {
 		return nil, err
 	}
-	return func(s *sched.Snapshot, now time.Time) sched.Plan {
-		// OptionsFor checked the names, the only thing ScheduleWith can refuse.
-		p, _ := sched.ScheduleWith(s, now, opts)
-		return p
-	}, nil
+	// A Planner plans as ScheduleWith does, but keeps the node layout between calls while
+	// no node fails or comes back: most of a replay's cost otherwise.
+	p, err := sched.NewPlanner(opts)
+	if err != nil {
+		return nil, err
+	}
+	return p.Schedule, nil
 }
