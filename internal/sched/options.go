@@ -12,8 +12,8 @@ type Options struct {
 	// Order of pending jobs: "priority" (default: queue tier, then the multifactor score),
 	// "fifo" (submit time only), "sjf" (shortest Job.Duration first, an oracle for the
 	// simulator; the time limit stands in when unknown) or "las" (least attained service
-	// first, as in Tiresias). Only "priority" looks at tiers and weights: the others are
-	// research baselines for rota sim.
+	// first, as in Tiresias). Only "priority" looks at tiers and weights, and only it
+	// preempts: the others are research baselines for rota sim.
 	Order string
 	// Placement within the feasible nodes: "bestfit" (default: fewest free GPUs left, to
 	// keep whole nodes for large jobs) or "worstfit" (most free GPUs left: spread).

@@ -142,7 +142,10 @@ func (v *victim) mayStop(tier int, team string, inQuota bool) bool {
 // On success it claims the victims, reserves what is already free there for the job, and
 // returns the victims' IDs and the node.
 func (c *cycle) preempt(r *ranked, d *demand, inQuota bool) ([]int64, string, bool) {
-	if c.opts.NoPreemption || d.nodes > 1 || len(c.s.Running) == 0 {
+	// Preemption rests on the tier order: under the research orders (fifo, sjf, las) a
+	// victim could be placed again ahead of the job it made room for, losing work for
+	// nothing, so they do not preempt.
+	if c.opts.NoPreemption || c.opts.Order != OrderPriority || d.nodes > 1 || len(c.s.Running) == 0 {
 		return nil, "", false
 	}
 	if c.pre == nil {
