@@ -106,7 +106,7 @@ func explain(job api.Job, ahead int) api.Why {
 				job.Spec.Queue, p.Tier, p.Score, p.FairShare, p.Age, p.Size, p.Nice)
 		}
 		// The estimated start travels in its own field; clients print it in the reader's zone.
-		if job.EstimatedStart == nil && job.Message != "" {
+		if job.EstimatedStart == nil && waitsForResources(job.Reason) {
 			add("No start can be estimated yet: running jobs without time limits hold what it needs, or it can never fit.")
 		}
 	case job.State == api.StateHeld:
@@ -126,4 +126,14 @@ func explain(job api.Job, ahead int) api.Why {
 		add("The job ended %s: %s.", job.State, strings.TrimSuffix(job.Message, "."))
 	}
 	return why
+}
+
+// waitsForResources tells the reasons for which a start could be estimated from running
+// jobs' time limits.
+func waitsForResources(reason string) bool {
+	switch reason {
+	case "Resources", "Fragmented", "Priority", "Reserved":
+		return true
+	}
+	return false
 }
