@@ -8,12 +8,14 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/rotahq/rota/internal/api"
 	"github.com/rotahq/rota/internal/store"
+	"github.com/rotahq/rota/internal/store/storetest"
 )
 
 // fakeClock is set by the test; the server reads it for every timestamp and liveness check.
@@ -36,6 +38,7 @@ func (c *fakeClock) Add(d time.Duration) {
 
 type harness struct {
 	t     *testing.T
+	url   string // store URL; empty means SQLite in dir
 	srv   *Server
 	http  *httptest.Server
 	clock *fakeClock
@@ -53,7 +56,11 @@ func newHarness(t *testing.T) *harness {
 // open starts a server on the harness's data dir, as a restart would.
 func (h *harness) open() {
 	h.t.Helper()
-	st, err := store.Open(context.Background(), "sqlite://"+filepath.Join(h.dir, "rota.db"), nil)
+	url := h.url
+	if url == "" {
+		url = "sqlite://" + filepath.Join(h.dir, "rota.db")
+	}
+	st, err := store.Open(context.Background(), url, nil)
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -130,7 +137,24 @@ func (h *harness) cycle() {
 func intp(v int) *int { return &v }
 
 func TestLifecycleThroughAgentProtocol(t *testing.T) {
-	h := newHarness(t)
+	testLifecycle(t, newHarness(t))
+}
+
+// The same story on PostgreSQL, the production backend, including a restart.
+func TestLifecycleOnPostgres(t *testing.T) {
+	url := storetest.StartPostgres(t)
+	h := &harness{t: t, url: url, clock: &fakeClock{t: time.Date(2026, 11, 1, 9, 0, 0, 0, time.UTC)}, dir: t.TempDir()}
+	h.open()
+	testLifecycle(t, h)
+	h.restart()
+	var list api.JobList
+	h.do("GET", "/api/v1/jobs?state=all", nil, &list)
+	if len(list.Jobs) != 2 || list.Jobs[0].State != api.StateSucceeded || list.Jobs[1].State != api.StateAssigned {
+		t.Fatalf("after a restart on PostgreSQL: %+v", list.Jobs)
+	}
+}
+
+func testLifecycle(t *testing.T, h *harness) {
 	h.beat("n1", 2)
 	a := h.submit(api.JobSpec{GPUs: 2, Command: []string{"train"}, Env: map[string]string{"LR": "0.1"}})
 	b := h.submit(api.JobSpec{GPUs: 1, Command: []string{"eval"}})
@@ -382,5 +406,33 @@ func TestLogShipping(t *testing.T) {
 	resp.Body.Close()
 	if buf.String() != "world\n" || resp.Header.Get("X-Rota-Log-Size") != "12" || resp.Header.Get("X-Rota-Log-Done") != "false" {
 		t.Errorf("log read %q size %s done %s", buf.String(), resp.Header.Get("X-Rota-Log-Size"), resp.Header.Get("X-Rota-Log-Done"))
+	}
+}
+
+func TestGangGetsTorchrunEnvironment(t *testing.T) {
+	h := newHarness(t)
+	h.beat("n1", 8)
+	h.beat("n2", 8)
+	j := h.submit(api.JobSpec{Nodes: 2, GPUsPerNode: 8, Command: []string{"torchrun", "train.py"}})
+	h.cycle()
+	got := h.job(j.ID)
+	if got.State != api.StateAssigned || len(got.Nodes) != 2 || len(got.GPUIDs) != 16 {
+		t.Fatalf("gang: %s on %v with %d GPUs; want ASSIGNED on 2 nodes with 16", got.State, got.Nodes, len(got.GPUIDs))
+	}
+	ranks := map[string]bool{}
+	for _, node := range []string{"n1", "n2"} {
+		resp := h.beat(node, 8)
+		if len(resp.Tasks) != 1 {
+			t.Fatalf("%s has %d tasks; want 1", node, len(resp.Tasks))
+		}
+		env := resp.Tasks[0].Env
+		if env[api.EnvNNodes] != "2" || env[api.EnvNProcPerNode] != "8" || env[api.EnvWorldSize] != "16" ||
+			env[api.EnvMasterAddr] != got.Nodes[0] || env[api.EnvMasterPort] == "" || env[api.EnvNodeList] != strings.Join(got.Nodes, ",") {
+			t.Errorf("%s: torchrun environment %v", node, env)
+		}
+		ranks[env[api.EnvNodeRank]] = true
+	}
+	if !ranks["0"] || !ranks["1"] {
+		t.Errorf("node ranks %v; want 0 and 1", ranks)
 	}
 }
