@@ -480,6 +480,41 @@ func TestEndToEndPreemption(t *testing.T) {
 	c.waitState(other.ID, 20*time.Second, api.StateCancelled)
 }
 
+// The accounting records come out as a rota trace that rota sim replays.
+func TestHistoryExportReplays(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end test builds and runs the binary; skipped in -short mode")
+	}
+	c := newCluster(t, map[string]string{"node-a": "2"})
+	for range 3 {
+		c.submit(api.JobSpec{GPUs: 1, Command: shell(`sleep 1`)})
+	}
+	failed := c.submit(api.JobSpec{GPUs: 2, Command: shell(`exit 3`)})
+	c.waitState(failed.ID, 30*time.Second, api.StateFailed)
+	for id := int64(1); id <= 3; id++ {
+		c.waitState(id, 30*time.Second, api.StateSucceeded)
+	}
+	trace := filepath.Join(t.TempDir(), "month.csv")
+	out, err := exec.Command(rotaBinary(t), "history", "export", "--server", "http://"+c.addr, "--since", "1h", "--out", trace).CombinedOutput()
+	if err != nil {
+		t.Fatalf("rota history export: %v\n%s", err, out)
+	}
+	data, err := os.ReadFile(trace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(data)), "\n")
+	if len(lines) != 5 || !strings.HasPrefix(lines[0], "id,submit,start,end,duration_s") || !strings.Contains(lines[4], "FAILED") {
+		t.Fatalf("exported trace:\n%s\nwant a header and 4 jobs, the last FAILED", data)
+	}
+	cluster := filepath.Join(t.TempDir(), "cluster.yaml")
+	os.WriteFile(cluster, []byte("nodes:\n  - {name: n, count: 1, gpus: 2, gpu_model: H100, cpus: 64, memory_mb: 262144}\n"), 0o644)
+	out, err = exec.Command(rotaBinary(t), "sim", "--trace", trace, "--format", "rota", "--cluster", cluster, "--policy", "default,fifo").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "jobs replayed") {
+		t.Fatalf("rota sim on the exported trace: %v\n%s", err, out)
+	}
+}
+
 func countJobs(t *testing.T, c *cli.Client) int {
 	t.Helper()
 	list, err := c.AllJobs(context.Background(), cli.ListOptions{States: []string{"all"}})

@@ -13,6 +13,8 @@ import (
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/rotahq/rota/internal/cluster"
 )
 
 // Cluster is the virtual cluster a trace is replayed on.
@@ -44,9 +46,10 @@ type NodeSpec struct {
 
 // QueueSpec is a queue of a cluster file: the part of a queue the scheduler uses.
 type QueueSpec struct {
-	Name        string `yaml:"name"`
-	Tier        int    `yaml:"tier"`
-	Preemptible bool   `yaml:"preemptible"`
+	Name         string `yaml:"name"`
+	Tier         int    `yaml:"tier"`
+	Preemptible  bool   `yaml:"preemptible"`
+	NeverPreempt bool   `yaml:"never_preempt"`
 }
 
 // TeamSpec is a team of a cluster file.
@@ -72,10 +75,14 @@ type clusterFile struct {
 	Teams        []TeamSpec  `yaml:"teams"`
 }
 
-// defaultQueues are used when a cluster file defines none: one queue whose jobs may be
-// preempted, so that policies that preempt (least attained service) can.
+// defaultQueues are used when a cluster file defines none: the server's own defaults, so a
+// replay of a rota trace meets the queues its jobs named, with their tiers.
 func defaultQueues() []QueueSpec {
-	return []QueueSpec{{Name: "default", Tier: 0, Preemptible: true}}
+	var out []QueueSpec
+	for _, q := range cluster.DefaultQueues() {
+		out = append(out, QueueSpec{Name: q.Name, Tier: q.Tier, Preemptible: q.Preemptible, NeverPreempt: q.NeverPreempt})
+	}
+	return out
 }
 
 // LoadCluster reads a cluster: an openb node list (a CSV whose header starts with "sn,") or a
@@ -152,6 +159,9 @@ func (c *Cluster) validate() error {
 	}
 	if len(c.Queues) == 0 {
 		c.Queues = defaultQueues()
+		if c.DefaultQueue == "" {
+			c.DefaultQueue = cluster.DefaultQueue
+		}
 	}
 	queues := map[string]bool{}
 	for _, q := range c.Queues {

@@ -285,7 +285,7 @@ func newEngine(w *Workload, cfg Config, policy string, plan planFunc) (*engine, 
 		}
 	}
 	for _, q := range c.Queues {
-		e.queues[q.Name] = sched.Queue{Name: q.Name, Tier: q.Tier, Preemptible: q.Preemptible}
+		e.queues[q.Name] = sched.Queue{Name: q.Name, Tier: q.Tier, Preemptible: q.Preemptible, NeverPreempt: q.NeverPreempt}
 	}
 	teamIdx := map[string]int32{}
 	for _, t := range c.Teams {

@@ -181,8 +181,8 @@ func TestAlibabaNodes(t *testing.T) {
 	if !reflect.DeepEqual(c.Nodes[3], want) {
 		t.Errorf("node 3 = %+v, want %+v", c.Nodes[3], want)
 	}
-	if c.DefaultQueue != "default" || len(c.Queues) != 1 {
-		t.Errorf("queues %+v, default %q: want the one default queue", c.Queues, c.DefaultQueue)
+	if c.DefaultQueue != "train" || len(c.Queues) != 6 {
+		t.Errorf("queues %+v, default %q: want the server's six default queues, default train", c.Queues, c.DefaultQueue)
 	}
 }
 
@@ -237,12 +237,12 @@ func TestRotaBadRows(t *testing.T) {
 		{7, "negative duration -600 s"},
 		{8, "3 GPUs do not divide evenly over 2 nodes"},
 		{9, "no node can ever run it: needs 1 H100 GPUs on one node"},
-		{10, `queue "interactive" is not in the cluster`},
+		{10, `queue "nope" is not in the cluster`},
 	}
 	if !reflect.DeepEqual(w.Skipped, want) {
 		t.Errorf("skipped:\n%v\nwant\n%v", w.Skipped, want)
 	}
-	if tr.Rows != 10 || len(w.Jobs) != 2 || w.Jobs[0].Duration != time.Hour || w.Jobs[0].Queue != "default" {
+	if tr.Rows != 10 || len(w.Jobs) != 2 || w.Jobs[0].Duration != time.Hour || w.Jobs[0].Queue != "train" {
 		t.Errorf("rows %d, jobs %+v; want 10 rows, jobs 1 (1h from start and end) and 10", tr.Rows, w.Jobs)
 	}
 }
