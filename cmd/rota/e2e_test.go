@@ -100,7 +100,7 @@ func (p *proc) kill() {
 	}
 }
 
-type cluster struct {
+type testCluster struct {
 	t       *testing.T
 	dataDir string
 	addr    string
@@ -109,7 +109,7 @@ type cluster struct {
 	client  *cli.Client
 }
 
-func (c *cluster) startServer() {
+func (c *testCluster) startServer() {
 	c.server = start(c.t, "server", "server", "--data-dir", c.dataDir, "--listen", c.addr,
 		"--heartbeat-interval", "200ms", "--min-runtime", "0s")
 	waitFor(c.t, 20*time.Second, "server healthy", func() bool {
@@ -122,13 +122,13 @@ func (c *cluster) startServer() {
 	})
 }
 
-func (c *cluster) startAgent(name string, gpus string) {
+func (c *testCluster) startAgent(name string, gpus string) {
 	c.agents = append(c.agents, start(c.t, "agent-"+name, "agent", "--server", "http://"+c.addr, "--name", name,
 		"--fake-gpus", gpus, "--cpus", "64", "--memory", "256G", "--data-dir", filepath.Join(c.dataDir, "agent-"+name)))
 }
 
-func newCluster(t *testing.T, nodes map[string]string) *cluster {
-	c := &cluster{t: t, dataDir: t.TempDir(), addr: freePort(t)}
+func newCluster(t *testing.T, nodes map[string]string) *testCluster {
+	c := &testCluster{t: t, dataDir: t.TempDir(), addr: freePort(t)}
 	c.client = &cli.Client{BaseURL: "http://" + c.addr}
 	c.startServer()
 	for _, name := range sortedKeys(nodes) {
@@ -176,7 +176,7 @@ func waitFor(t *testing.T, d time.Duration, what string, ok func() bool) {
 	t.Fatalf("timed out after %s waiting for %s", d, what)
 }
 
-func (c *cluster) submit(spec api.JobSpec) api.Job {
+func (c *testCluster) submit(spec api.JobSpec) api.Job {
 	c.t.Helper()
 	j, err := c.client.Submit(context.Background(), spec)
 	if err != nil {
@@ -185,7 +185,7 @@ func (c *cluster) submit(spec api.JobSpec) api.Job {
 	return j
 }
 
-func (c *cluster) job(id int64) api.JobDetail {
+func (c *testCluster) job(id int64) api.JobDetail {
 	c.t.Helper()
 	d, err := c.client.GetJob(context.Background(), id)
 	if err != nil {
@@ -194,7 +194,7 @@ func (c *cluster) job(id int64) api.JobDetail {
 	return d
 }
 
-func (c *cluster) waitState(id int64, d time.Duration, states ...api.JobState) api.JobDetail {
+func (c *testCluster) waitState(id int64, d time.Duration, states ...api.JobState) api.JobDetail {
 	c.t.Helper()
 	var last api.JobDetail
 	waitFor(c.t, d, fmt.Sprintf("job %d in %v", id, states), func() bool {
@@ -213,7 +213,7 @@ func (c *cluster) waitState(id int64, d time.Duration, states ...api.JobState) a
 	return last
 }
 
-func (c *cluster) logs(id int64) string {
+func (c *testCluster) logs(id int64) string {
 	c.t.Helper()
 	var buf bytes.Buffer
 	var offset int64
@@ -495,7 +495,8 @@ func TestHistoryExportReplays(t *testing.T) {
 		c.waitState(id, 30*time.Second, api.StateSucceeded)
 	}
 	trace := filepath.Join(t.TempDir(), "month.csv")
-	out, err := exec.Command(rotaBinary(t), "history", "export", "--server", "http://"+c.addr, "--since", "1h", "--out", trace).CombinedOutput()
+	cluster := filepath.Join(t.TempDir(), "cluster.yaml")
+	out, err := exec.Command(rotaBinary(t), "history", "export", "--server", "http://"+c.addr, "--since", "1h", "--out", trace, "--cluster-out", cluster).CombinedOutput()
 	if err != nil {
 		t.Fatalf("rota history export: %v\n%s", err, out)
 	}
@@ -507,10 +508,8 @@ func TestHistoryExportReplays(t *testing.T) {
 	if len(lines) != 5 || !strings.HasPrefix(lines[0], "id,submit,start,end,duration_s") || !strings.Contains(lines[4], "FAILED") {
 		t.Fatalf("exported trace:\n%s\nwant a header and 4 jobs, the last FAILED", data)
 	}
-	cluster := filepath.Join(t.TempDir(), "cluster.yaml")
-	os.WriteFile(cluster, []byte("nodes:\n  - {name: n, count: 1, gpus: 2, gpu_model: H100, cpus: 64, memory_mb: 262144}\n"), 0o644)
-	out, err = exec.Command(rotaBinary(t), "sim", "--trace", trace, "--format", "rota", "--cluster", cluster, "--policy", "default,fifo").CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "jobs replayed") {
+	out, err = exec.Command(rotaBinary(t), "sim", "--trace", trace, "--format", "rota", "--cluster", cluster, "--add-nodes", "1xH100", "--policy", "default,fifo").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "4 jobs replayed") || !strings.Contains(string(out), "2 nodes, 10 GPUs") {
 		t.Fatalf("rota sim on the exported trace: %v\n%s", err, out)
 	}
 }

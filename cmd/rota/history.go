@@ -11,8 +11,11 @@ import (
 	"strings"
 	"time"
 
+	"go.yaml.in/yaml/v3"
+
 	"github.com/rotahq/rota/internal/api"
 	"github.com/rotahq/rota/internal/cli"
+	"github.com/rotahq/rota/internal/cluster"
 	"github.com/rotahq/rota/internal/sim"
 )
 
@@ -20,7 +23,7 @@ import (
 // so a team can replay its own last month with `rota sim --format rota`.
 func runHistory(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 || args[0] != "export" {
-		fmt.Fprintln(stderr, "usage: rota history export [--since DURATION|TIME] [--until TIME] [--out FILE] [--server URL]")
+		fmt.Fprintln(stderr, "usage: rota history export [--since DURATION|TIME] [--until TIME] [--out FILE] [--cluster-out FILE] [--server URL]")
 		return 2
 	}
 	fs := newFlagSet("history export", stderr)
@@ -28,6 +31,7 @@ func runHistory(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	since := fs.String("since", "720h", "start of the window: a duration back from now (720h) or an RFC 3339 time")
 	until := fs.String("until", "", "end of the window, RFC 3339 (default: now)")
 	out := fs.String("out", "", "file to write (default: standard output)")
+	clusterOut := fs.String("cluster-out", "", "also write the cluster (nodes, queues, teams) as a rota sim cluster file")
 	if code := parseFlags(fs, args[1:]); code >= 0 {
 		return code
 	}
@@ -99,7 +103,66 @@ func runHistory(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	if *out != "" {
 		fmt.Fprintf(stderr, "wrote %d jobs to %s\n", len(recs), *out)
 	}
+	if *clusterOut != "" {
+		if err := exportCluster(ctx, &cli.Client{BaseURL: strings.TrimRight(*server, "/")}, *clusterOut); err != nil {
+			fmt.Fprintf(stderr, "rota history export: %v\n", err)
+			return 1
+		}
+		fmt.Fprintf(stderr, "wrote the cluster to %s\n", *clusterOut)
+	}
 	return 0
+}
+
+// exportCluster writes the live cluster as a rota sim cluster file, so the exported month
+// can be replayed on it as it is, or on an edited copy ("what if we add 4 nodes?").
+func exportCluster(ctx context.Context, c *cli.Client, path string) error {
+	nodes, err := c.Nodes(ctx)
+	if err != nil {
+		return err
+	}
+	queues, err := c.Queues(ctx)
+	if err != nil {
+		return err
+	}
+	teams, err := c.Teams(ctx)
+	if err != nil {
+		return err
+	}
+	var file struct {
+		Nodes        []sim.NodeSpec  `yaml:"nodes"`
+		Queues       []sim.QueueSpec `yaml:"queues"`
+		DefaultQueue string          `yaml:"default_queue"`
+		Teams        []sim.TeamSpec  `yaml:"teams,omitempty"`
+	}
+	for _, n := range nodes.Nodes {
+		spec := sim.NodeSpec{Name: n.Name, GPUs: len(n.GPUs), CPUs: n.CPUs, MemoryMB: n.MemoryMB, Labels: n.Labels}
+		if len(n.GPUs) > 0 {
+			spec.GPUModel, spec.GPUMemoryMB = n.GPUs[0].Model, n.GPUs[0].MemoryMB
+		}
+		file.Nodes = append(file.Nodes, spec)
+	}
+	for _, q := range queues {
+		file.Queues = append(file.Queues, sim.QueueSpec{Name: q.Name, Tier: q.Tier, Preemptible: q.Preemptible, NeverPreempt: q.NeverPreempt})
+	}
+	file.DefaultQueue = cluster.DefaultQueue
+	for _, t := range teams.Teams {
+		ts := sim.TeamSpec{Name: t.Name, Weight: t.Weight}
+		for model, q := range t.Quotas {
+			if ts.Quota == nil {
+				ts.Quota = map[string]sim.QuotaSpec{}
+			}
+			if model == "*" {
+				model = "any"
+			}
+			ts.Quota[model] = sim.QuotaSpec{Guaranteed: q.Guaranteed, Limit: q.Limit}
+		}
+		file.Teams = append(file.Teams, ts)
+	}
+	data, err := yaml.Marshal(file)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append([]byte("# Written by rota history export: the cluster as rota sim sees it. Edit freely.\n"), data...), 0o644)
 }
 
 func parseSince(v string, now time.Time) (time.Time, error) {
