@@ -225,8 +225,13 @@ func queueEdits(fs *flag.FlagSet, f queueFlags) ([]func(*api.Queue), error) {
 }
 
 func runQueueDelete(ctx context.Context, cfg Config, args []string) int {
-	const cmd = "admin queue delete"
-	fs, g := newFlagSet(cfg, cmd, queueDeleteUsage)
+	return runDelete(ctx, cfg, args, "queue", queueDeleteUsage, func(c *Client, name string) error { return c.DeleteQueue(ctx, name) })
+}
+
+// runDelete serves the admin verbs that delete one named thing.
+func runDelete(ctx context.Context, cfg Config, args []string, kind, usage string, del func(*Client, string) error) int {
+	cmd := "admin " + kind + " delete"
+	fs, g := newFlagSet(cfg, cmd, usage)
 	pos, code, ok := parseFlags(fs, g, args)
 	if !ok {
 		return code
@@ -235,11 +240,11 @@ func runQueueDelete(ctx context.Context, cfg Config, args []string) int {
 	if !ok {
 		return ExitUsage
 	}
-	if err := cfg.client(g).DeleteQueue(ctx, name); err != nil {
+	if err := del(cfg.client(g), name); err != nil {
 		return cfg.fail(ctx, err)
 	}
 	if g.output == "table" {
-		fmt.Fprintf(cfg.Stdout, "Deleted queue %s\n", name)
+		fmt.Fprintf(cfg.Stdout, "Deleted %s %s\n", kind, name)
 	}
 	return ExitOK
 }

@@ -228,21 +228,5 @@ func runTeamSet(ctx context.Context, cfg Config, args []string) int {
 }
 
 func runTeamDelete(ctx context.Context, cfg Config, args []string) int {
-	const cmd = "admin team delete"
-	fs, g := newFlagSet(cfg, cmd, teamDeleteUsage)
-	pos, code, ok := parseFlags(fs, g, args)
-	if !ok {
-		return code
-	}
-	name, ok := cfg.oneName(cmd, pos)
-	if !ok {
-		return ExitUsage
-	}
-	if err := cfg.client(g).DeleteTeam(ctx, name); err != nil {
-		return cfg.fail(ctx, err)
-	}
-	if g.output == "table" {
-		fmt.Fprintf(cfg.Stdout, "Deleted team %s\n", name)
-	}
-	return ExitOK
+	return runDelete(ctx, cfg, args, "team", teamDeleteUsage, func(c *Client, name string) error { return c.DeleteTeam(ctx, name) })
 }
