@@ -33,26 +33,36 @@ func adminEvent(now time.Time, format string, args ...any) api.Event {
 }
 
 func (s *Server) handlePutQueue(w http.ResponseWriter, r *http.Request) {
-	var q api.Queue
-	if status, e := decodeJSON(w, r, &q); e != nil {
+	putNamed(s, w, r, "queue", func(q *api.Queue) *string { return &q.Name }, validateQueue,
+		func(b *store.Batch, q api.Queue) { b.Queues = append(b.Queues, q) })
+}
+
+// putNamed serves PUT of a named admin object: the name comes from the URL (the body may
+// repeat it), the whole object is validated, then stored with an audit event.
+func putNamed[T any](s *Server, w http.ResponseWriter, r *http.Request, kind string, name func(*T) *string,
+	validate func(*T) *api.Error, add func(*store.Batch, T)) {
+	var v T
+	if status, e := decodeJSON(w, r, &v); e != nil {
 		writeError(w, status, e)
 		return
 	}
-	if q.Name == "" {
-		q.Name = r.PathValue("name")
+	n := name(&v)
+	if *n == "" {
+		*n = r.PathValue("name")
 	}
-	if q.Name != r.PathValue("name") {
-		writeError(w, http.StatusBadRequest, invalid("name", "body names queue %q but the URL names %q", q.Name, r.PathValue("name")))
+	if *n != r.PathValue("name") {
+		writeError(w, http.StatusBadRequest, invalid("name", "body names %s %q but the URL names %q", kind, *n, r.PathValue("name")))
 		return
 	}
-	if e := validateQueue(&q); e != nil {
+	if e := validate(&v); e != nil {
 		writeError(w, http.StatusBadRequest, e)
 		return
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	b := &store.Batch{Queues: []api.Queue{q}, Events: []api.Event{adminEvent(s.cfg.Clock.Now(), "set queue %s", q.Name)}}
-	s.adminCommit(w, r, b, http.StatusOK, q)
+	b := &store.Batch{Events: []api.Event{adminEvent(s.cfg.Clock.Now(), "set %s %s", kind, *n)}}
+	add(b, v)
+	s.adminCommit(w, r, b, http.StatusOK, v)
 }
 
 // inUse counts the jobs that have not ended and match.
@@ -101,26 +111,8 @@ func (s *Server) handleTeams(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handlePutTeam(w http.ResponseWriter, r *http.Request) {
-	var t api.Team
-	if status, e := decodeJSON(w, r, &t); e != nil {
-		writeError(w, status, e)
-		return
-	}
-	if t.Name == "" {
-		t.Name = r.PathValue("name")
-	}
-	if t.Name != r.PathValue("name") {
-		writeError(w, http.StatusBadRequest, invalid("name", "body names team %q but the URL names %q", t.Name, r.PathValue("name")))
-		return
-	}
-	if e := validateTeam(&t); e != nil {
-		writeError(w, http.StatusBadRequest, e)
-		return
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	b := &store.Batch{Teams: []api.Team{t}, Events: []api.Event{adminEvent(s.cfg.Clock.Now(), "set team %s", t.Name)}}
-	s.adminCommit(w, r, b, http.StatusOK, t)
+	putNamed(s, w, r, "team", func(t *api.Team) *string { return &t.Name }, validateTeam,
+		func(b *store.Batch, t api.Team) { b.Teams = append(b.Teams, t) })
 }
 
 func (s *Server) handleDeleteTeam(w http.ResponseWriter, r *http.Request) {

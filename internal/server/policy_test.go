@@ -264,3 +264,35 @@ func TestWhy(t *testing.T) {
 		t.Errorf("estimated start %s; want %s, when the running job's time limit ends", why.EstimatedStart, want)
 	}
 }
+
+func TestAdminPutAndDelete(t *testing.T) {
+	h := newHarness(t)
+	var team api.Team
+	if code := h.do("PUT", "/api/v1/teams/vision", api.Team{Quotas: map[string]api.Quota{"*": {Guaranteed: 4}}}, &team); code != 200 || team.Name != "vision" || team.Quotas["*"].Limit != 4 {
+		t.Fatalf("put team: %d %+v; want the name from the URL and limit defaulting to guaranteed", code, team)
+	}
+	var e api.Error
+	if code := h.do("PUT", "/api/v1/teams/vision", api.Team{Name: "nlp"}, &e); code != 400 || e.Field != "name" {
+		t.Errorf("mismatched name: %d field %q; want 400 name", code, e.Field)
+	}
+	if code := h.do("PUT", "/api/v1/queues/gold", api.Queue{Tier: 5000}, &e); code != 400 || e.Field != "tier" {
+		t.Errorf("tier out of range: %d field %q; want 400 tier", code, e.Field)
+	}
+	var q api.Queue
+	if code := h.do("PUT", "/api/v1/queues/gold", api.Queue{Tier: 90, DefaultTimeLimit: 60}, &q); code != 200 || q.Name != "gold" {
+		t.Fatalf("put queue: %d %+v", code, q)
+	}
+	h.submit(api.JobSpec{Command: []string{"x"}, Queue: "gold", Team: "vision"})
+	if code := h.do("DELETE", "/api/v1/queues/gold", nil, &e); code != 409 {
+		t.Errorf("delete a queue with waiting jobs: %d; want 409", code)
+	}
+	if code := h.do("DELETE", "/api/v1/teams/vision", nil, &e); code != 409 {
+		t.Errorf("delete a team with waiting jobs: %d; want 409", code)
+	}
+	if code := h.do("DELETE", "/api/v1/queues/batch", nil, nil); code != 204 {
+		t.Errorf("delete an unused queue: %d; want 204", code)
+	}
+	if code := h.do("DELETE", "/api/v1/queues/batch", nil, nil); code != 404 {
+		t.Errorf("delete it again: %d; want 404", code)
+	}
+}
