@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -453,5 +454,59 @@ func TestNewWithoutGPUs(t *testing.T) {
 	}
 	if n := strings.Count(logs.String(), "no NVIDIA GPUs: NVML not available"); n != 1 {
 		t.Errorf("the missing GPUs were logged %d times, want once:\n%s", n, logs)
+	}
+}
+
+// An agent restarted over the same data directory finds the attempt its predecessor left
+// running, stops it (so it cannot hold GPUs the job's next attempt is given), and reports
+// the attempt lost instead of running it twice.
+func TestRestartedAgentStopsOrphanedAttempt(t *testing.T) {
+	s := newFakeServer(t)
+	dir := t.TempDir()
+	pids := filepath.Join(t.TempDir(), "pids")
+	k := taskKey{7, 1}
+	s.setDesired(api.Task{JobID: 7, Attempt: 1, GraceSeconds: 1, Command: []string{"sh", "-c", `
+sleep 1000 & echo $! >> "$1"
+echo $$ >> "$1"
+wait`, "job", pids}})
+	run := func() (context.CancelFunc, chan error) {
+		a, err := New(Config{ServerURL: s.srv.URL, Name: "node-1", FakeGPUs: "2", DataDir: dir, HeartbeatInterval: 50 * time.Millisecond}, testLogger(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- a.Run(ctx) }()
+		return cancel, done
+	}
+	cancel, done := run()
+	eventually(t, 10*time.Second, "the task to start its two processes", func() bool {
+		data, _ := os.ReadFile(pids)
+		return strings.Count(string(data), "\n") == 2
+	})
+	cancel() // the agent goes away; its job keeps running
+	<-done
+	var procs []int
+	for _, f := range strings.Fields(readFile(t, pids)) {
+		pid, _ := strconv.Atoi(f)
+		procs = append(procs, pid)
+	}
+	for _, pid := range procs {
+		if !processAlive(pid) {
+			t.Fatalf("process %d died with the agent; jobs must outlive it", pid)
+		}
+	}
+
+	cancel, done = run()
+	defer func() { cancel(); <-done }()
+	eventually(t, 10*time.Second, "the orphaned attempt to be reported lost", func() bool {
+		st, ok := s.finalOf(k)
+		return ok && st.State == api.StateFailed && st.Reason == api.ReasonNodeLost
+	})
+	for _, pid := range procs {
+		eventually(t, 5*time.Second, fmt.Sprintf("process %d to be gone", pid), func() bool { return !processAlive(pid) })
+	}
+	if got := readFile(t, pids); strings.Count(got, "\n") != 2 {
+		t.Errorf("the attempt ran again after the restart: %q", got)
 	}
 }

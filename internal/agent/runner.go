@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -130,8 +131,9 @@ func (r *runner) start(t api.Task) *proc {
 	}
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		if errors.Is(err, os.ErrExist) {
-			r.endUnstarted(p, api.StateFailed, api.ReasonNodeLost,
-				fmt.Sprintf("%s already exists: an earlier agent process started this attempt and its outcome is unknown; not starting it twice", dir))
+			// Stopping what the earlier agent left running takes up to the grace period;
+			// the reconcile loop must not wait for it.
+			go r.reapOrphan(p)
 			return p
 		}
 		r.endUnstarted(p, api.StateFailed, api.ReasonStartError, fmt.Sprintf("create attempt directory: %v", err))
@@ -160,6 +162,11 @@ func (r *runner) start(t api.Task) *proc {
 		return p
 	}
 
+	// The process group is recorded so that an agent restarted over this data directory
+	// can find and stop it (see reapOrphan).
+	if err := os.WriteFile(filepath.Join(dir, pidFile), []byte(strconv.Itoa(cmd.Process.Pid)), 0o644); err != nil {
+		p.logger.Error("record the task's process group", "err", err)
+	}
 	now := time.Now()
 	p.status.PID = cmd.Process.Pid
 	p.status.StartTime = &now
@@ -409,4 +416,57 @@ func writeNotice(path string, n notice) error {
 		return fmt.Errorf("write notice: %w", err)
 	}
 	return nil
+}
+
+// pidFile, in an attempt's directory, holds the process group the agent started for it.
+const pidFile = "pid"
+
+// reapOrphan handles an attempt an earlier agent process started: its outcome is unknown,
+// since the exit status went to the dead agent. Whatever of it still runs is stopped the
+// way any job is stopped (notice, signal, grace, kill) so that it cannot keep holding GPUs
+// the server gives to its next attempt; the attempt then ends FAILED with reason node_lost,
+// and the server requeues the job while it has retries left.
+func (r *runner) reapOrphan(p *proc) {
+	msg := "the agent restarted while this attempt ran; its outcome is unknown, so it is not run twice"
+	if pgid, ok := orphanGroup(p); ok {
+		grace := time.Duration(p.task.GraceSeconds) * time.Second
+		if err := writeNotice(p.noticePath, notice{Reason: api.ReasonNodeLost, Deadline: time.Now().Add(grace).UTC()}); err != nil {
+			p.logger.Error("write stop notice", "err", err)
+		}
+		p.logger.Warn("stopping a task left running by an earlier agent", "pgid", pgid, "grace", grace)
+		_ = syscall.Kill(-pgid, p.signal())
+		deadline := time.Now().Add(grace)
+		for time.Now().Before(deadline) && syscall.Kill(-pgid, 0) == nil {
+			time.Sleep(100 * time.Millisecond)
+		}
+		killGroup(pgid)
+		msg = fmt.Sprintf("the agent restarted while this attempt ran (process group %d); it was stopped so that it is not run twice", pgid)
+	}
+	r.endUnstarted(p, api.StateFailed, api.ReasonNodeLost, msg)
+}
+
+// orphanGroup returns the attempt's recorded process group if it still runs and is this
+// attempt's: the leader's environment must name the job and attempt, so a recycled PID is
+// never signalled.
+func orphanGroup(p *proc) (int, bool) {
+	data, err := os.ReadFile(filepath.Join(p.dir, pidFile))
+	if err != nil {
+		return 0, false
+	}
+	pgid, err := strconv.Atoi(strings.TrimSpace(string(data)))
+	if err != nil || pgid <= 1 || syscall.Kill(-pgid, 0) != nil {
+		return 0, false
+	}
+	env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pgid))
+	if err != nil {
+		return 0, false
+	}
+	vars := strings.Split(string(env), "\x00")
+	want := []string{api.EnvJobID + "=" + strconv.FormatInt(p.key.job, 10), api.EnvAttempt + "=" + strconv.Itoa(p.key.attempt)}
+	for _, w := range want {
+		if !slices.Contains(vars, w) {
+			return 0, false
+		}
+	}
+	return pgid, true
 }
