@@ -209,8 +209,10 @@ func (s *Server) endAttempt(job *api.Job, st api.TaskStatus, now time.Time, acto
 	}
 	to, reason, msg := st.State, st.Reason, st.Message
 	switch {
+	case st.State == api.StateSucceeded:
+		// A job that finished before a cancel or preemption reached it did its work:
+		// the record says so.
 	case job.CancelRequested:
-		// Whatever the process did as it went, the user asked for it to stop.
 		to, reason = api.StateCancelled, api.ReasonCancelled
 		if msg == "" {
 			msg = "cancelled by user"

@@ -436,3 +436,18 @@ func TestGangGetsTorchrunEnvironment(t *testing.T) {
 		t.Errorf("node ranks %v; want 0 and 1", ranks)
 	}
 }
+
+// A job that succeeds before a cancel or a preemption reaches it is recorded as succeeded,
+// not cancelled or requeued to run again.
+func TestSuccessBeatsALateStop(t *testing.T) {
+	h := newHarness(t)
+	h.beat("n1", 2)
+	j := h.submit(api.JobSpec{GPUs: 1, Command: []string{"a"}})
+	h.cycle()
+	h.do("POST", fmt.Sprintf("/api/v1/jobs/%d/cancel", j.ID), nil, nil)
+	code := 0
+	h.beat("n1", 2, api.TaskStatus{JobID: j.ID, Attempt: 1, State: api.StateSucceeded, ExitCode: &code})
+	if got := h.job(j.ID); got.State != api.StateSucceeded {
+		t.Errorf("job that exited 0 before its cancel landed: %s; want SUCCEEDED", got.State)
+	}
+}
