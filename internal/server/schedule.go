@@ -42,13 +42,17 @@ func (s *Server) Cycle(ctx context.Context) error {
 
 	b = &store.Batch{}
 	for _, p := range plan.Placements {
+		// A placement the state cannot honour is a bug in the core; it is logged and
+		// skipped rather than allowed to wedge every later cycle.
 		job, ok := s.state.Job(p.JobID)
 		if !ok || job.State != api.StatePending {
-			return fmt.Errorf("plan places job %d, which is not pending", p.JobID)
+			s.log.Error("plan places a job that is not pending", "job", p.JobID)
+			continue
 		}
 		a, err := s.newAttempt(&job, p.Allocs, now)
 		if err != nil {
-			return err
+			s.log.Error("plan cannot be applied", "job", p.JobID, "err", err)
+			continue
 		}
 		job.Borrowing = p.Borrowing
 		msg := "placed on " + strings.Join(job.Nodes, ",")
