@@ -101,17 +101,18 @@ func (p *proc) kill() {
 }
 
 type testCluster struct {
-	t       *testing.T
-	dataDir string
-	addr    string
-	server  *proc
-	agents  []*proc
-	client  *cli.Client
+	t         *testing.T
+	heartbeat string // the server's --heartbeat-interval; default 200ms
+	dataDir   string
+	addr      string
+	server    *proc
+	agents    []*proc
+	client    *cli.Client
 }
 
 func (c *testCluster) startServer() {
 	c.server = start(c.t, "server", "server", "--data-dir", c.dataDir, "--listen", c.addr,
-		"--heartbeat-interval", "200ms", "--min-runtime", "0s")
+		"--heartbeat-interval", c.heartbeatInterval(), "--min-runtime", "0s")
 	waitFor(c.t, 20*time.Second, "server healthy", func() bool {
 		resp, err := http.Get("http://" + c.addr + "/healthz")
 		if err != nil {
@@ -127,8 +128,19 @@ func (c *testCluster) startAgent(name string, gpus string) {
 		"--fake-gpus", gpus, "--cpus", "64", "--memory", "256G", "--data-dir", filepath.Join(c.dataDir, "agent-"+name)))
 }
 
+func (c *testCluster) heartbeatInterval() string {
+	if c.heartbeat == "" {
+		return "200ms"
+	}
+	return c.heartbeat
+}
+
 func newCluster(t *testing.T, nodes map[string]string) *testCluster {
-	c := &testCluster{t: t, dataDir: t.TempDir(), addr: freePort(t)}
+	return newClusterWith(t, nodes, "")
+}
+
+func newClusterWith(t *testing.T, nodes map[string]string, heartbeat string) *testCluster {
+	c := &testCluster{t: t, dataDir: t.TempDir(), addr: freePort(t), heartbeat: heartbeat}
 	c.client = &cli.Client{BaseURL: "http://" + c.addr}
 	c.startServer()
 	for _, name := range sortedKeys(nodes) {
@@ -511,6 +523,19 @@ func TestHistoryExportReplays(t *testing.T) {
 	out, err = exec.Command(rotaBinary(t), "sim", "--trace", trace, "--format", "rota", "--cluster", cluster, "--add-nodes", "1xH100", "--policy", "default,fifo").CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "4 jobs replayed") || !strings.Contains(string(out), "2 nodes, 10 GPUs") {
 		t.Fatalf("rota sim on the exported trace: %v\n%s", err, out)
+	}
+}
+
+// A placed job starts when the agent hears of it through its watch, not at its next
+// heartbeat: here heartbeats are a minute apart and the job must run well before that.
+func TestJobStartsWithoutWaitingForAHeartbeat(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end test builds and runs the binary; skipped in -short mode")
+	}
+	c := newClusterWith(t, map[string]string{"node-a": "2"}, "60s")
+	for range 3 {
+		j := c.submit(api.JobSpec{GPUs: 1, Command: shell(`echo started`)})
+		c.waitState(j.ID, 20*time.Second, api.StateSucceeded)
 	}
 }
 

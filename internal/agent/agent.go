@@ -186,6 +186,7 @@ func (a *Agent) Run(ctx context.Context) error {
 
 	var shippers sync.WaitGroup
 	defer shippers.Wait()
+	shippers.Go(func() { a.watch(ctx) })
 	interval := a.interval
 	var downSince time.Time
 	for {
@@ -348,4 +349,58 @@ func stopReason(t api.Task) string {
 		return api.ReasonCancelled
 	}
 	return t.StopReason
+}
+
+// watchWait is how long one watch request may be held by the server.
+const watchWait = 30 * time.Second
+
+// errNoWatch means the server has no watch route; heartbeats alone keep the node in sync.
+var errNoWatch = errors.New("server has no watch route")
+
+// watch long-polls the server and asks for a heartbeat as soon as this node's desired state
+// changes, so a job placed here starts at once instead of at the next heartbeat.
+func (a *Agent) watch(ctx context.Context) {
+	var version uint64
+	for ctx.Err() == nil {
+		v, err := a.watchOnce(ctx, version)
+		switch {
+		case errors.Is(err, errNoWatch):
+			a.logger.Info("server has no watch route; new work arrives with heartbeats")
+			return
+		case err != nil:
+			// The heartbeat loop reports outages; this one only waits to try again.
+			if !sleep(ctx, a.interval) {
+				return
+			}
+		case v != version:
+			version = v
+			a.poke()
+		}
+	}
+}
+
+func (a *Agent) watchOnce(ctx context.Context, version uint64) (uint64, error) {
+	ctx, cancel := context.WithTimeout(ctx, watchWait+heartbeatTimeout)
+	defer cancel()
+	u := fmt.Sprintf("%s/api/v1/agents/%s/watch?version=%d&wait=%d", a.server, url.PathEscape(a.name), version, int(watchWait/time.Second))
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := a.client.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusNotFound {
+		return 0, errNoWatch
+	}
+	if resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("watch: status %d", resp.StatusCode)
+	}
+	var ans api.WatchAnswer
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<10)).Decode(&ans); err != nil {
+		return 0, fmt.Errorf("watch: decode answer: %w", err)
+	}
+	return ans.Version, nil
 }

@@ -80,3 +80,11 @@ type LogAck struct {
 	// Size is the length of the server's copy after the write.
 	Size int64 `json:"size"`
 }
+
+// WatchAnswer is the answer to GET /api/v1/agents/{node}/watch?version=V&wait=S: the node's
+// desired-state version, sent as soon as it differs from V or after S seconds. An agent
+// heartbeats at once when the version changes, so new work starts without waiting for
+// the next heartbeat.
+type WatchAnswer struct {
+	Version uint64 `json:"version"`
+}

@@ -66,6 +66,7 @@ func TestOpenAPIHasEveryRoute(t *testing.T) {
 		{"delete", "/api/v1/reservations/{id}"},
 		{"put", "/api/v1/config"},
 		{"get", "/api/v1/history"},
+		{"get", "/api/v1/agents/{node}/watch"},
 		{"post", "/api/v1/agents/{node}/heartbeat"},
 		{"post", "/api/v1/agents/{node}/logs/{job}/{attempt}"},
 	} {
@@ -87,7 +88,7 @@ func TestOpenAPISchemasMatchWireTypes(t *testing.T) {
 		"Team": api.Team{}, "Quota": api.Quota{}, "TeamList": api.TeamList{},
 		"Reservation": api.Reservation{}, "ReservationList": api.ReservationList{},
 		"Why": api.Why{}, "Priority": api.Priority{}, "Config": api.Config{},
-		"HistoryList": api.HistoryList{}, "HistoryRecord": api.HistoryRecord{},
+		"HistoryList": api.HistoryList{}, "HistoryRecord": api.HistoryRecord{}, "WatchAnswer": api.WatchAnswer{},
 		"Heartbeat": api.Heartbeat{}, "HeartbeatResponse": api.HeartbeatResponse{},
 		"Task": api.Task{}, "TaskStatus": api.TaskStatus{}, "TaskRef": api.TaskRef{}, "LogAck": api.LogAck{},
 	} {

@@ -85,6 +85,8 @@ type Server struct {
 	reasons map[int64]sched.Reason
 
 	logMu sync.Mutex // serialises writes to shipped log files
+
+	watch nodeWatch
 }
 
 // New loads the state from st and returns a server ready to serve. A nil logger discards.
@@ -174,6 +176,7 @@ func (s *Server) commit(ctx context.Context, b *store.Batch) error {
 		return err
 	}
 	s.state.Apply(b)
+	s.watch.bump(b)
 	return nil
 }
 
@@ -234,6 +237,7 @@ var routes = []route{
 	{"PUT", "/api/v1/config", (*Server).handlePutConfig},
 	{"GET", "/api/v1/history", (*Server).handleHistory},
 	{"POST", "/api/v1/agents/{node}/heartbeat", (*Server).handleHeartbeat},
+	{"GET", "/api/v1/agents/{node}/watch", (*Server).handleWatch},
 	{"POST", "/api/v1/agents/{node}/logs/{job}/{attempt}", (*Server).handleShipLog},
 }
 

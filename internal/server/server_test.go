@@ -451,3 +451,34 @@ func TestSuccessBeatsALateStop(t *testing.T) {
 		t.Errorf("job that exited 0 before its cancel landed: %s; want SUCCEEDED", got.State)
 	}
 }
+
+// A watching agent hears that its node's desired state changed as soon as a job is placed
+// there, and a watch on another node keeps waiting.
+func TestWatchAnswersWhenTheNodeChanges(t *testing.T) {
+	h := newHarness(t)
+	h.beat("n1", 1)
+	h.beat("n2", 1)
+	answers := make(chan string, 2)
+	for _, node := range []string{"n1", "n2"} {
+		go func() {
+			var ans api.WatchAnswer
+			resp, err := http.Get(h.http.URL + "/api/v1/agents/" + node + "/watch?version=0&wait=5")
+			if err != nil {
+				answers <- node + " error"
+				return
+			}
+			json.NewDecoder(resp.Body).Decode(&ans)
+			resp.Body.Close()
+			answers <- fmt.Sprintf("%s %d", node, ans.Version)
+		}()
+	}
+	time.Sleep(100 * time.Millisecond) // let both requests start waiting
+	h.submit(api.JobSpec{GPUs: 1, Command: []string{"x"}})
+	h.cycle()
+	if got := <-answers; got != "n1 1" {
+		t.Errorf("first watch answer %q; want n1 at version 1 (the job went to n1)", got)
+	}
+	if got := <-answers; got != "n2 0" {
+		t.Errorf("second watch answer %q; want n2 unchanged at 0 after its wait", got)
+	}
+}

@@ -1,0 +1,88 @@
+package server
+
+import (
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/rotahq/rota/internal/api"
+	"github.com/rotahq/rota/internal/store"
+)
+
+// nodeWatch lets an agent learn at once that its node's desired state changed (a job placed,
+// cancelled or preempted there), instead of at its next heartbeat: it long-polls
+// GET /api/v1/agents/{node}/watch and heartbeats as soon as the answer comes.
+type nodeWatch struct {
+	mu      sync.Mutex // guards the fields below
+	version map[string]uint64
+	changed chan struct{} // closed and replaced at every bump
+}
+
+// bump records that the jobs of a committed batch changed on their nodes.
+func (w *nodeWatch) bump(b *store.Batch) {
+	if len(b.Jobs) == 0 {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.version == nil {
+		w.version = map[string]uint64{}
+	}
+	for _, j := range b.Jobs {
+		for _, n := range j.Nodes {
+			w.version[n]++
+		}
+	}
+	if w.changed != nil {
+		close(w.changed)
+		w.changed = nil
+	}
+}
+
+// current returns the node's version and a channel closed at the next bump of any node.
+func (w *nodeWatch) current(node string) (uint64, <-chan struct{}) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.changed == nil {
+		w.changed = make(chan struct{})
+	}
+	return w.version[node], w.changed
+}
+
+const maxWatch = 60 * time.Second
+
+// handleWatch answers when the node's version differs from ?version=, or after ?wait=
+// seconds (at most a minute), with the node's current version. A restarted server starts
+// counting from zero, which differs from what the agent holds, so the agent re-syncs at once.
+func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
+	node := r.PathValue("node")
+	q := r.URL.Query()
+	since, err := strconv.ParseUint(orZero(q.Get("version")), 10, 64)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, invalid("version", "must be the version from the previous answer"))
+		return
+	}
+	waitS, err := strconv.ParseFloat(orZero(q.Get("wait")), 64)
+	if err != nil || waitS < 0 {
+		writeError(w, http.StatusBadRequest, invalid("wait", "must be a number of seconds"))
+		return
+	}
+	timeout := time.NewTimer(min(time.Duration(waitS*float64(time.Second)), maxWatch))
+	defer timeout.Stop()
+	for {
+		v, changed := s.watch.current(node)
+		if v != since {
+			writeJSON(w, http.StatusOK, api.WatchAnswer{Version: v})
+			return
+		}
+		select {
+		case <-changed:
+		case <-timeout.C:
+			writeJSON(w, http.StatusOK, api.WatchAnswer{Version: v})
+			return
+		case <-r.Context().Done():
+			return
+		}
+	}
+}
