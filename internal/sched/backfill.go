@@ -10,22 +10,29 @@ package sched
 // earliestOn returns the earliest time, not before from, at which candidate c has the
 // demand's resources free for its whole duration, given the node's future events, or
 // forever when that never happens (jobs without a time limit hold what is missing).
-func (st *state) earliestOn(c cand, d *demand, from int64) int64 {
+// Callers that only need to know whether the answer is at most limit (the best start
+// found so far) pass it: once the answer must lie beyond limit, earliestOn stops walking
+// and returns a time after limit, not necessarily the answer.
+func (st *state) earliestOn(c cand, d *demand, from, limit int64) int64 {
 	ns := &st.nodes[c.node]
 	g := 0
 	if c.group >= 0 {
 		g = st.groups[c.group].nfree
 	}
 	cpus, mem := ns.freeCPU, ns.freeMem
-	fits := func() bool { return g >= d.gpus && cpus >= d.cpus && mem >= d.mem }
 	start := int64(-1) // start of the current stretch in which the job fits; -1: none
-	if fits() {
+	if g >= d.gpus && cpus >= d.cpus && mem >= d.mem {
 		start = max(st.now, from)
 	}
 	for i := 0; i < len(ns.events); {
 		at := ns.events[i].at
 		if start >= 0 && at >= start && at-start >= d.dur {
 			break // the stretch already covers the whole run
+		}
+		// The answer is at least the start of the current stretch, or without one this
+		// event's time: once that is past limit, the rest of the walk does not matter.
+		if start > limit || (start < 0 && at > limit) {
+			return max(start, at)
 		}
 		for ; i < len(ns.events) && ns.events[i].at == at; i++ {
 			e := &ns.events[i]
@@ -36,7 +43,7 @@ func (st *state) earliestOn(c cand, d *demand, from int64) int64 {
 			mem += e.mem
 		}
 		switch {
-		case !fits():
+		case g < d.gpus || cpus < d.cpus || mem < d.mem:
 			start = -1
 		case start < 0:
 			start = max(at, from)
@@ -49,13 +56,16 @@ func (st *state) earliestOn(c cand, d *demand, from int64) int64 {
 }
 
 // earliestWithWindows is earliestOn that also steps past administrative windows held
-// for other teams.
-func (st *state) earliestWithWindows(c cand, d *demand) int64 {
+// for other teams. Like earliestOn, it may stop early with a time after limit.
+func (st *state) earliestWithWindows(c cand, d *demand, limit int64) int64 {
+	if len(st.nodes[c.node].windows) == 0 {
+		return st.earliestOn(c, d, st.now, limit) // the common case
+	}
 	from := st.now
 	for range len(st.nodes[c.node].windows) + 1 {
-		t := st.earliestOn(c, d, from)
-		if t == forever {
-			return forever
+		t := st.earliestOn(c, d, from, limit)
+		if t == forever || t > limit {
+			return t
 		}
 		next := t
 		end := addSat(t, d.dur)
@@ -100,7 +110,8 @@ func (st *state) release(c cand, gpus int, d *demand) {
 func (st *state) earliestSingle(d *demand) (cand, int64) {
 	best, bestT := cand{}, int64(forever)
 	try := func(c cand) {
-		if t := st.earliestWithWindows(c, d); t < bestT || (t == bestT && t != forever && c.node < best.node) {
+		// Only a start no later than the best so far can win.
+		if t := st.earliestWithWindows(c, d, bestT); t < bestT || (t == bestT && t != forever && c.node < best.node) {
 			best, bestT = c, t
 		}
 	}

@@ -16,7 +16,7 @@ import (
 type gangCand struct {
 	cand
 	free  int
-	class string // model and driver version: a gang never mixes classes
+	class int // group.class
 	sw    string
 	rack  string
 }
@@ -27,7 +27,10 @@ type gangCand struct {
 // fitting nodes under that switch. Only when no switch can hold the gang does it look at
 // racks and then whole classes, which needs every candidate.
 func (st *state) findGang(d *demand, worst bool, dg *diag) ([]cand, bool) {
-	type domain struct{ class, sw string }
+	type domain struct {
+		class int
+		sw    string
+	}
 	var cands []gangCand
 	perSwitch := map[domain][]cand{}
 	lo, hi := d.gpus, 0
@@ -53,7 +56,7 @@ func (st *state) findGang(d *demand, worst bool, dg *diag) ([]cand, bool) {
 					continue
 				}
 				n := st.nodes[c.node].n
-				gc := gangCand{cand: c, free: k, class: mi.name + "\x00" + n.DriverVersion, sw: n.Labels["switch"], rack: n.Labels["rack"]}
+				gc := gangCand{cand: c, free: k, class: st.groups[gi].class, sw: n.Labels["switch"], rack: n.Labels["rack"]}
 				cands = append(cands, gc)
 				if gc.sw == "" {
 					continue
@@ -159,7 +162,7 @@ func (c *cycle) placeGang(j *Job, d *demand, cds []cand) {
 func (st *state) earliestGang(d *demand) ([]cand, int64) {
 	type timed struct {
 		c     cand
-		class string
+		class int
 		t     int64
 	}
 	var all []timed
@@ -174,8 +177,8 @@ func (st *state) earliestGang(d *demand) ([]cand, int64) {
 				continue
 			}
 			c := cand{ni, gi}
-			if t := st.earliestWithWindows(c, d); t != forever {
-				all = append(all, timed{c, st.models[m].name + "\x00" + n.DriverVersion, t})
+			if t := st.earliestWithWindows(c, d, forever); t != forever {
+				all = append(all, timed{c, st.groups[gi].class, t})
 			}
 		}
 	}
@@ -199,7 +202,7 @@ func (st *state) earliestGang(d *demand) ([]cand, int64) {
 			}
 			var set []cand
 			for _, x := range class[:i+1] {
-				if st.earliestOn(x.c, d, t) == t && !st.foreignWindow(x.c.node, d, t) {
+				if st.earliestOn(x.c, d, t, t) == t && !st.foreignWindow(x.c.node, d, t) {
 					set = append(set, x.c)
 					if len(set) == d.nodes {
 						break
@@ -216,8 +219,11 @@ func (st *state) earliestGang(d *demand) ([]cand, int64) {
 }
 
 // gangShortage explains a gang that found too few nodes.
-func gangShortage(d *demand, dg *diag) Reason {
-	return Reason{Code: ReasonResources, Missing: map[string]int64{"nodes": int64(d.nodes - dg.gangFound)},
-		Message: fmt.Sprintf("the job needs %d nodes with %s free each, of one model and driver; %d have them now",
-			d.nodes, gpusOf(d.gpus, "", d.modelName), dg.gangFound)}
+func (c *cycle) gangShortage(d *demand, dg *diag) Reason {
+	r := Reason{Code: ReasonResources, Missing: map[string]int64{"nodes": int64(d.nodes - dg.gangFound)}}
+	if !c.opts.Terse {
+		r.Message = fmt.Sprintf("the job needs %d nodes with %s free each, of one model and driver; %d have them now",
+			d.nodes, gpusOf(d.gpus, "", d.modelName), dg.gangFound)
+	}
+	return r
 }

@@ -32,6 +32,10 @@ type Options struct {
 	MinRuntime time.Duration
 	// NoPreemption switches preemption off.
 	NoPreemption bool
+	// Terse skips the one-sentence Reason.Message of pending jobs; codes and numbers are
+	// still set. For the simulator, which never shows them: at thousands of pending jobs
+	// the sentences cost more than the decisions.
+	Terse bool
 }
 
 // Weights scale the multifactor priority factors, each of which lies in [0, 1]. Nice is

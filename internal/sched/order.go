@@ -17,11 +17,31 @@ type ranked struct {
 	key float64
 }
 
+// orderBuf holds order's arrays; a Planner keeps one from a cycle to the next. The
+// pending jobs of a cycle point into it, so it serves one cycle at a time.
+type orderBuf struct {
+	ranked []ranked
+	keys   []orderKey
+	sorted []*ranked
+}
+
+// orderKey is what the sort compares, in one small record: the ranked records are large.
+type orderKey struct {
+	tier  int
+	score float64 // Priority.Score in the priority order, else ranked.key
+	job   *Job    // for ties
+	at    int     // place in the ranked records
+}
+
 // order returns the pending jobs in the order the policy serves them. Every order ends
 // with submit time and then ID, so it is total and the plan deterministic.
-func order(s *Snapshot, st *state, opts *Options, now int64) []*ranked {
+func order(s *Snapshot, st *state, opts *Options, now int64, buf *orderBuf) []*ranked {
+	if buf == nil {
+		buf = &orderBuf{}
+	}
 	shares := fairShares(s.Teams)
-	out := make([]ranked, len(s.Pending))
+	out := slices.Grow(buf.ranked[:0], len(s.Pending))[:len(s.Pending)]
+	buf.ranked = out
 	for i := range s.Pending {
 		j := &s.Pending[i]
 		q, ok := s.Queues[j.Queue]
@@ -40,22 +60,28 @@ func order(s *Snapshot, st *state, opts *Options, now int64) []*ranked {
 		}
 		out[i] = r
 	}
-	// Sort positions rather than the records themselves: at 100,000 jobs moving the
+	// Sort small keys rather than the records themselves: at 100,000 jobs moving the
 	// records dominated the sort.
-	idx := make([]int32, len(out))
-	for i := range idx {
-		idx[i] = int32(i)
+	keys := slices.Grow(buf.keys[:0], len(out))[:len(out)]
+	buf.keys = keys
+	byPriority := opts.Order == OrderPriority
+	for i := range out {
+		r := &out[i]
+		keys[i] = orderKey{score: r.key, job: r.job, at: i}
+		if byPriority {
+			keys[i].tier, keys[i].score = r.prio.Tier, r.prio.Score
+		}
 	}
-	slices.SortFunc(idx, func(x, y int32) int {
-		a, b := &out[x], &out[y]
-		if opts.Order == OrderPriority {
-			if c := cmp.Compare(b.prio.Tier, a.prio.Tier); c != 0 {
+	slices.SortFunc(keys, func(a, b orderKey) int {
+		if byPriority {
+			// Higher first.
+			if c := cmp.Compare(b.tier, a.tier); c != 0 {
 				return c
 			}
-			if c := cmp.Compare(b.prio.Score, a.prio.Score); c != 0 {
+			if c := cmp.Compare(b.score, a.score); c != 0 {
 				return c
 			}
-		} else if c := cmp.Compare(a.key, b.key); c != 0 {
+		} else if c := cmp.Compare(a.score, b.score); c != 0 {
 			return c
 		}
 		if c := a.job.SubmitTime.Compare(b.job.SubmitTime); c != 0 {
@@ -63,18 +89,18 @@ func order(s *Snapshot, st *state, opts *Options, now int64) []*ranked {
 		}
 		return cmp.Compare(a.job.ID, b.job.ID)
 	})
-	sorted := make([]*ranked, len(out))
-	for i, x := range idx {
-		sorted[i] = &out[x]
+	sorted := slices.Grow(buf.sorted[:0], len(out))[:len(out)]
+	buf.sorted = sorted
+	for i, k := range keys {
+		sorted[i] = &out[k.at]
 	}
 	return sorted
 }
 
-// share is a team's normalised usage and fair share.
-type share struct{ usage, share float64 }
-
-// fairShares normalises teams' usage and weights over all teams; nil without teams.
-func fairShares(teams map[string]Team) map[string]share {
+// fairShares returns each team's fair-share factor (see priority), from its usage and
+// weight normalised over all teams; nil without teams. Computed once per team, not per
+// job.
+func fairShares(teams map[string]Team) map[string]float64 {
 	if teams == nil {
 		return nil
 	}
@@ -85,17 +111,19 @@ func fairShares(teams map[string]Team) map[string]share {
 		usage += max(teams[n].Usage, 0)
 		weight += max(teams[n].Weight, 0)
 	}
-	out := make(map[string]share, len(teams))
+	out := make(map[string]float64, len(teams))
 	for _, n := range names {
 		t := teams[n]
-		var sh share
+		var used, share float64
 		if usage > 0 {
-			sh.usage = max(t.Usage, 0) / usage
+			used = max(t.Usage, 0) / usage
 		}
 		if weight > 0 {
-			sh.share = max(t.Weight, 0) / weight
+			share = max(t.Weight, 0) / weight
 		}
-		out[n] = sh
+		if share > 0 {
+			out[n] = math.Exp2(-used / share)
+		}
 	}
 	return out
 }
@@ -109,17 +137,11 @@ func fairShares(teams map[string]Team) map[string]share {
 //   - age: the wait so far over MaxAge, capped at 1.
 //   - size: the job's GPUs over the cluster's, capped at 1 (favours large jobs, which
 //     otherwise wait longest for room).
-func priority(j *Job, tier int, shares map[string]share, clusterGPUs int, opts *Options, now int64) Priority {
+func priority(j *Job, tier int, shares map[string]float64, clusterGPUs int, opts *Options, now int64) Priority {
 	p := Priority{Tier: tier, Nice: float64(j.Nice)}
 	f := 1.0
 	if shares != nil {
-		sh := shares[j.Team]
-		switch {
-		case sh.share > 0:
-			f = math.Exp2(-sh.usage / sh.share)
-		default:
-			f = 0
-		}
+		f = shares[j.Team] // 0 for a team without a share
 	}
 	p.FairShare = opts.Weights.FairShare * f
 	if !j.SubmitTime.IsZero() {

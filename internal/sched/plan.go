@@ -26,11 +26,17 @@ func ScheduleWith(s *Snapshot, now time.Time, opts Options) (Plan, error) {
 // Planner schedules the same nodes many times, as the simulator does: it keeps what a cycle
 // derives from the nodes alone (their order, GPU groups and indexes) from one call to the
 // next while Snapshot.NodesVersion stays the same, so a cycle costs what its jobs cost
-// rather than what the cluster's size costs. Its plans are those of ScheduleWith.
+// rather than what the cluster's size costs. It also reuses the previous cycle's buffers,
+// so a Planner is not safe for concurrent use. Its plans are those of ScheduleWith.
 type Planner struct {
 	opts    Options
 	version uint64
 	base    *state
+	// last is the previous cycle's state, cloned from base; the next clone reuses its
+	// memory. Plans never point into it.
+	last *state
+	// orderBuf is the previous cycle's ordering arrays, for the same reason.
+	orderBuf orderBuf
 }
 
 // NewPlanner returns a planner for the policy opts.
@@ -46,17 +52,20 @@ func NewPlanner(opts Options) (*Planner, error) {
 // previous call's, rebuilds the node layout.
 func (p *Planner) Schedule(s *Snapshot, now time.Time) Plan {
 	if s.NodesVersion == 0 || s.NodesVersion != p.version || p.base == nil {
-		p.base, p.version = newBase(s), s.NodesVersion
+		p.base, p.version, p.last = newBase(s), s.NodesVersion, nil
 	}
-	st := p.base.clone(s, now.UnixNano())
+	st := p.base.clone(s, now.UnixNano(), p.last)
+	p.last = st
 	st.finish(s.Running)
-	return newCycle(s, now, p.opts, st).run()
+	c := newCycle(s, now, p.opts, st)
+	c.orderBuf = &p.orderBuf
+	return c.run()
 }
 
 // run is one scheduling cycle.
 func (c *cycle) run() Plan {
 	// 1. Order the pending jobs: the order is the policy's first word.
-	jobs := order(c.s, c.st, &c.opts, c.st.now)
+	jobs := order(c.s, c.st, &c.opts, c.st.now, c.orderBuf)
 	// 2. Serve them one by one: each placement changes what the next job finds, and each
 	//    blocked job's reservation bounds what the jobs below it may take.
 	for _, r := range jobs {
@@ -95,6 +104,10 @@ type cycle struct {
 	blockedGPU     int // all GPU jobs
 	blockedCPU     int // CPU-only jobs
 	reservations   int
+	// demand is the request of the job being scheduled.
+	demand demand
+	// orderBuf lends order its arrays from a Planner's previous cycle; nil: fresh ones.
+	orderBuf *orderBuf
 	// noCache makes every job search afresh; tests use it to check the cache changes
 	// nothing.
 	noCache bool
@@ -131,17 +144,31 @@ func (c *cycle) schedule(r *ranked) {
 	pj := PendingJob{JobID: j.ID, Priority: r.prio}
 	// 1. The queue must exist: it gives the tier, the pools and the preemption rules.
 	if !r.hasQueue {
-		pj.Reason = Reason{Code: ReasonNoQueue, Message: fmt.Sprintf("queue %q does not exist", j.Queue)}
+		pj.Reason = Reason{Code: ReasonNoQueue}
+		if !c.opts.Terse {
+			pj.Reason.Message = fmt.Sprintf("queue %q does not exist", j.Queue)
+		}
 		c.plan.Pending = append(c.plan.Pending, pj)
 		return
 	}
 	// 2. The request must make sense and fit some node one day (static feasibility).
-	d, bad := newDemand(c.st, j, &r.queue)
-	if bad == "" {
-		bad = c.neverFits(&d)
+	// The demand lives in the cycle, reused job after job: the chain's checks are function
+	// values, through which a local would escape to the heap.
+	d := &c.demand
+	var bad string
+	*d, bad = newDemand(c.st, j, &r.queue)
+	// An identical request that failed to fit earlier in this cycle passed this check;
+	// looked up once here, it serves step 4 too.
+	key := d.shape()
+	f, failedBefore := c.failed[key]
+	if bad == "" && !failedBefore {
+		bad = c.neverFits(d)
 	}
 	if bad != "" {
-		pj.Reason = Reason{Code: ReasonNoNodeMatches, Message: bad}
+		pj.Reason = Reason{Code: ReasonNoNodeMatches}
+		if !c.opts.Terse {
+			pj.Reason.Message = bad
+		}
 		c.plan.Pending = append(c.plan.Pending, pj)
 		return
 	}
@@ -154,37 +181,36 @@ func (c *cycle) schedule(r *ranked) {
 		c.plan.Pending = append(c.plan.Pending, pj)
 		return
 	}
-	v, ok := c.admitDemand(&d)
+	v, ok := c.admitDemand(d)
 	if !ok {
-		pj.Reason = quotaReason(j.Team, v, d.gpus*d.nodes)
+		pj.Reason = c.quotaReason(j.Team, v, d.gpus*d.nodes)
 		c.plan.Pending = append(c.plan.Pending, pj)
 		return
 	}
 
 	// 4. Placement now, unless an identical request already failed in this cycle.
-	key := d.shape()
 	inQuota := v.limited && !v.borrowing
-	if f, ok := c.failed[key]; ok && d.dur >= f.dur && !c.noCache {
-		c.wait(r, pj, &d, f.reason, inQuota)
+	if failedBefore && d.dur >= f.dur && !c.noCache {
+		c.wait(r, pj, d, f.reason, inQuota)
 		return
 	}
 	var dg diag
 	worst := c.opts.Placement == PlacementWorstFit
 	if d.nodes == 1 {
-		if cd, ok := c.st.findNode(&d, worst, &dg); ok {
-			c.placeSingle(j, &d, cd)
+		if cd, ok := c.st.findNode(d, worst, &dg); ok {
+			c.placeSingle(j, d, cd)
 			return
 		}
-	} else if cds, ok := c.st.findGang(&d, worst, &dg); ok {
-		c.placeGang(j, &d, cds)
+	} else if cds, ok := c.st.findGang(d, worst, &dg); ok {
+		c.placeGang(j, d, cds)
 		return
 	}
 	// 5. It waits: explain why, then preempt or reserve (wait).
-	reason := c.reason(&d, &dg)
-	if f, ok := c.failed[key]; !ok || d.dur < f.dur {
+	reason := c.reason(d, &dg)
+	if !failedBefore || d.dur < f.dur {
 		c.failed[key] = failure{dur: d.dur, reason: reason}
 	}
-	c.wait(r, pj, &d, reason, inQuota)
+	c.wait(r, pj, d, reason, inQuota)
 }
 
 // neverFits is the static check, cached per request.
@@ -258,7 +284,7 @@ func (c *cycle) wait(r *ranked, pj PendingJob, d *demand, reason Reason, inQuota
 		if ids, node, ok := c.preempt(r, d, inQuota); ok {
 			// Not counted as blocked: its resources are on their way, and the jobs
 			// below may still use everything else.
-			pj.Reason = waitingReason(ids, node)
+			pj.Reason = c.waitingReason(ids, node)
 			c.plan.Pending = append(c.plan.Pending, pj)
 			return
 		}
@@ -267,14 +293,19 @@ func (c *cycle) wait(r *ranked, pj PendingJob, d *demand, reason Reason, inQuota
 	case ReasonPriority:
 		// The job fits now but only by delaying reserved higher jobs.
 		pj.Reason.Ahead = max(ahead, 1)
-		pj.Reason.Message = fmt.Sprintf("%s of higher priority %s ahead; starting now on %s would delay their reserved start",
-			plural(pj.Reason.Ahead, "job"), isAre(pj.Reason.Ahead), pj.Reason.BestNode)
+		if !c.opts.Terse {
+			pj.Reason.Message = fmt.Sprintf("%s of higher priority %s ahead; starting now on %s would delay their reserved start",
+				plural(pj.Reason.Ahead, "job"), isAre(pj.Reason.Ahead), pj.Reason.BestNode)
+		}
 	case ReasonResources, ReasonFragmented:
 		if ahead > 0 {
 			pj.Reason.Code = ReasonPriority
 			pj.Reason.Ahead = ahead
-			pj.Reason.Message = fmt.Sprintf("%s of higher priority %s ahead, waiting for the same resources",
-				plural(ahead, "job"), isAre(ahead))
+			pj.Reason.Message = ""
+			if !c.opts.Terse {
+				pj.Reason.Message = fmt.Sprintf("%s of higher priority %s ahead, waiting for the same resources",
+					plural(ahead, "job"), isAre(ahead))
+			}
 		}
 	}
 	if c.opts.ReservationDepth > 0 && c.reservations < c.opts.ReservationDepth {

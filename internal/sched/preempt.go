@@ -63,12 +63,9 @@ type preemptKey struct {
 func newPreemptor(c *cycle) *preemptor {
 	st := c.st
 	p := &preemptor{holds: make([][]hold, len(st.nodes)), lowestTier: int(^uint(0) >> 1), failed: map[preemptKey]bool{}}
-	running := make([]*Running, len(c.s.Running))
+	// Filter first and sort what is left: on most clusters few running jobs may be stopped.
 	for i := range c.s.Running {
-		running[i] = &c.s.Running[i]
-	}
-	slices.SortFunc(running, func(a, b *Running) int { return cmp.Compare(a.ID, b.ID) })
-	for _, r := range running {
+		r := &c.s.Running[i]
 		q, ok := c.s.Queues[r.Queue]
 		if q.NeverPreempt {
 			continue
@@ -80,6 +77,12 @@ func newPreemptor(c *cycle) *preemptor {
 		if !v.byTier && !v.reclaim && !v.stopping {
 			continue
 		}
+		p.victims = append(p.victims, v)
+	}
+	slices.SortFunc(p.victims, func(a, b victim) int { return cmp.Compare(a.r.ID, b.r.ID) })
+	for vi := range p.victims {
+		v := &p.victims[vi]
+		r := v.r
 		since := max(nanos(r.Start), nanos(r.LastCheckpoint))
 		if r.LastCheckpoint.IsZero() {
 			since = nanos(r.Start)
@@ -91,8 +94,6 @@ func newPreemptor(c *cycle) *preemptor {
 		if since < st.now {
 			v.cost = float64(gpus) * float64(st.now-since) / 1e9
 		}
-		vi := len(p.victims)
-		p.victims = append(p.victims, v)
 		for _, a := range r.Allocs {
 			ni, ok := st.byName[a.Node]
 			if !ok {
@@ -277,11 +278,14 @@ func (c *cycle) preempt(r *ranked, d *demand, inQuota bool) ([]int64, string, bo
 }
 
 // waitingReason explains a job waiting for its victims.
-func waitingReason(ids []int64, node string) Reason {
-	s := make([]string, len(ids))
-	for i, id := range ids {
-		s[i] = fmt.Sprint(id)
+func (c *cycle) waitingReason(ids []int64, node string) Reason {
+	r := Reason{Code: ReasonWaitingForPreemption, BestNode: node, Victims: ids}
+	if !c.opts.Terse {
+		s := make([]string, len(ids))
+		for i, id := range ids {
+			s[i] = fmt.Sprint(id)
+		}
+		r.Message = fmt.Sprintf("waiting for %s to stop on %s: %s", plural(len(ids), "job"), node, strings.Join(s, ", "))
 	}
-	return Reason{Code: ReasonWaitingForPreemption, BestNode: node, Victims: ids,
-		Message: fmt.Sprintf("waiting for %s to stop on %s: %s", plural(len(ids), "job"), node, strings.Join(s, ", "))}
+	return r
 }

@@ -5,17 +5,18 @@ import "fmt"
 // quotas tracks each team's GPUs in use per model, from the running jobs and the
 // placements of this cycle, against the quotas of the snapshot.
 type quotas struct {
-	teams map[string]Team
+	teams map[string]Team           // nil when no team has a quota: admission admits everything
 	used  map[string]map[string]int // team -> model -> GPUs held
 }
 
 // newQuotas counts what running jobs hold. It looks GPUs up on every node of the snapshot,
 // schedulable or not, since a drained node's jobs still count against their team.
 func newQuotas(s *Snapshot, st *state) *quotas {
-	q := &quotas{teams: s.Teams, used: map[string]map[string]int{}}
-	if s.Teams == nil {
-		return q
+	q := &quotas{used: map[string]map[string]int{}}
+	if !anyQuota(s.Teams) {
+		return q // nothing to count against
 	}
+	q.teams = s.Teams
 	for _, r := range s.Running {
 		for _, a := range r.Allocs {
 			ni, ok := st.allNodes[a.Node]
@@ -39,6 +40,15 @@ func newQuotas(s *Snapshot, st *state) *quotas {
 		}
 	}
 	return q
+}
+
+func anyQuota(teams map[string]Team) bool {
+	for _, t := range teams {
+		if len(t.Quota) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 func (q *quotas) add(team, model string, gpus int) {
@@ -132,13 +142,16 @@ func (c *cycle) admitDemand(d *demand) (verdict, bool) {
 
 // quotaReason explains a refusal, e.g. "team vision uses 14 of its 16-GPU limit; this job
 // needs 4".
-func quotaReason(team string, v verdict, need int) Reason {
-	what := "GPU limit"
-	if v.key != "" {
-		what = "GPU " + v.key + " limit"
+func (c *cycle) quotaReason(team string, v verdict, need int) Reason {
+	r := Reason{Code: ReasonQuotaExceeded, Team: team, Used: v.used, Limit: v.limit}
+	if !c.opts.Terse {
+		what := "GPU limit"
+		if v.key != "" {
+			what = "GPU " + v.key + " limit"
+		}
+		r.Message = fmt.Sprintf("team %s uses %d of its %d-%s; this job needs %d", team, v.used, v.limit, what, need)
 	}
-	return Reason{Code: ReasonQuotaExceeded, Team: team, Used: v.used, Limit: v.limit,
-		Message: fmt.Sprintf("team %s uses %d of its %d-%s; this job needs %d", team, v.used, v.limit, what, need)}
+	return r
 }
 
 // userKey names one user's jobs in one queue.
@@ -175,7 +188,10 @@ func (c *cycle) userLimit(j *Job, q *Queue, gpus int) (Reason, bool) {
 	if used+gpus <= q.UserGPULimit {
 		return Reason{}, false
 	}
-	return Reason{Code: ReasonUserLimit, User: j.User, Used: used, Limit: q.UserGPULimit,
-		Message: fmt.Sprintf("user %s holds %d of the %d GPUs one user may hold in queue %s; this job needs %d",
-			j.User, used, q.UserGPULimit, q.Name, gpus)}, true
+	r := Reason{Code: ReasonUserLimit, User: j.User, Used: used, Limit: q.UserGPULimit}
+	if !c.opts.Terse {
+		r.Message = fmt.Sprintf("user %s holds %d of the %d GPUs one user may hold in queue %s; this job needs %d",
+			j.User, used, q.UserGPULimit, q.Name, gpus)
+	}
+	return r, true
 }

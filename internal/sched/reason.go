@@ -21,7 +21,7 @@ func (c *cycle) reason(d *demand, dg *diag) Reason {
 	case d.nodes > 1 && dg.gangFound+dg.rejected[checkBackfill] >= d.nodes && dg.rejected[checkBackfill] > 0:
 		return Reason{Code: ReasonPriority, BestNode: st.nodes[dg.first[checkBackfill].node].n.Name}
 	case d.nodes > 1:
-		return gangShortage(d, dg)
+		return c.gangShortage(d, dg)
 	case dg.rejected[checkBackfill] > 0:
 		return Reason{Code: ReasonPriority, BestNode: st.nodes[dg.first[checkBackfill].node].n.Name}
 	case dg.rejected[checkWindow] > 0 && dg.rejected[checkCPUs]+dg.rejected[checkMemory] == 0:
@@ -32,33 +32,29 @@ func (c *cycle) reason(d *demand, dg *diag) Reason {
 				break
 			}
 		}
-		return Reason{Code: ReasonReserved, BestNode: st.nodes[ni].n.Name,
-			Message: fmt.Sprintf("the nodes with room, first %s, are reserved for team %s (%s)", st.nodes[ni].n.Name, w.team, w.name)}
+		r := Reason{Code: ReasonReserved, BestNode: st.nodes[ni].n.Name}
+		if !c.opts.Terse {
+			r.Message = fmt.Sprintf("the nodes with room, first %s, are reserved for team %s (%s)", st.nodes[ni].n.Name, w.team, w.name)
+		}
+		return r
 	case dg.rejected[checkCPUs]+dg.rejected[checkMemory] > 0:
 		cd := dg.first[checkCPUs]
 		if dg.rejected[checkCPUs] == 0 {
 			cd = dg.first[checkMemory]
 		}
 		ns := &st.nodes[cd.node]
-		missing := map[string]int64{}
-		short := ""
-		if lack := int64(d.cpus - ns.freeCPU); lack > 0 {
-			missing["cpus"] = lack
-			short = fmt.Sprintf("%d CPUs", lack)
+		r := Reason{Code: ReasonResources, BestNode: ns.n.Name, Missing: map[string]int64{}}
+		cpus, mem := int64(d.cpus-ns.freeCPU), d.mem-ns.freeMem
+		if cpus > 0 {
+			r.Missing["cpus"] = cpus
 		}
-		if lack := d.mem - ns.freeMem; lack > 0 {
-			missing["memory_mb"] = lack
-			if short != "" {
-				short += " and "
-			}
-			short += fmt.Sprintf("%d MB of memory", lack)
+		if mem > 0 {
+			r.Missing["memory_mb"] = mem
 		}
-		what := fmt.Sprintf("%s with %d CPUs and %d MB of memory", gpusOf(d.gpus, "free ", d.modelName), d.cpus, d.mem)
-		if d.gpus == 0 {
-			what = fmt.Sprintf("%d free CPUs and %d MB of free memory", d.cpus, d.mem)
+		if !c.opts.Terse {
+			r.Message = resourcesMessage(d, ns.n.Name, cpus, mem)
 		}
-		return Reason{Code: ReasonResources, BestNode: ns.n.Name, Missing: missing,
-			Message: fmt.Sprintf("no node has %s: best is %s, short of %s", what, ns.n.Name, short)}
+		return r
 	}
 	if d.deny != nil || d.model == noModel {
 		return c.gpuShortage(d) // answers that depend on more than the key below
@@ -72,6 +68,25 @@ func (c *cycle) reason(d *demand, dg *diag) Reason {
 	r := c.gpuShortage(d)
 	c.shortages[key] = shortageEntry{c.st.gpuVersion, r}
 	return r
+}
+
+// resourcesMessage says what the best node lacks in CPUs and memory.
+func resourcesMessage(d *demand, node string, cpus, mem int64) string {
+	short := ""
+	if cpus > 0 {
+		short = fmt.Sprintf("%d CPUs", cpus)
+	}
+	if mem > 0 {
+		if short != "" {
+			short += " and "
+		}
+		short += fmt.Sprintf("%d MB of memory", mem)
+	}
+	what := fmt.Sprintf("%s with %d CPUs and %d MB of memory", gpusOf(d.gpus, "free ", d.modelName), d.cpus, d.mem)
+	if d.gpus == 0 {
+		what = fmt.Sprintf("%d free CPUs and %d MB of free memory", d.cpus, d.mem)
+	}
+	return fmt.Sprintf("no node has %s: best is %s, short of %s", what, node, short)
 }
 
 type shortageKey struct {
@@ -88,7 +103,11 @@ type shortageEntry struct {
 func (c *cycle) gpuShortage(d *demand) Reason {
 	st := c.st
 	if len(st.nodes) == 0 {
-		return Reason{Code: ReasonResources, Message: "no node is schedulable"}
+		r := Reason{Code: ReasonResources}
+		if !c.opts.Terse {
+			r.Message = "no node is schedulable"
+		}
+		return r
 	}
 	// The group with the most free GPUs (first in name order), the free GPUs in all, and
 	// the number of groups that have any.
@@ -134,20 +153,29 @@ func (c *cycle) gpuShortage(d *demand) Reason {
 		}
 	}
 	if d.model == noModel || largest < d.gpus {
-		where := "schedulable node"
-		if d.pools != nil {
-			where = "schedulable node in pools " + strings.Join(d.pools, ", ")
+		r := Reason{Code: ReasonResources}
+		if !c.opts.Terse {
+			where := "schedulable node"
+			if d.pools != nil {
+				where = "schedulable node in pools " + strings.Join(d.pools, ", ")
+			}
+			r.Message = fmt.Sprintf("no %s has %s; %s not schedulable",
+				where, gpusOf(d.gpus, "", d.modelName), plural(st.unschedulable, "node")+" "+isAre(st.unschedulable))
 		}
-		return Reason{Code: ReasonResources, Message: fmt.Sprintf("no %s has %s; %s not schedulable",
-			where, gpusOf(d.gpus, "", d.modelName), plural(st.unschedulable, "node")+" "+isAre(st.unschedulable))}
+		return r
 	}
 	node := st.nodes[st.groups[bestGroup].node].n.Name
-	missing := map[string]int64{"gpus": int64(d.gpus - bestFree)}
+	r := Reason{Code: ReasonResources, BestNode: node, Missing: map[string]int64{"gpus": int64(d.gpus - bestFree)}}
 	if total >= d.gpus {
-		return Reason{Code: ReasonFragmented, BestNode: node, Missing: missing,
-			Message: fmt.Sprintf("%s are free, but spread over %s; the most on one node is %d on %s",
-				gpusOf(total, "", d.modelName), plural(spread, "node"), bestFree, node)}
+		r.Code = ReasonFragmented
 	}
-	return Reason{Code: ReasonResources, BestNode: node, Missing: missing,
-		Message: fmt.Sprintf("no node has %s: best is %s with %d free", gpusOf(d.gpus, "free ", d.modelName), node, bestFree)}
+	switch {
+	case c.opts.Terse:
+	case r.Code == ReasonFragmented:
+		r.Message = fmt.Sprintf("%s are free, but spread over %s; the most on one node is %d on %s",
+			gpusOf(total, "", d.modelName), plural(spread, "node"), bestFree, node)
+	default:
+		r.Message = fmt.Sprintf("no node has %s: best is %s with %d free", gpusOf(d.gpus, "free ", d.modelName), node, bestFree)
+	}
+	return r
 }

@@ -64,6 +64,9 @@ type group struct {
 	free  []bool // parallel to index
 	nfree int
 	off   int // where free starts in state.frees
+	// class numbers the group's model and its node's driver version in the order of
+	// their names: a gang never mixes classes.
+	class int
 }
 
 // nodeState is a schedulable node with what is free on it now and what will change.
@@ -248,27 +251,52 @@ func newBase(s *Snapshot) *state {
 	}
 
 	st.frees = frees
+	st.numberClasses()
 	return st
+}
+
+// numberClasses sets each group's class, numbered in the order of the classes' names, so
+// that ordering gangs by class number orders them by name.
+func (st *state) numberClasses() {
+	names := make([]string, len(st.groups))
+	for i, g := range st.groups {
+		names[i] = st.models[g.model].name + "\x00" + st.nodes[g.node].n.DriverVersion
+	}
+	sorted := slices.Clone(names)
+	slices.Sort(sorted)
+	sorted = slices.Compact(sorted)
+	for i := range st.groups {
+		st.groups[i].class, _ = slices.BinarySearch(sorted, names[i])
+	}
 }
 
 // clone returns a fresh copy of a base state for a cycle at now on the snapshot s, whose
 // nodes the caller promises are those the base was built from. Only what a cycle changes
-// is copied; the node and GPU layout is shared.
-func (b *state) clone(s *Snapshot, now int64) *state {
+// is copied; the node and GPU layout is shared. The copy takes over the memory of old, an
+// earlier copy of the same base no longer in use, when given.
+func (b *state) clone(s *Snapshot, now int64, old *state) *state {
 	st := *b
 	st.now = now
-	st.pools = map[string][]int{}
-	st.frees = slices.Clone(b.frees)
-	st.nodes = slices.Clone(b.nodes)
-	for i := range st.nodes {
-		st.nodes[i].n = &s.Nodes[st.nodes[i].src]
+	if old == nil {
+		old = &state{pools: map[string][]int{}}
 	}
-	st.groups = slices.Clone(b.groups)
+	st.pools = old.pools
+	clear(st.pools)
+	st.frees = append(old.frees[:0], b.frees...)
+	st.nodes = slices.Grow(old.nodes[:0], len(b.nodes))[:len(b.nodes)]
+	for i := range st.nodes {
+		// Each node's future events grow as the cycle goes: keep the old array.
+		events := st.nodes[i].events[:0]
+		st.nodes[i] = b.nodes[i]
+		st.nodes[i].n = &s.Nodes[st.nodes[i].src]
+		st.nodes[i].events = events
+	}
+	st.groups = append(old.groups[:0], b.groups...)
 	for i := range st.groups {
 		g := &st.groups[i]
 		g.free = st.frees[g.off : g.off+len(g.index) : g.off+len(g.index)]
 	}
-	st.models = slices.Clone(b.models)
+	st.models = append(old.models[:0], b.models...)
 	return &st
 }
 

@@ -20,6 +20,8 @@ func plannerFor(policy string) (planFunc, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The replay reads codes, placements and estimates, never the sentences.
+	opts.Terse = true
 	// A Planner plans as ScheduleWith does, but keeps the node layout between calls while
 	// no node fails or comes back: most of a replay's cost otherwise.
 	p, err := sched.NewPlanner(opts)
