@@ -34,12 +34,8 @@ func runApply(ctx context.Context, cfg Config, args []string) int {
 	const cmd = "admin apply"
 	fs, g := newFlagSet(cfg, cmd, applyUsage)
 	file := fs.String("f", "", "YAML configuration `file`")
-	pos, code, ok := parseFlags(fs, g, args)
-	if !ok {
+	if code, ok := cfg.parseNoArgs(cmd, fs, g, args); !ok {
 		return code
-	}
-	if len(pos) > 0 {
-		return cfg.usageError(cmd, "unexpected argument %q", pos[0])
 	}
 	if *file == "" {
 		return cfg.usageError(cmd, "-f FILE is required")

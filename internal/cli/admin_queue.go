@@ -32,12 +32,8 @@ Deletes a queue.`
 func runQueueList(ctx context.Context, cfg Config, args []string) int {
 	const cmd = "admin queue list"
 	fs, g := newFlagSet(cfg, cmd, queueListUsage)
-	pos, code, ok := parseFlags(fs, g, args)
-	if !ok {
+	if code, ok := cfg.parseNoArgs(cmd, fs, g, args); !ok {
 		return code
-	}
-	if len(pos) > 0 {
-		return cfg.usageError(cmd, "unexpected argument %q", pos[0])
 	}
 	queues, err := cfg.client(g).Queues(ctx)
 	if err != nil {

@@ -37,12 +37,8 @@ func runReserve(ctx context.Context, cfg Config, args []string) int {
 	start := fs.String("start", "now", "when the reservation begins, a `TIME`")
 	end := fs.String("end", "", "when it ends, a `TIME` or a DURATION after --start")
 	name := fs.String("name", "", "`name` of the reservation")
-	pos, code, ok := parseFlags(fs, g, args)
-	if !ok {
+	if code, ok := cfg.parseNoArgs(cmd, fs, g, args); !ok {
 		return code
-	}
-	if len(pos) > 0 {
-		return cfg.usageError(cmd, "unexpected argument %q", pos[0])
 	}
 	r, err := buildReservation(*team, *gpus, *start, *end, cfg.Now(), cfg.location())
 	if err != nil {
@@ -157,12 +153,8 @@ func parseSpan(s string) (time.Duration, error) {
 func runReservations(ctx context.Context, cfg Config, args []string) int {
 	const cmd = "admin reservations"
 	fs, g := newFlagSet(cfg, cmd, reservationsUsage)
-	pos, code, ok := parseFlags(fs, g, args)
-	if !ok {
+	if code, ok := cfg.parseNoArgs(cmd, fs, g, args); !ok {
 		return code
-	}
-	if len(pos) > 0 {
-		return cfg.usageError(cmd, "unexpected argument %q", pos[0])
 	}
 	list, err := cfg.client(g).Reservations(ctx)
 	if err != nil {

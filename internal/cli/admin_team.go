@@ -36,12 +36,8 @@ Deletes a team.`
 func runTeamList(ctx context.Context, cfg Config, args []string) int {
 	const cmd = "admin team list"
 	fs, g := newFlagSet(cfg, cmd, teamListUsage)
-	pos, code, ok := parseFlags(fs, g, args)
-	if !ok {
+	if code, ok := cfg.parseNoArgs(cmd, fs, g, args); !ok {
 		return code
-	}
-	if len(pos) > 0 {
-		return cfg.usageError(cmd, "unexpected argument %q", pos[0])
 	}
 	list, err := cfg.client(g).Teams(ctx)
 	if err != nil {

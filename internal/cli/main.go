@@ -197,6 +197,18 @@ func (cfg Config) fail(ctx context.Context, err error) int {
 }
 
 // usageError prints a message about bad arguments and returns ExitUsage.
+// parseNoArgs parses the flags of a verb that takes no positional argument.
+func (cfg Config) parseNoArgs(verb string, fs *flag.FlagSet, g *globalFlags, args []string) (int, bool) {
+	pos, code, ok := parseFlags(fs, g, args)
+	if !ok {
+		return code, false
+	}
+	if len(pos) > 0 {
+		return cfg.usageError(verb, "unexpected argument %q", pos[0]), false
+	}
+	return 0, true
+}
+
 func (cfg Config) usageError(verb, format string, args ...any) int {
 	fmt.Fprintf(cfg.Stderr, "rota %s: %s\n", verb, fmt.Sprintf(format, args...))
 	return ExitUsage

@@ -16,12 +16,8 @@ when the node's agent last reported.`
 
 func runNodes(ctx context.Context, cfg Config, args []string) int {
 	fs, g := newFlagSet(cfg, "nodes", nodesUsage)
-	pos, code, ok := parseFlags(fs, g, args)
-	if !ok {
+	if code, ok := cfg.parseNoArgs("nodes", fs, g, args); !ok {
 		return code
-	}
-	if len(pos) > 0 {
-		return cfg.usageError("nodes", "unexpected argument %q", pos[0])
 	}
 	list, err := cfg.client(g).Nodes(ctx)
 	if err != nil {

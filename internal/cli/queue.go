@@ -21,12 +21,8 @@ func runQueue(ctx context.Context, cfg Config, args []string) int {
 	states := fs.String("state", "", "only jobs in these `states`, comma-separated (e.g. PENDING,RUNNING)")
 	queue := fs.String("queue", "", "only jobs in this `queue`")
 	user := fs.String("user", "", "only jobs of this `user`")
-	pos, code, ok := parseFlags(fs, g, args)
-	if !ok {
+	if code, ok := cfg.parseNoArgs("queue", fs, g, args); !ok {
 		return code
-	}
-	if len(pos) > 0 {
-		return cfg.usageError("queue", "unexpected argument %q", pos[0])
 	}
 	opts := ListOptions{Queue: *queue, User: *user}
 	if *states != "" {

@@ -53,12 +53,8 @@ func New() *State {
 	}
 }
 
-// Load fills an empty state from what the store returned at start.
-func (s *State) Load(b *store.Batch) {
-	s.Apply(b)
-}
-
-// Apply makes a committed batch part of the in-memory state.
+// Apply makes a committed batch part of the in-memory state; at start, the whole store is
+// applied as one batch.
 func (s *State) Apply(b *store.Batch) {
 	for i := range b.Jobs {
 		j := b.Jobs[i]

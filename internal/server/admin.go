@@ -71,18 +71,29 @@ func (s *Server) inUse(match func(*api.Job) bool) int {
 }
 
 func (s *Server) handleDeleteQueue(w http.ResponseWriter, r *http.Request) {
+	s.deleteNamed(w, r, "queue",
+		func(name string) bool { _, ok := s.state.Queue(name); return ok },
+		func(j *api.Job, name string) bool { return j.Spec.Queue == name },
+		func(b *store.Batch, name string) { b.DeleteQueues = append(b.DeleteQueues, name) })
+}
+
+// deleteNamed serves DELETE of a named admin object: 404 if it does not exist, 409 while
+// jobs that have not ended use it, else the delete with an audit event.
+func (s *Server) deleteNamed(w http.ResponseWriter, r *http.Request, kind string, exists func(string) bool,
+	uses func(*api.Job, string) bool, del func(*store.Batch, string)) {
 	name := r.PathValue("name")
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if _, ok := s.state.Queue(name); !ok {
-		writeError(w, http.StatusNotFound, &api.Error{Code: api.CodeNotFound, Field: "name", Message: "no queue " + name})
+	if !exists(name) {
+		writeError(w, http.StatusNotFound, &api.Error{Code: api.CodeNotFound, Field: "name", Message: "no " + kind + " " + name})
 		return
 	}
-	if n := s.inUse(func(j *api.Job) bool { return j.Spec.Queue == name }); n > 0 {
-		writeError(w, http.StatusConflict, &api.Error{Code: api.CodeConflict, Field: "name", Message: fmt.Sprintf("queue %s still has %d jobs that have not ended", name, n)})
+	if n := s.inUse(func(j *api.Job) bool { return uses(j, name) }); n > 0 {
+		writeError(w, http.StatusConflict, &api.Error{Code: api.CodeConflict, Field: "name", Message: fmt.Sprintf("%s %s still has %d jobs that have not ended", kind, name, n)})
 		return
 	}
-	b := &store.Batch{DeleteQueues: []string{name}, Events: []api.Event{adminEvent(s.cfg.Clock.Now(), "deleted queue %s", name)}}
+	b := &store.Batch{Events: []api.Event{adminEvent(s.cfg.Clock.Now(), "deleted %s %s", kind, name)}}
+	del(b, name)
 	s.adminCommit(w, r, b, http.StatusNoContent, nil)
 }
 
@@ -116,19 +127,10 @@ func (s *Server) handlePutTeam(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleDeleteTeam(w http.ResponseWriter, r *http.Request) {
-	name := r.PathValue("name")
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if _, ok := s.state.Team(name); !ok {
-		writeError(w, http.StatusNotFound, &api.Error{Code: api.CodeNotFound, Field: "name", Message: "no team " + name})
-		return
-	}
-	if n := s.inUse(func(j *api.Job) bool { return j.Spec.Team == name }); n > 0 {
-		writeError(w, http.StatusConflict, &api.Error{Code: api.CodeConflict, Field: "name", Message: fmt.Sprintf("team %s still has %d jobs that have not ended", name, n)})
-		return
-	}
-	b := &store.Batch{DeleteTeams: []string{name}, Events: []api.Event{adminEvent(s.cfg.Clock.Now(), "deleted team %s", name)}}
-	s.adminCommit(w, r, b, http.StatusNoContent, nil)
+	s.deleteNamed(w, r, "team",
+		func(name string) bool { _, ok := s.state.Team(name); return ok },
+		func(j *api.Job, name string) bool { return j.Spec.Team == name },
+		func(b *store.Batch, name string) { b.DeleteTeams = append(b.DeleteTeams, name) })
 }
 
 // handleDrain stops new work on a node; its running jobs finish, then it is DRAINED.

@@ -153,7 +153,7 @@ func (s *Server) load(ctx context.Context) error {
 	for i := range nodes {
 		nodes[i].LastHeartbeat = now
 	}
-	s.state.Load(&store.Batch{Jobs: jobs, Attempts: attempts, Nodes: nodes, Queues: queues, Teams: teams, Reservations: resv})
+	s.state.Apply(&store.Batch{Jobs: jobs, Attempts: attempts, Nodes: nodes, Queues: queues, Teams: teams, Reservations: resv})
 	if len(queues) == 0 {
 		b := &store.Batch{Queues: DefaultQueues()}
 		for _, q := range b.Queues {
