@@ -28,11 +28,48 @@ type TaskStatus struct {
 type Heartbeat struct {
 	Node      string    `json:"node"`
 	Inventory Inventory `json:"inventory"`
-	// Tasks holds every task the agent runs and every ended task not yet acknowledged.
+	// Tasks holds every task the agent runs and every ended task not yet acknowledged,
+	// of the cluster ClusterID.
 	Tasks []TaskStatus `json:"tasks"`
 	// AgentTime helps the server detect clock skew.
 	AgentTime time.Time `json:"agent_time"`
+
+	// ClusterID is the cluster whose attempts the agent holds; empty before it has heard
+	// from any server. Attempts of any other cluster are stopped at once.
+	ClusterID string `json:"cluster_id,omitempty"`
+	// Instance is random per agent process. PreviousInstance is the instance that used
+	// the agent's data directory before this process took it over (a restart): the
+	// server lets a restarted agent take over its node at once, and refuses a second,
+	// unrelated process claiming a node whose agent is live.
+	Instance         string `json:"instance"`
+	PreviousInstance string `json:"previous_instance,omitempty"`
+	PID              int    `json:"pid,omitempty"`
+	Version          string `json:"version,omitempty"`
+	// Synced is true when nothing runs on the node that the server's last answer did not
+	// list: every attempt the agent found and no server lists has been stopped. A node
+	// whose agent (re)connects takes no new work until it reports Synced.
+	Synced bool `json:"synced"`
+	// Stopped reports attempts the agent stopped because no server listed them (an
+	// attempt of another cluster, or one the server had given up when the node was
+	// lost), until the server acknowledges them in StoppedAcked.
+	Stopped []StoppedTask `json:"stopped,omitempty"`
 }
+
+// StoppedTask is an attempt an agent stopped on its own because no server listed it.
+type StoppedTask struct {
+	ClusterID string `json:"cluster_id,omitempty"`
+	JobID     int64  `json:"job_id"`
+	Attempt   int    `json:"attempt"`
+	// Reason is "not_listed" (the server does not list it as live) or "other_cluster".
+	Reason  string `json:"reason"`
+	Message string `json:"message,omitempty"`
+}
+
+// Reasons an agent stops an attempt on its own.
+const (
+	StoppedNotListed    = "not_listed"
+	StoppedOtherCluster = "other_cluster"
+)
 
 // Task is one job attempt the server wants on a node.
 type Task struct {
@@ -54,6 +91,17 @@ type Task struct {
 	// Stop asks the agent to stop the task: write the notice, signal, wait grace, kill.
 	Stop       bool   `json:"stop,omitempty"`
 	StopReason string `json:"stop_reason,omitempty"`
+	// Rank is the task's index among the attempt's nodes (0 for a single-node job).
+	Rank int `json:"rank"`
+	// RunAs is the Unix account the task runs as. An agent running as root switches to
+	// it (uid, gid, supplementary groups, home) and refuses uid 0 unless AllowRoot; an
+	// agent running as another user runs only tasks of its own account.
+	RunAs     string `json:"run_as"`
+	AllowRoot bool   `json:"allow_root,omitempty"`
+	// CheckpointDir is the job's shared checkpoint directory, the same on every node and
+	// for every attempt; empty means a node-local one the agent chooses, which a
+	// requeued attempt on another node does not find (the notice file says so).
+	CheckpointDir string `json:"checkpoint_dir,omitempty"`
 }
 
 // HeartbeatResponse is the node's desired state.
@@ -63,14 +111,21 @@ type HeartbeatResponse struct {
 	Tasks []Task `json:"tasks"`
 	// Acked lists ended tasks the server has recorded; the agent may forget them.
 	Acked []TaskRef `json:"acked"`
+	// StoppedAcked lists the Stopped reports the server has recorded.
+	StoppedAcked []TaskRef `json:"stopped_acked,omitempty"`
+	// ClusterID is the server's cluster. The agent keeps its attempts under it and stops
+	// those of any other cluster.
+	ClusterID string `json:"cluster_id"`
 	// HeartbeatSeconds is how often the server wants to hear from the agent.
 	HeartbeatSeconds float64 `json:"heartbeat_s"`
 }
 
-// TaskRef names one attempt of one job.
+// TaskRef names one attempt of one job, of the server's cluster unless ClusterID says
+// otherwise.
 type TaskRef struct {
-	JobID   int64 `json:"job_id"`
-	Attempt int   `json:"attempt"`
+	JobID     int64  `json:"job_id"`
+	Attempt   int    `json:"attempt"`
+	ClusterID string `json:"cluster_id,omitempty"`
 }
 
 // Log shipping: the agent POSTs raw bytes of a task's combined stdout/stderr log to

@@ -10,6 +10,8 @@ const (
 	EnvCheckpointDir      = "ROTA_CHECKPOINT_DIR"
 	EnvEventsFile         = "ROTA_EVENTS_FILE"
 	EnvNoticeFile         = "ROTA_NOTICE_FILE"
+	EnvArrayJobID         = "ROTA_ARRAY_JOB_ID"
+	EnvArrayIndex         = "ROTA_ARRAY_INDEX"
 	EnvNodeList           = "ROTA_NODELIST"
 	EnvMasterAddr         = "MASTER_ADDR"
 	EnvMasterPort         = "MASTER_PORT"

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"encoding/json"
 	"time"
 )
 
@@ -51,6 +52,8 @@ const (
 	ReasonPreempted  = "preempted"
 	ReasonCancelled  = "cancelled"
 	ReasonStartError = "start_error"
+	// ReasonNodeShutdown: the node was shutting down and stopped its jobs.
+	ReasonNodeShutdown = "node_shutdown"
 )
 
 // JobSpec is what a user asks for. It is stored as submitted, after defaults are filled in.
@@ -80,7 +83,7 @@ type JobSpec struct {
 	// After lists jobs that must have ended (in any state) before this one may start.
 	After []int64 `json:"after,omitempty" yaml:"after"`
 	// AfterOK lists jobs that must have SUCCEEDED; if one ends otherwise this job fails
-	// with reason "dependency".
+	// with reason "Dependency".
 	AfterOK []int64 `json:"after_ok,omitempty" yaml:"after_ok"`
 	// Array, e.g. "0-99%8", submits one job per index, at most 8 of them active at once.
 	Array string `json:"array,omitempty" yaml:"array"`
@@ -89,10 +92,24 @@ type JobSpec struct {
 	// Nice lowers the job's priority score by this many points (negative raises it; only
 	// admins may go below zero).
 	Nice int `json:"nice,omitempty" yaml:"nice"`
-	// Retries is how many times a job lost to a node failure is requeued; nil means the
-	// default (2), so that an explicit 0 can say "never".
+	// RestartPolicy says when an attempt that ended is followed by another: "never",
+	// "on-failure" (after a non-zero exit or a failed start, up to Retries times, with
+	// backoff) or "always" (services: after any end but a cancel or time limit; Retries
+	// bounds consecutive failures). Empty means the queue's default, else "never", or
+	// "on-failure" when Retries is above zero.
+	RestartPolicy string `json:"restart_policy,omitempty" yaml:"restart_policy"`
+	// Retries is how many failed attempts are followed by another under the restart
+	// policy; nil means the default (0 under "never", 3 otherwise). Node loss and
+	// preemption never count against it: they are not the job's doing.
 	Retries *int `json:"retries,omitempty" yaml:"retries"`
 }
+
+// Restart policies.
+const (
+	RestartNever     = "never"
+	RestartOnFailure = "on-failure"
+	RestartAlways    = "always"
+)
 
 // Job is one unit of work and everything the cluster knows about it.
 //
@@ -136,6 +153,21 @@ type Job struct {
 	Borrowing bool `json:"borrowing,omitempty"`
 	// LastCheckpoint is when the job last reported a checkpoint through ROTA_EVENTS_FILE.
 	LastCheckpoint *time.Time `json:"last_checkpoint,omitempty"`
+	// Stopping is set while the other ranks of a multi-node attempt are being stopped
+	// because one rank failed or its node was lost; it names the cause. The attempt ends
+	// once every rank has reported.
+	Stopping string `json:"stopping,omitempty"`
+	// Failures counts the attempts that failed by the job's own doing (non-zero exit,
+	// failed start) and were charged to its retries.
+	Failures int `json:"failures,omitempty"`
+	// NotBefore holds a job that is to be retried until its backoff has passed.
+	NotBefore *time.Time `json:"not_before,omitempty"`
+	// SubmittedBy names who submitted the job when it is not Spec.User: an admin
+	// submitting on another user's behalf.
+	SubmittedBy string `json:"submitted_by,omitempty"`
+	// Checkpoints says where the job's ROTA_CHECKPOINT_DIR lives and whether a requeued
+	// attempt on another node finds it (API only).
+	Checkpoints string `json:"checkpoints,omitempty"`
 	// Priority is the pending job's score, factor by factor (API only, not stored).
 	Priority *Priority `json:"priority,omitempty"`
 }
@@ -202,13 +234,21 @@ type Why struct {
 	EstimatedStart *time.Time `json:"estimated_start,omitempty"`
 }
 
-// Placement is the part of an attempt that lands on one node.
+// Placement is the part of an attempt that lands on one node: one rank of a multi-node
+// job, whose rank is its index in Attempt.Placements.
 type Placement struct {
 	Node       string   `json:"node"`
 	GPUIndices []int    `json:"gpu_indices"`
 	GPUIDs     []string `json:"gpu_ids"`
 	CPUs       int      `json:"cpus"`
 	MemoryMB   int64    `json:"memory_mb"`
+	// How this rank is doing, as its node reported it: empty until it starts, RUNNING,
+	// then how it ended. A multi-node attempt ends when every rank has ended.
+	State    JobState   `json:"state,omitempty"`
+	ExitCode *int       `json:"exit_code,omitempty"`
+	EndTime  *time.Time `json:"end_time,omitempty"`
+	Reason   string     `json:"reason,omitempty"`
+	Message  string     `json:"message,omitempty"`
 }
 
 // Attempt is one placement of a job.
@@ -222,6 +262,7 @@ type Attempt struct {
 	EndTime    *time.Time  `json:"end_time,omitempty"`
 	ExitCode   *int        `json:"exit_code,omitempty"`
 	Reason     string      `json:"reason,omitempty"`
+	Message    string      `json:"message,omitempty"`
 }
 
 // NodeState is the scheduling state of a node.
@@ -264,6 +305,12 @@ type Node struct {
 	Inventory
 	State         NodeState `json:"state"`
 	LastHeartbeat time.Time `json:"last_heartbeat"`
+	// Agent describes the agent process serving the node, from its last heartbeat.
+	Agent *AgentInfo `json:"agent,omitempty"`
+	// Syncing is set from an agent's (re)connection until it reports that nothing runs
+	// on the node that the server does not list as live; the node takes no new work
+	// meanwhile, so a returning node can never run an old attempt beside a new one.
+	Syncing bool `json:"syncing,omitempty"`
 	// Filled in by the API from the live state; not stored.
 	GPUsUsed int `json:"gpus_used"`
 	CPUsUsed int `json:"cpus_used"`
@@ -271,7 +318,21 @@ type Node struct {
 	Jobs []int64 `json:"jobs,omitempty"`
 }
 
-// Event is one entry of the append-only audit trail: every transition and admin action.
+// AgentInfo identifies the agent process that serves a node. One node name has one live
+// agent: a second process claiming it is refused while the first is heard from.
+type AgentInfo struct {
+	// Instance is random per agent process.
+	Instance string `json:"instance"`
+	PID      int    `json:"pid,omitempty"`
+	// Address is where its heartbeats come from.
+	Address string `json:"address,omitempty"`
+	Version string `json:"version,omitempty"`
+	// CertSerial is the serial of the client certificate it authenticated with, if any.
+	CertSerial string `json:"cert_serial,omitempty"`
+}
+
+// Event is one entry of the append-only audit trail: every transition and every change
+// made through the API, with who made it, in which role, from where.
 type Event struct {
 	ID      int64     `json:"id"`
 	Time    time.Time `json:"time"`
@@ -284,15 +345,45 @@ type Event struct {
 	To      JobState  `json:"to,omitempty"`
 	Reason  string    `json:"reason,omitempty"`
 	Message string    `json:"message,omitempty"`
+	// Role is the actor's role, where the actor is a person or script.
+	Role string `json:"role,omitempty"`
+	// Source is the address the change came from.
+	Source string `json:"source,omitempty"`
+	// Before and After are a changed setting's value, as JSON, before and after.
+	Before json.RawMessage `json:"before,omitempty"`
+	After  json.RawMessage `json:"after,omitempty"`
 }
 
-// Event kinds.
+// Event kinds. Transition, checkpoint and preempt record what happened to jobs; the rest
+// record changes made through the API and are what `rota admin audit` lists.
 const (
-	EventSubmit     = "submit"
-	EventTransition = "transition"
-	EventNode       = "node"
-	EventAdmin      = "admin"
+	EventSubmit      = "submit"
+	EventTransition  = "transition"
+	EventCheckpoint  = "checkpoint"
+	EventPreempt     = "preempt"
+	EventCancel      = "cancel"
+	EventHold        = "hold"
+	EventRelease     = "release"
+	EventNode        = "node"
+	EventDrain       = "drain"
+	EventQueue       = "queue"
+	EventTeam        = "team"
+	EventQuota       = "quota"
+	EventUser        = "user"
+	EventToken       = "token"
+	EventJoin        = "join"
+	EventReservation = "reservation"
+	EventConfig      = "config"
+	// EventAdmin is what older servers recorded for every administrative change.
+	EventAdmin = "admin"
 )
+
+// EventKinds lists every kind, for validation and documentation.
+func EventKinds() []string {
+	return []string{EventSubmit, EventTransition, EventCheckpoint, EventPreempt, EventCancel, EventHold, EventRelease,
+		EventNode, EventDrain, EventQueue, EventTeam, EventQuota, EventUser, EventToken, EventJoin, EventReservation,
+		EventConfig, EventAdmin}
+}
 
 // Queue is a class of work. Issue-2 queues carry a priority tier and time limits.
 type Queue struct {
@@ -316,6 +407,10 @@ type Queue struct {
 	Teams []string `json:"teams,omitempty" yaml:"teams"`
 	// UserGPULimit caps the GPUs one user's jobs in this queue hold at once (0: no cap).
 	UserGPULimit int `json:"user_gpu_limit,omitempty" yaml:"user_gpu_limit"`
+	// RestartPolicy is the default of the queue's jobs (see JobSpec.RestartPolicy).
+	RestartPolicy string `json:"restart_policy,omitempty" yaml:"restart_policy"`
+	// CheckpointRoot overrides the cluster's checkpoint root for this queue's jobs.
+	CheckpointRoot string `json:"checkpoint_root,omitempty" yaml:"checkpoint_root"`
 }
 
 // Error is the body of every non-2xx API answer.
@@ -323,6 +418,9 @@ type Error struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
 	Field   string `json:"field,omitempty"`
+	// Role and Rule explain a 403: the caller's role and the rule that refused it.
+	Role string `json:"role,omitempty"`
+	Rule string `json:"rule,omitempty"`
 }
 
 func (e *Error) Error() string {
@@ -339,6 +437,17 @@ const (
 	CodeConflict = "conflict"
 	CodeTooLarge = "too_large"
 	CodeInternal = "internal"
+	// CodeUnauthorized: no valid credentials (401).
+	CodeUnauthorized = "unauthorized"
+	// CodeForbidden: valid credentials whose role or ownership does not allow this (403).
+	CodeForbidden = "forbidden"
+	// CodeRateLimited: too many requests; Retry-After says when to try again (429).
+	CodeRateLimited = "rate_limited"
+	// CodeUnsupportedMedia: a body of the wrong Content-Type (415).
+	CodeUnsupportedMedia = "unsupported_media_type"
+	// CodeUnavailable: the server cannot answer now, e.g. while it re-reads the store
+	// after a commit whose outcome it could not learn (503).
+	CodeUnavailable = "unavailable"
 )
 
 // JobList is the answer to GET /api/v1/jobs.
@@ -354,6 +463,52 @@ type JobList struct {
 type Config struct {
 	Queues []Queue `json:"queues,omitempty" yaml:"queues"`
 	Teams  []Team  `json:"teams,omitempty" yaml:"teams"`
+	// Execution and Limits, when given, replace the current settings whole.
+	Execution *Execution `json:"execution,omitempty" yaml:"execution"`
+	Limits    *Limits    `json:"limits,omitempty" yaml:"limits"`
+}
+
+// Execution holds cluster-wide settings of how jobs run.
+type Execution struct {
+	// CheckpointRoot is a directory mounted at the same path on every node (NFS, a
+	// parallel file system, an object-store mount). When set, a job's
+	// ROTA_CHECKPOINT_DIR is CheckpointRoot/<cluster>/<job> on every node for every
+	// attempt; when empty, it is node-local and a requeued attempt on another node
+	// starts without its checkpoints. A queue may override it.
+	CheckpointRoot string `json:"checkpoint_root,omitempty" yaml:"checkpoint_root"`
+}
+
+// Limits bound what one request and one user may ask of the server. Zero fields take the
+// defaults (DefaultLimits).
+type Limits struct {
+	// MaxBodyBytes bounds any request body.
+	MaxBodyBytes int64 `json:"max_body_bytes,omitempty" yaml:"max_body_bytes"`
+	// MaxCommandBytes bounds a job's command and arguments together.
+	MaxCommandBytes int `json:"max_command_bytes,omitempty" yaml:"max_command_bytes"`
+	// MaxEnvBytes bounds a job's environment, names and values together.
+	MaxEnvBytes int `json:"max_env_bytes,omitempty" yaml:"max_env_bytes"`
+	// MaxNameLength bounds the names of jobs, users and nodes (queues and teams are at
+	// most 128 characters whatever it says).
+	MaxNameLength int `json:"max_name_length,omitempty" yaml:"max_name_length"`
+	// MaxPendingPerUser bounds one user's jobs that have not started (pending or held).
+	MaxPendingPerUser int `json:"max_pending_per_user,omitempty" yaml:"max_pending_per_user"`
+	// SubmitsPerSecond and SubmitBurst rate-limit each user's submissions (an array
+	// counts once); beyond them the answer is 429 with Retry-After.
+	SubmitsPerSecond float64 `json:"submits_per_second,omitempty" yaml:"submits_per_second"`
+	SubmitBurst      int     `json:"submit_burst,omitempty" yaml:"submit_burst"`
+}
+
+// DefaultLimits are generous for people and scripts and stop floods and typos.
+func DefaultLimits() Limits {
+	return Limits{
+		MaxBodyBytes:      1 << 20,
+		MaxCommandBytes:   128 << 10,
+		MaxEnvBytes:       256 << 10,
+		MaxNameLength:     128,
+		MaxPendingPerUser: 100_000,
+		SubmitsPerSecond:  50,
+		SubmitBurst:       200,
+	}
 }
 
 // QueueList is the answer to GET /api/v1/queues.
@@ -364,6 +519,13 @@ type QueueList struct {
 // NodeList is the answer to GET /api/v1/nodes.
 type NodeList struct {
 	Nodes []Node `json:"nodes"`
+}
+
+// EventList is the answer to GET /api/v1/audit: events oldest first.
+type EventList struct {
+	Events []Event `json:"events"`
+	// Next is the cursor (an event ID) for the next page, empty at the end.
+	Next string `json:"next,omitempty"`
 }
 
 // JobDetail is the answer to GET /api/v1/jobs/{id}: the job with its attempts and events.

@@ -36,9 +36,11 @@ func (s *State) Snapshot(now time.Time, keep func(*api.Job) bool) *sched.Snapsho
 	}
 	for _, n := range s.Nodes() {
 		sn := sched.Node{
-			Name:          n.Name,
-			Labels:        n.Labels,
-			Schedulable:   n.State == api.NodeReady,
+			Name:   n.Name,
+			Labels: n.Labels,
+			// A syncing node may still run attempts the server gave up on (it was lost,
+			// or its agent changed): nothing new goes there until its agent says so.
+			Schedulable:   n.State == api.NodeReady && !n.Syncing,
 			CPUs:          n.CPUs,
 			MemoryMB:      n.MemoryMB,
 			DriverVersion: n.DriverVersion,
@@ -59,7 +61,7 @@ func (s *State) Snapshot(now time.Time, keep func(*api.Job) bool) *sched.Snapsho
 			continue
 		}
 		r := sched.Running{ID: id, Queue: j.Spec.Queue, Team: j.Spec.Team, User: j.Spec.User, Start: a.AssignTime,
-			Borrowing: j.Borrowing, Preempting: j.PreemptRequested || j.CancelRequested}
+			Borrowing: j.Borrowing, Preempting: j.PreemptRequested || j.CancelRequested || j.Stopping != ""}
 		if j.LastCheckpoint != nil {
 			r.LastCheckpoint = *j.LastCheckpoint
 		}

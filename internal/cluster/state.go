@@ -34,6 +34,8 @@ type State struct {
 	usage map[string]*decayed
 	// HalfLife is how fast fair-share usage decays. Set it before Load.
 	HalfLife time.Duration
+
+	id identity
 }
 
 // New returns an empty state.
@@ -50,6 +52,7 @@ func New() *State {
 		held:     map[int64]struct{}{},
 		usage:    map[string]*decayed{},
 		HalfLife: 7 * 24 * time.Hour,
+		id:       newIdentity(),
 	}
 }
 
@@ -109,6 +112,7 @@ func (s *State) Apply(b *store.Batch) {
 	for _, id := range b.DeleteReservations {
 		delete(s.resv, id)
 	}
+	s.applyIdentity(b)
 }
 
 // NextJobID returns the ID the next submitted job gets. IDs that were handed out but never
@@ -129,7 +133,8 @@ func (s *State) Attempts(id int64) []api.Attempt {
 	return slices.Clone(s.attempts[id])
 }
 
-// CurrentAttempt returns the job's latest attempt.
+// CurrentAttempt returns the job's latest attempt. Its Placements are the state's own:
+// clone them before changing any.
 func (s *State) CurrentAttempt(id int64) (api.Attempt, bool) {
 	list := s.attempts[id]
 	if len(list) == 0 {

@@ -53,14 +53,15 @@ func utcPtr(t *time.Time) *time.Time {
 }
 
 // encodeJob returns the JSON stored for j, with its times in UTC like every stored time,
-// and without Priority, which the scheduler computes afresh for the API.
+// and without Priority and Checkpoints, which are computed afresh for the API.
 func encodeJob(j api.Job) ([]byte, error) {
 	j.SubmitTime = j.SubmitTime.UTC()
 	j.StartTime = utcPtr(j.StartTime)
 	j.EndTime = utcPtr(j.EndTime)
 	j.EstimatedStart = utcPtr(j.EstimatedStart)
 	j.LastCheckpoint = utcPtr(j.LastCheckpoint)
-	j.Priority = nil
+	j.NotBefore = utcPtr(j.NotBefore)
+	j.Priority, j.Checkpoints = nil, ""
 	data, err := json.Marshal(j)
 	if err != nil {
 		return nil, fmt.Errorf("encode job %d: %w", j.ID, err)

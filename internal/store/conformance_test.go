@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -41,6 +42,9 @@ func runConformance(t *testing.T, newURL func(t *testing.T) string) {
 		{"ConcurrentCommits", testConcurrentCommits},
 		{"BigBatch", testBigBatch},
 		{"CommitSurvivesKill", testSurvivesKill},
+		{"IdentityAndSettings", testIdentity},
+		{"AuditFilters", testAuditFilters},
+		{"DeleteNodes", testDeleteNodes},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.run(t, newURL(t)) })
@@ -155,7 +159,7 @@ func fullJob(id int64) api.Job {
 			GPUs:    16, GPUsPerNode: 8, Nodes: 2, GPUModel: "H100", CPUs: 64, MemoryMB: 512000,
 			TimeLimit: 86400, Signal: "SIGUSR1", Grace: 120,
 			After: []int64{3, 4}, AfterOK: []int64{5}, Array: "0-99%8", Hold: true, Nice: -5,
-			Retries: ptr(3),
+			Retries: ptr(3), RestartPolicy: api.RestartOnFailure,
 		},
 		State:            api.StateRunning,
 		Reason:           api.ReasonPreempted,
@@ -177,12 +181,18 @@ func fullJob(id int64) api.Job {
 		Borrowing:        true,
 		LastCheckpoint:   ptr(t0.Add(2 * time.Hour)),
 		Priority:         &api.Priority{Tier: 2, Score: 1234.5, FairShare: 0.25, Age: 0.5, Size: 0.125, Nice: -5},
+		Stopping:         "rank 1 on gpu-02 exited with code 3",
+		Failures:         2,
+		NotBefore:        ptr(t0.Add(4 * time.Hour)),
+		SubmittedBy:      "root",
+		Checkpoints:      "node-local",
 	}
 }
 
-// storedJob returns j as the store gives it back: without the API-only Priority.
+// storedJob returns j as the store gives it back: without the API-only Priority and
+// Checkpoints.
 func storedJob(j api.Job) api.Job {
-	j.Priority = nil
+	j.Priority, j.Checkpoints = nil, ""
 	return j
 }
 
@@ -201,8 +211,10 @@ func fullAttempt(jobID int64, n int) api.Attempt {
 		JobID: jobID,
 		N:     n,
 		Placements: []api.Placement{
-			{Node: "gpu-01", GPUIndices: []int{4, 5, 6, 7}, GPUIDs: []string{"GPU-0a1b"}, CPUs: 32, MemoryMB: 256000},
-			{Node: "gpu-02", GPUIndices: []int{1, 2}, GPUIDs: []string{"GPU-2c3d"}, CPUs: 32, MemoryMB: 256000},
+			{Node: "gpu-01", GPUIndices: []int{4, 5, 6, 7}, GPUIDs: []string{"GPU-0a1b"}, CPUs: 32, MemoryMB: 256000,
+				State: api.StateSucceeded, ExitCode: ptr(0), EndTime: ptr(t0.Add(50 * time.Minute)), Reason: "rank_failed", Message: "stopped: rank 1 failed"},
+			{Node: "gpu-02", GPUIndices: []int{1, 2}, GPUIDs: []string{"GPU-2c3d"}, CPUs: 32, MemoryMB: 256000,
+				State: api.StateFailed, ExitCode: ptr(3), EndTime: ptr(t0.Add(49 * time.Minute)), Reason: api.ReasonExitCode, Message: "exited with code 3"},
 		},
 		State:      api.StateFailed,
 		AssignTime: t0.Add(time.Minute),
@@ -210,6 +222,7 @@ func fullAttempt(jobID int64, n int) api.Attempt {
 		EndTime:    ptr(t0.Add(time.Hour)),
 		ExitCode:   ptr(1),
 		Reason:     api.ReasonExitCode,
+		Message:    "rank 1 on gpu-02 exited with code 3; the other ranks were stopped",
 	}
 }
 
@@ -230,6 +243,8 @@ func fullNode(name string) api.Node {
 		},
 		State:         api.NodeDraining,
 		LastHeartbeat: t0.Add(5 * time.Second),
+		Agent:         &api.AgentInfo{Instance: "9f2c", PID: 4242, Address: "10.0.0.7:51234", Version: "v1.2.3", CertSerial: "ab12"},
+		Syncing:       true,
 		GPUsUsed:      4,
 		CPUsUsed:      16,
 		Jobs:          []int64{7, 9},
@@ -248,6 +263,7 @@ func fullQueue(name string) api.Queue {
 		Name: name, Tier: 2, Preemptible: true, DefaultTimeLimit: 3600, MaxTimeLimit: 7 * 86400,
 		Grace: 60, MaxGrace: 600, NeverPreempt: true, Pools: []string{"train", "spot"},
 		Users: []string{"ada", "bob"}, Teams: []string{"vision"}, UserGPULimit: 32,
+		RestartPolicy: api.RestartAlways, CheckpointRoot: "/mnt/checkpoints",
 	}
 }
 
@@ -284,6 +300,8 @@ func fullEvent(jobID int64) api.Event {
 		Time: t0.Add(7 * time.Second), Actor: "scheduler", Kind: api.EventTransition,
 		JobID: jobID, Attempt: 2, Node: "gpu-01", From: api.StateRunning, To: api.StatePending,
 		Reason: api.ReasonPreempted, Message: "preempted by job 9",
+		Role: "admin", Source: "10.0.0.9:40112",
+		Before: json.RawMessage(`{"tier":1}`), After: json.RawMessage(`{"tier":2}`),
 	}
 }
 
@@ -945,4 +963,127 @@ func testSurvivesKill(t *testing.T, url string) {
 	equal(t, "job", c.Jobs[0], storedJob(fullJob(killChildJob)))
 	want.ID = c.Events[0].ID
 	equal(t, "event", c.Events[0], want)
+}
+
+func testIdentity(t *testing.T, url string) {
+	user := api.User{Name: "ada", Role: "admin", UnixUser: "ada2", AllowRoot: true, Created: t0, Teams: []string{"vision"}}
+	tok := TokenRecord{TokenInfo: api.TokenInfo{ID: "abcd1234", User: "ada", Description: "laptop", Created: t0,
+		Expires: ptr(t0.Add(time.Hour)), Revoked: ptr(t0.Add(time.Minute)), LastUsed: ptr(t0.Add(time.Second))}, Hash: "ff00"}
+	join := JoinTokenRecord{JoinTokenInfo: api.JoinTokenInfo{ID: "j1", Created: t0, Expires: t0.Add(time.Hour), Uses: 3, Used: 1, Node: "gpu-01"}, Hash: "aa11"}
+	cert := NodeCert{Node: "gpu-01", Serial: "0a0b", Issued: t0, NotAfter: t0.Add(365 * 24 * time.Hour), JoinToken: "j1"}
+	idem := IdempotencyRecord{User: "ada", Key: "k-1", Hash: "beef", JobID: 7, Created: t0}
+	checkAllSet(t, "User", user)
+	checkAllSet(t, "TokenRecord", tok)
+	checkAllSet(t, "JoinTokenRecord", join)
+	checkAllSet(t, "NodeCert", cert)
+	checkAllSet(t, "IdempotencyRecord", idem)
+
+	s := openStore(t, url)
+	old := idem
+	old.Key, old.Created = "k-old", t0.Add(-48*time.Hour)
+	commit(t, s, &Batch{
+		Settings:    []Setting{{Name: "cluster", Data: json.RawMessage(`{"id":"0123456789abcdef"}`)}, {Name: "limits", Data: json.RawMessage(`{}`)}},
+		Users:       []api.User{user, {Name: "bob", Role: "member", Created: t0}},
+		Tokens:      []TokenRecord{tok},
+		JoinTokens:  []JoinTokenRecord{join},
+		NodeCerts:   []NodeCert{cert},
+		Idempotency: []IdempotencyRecord{idem, old},
+	})
+	ctx := context.Background()
+	settings, err := s.LoadSettings(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	equal(t, "settings", string(settings["cluster"]), `{"id":"0123456789abcdef"}`)
+	users, err := s.LoadUsers(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stored := user
+	stored.Teams = nil // filled in by the API from team membership
+	equal(t, "users", users, []api.User{stored, {Name: "bob", Role: "member", Created: t0}})
+	tokens, err := s.LoadTokens(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	equal(t, "tokens", tokens, []TokenRecord{tok})
+	joins, err := s.LoadJoinTokens(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	equal(t, "join tokens", joins, []JoinTokenRecord{join})
+	certs, err := s.LoadNodeCerts(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	equal(t, "node certs", certs, []NodeCert{cert})
+	recent, err := s.LoadIdempotency(ctx, t0.Add(-time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	equal(t, "recent idempotency keys", recent, []IdempotencyRecord{idem})
+
+	// A second record for a stored key is refused, and the whole batch with it.
+	dup := idem
+	dup.JobID = 8
+	if err := s.Commit(ctx, &Batch{Jobs: []api.Job{bareJob(8)}, Idempotency: []IdempotencyRecord{dup}}); err == nil {
+		t.Fatal("Commit stored a second record for one idempotency key")
+	}
+	if jobs, _ := s.LoadJobs(ctx); len(jobs) != 0 {
+		t.Errorf("the refused batch left %d jobs", len(jobs))
+	}
+
+	// Pruning drops old keys only; a token revoked in place stays revoked; a user goes.
+	tok.Revoked = ptr(t0.Add(2 * time.Hour))
+	b := &Batch{PruneIdempotency: t0.Add(-time.Hour), Tokens: []TokenRecord{tok}, DeleteUsers: []string{"bob"}}
+	if b.Empty() {
+		t.Fatal("a batch that only prunes, revokes and deletes reports itself empty")
+	}
+	commit(t, s, b)
+	all, err := s.LoadIdempotency(ctx, time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	equal(t, "idempotency keys after pruning", all, []IdempotencyRecord{idem})
+	tokens, _ = s.LoadTokens(ctx)
+	equal(t, "revoked token", tokens, []TokenRecord{tok})
+	users, _ = s.LoadUsers(ctx)
+	equal(t, "users after delete", users, []api.User{stored})
+}
+
+func testAuditFilters(t *testing.T, url string) {
+	s := openStore(t, url)
+	ev := func(sec int, actor, kind string) api.Event {
+		return api.Event{Time: t0.Add(time.Duration(sec) * time.Second), Actor: actor, Kind: kind, Role: "admin", Source: "@unix"}
+	}
+	b := &Batch{Events: []api.Event{ev(0, "ada", api.EventQueue), ev(10, "bob", api.EventSubmit), ev(20, "ada", api.EventToken), ev(30, "ada", api.EventQueue)}}
+	commit(t, s, b)
+	ids := eventIDs(b.Events)
+	for _, tc := range []struct {
+		name string
+		f    EventFilter
+		want []int64
+	}{
+		{"actor", EventFilter{Actor: "ada"}, []int64{ids[0], ids[2], ids[3]}},
+		{"kind", EventFilter{Kind: api.EventQueue}, []int64{ids[0], ids[3]}},
+		{"since", EventFilter{Since: t0.Add(10 * time.Second)}, []int64{ids[1], ids[2], ids[3]}},
+		{"until", EventFilter{Until: t0.Add(20 * time.Second)}, []int64{ids[0], ids[1]}},
+		{"all together", EventFilter{Actor: "ada", Kind: api.EventQueue, Since: t0.Add(time.Second), Until: t0.Add(time.Hour)}, []int64{ids[3]}},
+	} {
+		t.Run(tc.name, func(t *testing.T) { equal(t, "event IDs", eventIDs(events(t, s, tc.f)), tc.want) })
+	}
+}
+
+func testDeleteNodes(t *testing.T, url string) {
+	s := openStore(t, url)
+	commit(t, s, &Batch{Nodes: []api.Node{fullNode("gpu-01"), fullNode("gpu-02")},
+		NodeCerts: []NodeCert{{Node: "gpu-01", Serial: "01", Issued: t0, NotAfter: t0}, {Node: "gpu-02", Serial: "02", Issued: t0, NotAfter: t0}}})
+	commit(t, s, &Batch{DeleteNodes: []string{"gpu-01", "missing"}})
+	got := load(t, s)
+	equal(t, "nodes", got.Nodes, []api.Node{storedNode(fullNode("gpu-02"))})
+	certs, err := s.LoadNodeCerts(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	equal(t, "certs", certs, []NodeCert{{Node: "gpu-02", Serial: "02", Issued: t0, NotAfter: t0}})
 }

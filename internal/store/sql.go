@@ -3,11 +3,13 @@ package store
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/rotahq/rota/internal/api"
 )
@@ -96,12 +98,12 @@ var (
 	attemptsTable = table{
 		name: "attempts",
 		cols: []string{"job_id", "attempt", "state", "assign_time", "start_time", "end_time",
-			"exit_code", "reason", "placements"},
+			"exit_code", "reason", "placements", "message"},
 		key: []string{"job_id", "attempt"},
 	}
 	nodesTable = table{
 		name: "nodes",
-		cols: []string{"name", "state", "last_heartbeat", "inventory"},
+		cols: []string{"name", "state", "last_heartbeat", "inventory", "data"},
 		key:  []string{"name"},
 	}
 	queuesTable = table{
@@ -122,15 +124,23 @@ var (
 	eventsTable = table{
 		name: "events",
 		cols: []string{"id", "time", "actor", "kind", "job_id", "attempt", "node",
-			"from_state", "to_state", "reason", "message"},
+			"from_state", "to_state", "reason", "message", "role", "source", "before_value", "after_value"},
 	}
+	settingsTable   = table{name: "settings", cols: []string{"name", "data"}, key: []string{"name"}}
+	usersTable      = table{name: "users", cols: []string{"name", "data"}, key: []string{"name"}}
+	tokensTable     = table{name: "tokens", cols: []string{"id", "hash", "user_name", "data"}, key: []string{"id"}}
+	joinTokensTable = table{name: "join_tokens", cols: []string{"id", "hash", "data"}, key: []string{"id"}}
+	nodeCertsTable  = table{name: "node_certs", cols: []string{"node", "serial", "data"}, key: []string{"node"}}
+	// Idempotency keys are only ever inserted: a second submit with a key is answered
+	// from the first, so a conflict here is a bug to surface, not a row to replace.
+	idempotencyTable = table{name: "idempotency", cols: []string{"user_name", "key", "hash", "job_id", "created"}}
 )
 
 // rowsPerStatement caps the rows one statement inserts or deletes. A handful of rows goes in one statement (one
 // round trip to PostgreSQL); thousands go in a few dozen statements, each under both
 // backends' limits on bound parameters (32766 in SQLite, 999 in builds before 3.32;
-// 65535 in PostgreSQL) for tables of up to 12 columns.
-const rowsPerStatement = 80
+// 65535 in PostgreSQL) for tables of up to 15 columns.
+const rowsPerStatement = 60
 
 // insertSQL returns the statement inserting n rows into t, replacing rows whose key exists.
 func (t table) insertSQL(n int) string {
@@ -334,6 +344,44 @@ func (s *sqlStore) commit(ctx context.Context, b *Batch) (lastID int64, err erro
 	if err := insert(ctx, tx, nodesTable, nodes, appendNode); err != nil {
 		return 0, err
 	}
+	settings := lastByKey(b.Settings, func(s *Setting) string { return s.Name })
+	if err := insert(ctx, tx, settingsTable, settings, appendSetting); err != nil {
+		return 0, err
+	}
+	users := lastByKey(b.Users, func(u *api.User) string { return u.Name })
+	if err := insert(ctx, tx, usersTable, users, appendUser); err != nil {
+		return 0, err
+	}
+	if err := deleteKeys(ctx, tx, usersTable, b.DeleteUsers); err != nil {
+		return 0, err
+	}
+	tokens := lastByKey(b.Tokens, func(t *TokenRecord) string { return t.ID })
+	if err := insert(ctx, tx, tokensTable, tokens, appendToken); err != nil {
+		return 0, err
+	}
+	joins := lastByKey(b.JoinTokens, func(t *JoinTokenRecord) string { return t.ID })
+	if err := insert(ctx, tx, joinTokensTable, joins, appendJoinToken); err != nil {
+		return 0, err
+	}
+	certs := lastByKey(b.NodeCerts, func(c *NodeCert) string { return c.Node })
+	if err := insert(ctx, tx, nodeCertsTable, certs, appendNodeCert); err != nil {
+		return 0, err
+	}
+	// A node's certificate goes with it: a node added again must join again.
+	if err := deleteKeys(ctx, tx, nodeCertsTable, b.DeleteNodes); err != nil {
+		return 0, err
+	}
+	if err := deleteKeys(ctx, tx, nodesTable, b.DeleteNodes); err != nil {
+		return 0, err
+	}
+	if err := insert(ctx, tx, idempotencyTable, b.Idempotency, appendIdempotency); err != nil {
+		return 0, err
+	}
+	if !b.PruneIdempotency.IsZero() {
+		if _, err := tx.ExecContext(ctx, "DELETE FROM idempotency WHERE created < $1", formatTime(b.PruneIdempotency)); err != nil {
+			return 0, fmt.Errorf("prune idempotency keys: %w", err)
+		}
+	}
 	if len(b.Events) > 0 {
 		// Under the write lock no other transaction can append, so IDs follow commit order
 		// and a reader polling with AfterID never skips an event committed later.
@@ -344,7 +392,7 @@ func (s *sqlStore) commit(ctx context.Context, b *Batch) (lastID int64, err erro
 		appendEvent := func(args []any, e *api.Event) ([]any, error) {
 			next++
 			return append(args, next, formatTime(e.Time), e.Actor, e.Kind, e.JobID, e.Attempt, e.Node,
-				string(e.From), string(e.To), e.Reason, e.Message), nil
+				string(e.From), string(e.To), e.Reason, e.Message, e.Role, e.Source, string(e.Before), string(e.After)), nil
 		}
 		if err := insert(ctx, tx, eventsTable, b.Events, appendEvent); err != nil {
 			return 0, err
@@ -376,7 +424,7 @@ func appendAttempt(args []any, a *api.Attempt) ([]any, error) {
 		exitCode = int64(*a.ExitCode)
 	}
 	return append(args, a.JobID, a.N, string(a.State), formatTime(a.AssignTime),
-		formatTimePtr(a.StartTime), formatTimePtr(a.EndTime), exitCode, a.Reason, placements), nil
+		formatTimePtr(a.StartTime), formatTimePtr(a.EndTime), exitCode, a.Reason, placements, a.Message), nil
 }
 
 func appendNode(args []any, n *api.Node) ([]any, error) {
@@ -384,7 +432,62 @@ func appendNode(args []any, n *api.Node) ([]any, error) {
 	if err != nil {
 		return args, err
 	}
-	return append(args, n.Name, string(n.State), formatTime(n.LastHeartbeat), inv), nil
+	data, err := encodeJSON(nodeData{Agent: n.Agent, Syncing: n.Syncing})
+	if err != nil {
+		return args, err
+	}
+	return append(args, n.Name, string(n.State), formatTime(n.LastHeartbeat), inv, data), nil
+}
+
+// nodeData is what the nodes table keeps beyond state and inventory.
+type nodeData struct {
+	Agent   *api.AgentInfo `json:"agent,omitempty"`
+	Syncing bool           `json:"syncing,omitempty"`
+}
+
+func appendSetting(args []any, s *Setting) ([]any, error) {
+	if !json.Valid(s.Data) {
+		return args, fmt.Errorf("setting %s is not valid JSON", s.Name)
+	}
+	return append(args, s.Name, string(s.Data)), nil
+}
+
+func appendUser(args []any, u *api.User) ([]any, error) {
+	v := *u
+	v.Created, v.Teams = v.Created.UTC(), nil
+	data, err := encodeJSON(v)
+	if err != nil {
+		return args, err
+	}
+	return append(args, u.Name, data), nil
+}
+
+func appendToken(args []any, t *TokenRecord) ([]any, error) {
+	data, err := encodeJSON(t.TokenInfo)
+	if err != nil {
+		return args, err
+	}
+	return append(args, t.ID, t.Hash, t.User, data), nil
+}
+
+func appendJoinToken(args []any, t *JoinTokenRecord) ([]any, error) {
+	data, err := encodeJSON(t.JoinTokenInfo)
+	if err != nil {
+		return args, err
+	}
+	return append(args, t.ID, t.Hash, data), nil
+}
+
+func appendNodeCert(args []any, c *NodeCert) ([]any, error) {
+	data, err := encodeJSON(c)
+	if err != nil {
+		return args, err
+	}
+	return append(args, c.Node, c.Serial, data), nil
+}
+
+func appendIdempotency(args []any, r *IdempotencyRecord) ([]any, error) {
+	return append(args, r.User, r.Key, r.Hash, r.JobID, formatTime(r.Created)), nil
 }
 
 func appendQueue(args []any, q *api.Queue) ([]any, error) {
@@ -429,7 +532,7 @@ func (s *sqlStore) LoadJobs(ctx context.Context) ([]api.Job, error) {
 
 // LoadAttempts returns every attempt, ordered by job ID then attempt number.
 func (s *sqlStore) LoadAttempts(ctx context.Context) ([]api.Attempt, error) {
-	const q = `SELECT job_id, attempt, state, assign_time, start_time, end_time, exit_code, reason, placements
+	const q = `SELECT job_id, attempt, state, assign_time, start_time, end_time, exit_code, reason, placements, message
 		FROM attempts ORDER BY job_id, attempt`
 	attempts, err := query(ctx, s.read, q, nil, scanAttempt)
 	if err != nil {
@@ -441,14 +544,14 @@ func (s *sqlStore) LoadAttempts(ctx context.Context) ([]api.Attempt, error) {
 // LoadNodes returns every node, ordered by name. The fields the API fills in from the
 // live state (GPUsUsed, CPUsUsed, Jobs) are not stored and come back zero.
 func (s *sqlStore) LoadNodes(ctx context.Context) ([]api.Node, error) {
-	const q = "SELECT name, state, last_heartbeat, inventory FROM nodes ORDER BY name"
+	const q = "SELECT name, state, last_heartbeat, inventory, data FROM nodes ORDER BY name"
 	nodes, err := query(ctx, s.read, q, nil, func(rows *sql.Rows) (api.Node, error) {
 		var (
 			n            api.Node
 			state, heart string
-			inv          []byte
+			inv, data    []byte
 		)
-		if err := rows.Scan(&n.Name, &state, &heart, &inv); err != nil {
+		if err := rows.Scan(&n.Name, &state, &heart, &inv, &data); err != nil {
 			return n, err
 		}
 		n.State = api.NodeState(state)
@@ -456,7 +559,12 @@ func (s *sqlStore) LoadNodes(ctx context.Context) ([]api.Node, error) {
 		if n.LastHeartbeat, err = parseTime(heart); err != nil {
 			return n, err
 		}
-		err = decodeJSON(inv, &n.Inventory)
+		if err = decodeJSON(inv, &n.Inventory); err != nil {
+			return n, err
+		}
+		var nd nodeData
+		err = decodeJSON(data, &nd)
+		n.Agent, n.Syncing = nd.Agent, nd.Syncing
 		return n, err
 	})
 	if err != nil {
@@ -492,18 +600,133 @@ func (s *sqlStore) LoadReservations(ctx context.Context) ([]api.Reservation, err
 	return rs, nil
 }
 
+// LoadSettings returns every setting saved by Commit, by name.
+func (s *sqlStore) LoadSettings(ctx context.Context) (map[string]json.RawMessage, error) {
+	list, err := query(ctx, s.read, "SELECT name, data FROM settings ORDER BY name", nil, func(rows *sql.Rows) (Setting, error) {
+		var (
+			st   Setting
+			data string
+		)
+		err := rows.Scan(&st.Name, &data)
+		st.Data = json.RawMessage(data)
+		return st, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: load settings: %w", err)
+	}
+	out := make(map[string]json.RawMessage, len(list))
+	for _, st := range list {
+		out[st.Name] = st.Data
+	}
+	return out, nil
+}
+
+// LoadUsers returns the users, ordered by name.
+func (s *sqlStore) LoadUsers(ctx context.Context) ([]api.User, error) {
+	users, err := query(ctx, s.read, "SELECT data FROM users ORDER BY name", nil, scanJSON[api.User])
+	if err != nil {
+		return nil, fmt.Errorf("store: load users: %w", err)
+	}
+	return users, nil
+}
+
+// LoadTokens returns every API token record, ordered by ID.
+func (s *sqlStore) LoadTokens(ctx context.Context) ([]TokenRecord, error) {
+	tokens, err := query(ctx, s.read, "SELECT hash, data FROM tokens ORDER BY id", nil, func(rows *sql.Rows) (TokenRecord, error) {
+		var (
+			t    TokenRecord
+			data []byte
+		)
+		if err := rows.Scan(&t.Hash, &data); err != nil {
+			return t, err
+		}
+		err := decodeJSON(data, &t.TokenInfo)
+		return t, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: load tokens: %w", err)
+	}
+	return tokens, nil
+}
+
+// LoadJoinTokens returns every join token record, ordered by ID.
+func (s *sqlStore) LoadJoinTokens(ctx context.Context) ([]JoinTokenRecord, error) {
+	tokens, err := query(ctx, s.read, "SELECT hash, data FROM join_tokens ORDER BY id", nil, func(rows *sql.Rows) (JoinTokenRecord, error) {
+		var (
+			t    JoinTokenRecord
+			data []byte
+		)
+		if err := rows.Scan(&t.Hash, &data); err != nil {
+			return t, err
+		}
+		err := decodeJSON(data, &t.JoinTokenInfo)
+		return t, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: load join tokens: %w", err)
+	}
+	return tokens, nil
+}
+
+// LoadNodeCerts returns the certificate each node may use, ordered by node.
+func (s *sqlStore) LoadNodeCerts(ctx context.Context) ([]NodeCert, error) {
+	certs, err := query(ctx, s.read, "SELECT data FROM node_certs ORDER BY node", nil, scanJSON[NodeCert])
+	if err != nil {
+		return nil, fmt.Errorf("store: load node certificates: %w", err)
+	}
+	return certs, nil
+}
+
+// LoadIdempotency returns the submit keys created at or after since.
+func (s *sqlStore) LoadIdempotency(ctx context.Context, since time.Time) ([]IdempotencyRecord, error) {
+	const q = "SELECT user_name, key, hash, job_id, created FROM idempotency WHERE created >= $1 ORDER BY created, user_name, key"
+	recs, err := query(ctx, s.read, q, []any{formatTime(since)}, func(rows *sql.Rows) (IdempotencyRecord, error) {
+		var (
+			r       IdempotencyRecord
+			created string
+		)
+		if err := rows.Scan(&r.User, &r.Key, &r.Hash, &r.JobID, &created); err != nil {
+			return r, err
+		}
+		var err error
+		r.Created, err = parseTime(created)
+		return r, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: load idempotency keys: %w", err)
+	}
+	return recs, nil
+}
+
 // Events returns events matching f, ordered by ID.
 func (s *sqlStore) Events(ctx context.Context, f EventFilter) ([]api.Event, error) {
 	if f.Limit < 0 {
 		return nil, fmt.Errorf("store: events: negative limit %d", f.Limit)
 	}
 	var q strings.Builder
-	q.WriteString(`SELECT id, time, actor, kind, job_id, attempt, node, from_state, to_state, reason, message
+	q.WriteString(`SELECT id, time, actor, kind, job_id, attempt, node, from_state, to_state, reason, message,
+		role, source, before_value, after_value
 		FROM events WHERE id > $1`)
 	args := []any{f.AfterID}
 	if f.JobID != 0 {
 		args = append(args, f.JobID)
 		fmt.Fprintf(&q, " AND job_id = $%d", len(args))
+	}
+	if !f.Since.IsZero() {
+		args = append(args, formatTime(f.Since))
+		fmt.Fprintf(&q, " AND time >= $%d", len(args))
+	}
+	if !f.Until.IsZero() {
+		args = append(args, formatTime(f.Until))
+		fmt.Fprintf(&q, " AND time < $%d", len(args))
+	}
+	if f.Actor != "" {
+		args = append(args, f.Actor)
+		fmt.Fprintf(&q, " AND actor = $%d", len(args))
+	}
+	if f.Kind != "" {
+		args = append(args, f.Kind)
+		fmt.Fprintf(&q, " AND kind = $%d", len(args))
 	}
 	q.WriteString(" ORDER BY id")
 	if f.Limit > 0 {
@@ -540,7 +763,7 @@ func scanAttempt(rows *sql.Rows) (api.Attempt, error) {
 		exitCode      sql.NullInt64
 		placements    []byte
 	)
-	if err := rows.Scan(&a.JobID, &a.N, &state, &assign, &start, &end, &exitCode, &a.Reason, &placements); err != nil {
+	if err := rows.Scan(&a.JobID, &a.N, &state, &assign, &start, &end, &exitCode, &a.Reason, &placements, &a.Message); err != nil {
 		return a, err
 	}
 	a.State = api.JobState(state)
@@ -564,14 +787,21 @@ func scanAttempt(rows *sql.Rows) (api.Attempt, error) {
 
 func scanEvent(rows *sql.Rows) (api.Event, error) {
 	var (
-		e           api.Event
-		t, from, to string
+		e                          api.Event
+		t, from, to, before, after string
 	)
-	err := rows.Scan(&e.ID, &t, &e.Actor, &e.Kind, &e.JobID, &e.Attempt, &e.Node, &from, &to, &e.Reason, &e.Message)
+	err := rows.Scan(&e.ID, &t, &e.Actor, &e.Kind, &e.JobID, &e.Attempt, &e.Node, &from, &to, &e.Reason, &e.Message,
+		&e.Role, &e.Source, &before, &after)
 	if err != nil {
 		return e, err
 	}
 	e.From, e.To = api.JobState(from), api.JobState(to)
+	if before != "" {
+		e.Before = json.RawMessage(before)
+	}
+	if after != "" {
+		e.After = json.RawMessage(after)
+	}
 	e.Time, err = parseTime(t)
 	return e, err
 }

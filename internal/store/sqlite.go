@@ -40,6 +40,11 @@ func openSQLite(ctx context.Context, path string, logger *slog.Logger) (Store, e
 			return nil, fmt.Errorf("store: open sqlite %s: %w", path, err)
 		}
 	}
+	// The database holds jobs' environments and the hashes of API tokens: it is the
+	// owner's alone. SQLite gives its WAL and shared-memory files the same mode.
+	if f, err := os.OpenFile(path, os.O_RDONLY|os.O_CREATE, 0o600); err == nil {
+		f.Close()
+	}
 	write, err := openSQLitePool(path, url.Values{
 		"_txlock":       {"immediate"},
 		"_journal_mode": {"WAL"},

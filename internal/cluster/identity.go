@@ -1,0 +1,181 @@
+package cluster
+
+import (
+	"encoding/json"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/rotahq/rota/internal/api"
+	"github.com/rotahq/rota/internal/store"
+)
+
+// identity is the part of the state that says who may do what: users, API tokens, join
+// tokens, the certificate each node may use, the settings, and recent idempotency keys.
+// It changes through Apply like everything else, so a revoked token stops working the
+// moment its revocation is durable.
+type identity struct {
+	users      map[string]api.User
+	tokens     map[string]store.TokenRecord // by hash
+	tokenIDs   map[string]string            // ID -> hash
+	joins      map[string]store.JoinTokenRecord
+	certs      map[string]store.NodeCert
+	settings   map[string]json.RawMessage
+	idempotent map[idemKey]store.IdempotencyRecord
+}
+
+type idemKey struct{ user, key string }
+
+func newIdentity() identity {
+	return identity{
+		users:      map[string]api.User{},
+		tokens:     map[string]store.TokenRecord{},
+		tokenIDs:   map[string]string{},
+		joins:      map[string]store.JoinTokenRecord{},
+		certs:      map[string]store.NodeCert{},
+		settings:   map[string]json.RawMessage{},
+		idempotent: map[idemKey]store.IdempotencyRecord{},
+	}
+}
+
+func (s *State) applyIdentity(b *store.Batch) {
+	id := &s.id
+	for _, st := range b.Settings {
+		id.settings[st.Name] = st.Data
+	}
+	for _, u := range b.Users {
+		u.Teams = nil
+		id.users[u.Name] = u
+	}
+	for _, name := range b.DeleteUsers {
+		delete(id.users, name)
+	}
+	for _, t := range b.Tokens {
+		if old, ok := id.tokenIDs[t.ID]; ok && old != t.Hash {
+			delete(id.tokens, old)
+		}
+		id.tokens[t.Hash] = t
+		id.tokenIDs[t.ID] = t.Hash
+	}
+	for _, j := range b.JoinTokens {
+		id.joins[j.ID] = j
+	}
+	for _, c := range b.NodeCerts {
+		id.certs[c.Node] = c
+	}
+	for _, name := range b.DeleteNodes {
+		delete(id.certs, name)
+		delete(s.nodes, name)
+	}
+	for _, r := range b.Idempotency {
+		id.idempotent[idemKey{r.User, r.Key}] = r
+	}
+	if !b.PruneIdempotency.IsZero() {
+		for k, r := range id.idempotent {
+			if r.Created.Before(b.PruneIdempotency) {
+				delete(id.idempotent, k)
+			}
+		}
+	}
+}
+
+// User returns the named user.
+func (s *State) User(name string) (api.User, bool) {
+	u, ok := s.id.users[name]
+	return u, ok
+}
+
+// Users returns every user, ordered by name, with Teams filled in from team membership.
+func (s *State) Users() []api.User {
+	out := make([]api.User, 0, len(s.id.users))
+	for _, u := range s.id.users {
+		u.Teams = s.TeamsOf(u.Name)
+		out = append(out, u)
+	}
+	sort.Slice(out, func(a, b int) bool { return out[a].Name < out[b].Name })
+	return out
+}
+
+// TeamsOf returns the teams that list user as a member, ordered by name.
+func (s *State) TeamsOf(user string) []string {
+	var out []string
+	for _, t := range s.teams {
+		if slices.Contains(t.Members, user) {
+			out = append(out, t.Name)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// TokenByHash returns the token record with the given hash.
+func (s *State) TokenByHash(hash string) (store.TokenRecord, bool) {
+	t, ok := s.id.tokens[hash]
+	return t, ok
+}
+
+// Token returns the token record with the given ID.
+func (s *State) Token(id string) (store.TokenRecord, bool) {
+	h, ok := s.id.tokenIDs[id]
+	if !ok {
+		return store.TokenRecord{}, false
+	}
+	return s.id.tokens[h], true
+}
+
+// Tokens returns the token records accepted by keep, ordered by ID.
+func (s *State) Tokens(keep func(*store.TokenRecord) bool) []store.TokenRecord {
+	var out []store.TokenRecord
+	for _, t := range s.id.tokens {
+		if keep == nil || keep(&t) {
+			out = append(out, t)
+		}
+	}
+	sort.Slice(out, func(a, b int) bool { return out[a].ID < out[b].ID })
+	return out
+}
+
+// JoinToken returns the join token record with the given ID.
+func (s *State) JoinToken(id string) (store.JoinTokenRecord, bool) {
+	j, ok := s.id.joins[id]
+	return j, ok
+}
+
+// JoinTokens returns every join token record, ordered by ID.
+func (s *State) JoinTokens() []store.JoinTokenRecord {
+	out := make([]store.JoinTokenRecord, 0, len(s.id.joins))
+	for _, j := range s.id.joins {
+		out = append(out, j)
+	}
+	sort.Slice(out, func(a, b int) bool { return out[a].ID < out[b].ID })
+	return out
+}
+
+// NodeCert returns the certificate the named node may use.
+func (s *State) NodeCert(node string) (store.NodeCert, bool) {
+	c, ok := s.id.certs[node]
+	return c, ok
+}
+
+// Setting returns a named setting as stored.
+func (s *State) Setting(name string) (json.RawMessage, bool) {
+	d, ok := s.id.settings[name]
+	return d, ok
+}
+
+// Idempotency returns what a submit with the user's key created, if it is remembered.
+func (s *State) Idempotency(user, key string) (store.IdempotencyRecord, bool) {
+	r, ok := s.id.idempotent[idemKey{user, key}]
+	return r, ok
+}
+
+// OldestIdempotency returns when the oldest remembered key was created (zero: none).
+func (s *State) OldestIdempotency() time.Time {
+	var oldest time.Time
+	for _, r := range s.id.idempotent {
+		if oldest.IsZero() || r.Created.Before(oldest) {
+			oldest = r.Created
+		}
+	}
+	return oldest
+}
