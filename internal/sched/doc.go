@@ -9,13 +9,16 @@
 //     rack where possible;
 //   - EASY backfill: the highest blocked jobs get reservations, which are also their
 //     estimated starts, and lower jobs start only where they do not delay them;
-//   - preemption of borrowed or lower-tier preemptible work, losing the least;
+//   - preemption of borrowed or lower-tier preemptible work, losing the least, for single
+//     jobs and gangs alike, with a claim on what the victims free that the caller carries
+//     to the next cycles until the job starts (Claim);
 //   - a structured reason for every job that stays pending.
 //
 // One cycle (plan.go) builds a state from the snapshot (state.go), orders the jobs
 // (order.go) and runs each through admission (quota.go), the feasibility chain
 // (feasible.go), placement (feasible.go, gang.go, topology.go), preemption (preempt.go),
-// reasons (reason.go) and backfill reservations (backfill.go).
+// reasons (reason.go) and backfill reservations (backfill.go). Claims carried from earlier
+// cycles are taken out of the state before any job is served (claims.go).
 //
 // It must stay pure so that the server and the simulator get exactly the same decisions
 // and tests can replay them: no I/O (no net, os, os/exec, database/sql), no goroutines, no

@@ -221,9 +221,13 @@ func (st *state) earliestGang(d *demand) ([]cand, int64) {
 // gangShortage explains a gang that found too few nodes.
 func (c *cycle) gangShortage(d *demand, dg *diag) Reason {
 	r := Reason{Code: ReasonResources, Missing: map[string]int64{"nodes": int64(d.nodes - dg.gangFound)}}
-	if !c.opts.Terse {
-		r.Message = fmt.Sprintf("the job needs %d nodes with %s free each, of one model and driver; %d have them now",
-			d.nodes, gpusOf(d.gpus, "", d.modelName), dg.gangFound)
+	if c.opts.Terse {
+		return r
+	}
+	r.Message = fmt.Sprintf("the job needs %d nodes with %s free each, of one model and driver; %d have them now",
+		d.nodes, gpusOf(d.gpus, "", d.modelName), dg.gangFound)
+	if n, job := c.heldNodes(d); n > 0 {
+		r.Message += fmt.Sprintf(", and %d more would but for the GPUs held there for job %d until the jobs preempted for it stop", n, job)
 	}
 	return r
 }

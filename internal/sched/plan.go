@@ -91,6 +91,13 @@ type cycle struct {
 	// users counts GPUs per user in queues with a per-user cap; nil without such queues.
 	users map[userKey]int
 	pre   *preemptor // built on first use
+	// claims are the snapshot's claims this cycle honours, by claimant; nil without any.
+	// claimed maps each claimed GPU (its place in state.frees) to its claimant, for the
+	// snapshot's claims and those made in this cycle; nil without any. holding lists the
+	// parts of both kinds that hold GPUs others would find free, for reasons.
+	claims  map[int64]*claim
+	claimed map[int]int64
+	holding []holding
 	// shortages caches gpuShortage answers while free GPU counts stay the same.
 	shortages map[shortageKey]shortageEntry
 	loc       *time.Location
@@ -120,7 +127,7 @@ type failure struct {
 
 func newCycle(s *Snapshot, now time.Time, opts Options, st *state) *cycle {
 	st.addWindows(s.Reservations)
-	return &cycle{
+	c := &cycle{
 		s: s, opts: opts, st: st,
 		plan: Plan{
 			Placements: make([]Placement, 0, min(len(s.Pending), st.totalGPUs+len(st.nodes))),
@@ -135,6 +142,12 @@ func newCycle(s *Snapshot, now time.Time, opts Options, st *state) *cycle {
 		shortages:      map[shortageKey]shortageEntry{},
 		loc:            now.Location(),
 	}
+	// Claims go before any job is served: what they hold is no one else's, whatever the
+	// order. After the windows, which can break a claim.
+	if len(s.Claims) > 0 {
+		c.applyClaims()
+	}
+	return c
 }
 
 // schedule runs one job through the pipeline of DESIGN.md, in order. Holds (dependencies,
@@ -188,7 +201,15 @@ func (c *cycle) schedule(r *ranked) {
 		return
 	}
 
-	// 4. Placement now, unless an identical request already failed in this cycle.
+	// 4. Placement now. A job that holds a claim goes on it or waits for its victims: it
+	// needs no search and must not choose new victims. Others search, unless an identical
+	// request already failed in this cycle.
+	if c.claims != nil {
+		if k := c.claims[j.ID]; k != nil {
+			c.serveClaim(j, pj, d, k)
+			return
+		}
+	}
 	inQuota := v.limited && !v.borrowing
 	if failedBefore && d.dur >= f.dur && !c.noCache {
 		c.wait(r, pj, d, f.reason, inQuota)
@@ -281,10 +302,10 @@ func (c *cycle) wait(r *ranked, pj PendingJob, d *demand, reason Reason, inQuota
 	// Only the first in line for these resources preempts: GPUs freed for a job behind
 	// blocked higher ones would go to them in the next cycle, and it would preempt again.
 	if ahead == 0 && pj.Reason.Code != ReasonPriority {
-		if ids, node, ok := c.preempt(r, d, inQuota); ok {
+		if ids, nodes, ok := c.preempt(r, d, inQuota); ok {
 			// Not counted as blocked: its resources are on their way, and the jobs
 			// below may still use everything else.
-			pj.Reason = c.waitingReason(ids, node)
+			pj.Reason = c.waitingReason(ids, nodes)
 			c.plan.Pending = append(c.plan.Pending, pj)
 			return
 		}

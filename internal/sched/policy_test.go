@@ -159,11 +159,31 @@ func TestPreemption(t *testing.T) {
 			t.Errorf("urgent job: %+v", pj.Reason)
 		}
 	})
-	t.Run("what is free is kept for the preemptor", func(t *testing.T) {
+	t.Run("the free GPUs the preemptor needs are claimed for it", func(t *testing.T) {
+		// The batch victim frees 2 GPUs; the urgent job needs the 2 free ones too.
+		small := job(2, 2, "H100")
+		running := []Running{runningIn(90, "batch", 0, 1), runningIn(91, "train", 2, 3, 4, 5)}
+		p := mustSchedule(snapshot(node, running, urgent, small), Options{})
+		want := []Claim{{JobID: 1, Allocs: []Alloc{{Node: "gpu-01", GPUIndices: []int{0, 1, 6, 7}, CPUs: 1, MemoryMB: 1024}}}}
+		if len(p.Preemptions) != 1 || len(p.Placements) != 0 || !reflect.DeepEqual(p.Claims, want) {
+			t.Errorf("plan %+v", p)
+		}
+		if pj, _ := pendingOf(p, 2); pj.Reason.Code != ReasonResources ||
+			pj.Reason.Message != "no node has 2 free GPUs of model H100: 2 on gpu-01 are held for job 1 until the jobs preempted for it stop" {
+			t.Errorf("small job: %+v", pj.Reason)
+		}
+	})
+	t.Run("free GPUs the preemptor does not need stay free", func(t *testing.T) {
+		// The victim holds 6 GPUs; the claim takes 4 of them, and the 2 free ones serve
+		// the small job while the victim stops.
 		small := job(2, 2, "H100")
 		p := mustSchedule(snapshot(node, []Running{runningIn(90, "batch", 0, 1, 2, 3, 4, 5)}, urgent, small), Options{})
-		if len(p.Preemptions) != 1 || len(p.Placements) != 0 {
+		want := []Claim{{JobID: 1, Allocs: []Alloc{{Node: "gpu-01", GPUIndices: []int{0, 1, 2, 3}, CPUs: 1, MemoryMB: 1024}}}}
+		if len(p.Preemptions) != 1 || !reflect.DeepEqual(p.Claims, want) {
 			t.Errorf("plan %+v", p)
+		}
+		if pl, ok := placementOf(p, 2); !ok || !reflect.DeepEqual(pl.Allocs[0].GPUIndices, []int{6, 7}) {
+			t.Errorf("small job: %+v", p)
 		}
 	})
 	t.Run("only victims that free what is missing", func(t *testing.T) {

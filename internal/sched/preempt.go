@@ -3,6 +3,7 @@ package sched
 import (
 	"cmp"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 )
@@ -14,12 +15,17 @@ import (
 // Queues marked NeverPreempt are never touched. Jobs inside Options.MinRuntime are
 // protected, to avoid thrashing. Among the nodes where enough can be freed, the victims
 // chosen lose the least: lowest tier first, then the fewest GPU-seconds since their last
-// checkpoint. Jobs already stopping are counted first, at no cost, so a preemptor does not
-// ask for more victims while earlier ones are still on their way out.
+// checkpoint, then the fewest victims. Jobs already stopping are counted first, at no
+// cost, so a preemptor does not ask for more victims while earlier ones are still on their
+// way out; what they hold that a claim names is not theirs to give.
+//
+// A gang preempts on a set of nodes of one class (model and driver) that together fit it:
+// each node's cheapest victims are found as for a single node (none where it fits
+// already), and the set chosen is the one whose worst tier is lowest, then whose loss is
+// least, then with the fewest victims.
 //
 // The preemptor is not placed in this cycle: the victims still hold the GPUs. It waits
-// with WaitingForPreemption, and the GPUs already free on its node are reserved for it.
-// Gangs do not preempt.
+// with WaitingForPreemption, and the plan claims for it what it will take (claims.go).
 
 // victim is a running job that preemption may stop.
 type victim struct {
@@ -28,12 +34,13 @@ type victim struct {
 	byTier   bool    // its queue yields to higher tiers
 	reclaim  bool    // it borrows beyond its team's guarantee
 	stopping bool    // already told to stop
+	gpus     int     // in all
 	cost     float64 // GPU-seconds lost if stopped now
-	claimed  bool    // given to a preemptor in this cycle
+	taken    bool    // given to a preemptor in this cycle
 }
 
 // hold is what a victim holds in one GPU group (or, with group -1, just CPUs and memory)
-// of a node.
+// of a node. GPUs a claim names are left out: they go to the claimant.
 type hold struct {
 	victim int
 	group  int
@@ -45,12 +52,16 @@ type hold struct {
 type preemptor struct {
 	victims []victim
 	holds   [][]hold // by node
-	nodes   []int    // nodes with holds, ascending
+	// nodes are those with holds, with the least any victim set there can lose, in the
+	// order of that loss: a search that has found an option losing less stops there.
+	nodes []nodeLoss
 	// What rights could find anything, so that most jobs skip the search.
 	lowestTier  int
 	anyBorrower bool
 	anyStopping bool
 	failed      map[preemptKey]bool
+	// chosen is scratch for cheapest, reused from one node to the next.
+	chosen []int
 }
 
 type preemptKey struct {
@@ -87,12 +98,11 @@ func newPreemptor(c *cycle) *preemptor {
 		if r.LastCheckpoint.IsZero() {
 			since = nanos(r.Start)
 		}
-		gpus := 0
 		for _, a := range r.Allocs {
-			gpus += len(a.GPUIndices)
+			v.gpus += len(a.GPUIndices)
 		}
 		if since < st.now {
-			v.cost = float64(gpus) * float64(st.now-since) / 1e9
+			v.cost = float64(v.gpus) * float64(st.now-since) / 1e9
 		}
 		for _, a := range r.Allocs {
 			ni, ok := st.byName[a.Node]
@@ -103,7 +113,7 @@ func newPreemptor(c *cycle) *preemptor {
 			for _, gi := range st.nodes[ni].groups {
 				n := 0
 				for _, idx := range a.GPUIndices {
-					if _, ok := slices.BinarySearch(st.groups[gi].index, idx); ok {
+					if p, ok := slices.BinarySearch(st.groups[gi].index, idx); ok && !c.isClaimed(gi, p) {
 						n++
 					}
 				}
@@ -122,86 +132,41 @@ func newPreemptor(c *cycle) *preemptor {
 		p.anyBorrower = p.anyBorrower || v.reclaim
 		p.anyStopping = p.anyStopping || v.stopping
 	}
+	// Each node's holds in the order victims are chosen: stopping ones first (they cost
+	// nothing), then lowest tier, least loss, ID. The order does not depend on the
+	// preemptor, so it is set once here rather than at every search.
+	n := 0
+	for _, hs := range p.holds {
+		if len(hs) > 0 {
+			n++
+		}
+	}
+	p.nodes = make([]nodeLoss, 0, n)
 	for ni, hs := range p.holds {
 		if len(hs) > 0 {
-			p.nodes = append(p.nodes, ni)
-		}
-	}
-	return p
-}
-
-// mayStop reports whether a job of the given tier and team, in quota or not, has a right
-// over the victim.
-func (v *victim) mayStop(tier int, team string, inQuota bool) bool {
-	if v.claimed {
-		return false
-	}
-	return v.stopping || (v.byTier && v.tier < tier) || (v.reclaim && inQuota && v.r.Team != team)
-}
-
-// preempt looks for the node where stopping the fewest-loss victims lets the job start.
-// On success it claims the victims, reserves what is already free there for the job, and
-// returns the victims' IDs and the node.
-func (c *cycle) preempt(r *ranked, d *demand, inQuota bool) ([]int64, string, bool) {
-	// Preemption rests on the tier order: under the research orders (fifo, sjf, las) a
-	// victim could be placed again ahead of the job it made room for, losing work for
-	// nothing, so they do not preempt.
-	if c.opts.NoPreemption || c.opts.Order != OrderPriority || d.nodes > 1 || len(c.s.Running) == 0 {
-		return nil, "", false
-	}
-	if c.pre == nil {
-		c.pre = newPreemptor(c)
-	}
-	p := c.pre
-	tier := r.queue.Tier
-	if !(tier > p.lowestTier || (inQuota && p.anyBorrower) || p.anyStopping) {
-		return nil, "", false
-	}
-	key := preemptKey{d.shape(), tier, inQuota}
-	if p.failed[key] {
-		return nil, "", false
-	}
-	st := c.st
-	type choice struct {
-		cd                cand
-		victims           []int
-		maxTier, n        int
-		cost              float64
-		freeGPUs, freeCPU int
-		freeMem           int64
-	}
-	var best *choice
-	var chosen []int
-	for _, ni := range p.nodes {
-		ns := &st.nodes[ni]
-		if ns.n.CPUs < d.cpus || ns.n.MemoryMB < d.mem || !st.inPools(ni, d) {
-			continue
-		}
-		groups := ns.groups
-		if d.gpus == 0 {
-			groups = []int{-1}
-		}
-		for _, gi := range groups {
-			if gi >= 0 && (!d.takes(st.groups[gi].model) || len(st.groups[gi].index) < d.gpus) {
-				continue
-			}
-			if st.foreignWindow(ni, d, st.now) {
-				continue
-			}
-			gpus := 0
-			if gi >= 0 {
-				gpus = st.groups[gi].nfree
-			}
-			cpus, mem := ns.freeCPU, ns.freeMem
-			// Candidates on this group, cheapest loss first.
-			chosen = chosen[:0]
-			var cands []hold
-			for _, h := range p.holds[ni] {
-				if (h.group == gi || h.group == -1 || gi == -1) && p.victims[h.victim].mayStop(tier, d.team, inQuota) {
-					cands = append(cands, h)
+			nl := nodeLoss{node: ni, tier: maxTier, age: math.Inf(1)}
+			cost, stopping := math.Inf(1), false
+			for _, h := range hs {
+				v := &p.victims[h.victim]
+				if v.stopping {
+					stopping = true
+					nl.stopping += h.gpus
+					continue
+				}
+				nl.tier = min(nl.tier, v.tier)
+				cost = min(cost, v.cost)
+				if h.gpus > 0 {
+					nl.age = min(nl.age, v.cost/float64(v.gpus))
 				}
 			}
-			slices.SortFunc(cands, func(a, b hold) int {
+			// Any victim set has at least one victim, so it stops at least the lowest tier
+			// and loses at least the least loss of one; nothing if a stopping one will do.
+			nl.least = loss{tier: nl.tier, cost: cost}
+			if stopping {
+				nl.least = loss{tier: minTier}
+			}
+			p.nodes = append(p.nodes, nl)
+			slices.SortStableFunc(hs, func(a, b hold) int {
 				va, vb := &p.victims[a.victim], &p.victims[b.victim]
 				if va.stopping != vb.stopping {
 					if va.stopping {
@@ -211,81 +176,340 @@ func (c *cycle) preempt(r *ranked, d *demand, inQuota bool) ([]int64, string, bo
 				}
 				return cmp.Or(cmp.Compare(va.tier, vb.tier), cmp.Compare(va.cost, vb.cost), cmp.Compare(va.r.ID, vb.r.ID))
 			})
-			maxTier, cost := -1<<31, 0.0
-			for _, h := range cands {
-				if gpus >= d.gpus && cpus >= d.cpus && mem >= d.mem {
-					break
-				}
-				// Stop only what helps: a CPU-only job frees no GPUs.
-				helps := (h.group == gi && h.gpus > 0 && gpus < d.gpus) || (h.cpus > 0 && cpus < d.cpus) || (h.mem > 0 && mem < d.mem)
-				if !helps {
-					continue
-				}
-				// A victim may hold several groups of the node; what it holds elsewhere
-				// frees CPUs and memory too, but only this group's GPUs count.
-				if !slices.Contains(chosen, h.victim) {
-					chosen = append(chosen, h.victim)
-					v := &p.victims[h.victim]
-					if !v.stopping {
-						maxTier = max(maxTier, v.tier)
-						cost += v.cost
-					}
-				}
-				if h.group == gi {
-					gpus += h.gpus
-				}
-				cpus += h.cpus
-				mem += h.mem
+		}
+	}
+	slices.SortFunc(p.nodes, func(a, b nodeLoss) int {
+		return cmp.Or(cmp.Compare(a.least.tier, b.least.tier), cmp.Compare(a.least.cost, b.least.cost), cmp.Compare(a.node, b.node))
+	})
+	return p
+}
+
+// nodeLoss is a node with bounds on what stopping victims there loses. least bounds any
+// victim set: nothing where a stopping job may do. A job short of more GPUs there than are
+// free or held by stopping jobs (stopping counts those) needs jobs that are not stopping,
+// of tier at least tier, each GPU of which loses at least age GPU-seconds.
+type nodeLoss struct {
+	node     int
+	least    loss
+	stopping int
+	tier     int
+	age      float64
+}
+
+// mayStop reports whether a job of the given tier and team, in quota or not, has a right
+// over the victim.
+func (v *victim) mayStop(tier int, team string, inQuota bool) bool {
+	if v.taken {
+		return false
+	}
+	return v.stopping || (v.byTier && v.tier < tier) || (v.reclaim && inQuota && v.r.Team != team)
+}
+
+// preempt looks for the node, or for a gang the nodes, where stopping the fewest-loss
+// victims lets the job start. On success it takes the victims, claims what the job will
+// take there, and returns the victims' IDs and the nodes.
+func (c *cycle) preempt(r *ranked, d *demand, inQuota bool) ([]int64, []string, bool) {
+	// Preemption rests on the tier order: under the research orders (fifo, sjf, las) a
+	// victim could be placed again ahead of the job it made room for, losing work for
+	// nothing, so they do not preempt.
+	if c.opts.NoPreemption || c.opts.Order != OrderPriority || len(c.s.Running) == 0 {
+		return nil, nil, false
+	}
+	if c.pre == nil {
+		c.pre = newPreemptor(c)
+	}
+	p := c.pre
+	tier := r.queue.Tier
+	if !(tier > p.lowestTier || (inQuota && p.anyBorrower) || p.anyStopping) {
+		return nil, nil, false
+	}
+	key := preemptKey{d.shape(), tier, inQuota}
+	if p.failed[key] {
+		return nil, nil, false
+	}
+	var picks []pick
+	if d.nodes == 1 {
+		picks = p.single(c.st, d, tier, inQuota)
+	} else {
+		picks = p.gang(c.st, d, tier, inQuota)
+	}
+	if picks == nil {
+		p.failed[key] = true
+		return nil, nil, false
+	}
+	c.plan.Claims = append(c.plan.Claims, c.newClaim(r.job, d, picks))
+	var ids []int64
+	nodes := make([]string, len(picks))
+	for i, pk := range picks {
+		node := c.st.nodes[pk.cd.node].n.Name
+		nodes[i] = node
+		for _, vi := range pk.victims {
+			v := &p.victims[vi]
+			if v.taken {
+				continue // chosen on an earlier node of the gang
 			}
-			if gpus < d.gpus || cpus < d.cpus || mem < d.mem || len(chosen) == 0 {
+			v.taken = true
+			ids = append(ids, v.r.ID)
+			if v.stopping {
 				continue
 			}
-			ch := choice{cd: cand{ni, gi}, maxTier: maxTier, cost: cost, n: len(chosen)}
-			if best == nil || cmp.Or(cmp.Compare(ch.maxTier, best.maxTier), cmp.Compare(ch.cost, best.cost), cmp.Compare(ch.n, best.n)) < 0 {
-				ch.victims = slices.Clone(chosen)
-				if gi >= 0 {
-					ch.freeGPUs = min(st.groups[gi].nfree, d.gpus)
+			why := fmt.Sprintf("preempted on %s by job %d of higher tier (queue %s)", node, r.job.ID, r.queue.Name)
+			if !(v.byTier && v.tier < tier) {
+				why = fmt.Sprintf("borrowed GPUs on %s reclaimed by team %s's in-quota job %d", node, d.team, r.job.ID)
+			}
+			c.plan.Preemptions = append(c.plan.Preemptions, Preemption{JobID: v.r.ID, ForJob: r.job.ID, Reason: why})
+		}
+	}
+	return ids, nodes, true
+}
+
+// loss is what stopping victims loses: the highest tier stopped and the GPU-seconds lost.
+type loss struct {
+	tier int
+	cost float64
+}
+
+// option is the cheapest way to make room for a job on one candidate.
+type option struct {
+	cd      cand
+	victims []int
+	maxTier int // of the victims not already stopping; minTier without any
+	cost    float64
+}
+
+const (
+	minTier = -1 << 31
+	maxTier = 1<<31 - 1
+)
+
+// worse orders options by what they lose: the highest tier stopped, the GPU-seconds lost,
+// the number of victims.
+func (o *option) worse(b *option) bool {
+	return o.compare(b) > 0
+}
+
+func (o *option) compare(b *option) int {
+	return cmp.Or(cmp.Compare(o.maxTier, b.maxTier), cmp.Compare(o.cost, b.cost), cmp.Compare(len(o.victims), len(b.victims)))
+}
+
+// nodeFits reports whether node ni could hold the job if nothing ran there, GPUs aside.
+func (st *state) nodeFits(ni int, d *demand) bool {
+	ns := &st.nodes[ni]
+	return ns.n.CPUs >= d.cpus && ns.n.MemoryMB >= d.mem && st.inPools(ni, d) && !st.foreignWindow(ni, d, st.now)
+}
+
+// groupFits reports whether group gi (-1: none, for a CPU-only job) has the model and the
+// GPUs the job needs, if nothing ran there.
+func (st *state) groupFits(gi int, d *demand) bool {
+	return gi < 0 || (d.takes(st.groups[gi].model) && len(st.groups[gi].index) >= d.gpus)
+}
+
+// single picks the one node where the cheapest victims let a single-node job start; among
+// equal options, the first in name order.
+func (p *preemptor) single(st *state, d *demand, tier int, inQuota bool) []pick {
+	var best option
+	found := false
+	noGroup := [1]int{-1}
+	for _, nl := range p.nodes {
+		ni := nl.node
+		if found && cmp.Or(cmp.Compare(nl.least.tier, best.maxTier), cmp.Compare(nl.least.cost, best.cost)) > 0 {
+			break // nothing here or further on can lose less
+		}
+		// The margin keeps float rounding from skipping a node that would tie.
+		if need := d.gpus - st.nodes[ni].freeGPUs - nl.stopping; found && need > 0 &&
+			cmp.Or(cmp.Compare(nl.tier, best.maxTier), cmp.Compare(float64(need)*nl.age*(1-1e-9), best.cost)) > 0 {
+			continue
+		}
+		groups := st.nodes[ni].groups
+		if d.gpus == 0 {
+			groups = noGroup[:]
+		}
+		nodeFits := false
+		for _, gi := range groups {
+			// The group first: most nodes that fail, fail on the model.
+			if !st.groupFits(gi, d) {
+				continue
+			}
+			if !nodeFits {
+				if !st.nodeFits(ni, d) {
+					break
 				}
-				ch.freeCPU, ch.freeMem = max(min(ns.freeCPU, d.cpus), 0), max(min(ns.freeMem, d.mem), 0)
-				best = &ch
+				nodeFits = true
+			}
+			bound := &best
+			if !found {
+				bound = nil
+			}
+			o, ok := p.cheapest(st, cand{ni, gi}, d, tier, inQuota, bound)
+			if !ok || len(o.victims) == 0 {
+				continue
+			}
+			if c := o.compare(&best); !found || c < 0 || (c == 0 && cmp.Or(cmp.Compare(ni, best.cd.node), cmp.Compare(gi, best.cd.group)) < 0) {
+				o.victims = slices.Clone(o.victims)
+				best, found = o, true
 			}
 		}
 	}
-	if best == nil {
-		p.failed[key] = true
-		return nil, "", false
+	if !found {
+		return nil
 	}
-	// What is free there now is the job's for this cycle; the rest comes from the victims.
-	if best.freeGPUs > 0 || best.freeCPU > 0 || best.freeMem > 0 {
-		st.reserve(best.cd, &demand{gpus: best.freeGPUs, cpus: best.freeCPU, mem: best.freeMem, dur: d.dur}, st.now)
-	}
-	node := st.nodes[best.cd.node].n.Name
-	var ids []int64
-	for _, vi := range best.victims {
-		v := &p.victims[vi]
-		v.claimed = true
-		ids = append(ids, v.r.ID)
-		if v.stopping {
+	return []pick{{best.cd, best.victims}}
+}
+
+// gang picks d.nodes nodes of one class where the gang fits once the cheapest victims on
+// each have stopped: in each class, the nodes whose worst tier stopped is lowest, and
+// among those the cheapest; then the class that loses least.
+func (p *preemptor) gang(st *state, d *demand, tier int, inQuota bool) []pick {
+	var opts []option
+	for m := range st.models {
+		if !d.takes(m) {
 			continue
 		}
-		why := fmt.Sprintf("preempted on %s by job %d of higher tier (queue %s)", node, r.job.ID, r.queue.Name)
-		if !(v.byTier && v.tier < tier) {
-			why = fmt.Sprintf("borrowed GPUs on %s reclaimed by team %s's in-quota job %d", node, d.team, r.job.ID)
+		for _, gi := range st.models[m].groups {
+			g := &st.groups[gi]
+			ns := &st.nodes[g.node]
+			fitsFree := g.nfree >= d.gpus && ns.freeCPU >= d.cpus && ns.freeMem >= d.mem
+			if len(p.holds[g.node]) == 0 && !fitsFree {
+				continue
+			}
+			if !st.groupFits(gi, d) || !st.nodeFits(g.node, d) {
+				continue
+			}
+			if o, ok := p.cheapest(st, cand{g.node, gi}, d, tier, inQuota, nil); ok {
+				o.victims = slices.Clone(o.victims)
+				opts = append(opts, o)
+			}
 		}
-		c.plan.Preemptions = append(c.plan.Preemptions, Preemption{JobID: v.r.ID, ForJob: r.job.ID, Reason: why})
 	}
-	return ids, node, true
+	class := func(o *option) int { return st.groups[o.cd.group].class }
+	slices.SortFunc(opts, func(a, b option) int {
+		return cmp.Or(cmp.Compare(class(&a), class(&b)), cmp.Compare(a.maxTier, b.maxTier), cmp.Compare(a.cd.group, b.cd.group))
+	})
+	var best []option
+	var bestAll option
+	for lo := 0; lo < len(opts); {
+		hi := lo
+		for hi < len(opts) && class(&opts[hi]) == class(&opts[lo]) {
+			hi++
+		}
+		run := opts[lo:hi]
+		lo = hi
+		if len(run) < d.nodes {
+			continue
+		}
+		// No set of the class stops less than the d.nodes-th lowest tier; among the nodes
+		// within it, the cheapest.
+		top := run[d.nodes-1].maxTier
+		n := d.nodes
+		for n < len(run) && run[n].maxTier <= top {
+			n++
+		}
+		set := slices.Clone(run[:n])
+		slices.SortFunc(set, func(a, b option) int {
+			return cmp.Or(cmp.Compare(a.cost, b.cost), cmp.Compare(len(a.victims), len(b.victims)), cmp.Compare(a.cd.group, b.cd.group))
+		})
+		set = set[:d.nodes]
+		// The set's loss, each victim counted once even where it spans several nodes.
+		all := option{maxTier: minTier}
+		for _, o := range set {
+			all.maxTier = max(all.maxTier, o.maxTier)
+			for _, vi := range o.victims {
+				if !slices.Contains(all.victims, vi) {
+					all.victims = append(all.victims, vi)
+					if !p.victims[vi].stopping {
+						all.cost += p.victims[vi].cost
+					}
+				}
+			}
+		}
+		if best == nil || bestAll.worse(&all) {
+			best, bestAll = set, all
+		}
+	}
+	if best == nil || len(bestAll.victims) == 0 {
+		return nil // it fits without victims, but backfill or priority kept it out
+	}
+	slices.SortFunc(best, func(a, b option) int { return cmp.Compare(a.cd.node, b.cd.node) })
+	picks := make([]pick, len(best))
+	for i, o := range best {
+		picks[i] = pick{o.cd, o.victims}
+	}
+	return picks
+}
+
+// cheapest finds the victims on candidate cd whose stopping frees what the job lacks
+// there, losing the least: stopping ones first, then by tier and loss. It reports false
+// when stopping every job it may stop there is not enough, or, given a bound, as soon as
+// the victims would lose more than it. The victims it returns live in scratch memory
+// until the next call.
+func (p *preemptor) cheapest(st *state, cd cand, d *demand, tier int, inQuota bool, bound *option) (option, bool) {
+	ni, gi := cd.node, cd.group
+	ns := &st.nodes[ni]
+	gpus := 0
+	if gi >= 0 {
+		gpus = st.groups[gi].nfree
+	}
+	cpus, mem := ns.freeCPU, ns.freeMem
+	o := option{cd: cd, maxTier: minTier}
+	chosen := p.chosen[:0]
+	// The holds are in the order victims are chosen (newPreemptor).
+	for _, h := range p.holds[ni] {
+		if gpus >= d.gpus && cpus >= d.cpus && mem >= d.mem {
+			break
+		}
+		if !(h.group == gi || h.group == -1 || gi == -1) || !p.victims[h.victim].mayStop(tier, d.team, inQuota) {
+			continue
+		}
+		// Stop only what helps: a CPU-only job frees no GPUs.
+		helps := (h.group == gi && h.gpus > 0 && gpus < d.gpus) || (h.cpus > 0 && cpus < d.cpus) || (h.mem > 0 && mem < d.mem)
+		if !helps {
+			continue
+		}
+		// A victim may hold several groups of the node; what it holds elsewhere
+		// frees CPUs and memory too, but only this group's GPUs count.
+		if !slices.Contains(chosen, h.victim) {
+			chosen = append(chosen, h.victim)
+			v := &p.victims[h.victim]
+			if !v.stopping {
+				o.maxTier = max(o.maxTier, v.tier)
+				o.cost += v.cost
+			}
+			// Tier and loss only grow from here: once worse than the bound, stop.
+			if o.victims = chosen; bound != nil && o.worse(bound) {
+				p.chosen = chosen
+				return o, false
+			}
+		}
+		if h.group == gi {
+			gpus += h.gpus
+		}
+		cpus += h.cpus
+		mem += h.mem
+	}
+	p.chosen = chosen
+	o.victims = chosen
+	return o, gpus >= d.gpus && cpus >= d.cpus && mem >= d.mem
 }
 
 // waitingReason explains a job waiting for its victims.
-func (c *cycle) waitingReason(ids []int64, node string) Reason {
-	r := Reason{Code: ReasonWaitingForPreemption, BestNode: node, Victims: ids}
+func (c *cycle) waitingReason(ids []int64, nodes []string) Reason {
+	r := Reason{Code: ReasonWaitingForPreemption, BestNode: nodes[0], Victims: ids}
 	if !c.opts.Terse {
 		s := make([]string, len(ids))
 		for i, id := range ids {
 			s[i] = fmt.Sprint(id)
 		}
-		r.Message = fmt.Sprintf("waiting for %s to stop on %s: %s", plural(len(ids), "job"), node, strings.Join(s, ", "))
+		where := nodes[0]
+		if len(nodes) > 1 {
+			where = strings.Join(nodes[:len(nodes)-1], ", ") + " and " + nodes[len(nodes)-1]
+		}
+		switch len(ids) {
+		case 0:
+			// What it waits for was chosen in this cycle, for another job.
+			r.Message = fmt.Sprintf("waiting for the jobs preempted on %s to stop", where)
+		default:
+			r.Message = fmt.Sprintf("waiting for %s to stop on %s: %s", plural(len(ids), "job"), where, strings.Join(s, ", "))
+		}
 	}
 	return r
 }

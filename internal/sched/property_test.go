@@ -1,6 +1,7 @@
 package sched
 
 import (
+	"cmp"
 	"fmt"
 	"math/rand/v2"
 	"reflect"
@@ -103,7 +104,7 @@ func genCluster(r *rand.Rand, nodes, pending int, busyFrac float64, rich bool) *
 
 // decisions strips a plan of its explanations.
 func decisions(p Plan) Plan {
-	out := Plan{Placements: p.Placements, Preemptions: p.Preemptions, Reservations: p.Reservations}
+	out := Plan{Placements: p.Placements, Preemptions: p.Preemptions, Reservations: p.Reservations, Claims: p.Claims}
 	for _, pj := range p.Pending {
 		out.Pending = append(out.Pending, PendingJob{JobID: pj.JobID, EstimatedStart: pj.EstimatedStart, Priority: pj.Priority})
 	}
@@ -112,18 +113,100 @@ func decisions(p Plan) Plan {
 
 func teamOf(id int64) string { return []string{"vision", "nlp", "speech", "robotics"}[id%4] }
 
-// checkPlan verifies what must hold of any plan: each job placed or explained once, no GPU
-// given twice or given while held, only healthy GPUs of the right model on schedulable
-// nodes, and no node's CPUs or memory overcommitted by the plan.
-func checkPlan(t *testing.T, s *Snapshot, p Plan) {
-	t.Helper()
+type gpuKey struct {
+	node string
+	idx  int
+}
+
+// liveClaims returns the snapshot's claims that can still be met at now, by claimant: the
+// job is pending, the nodes are schedulable and no other team's window covers them during
+// its run, the GPUs healthy and held by nothing but stopping jobs, no earlier claim (by job
+// ID) names them, and the CPUs and memory that jobs not stopping and earlier claims leave
+// on each node cover it. claimed maps each of their GPUs to
+// its claimant.
+func liveClaims(s *Snapshot, now time.Time) (map[int64]*Claim, map[gpuKey]int64) {
 	nodes := map[string]*Node{}
 	for i := range s.Nodes {
 		nodes[s.Nodes[i].Name] = &s.Nodes[i]
 	}
-	type gpuKey struct {
-		node string
-		idx  int
+	pending := map[int64]*Job{}
+	for i := range s.Pending {
+		pending[s.Pending[i].ID] = &s.Pending[i]
+	}
+	working := map[gpuKey]bool{} // held by a job that is not stopping
+	cpus, mem := map[string]int{}, map[string]int64{}
+	for _, r := range s.Running {
+		for _, a := range r.Allocs {
+			if !r.Preempting {
+				cpus[a.Node] += a.CPUs
+				mem[a.Node] += a.MemoryMB
+			}
+			for _, i := range a.GPUIndices {
+				working[gpuKey{a.Node, i}] = working[gpuKey{a.Node, i}] || !r.Preempting
+			}
+		}
+	}
+	order := slices.Clone(s.Claims)
+	slices.SortStableFunc(order, func(a, b Claim) int { return cmp.Compare(a.JobID, b.JobID) })
+	live, claimed := map[int64]*Claim{}, map[gpuKey]int64{}
+next:
+	for i := range order {
+		cl := &order[i]
+		j := pending[cl.JobID]
+		if j == nil || live[cl.JobID] != nil {
+			continue
+		}
+		end := now.Add(j.TimeLimit)
+		for _, a := range cl.Allocs {
+			n := nodes[a.Node]
+			if n == nil || !n.Schedulable || cpus[a.Node]+a.CPUs > n.CPUs || mem[a.Node]+a.MemoryMB > n.MemoryMB {
+				continue next
+			}
+			for _, w := range s.Reservations {
+				if w.Team != j.Team && slices.Contains(w.Nodes, a.Node) && w.End.After(now) && (j.TimeLimit == 0 || w.Start.Before(end)) {
+					continue next
+				}
+			}
+			for _, idx := range a.GPUIndices {
+				k := gpuKey{a.Node, idx}
+				healthy := false
+				for _, g := range n.GPUs {
+					healthy = healthy || (g.Index == idx && g.Healthy)
+				}
+				if _, dup := claimed[k]; dup || !healthy || working[k] {
+					continue next
+				}
+			}
+		}
+		live[cl.JobID] = cl
+		for _, a := range cl.Allocs {
+			cpus[a.Node] += a.CPUs
+			mem[a.Node] += a.MemoryMB
+			for _, idx := range a.GPUIndices {
+				claimed[gpuKey{a.Node, idx}] = cl.JobID
+			}
+		}
+	}
+	return live, claimed
+}
+
+// checkPlan verifies what must hold of any plan: each job placed or explained once, no GPU
+// given twice or given while held, only healthy GPUs of the right model on schedulable
+// nodes, and no node's CPUs or memory overcommitted by the plan. Claims: no job is placed
+// on what a live claim of the snapshot holds for another, a claimant starts exactly on its
+// claim or waits for its victims without choosing new ones, and the plan's claims are
+// those of the jobs waiting for preemption, each on what its victims free or is free.
+func checkPlan(t *testing.T, s *Snapshot, p Plan) {
+	t.Helper()
+	checkPlanAt(t, s, p, t0, DefaultMinRuntime)
+}
+
+// checkPlanAt is checkPlan for a plan made at now with the given minimum runtime.
+func checkPlanAt(t *testing.T, s *Snapshot, p Plan, now time.Time, minRuntime time.Duration) {
+	t.Helper()
+	nodes := map[string]*Node{}
+	for i := range s.Nodes {
+		nodes[s.Nodes[i].Name] = &s.Nodes[i]
 	}
 	held := map[gpuKey]int64{}
 	cpus, mem := map[string]int{}, map[string]int64{}
@@ -132,6 +215,14 @@ func checkPlan(t *testing.T, s *Snapshot, p Plan) {
 			for _, i := range a.GPUIndices {
 				held[gpuKey{a.Node, i}] = r.ID
 			}
+			cpus[a.Node] += a.CPUs
+			mem[a.Node] += a.MemoryMB
+		}
+	}
+	// A claim's CPUs and memory are not free to others, even while its victims hold theirs.
+	live, claimed := liveClaims(s, now)
+	for _, cl := range live {
+		for _, a := range cl.Allocs {
 			cpus[a.Node] += a.CPUs
 			mem[a.Node] += a.MemoryMB
 		}
@@ -147,6 +238,15 @@ func checkPlan(t *testing.T, s *Snapshot, p Plan) {
 		if j == nil {
 			t.Fatalf("placement of unknown job %d", pl.JobID)
 		}
+		if cl := live[j.ID]; cl != nil {
+			if !reflect.DeepEqual(pl.Allocs, cl.Allocs) {
+				t.Fatalf("job %d placed on %+v, not on its claim %+v", j.ID, pl.Allocs, cl.Allocs)
+			}
+			for _, a := range cl.Allocs {
+				cpus[a.Node] -= a.CPUs // its claim becomes its placement
+				mem[a.Node] -= a.MemoryMB
+			}
+		}
 		total := 0
 		for _, a := range pl.Allocs {
 			n := nodes[a.Node]
@@ -160,6 +260,9 @@ func checkPlan(t *testing.T, s *Snapshot, p Plan) {
 				k := gpuKey{a.Node, i}
 				if other, ok := held[k]; ok {
 					t.Fatalf("GPU %s/%d given to job %d is held by job %d", a.Node, i, j.ID, other)
+				}
+				if other, ok := claimed[k]; ok && other != j.ID {
+					t.Fatalf("GPU %s/%d given to job %d is claimed by job %d", a.Node, i, j.ID, other)
 				}
 				held[k] = j.ID
 				var g *GPU
@@ -228,10 +331,75 @@ func checkPlan(t *testing.T, s *Snapshot, p Plan) {
 			t.Fatalf("job %d neither preemptible nor borrowing", pr.JobID)
 		case !waiting[pr.ForJob]:
 			t.Fatalf("job %d preempted for job %d, which does not wait for it", pr.JobID, pr.ForJob)
-		case t0.Sub(v.Start) < DefaultMinRuntime:
+		case now.Sub(v.Start) < minRuntime:
 			t.Fatalf("job %d preempted inside its minimum runtime", pr.JobID)
 		}
 		victims[pr.JobID] = true
+		if live[pr.ForJob] != nil {
+			t.Fatalf("job %d preempted for job %d, whose claim its earlier victims will fill", pr.JobID, pr.ForJob)
+		}
+	}
+
+	// The plan's claims: one per job waiting for preemption, each on GPUs that are free,
+	// stopping, or freed by this plan's victims, and not overlapping one another.
+	claimsOf := map[int64]bool{}
+	taken := map[gpuKey]int64{}
+	for _, pl := range p.Placements {
+		for _, a := range pl.Allocs {
+			for _, i := range a.GPUIndices {
+				taken[gpuKey{a.Node, i}] = pl.JobID
+			}
+		}
+	}
+	for _, cl := range p.Claims {
+		j := jobs[cl.JobID]
+		switch {
+		case j == nil:
+			t.Fatalf("claim for job %d, which is not pending", cl.JobID)
+		case claimsOf[cl.JobID]:
+			t.Fatalf("two claims for job %d", cl.JobID)
+		case !waiting[cl.JobID]:
+			t.Fatalf("claim for job %d, which does not wait for preemption", cl.JobID)
+		}
+		claimsOf[cl.JobID] = true
+		if old := live[cl.JobID]; old != nil && !reflect.DeepEqual(old.Allocs, cl.Allocs) {
+			t.Fatalf("job %d's claim moved from %+v to %+v", cl.JobID, old.Allocs, cl.Allocs)
+		}
+		want, perNode := 1, j.Request.GPUs
+		if j.Request.Nodes > 1 {
+			want, perNode = j.Request.Nodes, j.Request.GPUsPerNode
+		}
+		if len(cl.Allocs) != want {
+			t.Fatalf("job %d's claim has %d nodes, it needs %d", cl.JobID, len(cl.Allocs), want)
+		}
+		for _, a := range cl.Allocs {
+			if len(a.GPUIndices) != perNode || a.CPUs != j.Request.CPUs || a.MemoryMB != j.Request.MemoryMB {
+				t.Fatalf("job %d's claim %+v does not match its request %+v", cl.JobID, a, j.Request)
+			}
+			for _, i := range a.GPUIndices {
+				k := gpuKey{a.Node, i}
+				if other, ok := taken[k]; ok {
+					t.Fatalf("GPU %s/%d of job %d's claim is also given to job %d", a.Node, i, cl.JobID, other)
+				}
+				taken[k] = cl.JobID
+				if other, ok := claimed[k]; ok && other != cl.JobID {
+					t.Fatalf("GPU %s/%d of job %d's claim is claimed by job %d", a.Node, i, cl.JobID, other)
+				}
+				if h, ok := held[k]; ok && running[h] != nil && !running[h].Preempting && !victims[h] {
+					t.Fatalf("GPU %s/%d of job %d's claim is held by job %d, which is not stopping", a.Node, i, cl.JobID, h)
+				}
+			}
+		}
+	}
+	for _, pr := range p.Preemptions {
+		if !claimsOf[pr.ForJob] {
+			t.Fatalf("job %d preempted for job %d, which has no claim", pr.JobID, pr.ForJob)
+		}
+	}
+	for id := range waiting {
+		if !claimsOf[id] {
+			t.Fatalf("job %d waits for preemption without a claim", id)
+		}
 	}
 }
 

@@ -57,17 +57,27 @@ func (c *cycle) reason(d *demand, dg *diag) Reason {
 		return r
 	}
 	if d.deny != nil || d.model == noModel {
-		return c.gpuShortage(d) // answers that depend on more than the key below
+		return c.shortage(d) // answers that depend on more than the key below
 	}
-	// The answer depends only on the free GPU counts, so it is kept until a placement
-	// changes them: once the cluster is full, thousands of jobs share a few answers.
+	// The answer depends only on the free GPU counts (and the claims, which change them),
+	// so it is kept until a placement changes them: once the cluster is full, thousands of
+	// jobs share a few answers.
 	key := shortageKey{d.model, d.gpus, d.poolKey}
 	if e, ok := c.shortages[key]; ok && e.version == c.st.gpuVersion {
 		return e.reason
 	}
-	r := c.gpuShortage(d)
+	r := c.shortage(d)
 	c.shortages[key] = shortageEntry{c.st.gpuVersion, r}
 	return r
+}
+
+// shortage explains a job short of free GPUs: by the claim that holds them, when one
+// does, else by what is free.
+func (c *cycle) shortage(d *demand) Reason {
+	if r, ok := c.heldReason(d); ok {
+		return r
+	}
+	return c.gpuShortage(d)
 }
 
 // resourcesMessage says what the best node lacks in CPUs and memory.

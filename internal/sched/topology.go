@@ -14,6 +14,12 @@ func (st *state) pickGPUs(gi, n int) []int {
 			free = append(free, p)
 		}
 	}
+	return st.choose(g, free, n)
+}
+
+// choose is pickGPUs over a given list of positions of group g, ascending: a claim chooses
+// among the free GPUs and those its victims hold.
+func (st *state) choose(g *group, free []int, n int) []int {
 	if n <= 1 || n >= len(free) {
 		return free[:n]
 	}

@@ -19,6 +19,9 @@ type Snapshot struct {
 	Teams map[string]Team
 	// Reservations are administrative windows that hold nodes for one team.
 	Reservations []Reservation
+	// Claims are the previous plan's Plan.Claims of the jobs still pending: the caller
+	// passes them back unchanged until the job starts, and drops the others.
+	Claims []Claim
 	// NodesVersion lets a Planner keep its node layout between calls: a caller that plans
 	// the same nodes many times sets it non-zero and changes it whenever Nodes change in
 	// any way (added, removed, reordered, a field changed). Zero means unknown.
@@ -144,7 +147,8 @@ type Running struct {
 	// Start would be lost).
 	LastCheckpoint time.Time
 	// Preempting is true once the job has been told to stop; its resources are about to
-	// free and it is never chosen as a victim again.
+	// free and it is never chosen as a victim again. What it holds that a claim names goes
+	// to the claiming job; the rest may go to any job.
 	Preempting bool
 }
 
@@ -166,6 +170,10 @@ type Plan struct {
 	// Preemptions are running jobs to stop so that higher-right jobs can start in a later
 	// cycle.
 	Preemptions []Preemption
+	// Claims hold resources for the jobs that wait for preemption victims to stop: one for
+	// each job this cycle chose victims for, and one for each job of Snapshot.Claims still
+	// waiting for its victims. The caller passes them back in the next snapshot.
+	Claims []Claim
 	// Reservations are the backfill reservations of the highest blocked jobs: where and
 	// when each is expected to start. Lower jobs were placed only where they do not delay
 	// these.
@@ -179,6 +187,25 @@ type Preemption struct {
 	ForJob int64
 	// Reason is one plain sentence, e.g. "reclaimed by team vision's in-quota job 42".
 	Reason string
+}
+
+// Claim holds resources for a pending job that preemption is making room for: from the
+// cycle that chose its victims until the job starts. Nothing else may be placed on them.
+//
+// A claim carries over between cycles through the caller (Plan.Claims, then
+// Snapshot.Claims), so that the GPUs its victims free go to the job they were stopped for,
+// not to the victims themselves when they are requeued, nor to any other job. The job is
+// placed exactly on its claim once the victims are gone; until then it waits with
+// WaitingForPreemption and chooses no new victims, so no job is stopped twice for it. A
+// claim that can no longer be met is dropped, and the job searches afresh: its node left
+// the schedulable set, a GPU failed, a window for another team now covers the node, a job
+// that is not stopping holds its GPUs or the CPUs or memory it needs, or its team's quota
+// no longer allows the model.
+type Claim struct {
+	JobID int64
+	// Allocs are what the job will take on each node: one alloc, or one per node of a
+	// gang, in node name order.
+	Allocs []Alloc
 }
 
 // JobReservation is where and when a blocked job is expected to start.

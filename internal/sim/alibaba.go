@@ -51,6 +51,9 @@ func readAlibabaPods(r io.Reader, strict bool) (*Trace, error) {
 		if err != nil {
 			return Job{}, err
 		}
+		if n > maxTraceGPUs {
+			return Job{}, rowErrorf("num_gpu %d: at most %d", n, maxTraceGPUs)
+		}
 		milli, err := parseCount(rr, rec, "gpu_milli")
 		if err != nil {
 			return Job{}, err
@@ -70,17 +73,17 @@ func readAlibabaPods(r io.Reader, strict bool) (*Trace, error) {
 				multiModel++
 			}
 		}
-		created, err := parseCount(rr, rec, "creation_time")
+		created, err := parseOffset(rr, rec, "creation_time")
 		if err != nil {
 			return Job{}, err
 		}
-		deleted, err := parseCount(rr, rec, "deletion_time")
+		deleted, err := parseOffset(rr, rec, "deletion_time")
 		if err != nil {
 			return Job{}, err
 		}
 		start := created
 		if rr.field(rec, "scheduled_time") != "" {
-			if start, err = parseCount(rr, rec, "scheduled_time"); err != nil {
+			if start, err = parseOffset(rr, rec, "scheduled_time"); err != nil {
 				return Job{}, err
 			}
 		}
@@ -117,6 +120,16 @@ func parseCount(rr *rowReader, rec []string, col string) (int64, error) {
 		return 0, rowErrorf("%s %d is out of range", col, v)
 	}
 	return v, nil
+}
+
+// parseOffset reads a time column: seconds from the trace's origin, at most 10 years, so
+// that a time and a duration made from it stay far inside time.Duration.
+func parseOffset(rr *rowReader, rec []string, col string) (int64, error) {
+	v, err := parseCount(rr, rec, col)
+	if err == nil && v > maxTraceSeconds {
+		err = rowErrorf("%s %d is more than 10 years from the trace's start", col, v)
+	}
+	return v, err
 }
 
 // LoadAlibabaNodes reads an openb node list (sn, cpu_milli, memory_mib, gpu, model) as a

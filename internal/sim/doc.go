@@ -16,7 +16,10 @@
 // repairs, arrivals, wake-ups; then job ID), and then, if anything changed and a job waits,
 // the scheduler plans once on a snapshot kept up to date incrementally. Preemption victims
 // stop at once (the grace period is not modelled) and the scheduler is asked again at the
-// same instant so that the preemptor can start. A started job ends at start + the work it
+// same instant so that the preemptor can start. The plan's claims (sched.Claim: what the
+// preemptor will take) go back in the next snapshot while their jobs wait, as the server
+// passes them, so the preemptor starts on what its victims freed; a placement on another
+// job's claim stops the replay as a scheduler bug. A started job ends at start + the work it
 // has left, or at start + its time limit if that is sooner (TIMEOUT). A preempted job, or
 // one lost with a failed node, keeps the work it checkpointed (--checkpoint) and returns to
 // PENDING as a new attempt; a job lost more than --retries times FAILs. The replay stops

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"time"
 
@@ -212,8 +213,11 @@ type engine struct {
 	ends    int
 	pending []sched.Job
 	running []sched.Running
-	heap    eventHeap
-	wakeAt  int64
+	// claims are the last plan's claims, passed back in each snapshot while their jobs
+	// wait, as the server does: what preemption frees goes to the job it was for.
+	claims []sched.Claim
+	heap   eventHeap
+	wakeAt int64
 
 	// Integrals over virtual time, in GPU-seconds.
 	lastT              int64
@@ -508,6 +512,7 @@ func (e *engine) schedule() error {
 				return err
 			}
 		}
+		e.claims = p.Claims
 		e.scheduleWake(p.Pending)
 		if len(p.Preemptions) == 0 {
 			break
@@ -534,7 +539,10 @@ func (e *engine) snapshot() *sched.Snapshot {
 			}
 		}
 	}
-	return &sched.Snapshot{Nodes: e.nodes, NodesVersion: e.nodesVersion, Queues: e.queues, Teams: e.snapT, Running: e.running, Pending: e.pending}
+	// A plan claims only for jobs it leaves pending, and nothing but a plan starts a job,
+	// so this drops nothing today; it keeps the rule the server follows.
+	e.claims = slices.DeleteFunc(e.claims, func(c sched.Claim) bool { return e.jobs[c.JobID-1].pendPos < 0 })
+	return &sched.Snapshot{Nodes: e.nodes, NodesVersion: e.nodesVersion, Queues: e.queues, Teams: e.snapT, Running: e.running, Pending: e.pending, Claims: e.claims}
 }
 
 // accrue brings a team's usage up to now: usage decays by half every half-life while the
@@ -577,11 +585,15 @@ func (e *engine) scheduleWake(pending []sched.PendingJob) {
 }
 
 // start applies a placement after checking it against what is free: a plan that gives away
-// a busy GPU is a scheduler bug, and the replay stops rather than report wrong numbers.
+// a busy GPU, or one another job's claim holds, is a scheduler bug, and the replay stops
+// rather than report wrong numbers.
 func (e *engine) start(pl sched.Placement) error {
 	i := int(pl.JobID - 1)
 	if i < 0 || i >= len(e.jobs) || e.jobs[i].state != api.StatePending || e.jobs[i].pendPos < 0 {
 		return fmt.Errorf("policy %s placed job %d, which is not pending", e.policy, pl.JobID)
+	}
+	if id, node, gpu, ok := e.claimedByOther(pl); ok {
+		return fmt.Errorf("policy %s placed job %d on GPU %s/%d, which job %d's claim holds", e.policy, pl.JobID, node, gpu, id)
 	}
 	j := &e.jobs[i]
 	gpus := 0
@@ -640,6 +652,29 @@ func (e *engine) start(pl sched.Placement) error {
 	e.allocGPUs += j.gpus
 	e.addTeamGPUs(j.team, j.gpus)
 	return nil
+}
+
+// claimedByOther finds a GPU of the placement that a claim of another job holds, among
+// the claims the plan was made with. Claims are few: a scan is enough.
+func (e *engine) claimedByOther(pl sched.Placement) (int64, string, int, bool) {
+	for _, c := range e.claims {
+		if c.JobID == pl.JobID {
+			continue
+		}
+		for _, ca := range c.Allocs {
+			for _, a := range pl.Allocs {
+				if a.Node != ca.Node {
+					continue
+				}
+				for _, g := range a.GPUIndices {
+					if slices.Contains(ca.GPUIndices, g) {
+						return c.JobID, a.Node, g, true
+					}
+				}
+			}
+		}
+	}
+	return 0, "", 0, false
 }
 
 // release frees what job i holds and returns the GPU-seconds of its current attempt.

@@ -42,7 +42,7 @@ func TestMainReportsSkippedRows(t *testing.T) {
 	want := `rota sim: testdata/philly_bad.csv: 8 rows, 2 jobs loaded, 6 skipped
   skipped line 3: bad timestamp "2017-13-09 07:01:55": want YYYY-MM-DD HH:MM:SS
   skipped line 4: bad duration: negative duration -5 s
-  skipped line 5: bad num_gpus "0": want a whole number ≥ 1
+  skipped line 5: bad num_gpus "0": want a whole number from 1 to 4096
   skipped line 6: has 4 fields, header has 5
   skipped line 8: bad duration: "abc" is not a number of seconds
   skipped line 9: no set of nodes can ever run it: needs 512 nodes with 8 GPUs each, 300 have that

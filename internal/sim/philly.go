@@ -27,8 +27,8 @@ func readPhilly(r io.Reader, strict bool) (*Trace, error) {
 			return Job{}, rowErrorf("bad duration: %v", err)
 		}
 		gpus, err := strconv.Atoi(rr.field(rec, "num_gpus"))
-		if err != nil || gpus < 1 {
-			return Job{}, rowErrorf("bad num_gpus %q: want a whole number ≥ 1", rr.field(rec, "num_gpus"))
+		if err != nil || gpus < 1 || gpus > maxTraceGPUs {
+			return Job{}, rowErrorf("bad num_gpus %q: want a whole number from 1 to %d", rr.field(rec, "num_gpus"), maxTraceGPUs)
 		}
 		vc := rr.field(rec, "cluster")
 		if vc == "" {
@@ -55,5 +55,11 @@ func parseSeconds(s string) (time.Duration, error) {
 	return time.Duration(math.Round(v*1000)) * time.Millisecond, nil
 }
 
-// maxTraceSeconds bounds durations and offsets so that arithmetic on them cannot overflow.
-const maxTraceSeconds = 10 * 365 * 24 * 3600
+// Bounds on what a trace row may ask: durations and offsets, so that arithmetic on them
+// cannot overflow; GPUs, nodes and CPUs of one job, as the server bounds a request.
+const (
+	maxTraceSeconds = 10 * 365 * 24 * 3600
+	maxTraceGPUs    = 4096
+	maxTraceNodes   = 512
+	maxTraceCPUs    = 1 << 20
+)

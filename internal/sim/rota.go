@@ -112,7 +112,9 @@ func readRota(r io.Reader, strict bool) (*Trace, error) {
 			if end.Before(start) {
 				return Job{}, rowErrorf("end %s is before start %s", rr.field(rec, "end"), rr.field(rec, "start"))
 			}
-			j.Duration = end.Sub(start)
+			if j.Duration = end.Sub(start); j.Duration > maxTraceSeconds*time.Second {
+				return Job{}, rowErrorf("ran from %s to %s: longer than 10 years", rr.field(rec, "start"), rr.field(rec, "end"))
+			}
 		case start.IsZero():
 			return Job{}, rowErrorf("never started (state %s): nothing to replay", orDash(string(state)))
 		default:
@@ -130,17 +132,24 @@ func readRota(r io.Reader, strict bool) (*Trace, error) {
 		if err != nil {
 			return Job{}, err
 		}
+		if g > maxTraceGPUs {
+			return Job{}, rowErrorf("gpus %d: at most %d", g, maxTraceGPUs)
+		}
 		j.GPUs = int(g)
 		for _, f := range []struct {
 			col string
 			dst *int
-		}{{"nodes", &j.Nodes}, {"cpus", &j.CPUs}} {
+			max int64
+		}{{"nodes", &j.Nodes, maxTraceNodes}, {"cpus", &j.CPUs, maxTraceCPUs}} {
 			if rr.field(rec, f.col) == "" {
 				continue
 			}
 			v, err := parseCount(rr, rec, f.col)
 			if err != nil {
 				return Job{}, err
+			}
+			if v > f.max {
+				return Job{}, rowErrorf("%s %d: at most %d", f.col, v, f.max)
 			}
 			*f.dst = int(v)
 		}

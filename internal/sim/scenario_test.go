@@ -2,8 +2,12 @@ package sim
 
 import (
 	"context"
+	"reflect"
+	"slices"
 	"testing"
 	"time"
+
+	"github.com/rotahq/rota/internal/sched"
 )
 
 // replay runs a rota trace of testdata/scenarios on a cluster file there.
@@ -122,6 +126,87 @@ func TestPreemption(t *testing.T) {
 	}
 	if r.Utilisation != 1 {
 		t.Errorf("utilisation %v, want 1: the GPU is never idle", r.Utilisation)
+	}
+}
+
+// TestGangPreemption: two nodes of 8 GPUs; B1 and B2 (batch, 8 GPUs, 3h) start at 0 on one
+// node each; U (urgent, a gang of 2 × 8 GPUs, 1h) arrives at 1h. Jobs checkpoint every 40
+// minutes.
+//
+//	default: at 1h both batch jobs are preempted in one plan, for one claim over both
+//	         nodes; each saved its work at 40m, so 2 × 8 GPUs × 20 minutes are lost (5.33
+//	         GPU-hours) and 2h20m remain. U runs 1h–2h on the claimed nodes; B1 and B2
+//	         2h–4h20m. JCT U 1h, B1 and B2 4h20m: mean 3h13m20s; makespan 4h20m.
+//	nopreempt: U waits for the batch jobs: 3h–4h. JCT 3h each; makespan 4h.
+func TestGangPreemption(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Checkpoint = 40 * time.Minute
+	res := replay(t, "gang_preempt.csv", "two_nodes.yaml", cfg, "default", "nopreempt")
+	r := res["default"]
+	if r.Preemptions != 2 || r.JCT.Mean != hm(3, 13)+20*time.Second || r.JCT.P50 != hm(4, 20) || r.Makespan != hm(4, 20) {
+		t.Errorf("default: preemptions %d, JCT mean %v p50 %v, makespan %v; want 2, 3h13m20s, 4h20m, 4h20m",
+			r.Preemptions, r.JCT.Mean, r.JCT.P50, r.Makespan)
+	}
+	if got, want := r.PreemptionGPUHours, 2*8*20.0/60; got < want-1e-9 || got > want+1e-9 {
+		t.Errorf("GPU-hours lost to preemption %v, want %v", got, want)
+	}
+	if r := res["nopreempt"]; r.Preemptions != 0 || r.JCT.Mean != hm(3, 0) || r.Makespan != hm(4, 0) {
+		t.Errorf("nopreempt: preemptions %d, JCT mean %v, makespan %v; want 0, 3h, 4h", r.Preemptions, r.JCT.Mean, r.Makespan)
+	}
+}
+
+// TestClaimsCarried: the engine passes a plan's claims back in the next snapshot while
+// their jobs wait, as the server does, and drops them once the jobs start.
+func TestClaimsCarried(t *testing.T) {
+	tr, err := LoadTrace("testdata/scenarios/gang_preempt.csv", "rota", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := LoadCluster("testdata/scenarios/two_nodes.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := Prepare(tr, c, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inner, err := plannerFor("default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	type call struct {
+		in     []sched.Claim
+		placed []int64
+		out    []sched.Claim
+	}
+	var calls []call
+	plan := func(s *sched.Snapshot, now time.Time) sched.Plan {
+		in := slices.Clone(s.Claims)
+		p := inner(s, now)
+		cl := call{in: in, out: p.Claims}
+		for _, pl := range p.Placements {
+			cl.placed = append(cl.placed, pl.JobID)
+		}
+		calls = append(calls, cl)
+		return p
+	}
+	if _, err := runWith(context.Background(), w, DefaultConfig(), []string{"default"}, []planFunc{plan}); err != nil {
+		t.Fatal(err)
+	}
+	// U is job 3: one plan claims both nodes for it, the next is given the claim and
+	// starts it there, and no later plan sees a claim.
+	k := slices.IndexFunc(calls, func(c call) bool { return len(c.out) > 0 })
+	if k < 0 || k+1 >= len(calls) || len(calls[k].out) != 1 || calls[k].out[0].JobID != 3 || len(calls[k].out[0].Allocs) != 2 {
+		t.Fatalf("no plan claimed two nodes for job 3: %+v", calls)
+	}
+	next := calls[k+1]
+	if !reflect.DeepEqual(next.in, calls[k].out) || !slices.Contains(next.placed, 3) {
+		t.Errorf("the next plan got claims %+v and placed %v; want the claim, and job 3 placed", next.in, next.placed)
+	}
+	for _, c := range calls[k+2:] {
+		if len(c.in) > 0 {
+			t.Errorf("a claim outlived its job's start: %+v", c.in)
+		}
 	}
 }
 

@@ -120,8 +120,10 @@ func numberJobs(jobs []Job) {
 // rowReader reads a CSV file with a header, finds columns by name and tracks line numbers so
 // that every row error can name its line.
 type rowReader struct {
-	r      *csv.Reader
-	cols   map[string]int
+	r    *csv.Reader
+	cols map[string]int
+	// width is the header's number of fields; every row must have as many.
+	width  int
 	strict bool
 	trace  *Trace
 	line   int
@@ -140,9 +142,13 @@ func newRowReader(r io.Reader, t *Trace, strict bool, required ...string) (*rowR
 	if err != nil {
 		return nil, fmt.Errorf("reading header: %w", err)
 	}
-	rr := &rowReader{r: cr, cols: map[string]int{}, strict: strict, trace: t}
+	rr := &rowReader{r: cr, cols: map[string]int{}, width: len(head), strict: strict, trace: t}
 	for i, name := range head {
-		rr.cols[strings.TrimSpace(strings.TrimPrefix(name, "\ufeff"))] = i
+		name = strings.TrimSpace(strings.TrimPrefix(name, "\ufeff"))
+		if _, dup := rr.cols[name]; dup && name != "" {
+			return nil, fmt.Errorf("trace header names column %q twice", name)
+		}
+		rr.cols[name] = i
 	}
 	var missing []string
 	for _, c := range required {
@@ -163,7 +169,10 @@ func (rr *rowReader) next() ([]string, error) {
 		if err == io.EOF {
 			return nil, io.EOF
 		}
-		rr.line, _ = rr.r.FieldPos(0)
+		if err == nil {
+			// Only a record read whole has positions: asking a malformed one panics.
+			rr.line, _ = rr.r.FieldPos(0)
+		}
 		if err != nil {
 			var pe *csv.ParseError
 			if errors.As(err, &pe) {
@@ -180,8 +189,8 @@ func (rr *rowReader) next() ([]string, error) {
 			continue
 		}
 		rr.trace.Rows++
-		if len(rec) != len(rr.cols) {
-			if ferr := rr.bad("has %d fields, header has %d", len(rec), len(rr.cols)); ferr != nil {
+		if len(rec) != rr.width {
+			if ferr := rr.bad("has %d fields, header has %d", len(rec), rr.width); ferr != nil {
 				return nil, ferr
 			}
 			continue

@@ -64,7 +64,7 @@ func TestPhillyBadRows(t *testing.T) {
 	want := []BadRow{
 		{3, `bad timestamp "2017-13-09 07:01:55": want YYYY-MM-DD HH:MM:SS`},
 		{4, `bad duration: negative duration -5 s`},
-		{5, `bad num_gpus "0": want a whole number ≥ 1`},
+		{5, `bad num_gpus "0": want a whole number from 1 to 4096`},
 		{6, `has 4 fields, header has 5`},
 		{8, `bad duration: "abc" is not a number of seconds`},
 	}
