@@ -15,6 +15,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rotahq/rota/internal/api"
@@ -27,12 +28,18 @@ const (
 	maxHeartbeatAnswer = 16 << 20
 	// logFlushWait is how long an ended task waits for its last log bytes to ship before
 	// its end is reported; see runner.flushWait.
-	logFlushWait = 5 * time.Second
+	logFlushWait           = 5 * time.Second
+	defaultKeepFinished    = 24 * time.Hour
+	defaultKeepCheckpoints = 7 * 24 * time.Hour
+	// A refused agent (401, 403, a later 409) retries with backoff up to refusedBackoff
+	// and says so at most every refusedLogEvery.
+	refusedBackoff  = time.Minute
+	refusedLogEvery = time.Minute
 )
 
 // Config is what an agent needs to join a cluster.
 type Config struct {
-	// ServerURL is the server's base URL, e.g. "http://rota-server:8080".
+	// ServerURL is the server's base URL, e.g. "https://rota-server:8443".
 	ServerURL string
 	// Name is the node name; empty means the hostname.
 	Name   string
@@ -44,36 +51,78 @@ type Config struct {
 	// GPU server whose jobs fit.
 	CPUs     int
 	MemoryMB int64
-	// DataDir holds job directories, logs and checkpoints.
+	// DataDir holds the node's identity, its attempts, logs and checkpoints. One agent
+	// process uses it at a time.
 	DataDir string
 	// HeartbeatInterval until the server says otherwise; zero means 5s.
 	HeartbeatInterval time.Duration
-	// HTTPClient talks to the server; nil means a default client.
+	// HTTPClient talks to the server and is used as given: no join, no client
+	// certificate (inside `rota up` it reaches the in-process server in memory). Nil
+	// means the agent's own client, with the node's certificate over https.
 	HTTPClient *http.Client
+	// Join is a join token from `rota admin join-token`. It is used once, when the data
+	// directory holds no identity for the token's cluster: the agent then gets a
+	// certificate from the server and uses it from then on.
+	Join string
+	// SupervisorCommand starts the supervisor of one attempt, with the attempt's
+	// directory appended; empty means this executable with "supervise" (rota supervise).
+	SupervisorCommand []string
+	// KeepFinished is how long an ended attempt's directory stays after the server has
+	// its end and its whole log; zero means 24 hours.
+	KeepFinished time.Duration
+	// KeepCheckpoints is how long a job's node-local checkpoints stay after its last
+	// attempt directory is removed; zero means 7 days.
+	KeepCheckpoints time.Duration
 }
 
 // Agent runs the jobs the server places on this node.
 type Agent struct {
 	server    string
 	name      string
+	dataDir   string
 	interval  time.Duration
-	client    *http.Client
 	logger    *slog.Logger
 	inventory api.Inventory
 	runner    *runner
 	shipper   *logShipper
+	creds     *credentials
+	// lock holds the data directory for this process.
+	lock             *os.File
+	instance         string
+	previousInstance string
+	keepFinished     time.Duration
+	keepCheckpoints  time.Duration
 	// wake asks the loop for an early heartbeat, when a task changes state.
 	wake chan struct{}
 
+	// client is set by New, or by Run once the node has joined; a renewed certificate
+	// replaces it.
+	client atomic.Pointer[http.Client]
+
 	mu sync.Mutex // guards the fields below
-	// tasks holds running tasks and ended ones the server has not acknowledged.
-	tasks map[taskKey]*proc
-	// forgotten holds acknowledged attempts, so one listed again is never run twice.
-	forgotten map[taskKey]struct{}
-	running   bool
+	// cluster is the cluster whose attempts the node runs; empty until known. One
+	// remembered from an earlier server is a guess until confirmed: a server, or the
+	// node's identity, has named it. Logs ship and other clusters are fenced only then,
+	// so a server on a fresh data dir never gets another cluster's log for a job ID the
+	// two share.
+	cluster   string
+	confirmed bool
+	// attempts holds what may still need reporting, stopping or shipping: running
+	// attempts, ended ones the server has not acknowledged, stops it has not recorded.
+	attempts map[attemptKey]*attempt
+	// answered is set by the first answer; listed holds the attempts the last one listed.
+	answered bool
+	listed   map[attemptKey]bool
+	// warnedNoCluster keeps a server that names no cluster from filling the log.
+	warnedNoCluster bool
+	running         bool
+	// ctx and bg are Run's, for the log shippers reconcile starts.
+	ctx context.Context
+	bg  *sync.WaitGroup
 }
 
-// New checks cfg, discovers the GPUs and prepares the data directory.
+// New checks cfg, takes the data directory, discovers the GPUs and loads or prepares the
+// node's identity. Only Run talks to the server.
 func New(cfg Config, logger *slog.Logger) (*Agent, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
@@ -99,13 +148,35 @@ func New(cfg Config, logger *slog.Logger) (*Agent, error) {
 	if err := os.MkdirAll(dataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("data directory: %w", err)
 	}
-	interval := cfg.HeartbeatInterval
-	if interval <= 0 {
-		interval = defaultHeartbeat
+	if cfg.CPUs < 0 || cfg.MemoryMB < 0 {
+		return nil, fmt.Errorf("CPUs %d and memory %d MB: want 0 (the whole machine) or more", cfg.CPUs, cfg.MemoryMB)
 	}
-	client := cfg.HTTPClient
-	if client == nil {
-		client = &http.Client{}
+	supervisor := cfg.SupervisorCommand
+	if len(supervisor) == 0 {
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, fmt.Errorf("supervisor command: %w", err)
+		}
+		supervisor = []string{exe, "supervise"}
+	}
+
+	lock, err := lockDataDir(dataDir)
+	if err != nil {
+		return nil, err
+	}
+	keep := false
+	defer func() {
+		if !keep {
+			lock.Close()
+		}
+	}()
+	creds, err := loadCredentials(cfg, name, dataDir, u.Scheme)
+	if err != nil {
+		return nil, err
+	}
+	instance, previous, err := newInstance(dataDir)
+	if err != nil {
+		return nil, err
 	}
 
 	var devices Devices = NVMLDevices{}
@@ -125,9 +196,6 @@ func New(cfg Config, logger *slog.Logger) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	if cfg.CPUs < 0 || cfg.MemoryMB < 0 {
-		return nil, fmt.Errorf("CPUs %d and memory %d MB: want 0 (the whole machine) or more", cfg.CPUs, cfg.MemoryMB)
-	}
 	if disc.Source == SourceFake {
 		inv.CPUs = max(inv.CPUs, fakeCPUsPerGPU*len(inv.GPUs))
 		inv.MemoryMB = max(inv.MemoryMB, fakeMemoryMBPerGPU*int64(len(inv.GPUs)))
@@ -139,31 +207,70 @@ func New(cfg Config, logger *slog.Logger) (*Agent, error) {
 		inv.MemoryMB = cfg.MemoryMB
 	}
 
+	interval := cmp(cfg.HeartbeatInterval, defaultHeartbeat)
 	logger = logger.With("node", name)
 	server := strings.TrimRight(cfg.ServerURL, "/")
 	a := &Agent{
-		server:    server,
-		name:      name,
-		interval:  interval,
-		client:    client,
-		logger:    logger,
-		inventory: inv,
-		wake:      make(chan struct{}, 1),
-		tasks:     map[taskKey]*proc{},
-		forgotten: map[taskKey]struct{}{},
+		server:           server,
+		name:             name,
+		dataDir:          dataDir,
+		interval:         interval,
+		logger:           logger,
+		inventory:        inv,
+		creds:            creds,
+		lock:             lock,
+		instance:         instance,
+		previousInstance: previous,
+		keepFinished:     cmp(cfg.KeepFinished, defaultKeepFinished),
+		keepCheckpoints:  cmp(cfg.KeepCheckpoints, defaultKeepCheckpoints),
+		wake:             make(chan struct{}, 1),
+		attempts:         map[attemptKey]*attempt{},
+		cluster:          creds.clusterID(),
+	}
+	a.confirmed = a.cluster != ""
+	if a.cluster == "" {
+		a.cluster = readClusterFile(dataDir)
 	}
 	a.runner = &runner{
-		dataDir:   dataDir,
-		baseEnv:   os.Environ(),
-		logger:    logger,
-		flushWait: logFlushWait,
-		onChange:  a.poke,
+		dataDir:       dataDir,
+		supervisor:    supervisor,
+		supervisorEnv: os.Environ(),
+		logger:        logger,
+		flushWait:     logFlushWait,
+		poll:          runnerPoll,
+		onChange:      a.poke,
 	}
-	a.shipper = &logShipper{client: client, server: server, node: name, poll: min(interval, maxLogPoll)}
+	a.shipper = &logShipper{client: a.httpClient, server: server, node: name, poll: min(interval, maxLogPoll)}
+	if cfg.HTTPClient != nil {
+		a.setClient(cfg.HTTPClient)
+	} else if !creds.joining() {
+		client, err := creds.client()
+		if err != nil {
+			return nil, err
+		}
+		a.setClient(client)
+	}
 	logger.Info("agent ready", "gpus", len(inv.GPUs), "device_source", inv.DeviceSource,
-		"cpus", inv.CPUs, "memory_mb", inv.MemoryMB, "data_dir", dataDir)
+		"cpus", inv.CPUs, "memory_mb", inv.MemoryMB, "data_dir", dataDir, "cluster", a.cluster,
+		"instance", instance, "previous_instance", previous)
+	keep = true
 	return a, nil
 }
+
+func cmp(d, def time.Duration) time.Duration {
+	if d <= 0 {
+		return def
+	}
+	return d
+}
+
+func (a *Agent) setClient(c *http.Client) { a.client.Store(c) }
+
+func (a *Agent) httpClient() *http.Client { return a.client.Load() }
+
+// Close releases the data directory. The end of the process releases it as well; Close
+// is for a process that goes on after its agent has stopped.
+func (a *Agent) Close() error { return a.lock.Close() }
 
 // poke asks for a heartbeat now; one pending request is enough.
 func (a *Agent) poke() {
@@ -173,8 +280,11 @@ func (a *Agent) poke() {
 	}
 }
 
-// Run heartbeats and reconciles until ctx is done, then returns nil. It leaves running jobs
-// alone: they must survive the agent stopping as they survive the server going away.
+// Run takes up the attempts earlier agent processes left, then heartbeats and reconciles
+// until ctx is done, and returns nil. It never stops a job because the agent stops or
+// starts: jobs run under their supervisors, which outlive it. It returns an error only
+// when the node cannot join or the server refuses it outright (another live agent serves
+// this node name).
 func (a *Agent) Run(ctx context.Context) error {
 	a.mu.Lock()
 	if a.running {
@@ -184,71 +294,278 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.running = true
 	a.mu.Unlock()
 
-	var shippers sync.WaitGroup
-	defer shippers.Wait()
-	shippers.Go(func() { a.watch(ctx) })
+	ctx, cancel := context.WithCancel(ctx)
+	var bg sync.WaitGroup
+	defer func() {
+		cancel()
+		bg.Wait()
+		a.runner.wg.Wait()
+	}()
+	a.runner.ctx = ctx
+	if a.httpClient() == nil {
+		if err := a.join(ctx); err != nil {
+			return err
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+	}
+
+	a.mu.Lock()
+	a.ctx, a.bg = ctx, &bg
+	err := a.adoptAll()
+	a.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	bg.Go(func() { a.housekeeping(ctx) })
+	bg.Go(func() { a.watch(ctx) })
+	if a.creds.renewable() {
+		bg.Go(func() { a.renewals(ctx) })
+	}
+	return a.loop(ctx)
+}
+
+// loop heartbeats until ctx ends.
+func (a *Agent) loop(ctx context.Context) error {
 	interval := a.interval
-	var downSince time.Time
+	var downSince, lastRefusalLog time.Time
+	var backoff time.Duration
+	everAnswered := false
 	for {
 		resp, err := a.beat(ctx)
 		if ctx.Err() != nil {
 			return nil
 		}
+		wait := interval
+		var refused *refusedError
 		switch {
+		case errors.As(err, &refused):
+			// The first answer deciding that another agent serves this node name means
+			// this process should not be running at all.
+			if refused.status == http.StatusConflict && !everAnswered {
+				return fmt.Errorf("the server refused this agent: %s", refused.msg)
+			}
+			if time.Since(lastRefusalLog) >= refusedLogEvery {
+				a.logger.Error("the server refuses this agent; jobs keep running, retrying", "answer", refused.msg)
+				lastRefusalLog = time.Now()
+			}
+			backoff = min(max(2*backoff, interval), refusedBackoff)
+			wait = backoff
 		case err != nil && downSince.IsZero():
 			downSince = time.Now()
 			a.logger.Warn("server unreachable; jobs keep running, retrying", "err", err, "every", interval)
 		case err == nil:
+			everAnswered = true
+			backoff = 0
+			lastRefusalLog = time.Time{}
 			if !downSince.IsZero() {
 				a.logger.Info("server reachable again", "down_for", time.Since(downSince).Round(time.Second))
 				downSince = time.Time{}
 			}
 			if resp.HeartbeatSeconds > 0 {
 				interval = time.Duration(resp.HeartbeatSeconds * float64(time.Second))
+				wait = interval
 			}
-			a.reconcile(ctx, &shippers, resp.Tasks)
+			a.reconcile(resp.Tasks)
 		}
 
-		t := time.NewTimer(interval)
+		t := time.NewTimer(wait)
+		wake := a.wake
+		if backoff > 0 {
+			// A refused agent waits out its backoff; early heartbeats would be refused too.
+			wake = nil
+		}
 		select {
 		case <-ctx.Done():
 			t.Stop()
 			return nil
-		case <-a.wake:
+		case <-wake:
 		case <-t.C:
 		}
 		t.Stop()
 	}
 }
 
-// beat sends one heartbeat. On success the events it carried are delivered and the ended
-// tasks the server acknowledged are forgotten.
+// adoptAll takes up every attempt an earlier agent process left that still needs
+// something: a live supervisor to follow, an end to report, a log to ship, a stop to
+// report. Nothing is stopped because the agent restarted.
+func (a *Agent) adoptAll() error {
+	found, err := scanAttempts(a.dataDir)
+	if err != nil {
+		return err
+	}
+	for _, f := range found {
+		if a.settledOnDisk(f) {
+			continue
+		}
+		att := a.runner.adopt(f)
+		a.attempts[f.key] = att
+		att.logger.Info("found attempt", "supervisor_alive", att.supervisorAlive(), "ended", exists(filepath.Join(f.dir, fileStatus)))
+	}
+	a.settle()
+	return nil
+}
+
+// settledOnDisk reports whether an attempt found on disk needs nothing more from this
+// agent but housekeeping.
+func (a *Agent) settledOnDisk(f foundAttempt) bool {
+	if !exists(filepath.Join(f.dir, fileStatus)) {
+		return false
+	}
+	if exists(filepath.Join(f.dir, fileStopped)) && !exists(filepath.Join(f.dir, fileStoppedAcked)) {
+		return false
+	}
+	if !a.isCurrent(f.key) {
+		// Another cluster's server will never acknowledge it here; a cluster not yet
+		// known may turn out to be its own.
+		return a.confirmed
+	}
+	return exists(filepath.Join(f.dir, fileAcked)) && exists(filepath.Join(f.dir, fileShipped))
+}
+
+// isCurrent reports whether k is an attempt of the cluster the node serves.
+func (a *Agent) isCurrent(k attemptKey) bool {
+	return a.cluster != "" && !k.legacy && k.cluster == a.cluster
+}
+
+// settle does what knowing the cluster for sure decides: which logs ship, and which
+// attempts, being another cluster's, are stopped and reported. It is idempotent.
+func (a *Agent) settle() {
+	if !a.confirmed {
+		return
+	}
+	for _, att := range a.attempts {
+		cur := a.isCurrent(att.key)
+		if !att.shipping {
+			att.shipping = true
+			if cur && !exists(filepath.Join(att.dir, fileShipped)) {
+				a.bg.Go(func() { a.shipper.ship(a.ctx, att, func() bool { return a.stillCurrent(att.key) }) })
+			} else {
+				att.markLogShipped()
+			}
+		}
+		if cur || att.stopped != nil {
+			continue
+		}
+		msg := fmt.Sprintf("attempt of cluster %s found on node %s, which serves cluster %s", clusterName(att.key), a.name, a.cluster)
+		switch {
+		case !isClosed(att.exited) && att.stopReason == "" && att.supervisorAlive():
+			att.stop(api.StoppedOtherCluster)
+			a.reportStopped(att, api.StoppedOtherCluster, msg+"; stopped")
+		case isClosed(att.exited) && att.killedOrphans() > 0:
+			a.reportStopped(att, api.StoppedOtherCluster, fmt.Sprintf("%s; its supervisor was gone and %d process(es) still running were killed", msg, att.killedOrphans()))
+		}
+	}
+}
+
+func clusterName(k attemptKey) string {
+	if k.legacy {
+		return "(none: an agent from before clusters)"
+	}
+	return k.cluster
+}
+
+func (a *Agent) stillCurrent(k attemptKey) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.isCurrent(k)
+}
+
+func (att *attempt) killedOrphans() int {
+	att.mu.Lock()
+	defer att.mu.Unlock()
+	return att.orphanKilled
+}
+
+// reportStopped records that the agent stopped an attempt on its own; the report goes
+// with every heartbeat until the server acknowledges it, across restarts.
+func (a *Agent) reportStopped(att *attempt, reason, msg string) {
+	att.stopped = &api.StoppedTask{ClusterID: att.key.cluster, JobID: att.key.job, Attempt: att.key.attempt, Reason: reason, Message: msg}
+	if err := writeJSONAtomic(filepath.Join(att.dir, fileStopped), att.stopped, 0o644, true); err != nil {
+		att.logger.Error("record the stop", "err", err)
+	}
+	att.logger.Warn("stopped an attempt no server listed", "reason", reason, "message", msg)
+}
+
+// setCluster takes the cluster a server answered with.
+func (a *Agent) setCluster(id string) {
+	switch {
+	case id == a.cluster && a.confirmed:
+		return
+	case id == a.cluster:
+		a.confirmed = true
+		a.settle()
+		return
+	case id == "" || !validClusterID(id):
+		if !a.confirmed && !a.warnedNoCluster {
+			a.logger.Error("the server names no valid cluster; starting nothing until it does", "cluster_id", id)
+			a.warnedNoCluster = true
+		}
+		return
+	case a.cluster != "":
+		a.logger.Warn("the server serves another cluster; stopping the attempts of the old one", "old", a.cluster, "new", id)
+	default:
+		a.logger.Info("cluster known", "cluster", id)
+	}
+	a.cluster, a.confirmed = id, true
+	a.listed = nil
+	if err := writeClusterFile(a.dataDir, id); err != nil {
+		a.logger.Error("remember the cluster", "err", err)
+	}
+	a.settle()
+}
+
+// beat sends one heartbeat. On success the events it carried are delivered, and the ends
+// and stops the server acknowledged are recorded as such.
 func (a *Agent) beat(ctx context.Context) (*api.HeartbeatResponse, error) {
 	type sent struct {
-		p      *proc
+		att    *attempt
 		events int
 		ended  bool
 	}
 	a.mu.Lock()
-	keys := make([]taskKey, 0, len(a.tasks))
-	for k := range a.tasks {
+	a.settle()
+	keys := make([]attemptKey, 0, len(a.attempts))
+	for k := range a.attempts {
 		keys = append(keys, k)
 	}
 	sort.Slice(keys, func(i, j int) bool {
+		if keys[i].cluster != keys[j].cluster {
+			return keys[i].cluster < keys[j].cluster
+		}
 		if keys[i].job != keys[j].job {
 			return keys[i].job < keys[j].job
 		}
 		return keys[i].attempt < keys[j].attempt
 	})
-	hb := api.Heartbeat{Node: a.name, Inventory: a.inventory, Tasks: make([]api.TaskStatus, 0, len(keys)), AgentTime: time.Now().UTC()}
-	carried := make(map[taskKey]sent, len(keys))
-	for _, k := range keys {
-		p := a.tasks[k]
-		st, ended := p.snapshot()
-		st.Events = p.events.peek()
-		hb.Tasks = append(hb.Tasks, st)
-		carried[k] = sent{p: p, events: len(st.Events), ended: ended}
+	hb := api.Heartbeat{
+		Node: a.name, Inventory: a.inventory, Tasks: make([]api.TaskStatus, 0, len(keys)), AgentTime: time.Now().UTC(),
+		ClusterID: a.cluster, Instance: a.instance, PreviousInstance: a.previousInstance, PID: os.Getpid(), Version: Version,
 	}
+	synced := a.answered
+	carried := map[attemptKey]sent{}
+	stops := map[attemptKey]*attempt{}
+	for _, k := range keys {
+		att := a.attempts[k]
+		cur := a.isCurrent(k)
+		st, ended := att.snapshot()
+		// Live until its end is reported, so that Synced never contradicts a task the
+		// same heartbeat reports running.
+		if !ended && (!cur || !a.listed[k]) {
+			synced = false
+		}
+		if cur && !att.endAcked {
+			st.Events = att.events.peek()
+			hb.Tasks = append(hb.Tasks, st)
+			carried[k] = sent{att: att, events: len(st.Events), ended: ended}
+		}
+		if att.stopped != nil && !att.stoppedAcked {
+			hb.Stopped = append(hb.Stopped, *att.stopped)
+			stops[k] = att
+		}
+	}
+	hb.Synced = synced
 	a.mu.Unlock()
 
 	resp, err := a.post(ctx, hb)
@@ -259,18 +576,80 @@ func (a *Agent) beat(ctx context.Context) (*api.HeartbeatResponse, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for _, s := range carried {
-		s.p.events.drop(s.events)
+		s.att.events.drop(s.events)
 	}
+	a.setCluster(resp.ClusterID)
 	for _, ref := range resp.Acked {
-		k := taskKey{ref.JobID, ref.Attempt}
-		// Only an end the server has actually seen may be forgotten.
-		if s, ok := carried[k]; ok && s.ended && a.tasks[k] == s.p {
-			delete(a.tasks, k)
-			a.forgotten[k] = struct{}{}
+		k := attemptKey{cluster: orDefault(ref.ClusterID, resp.ClusterID), job: ref.JobID, attempt: ref.Attempt}
+		// Only an end the server has actually seen is recorded as acknowledged.
+		if s, ok := carried[k]; ok && s.ended && a.attempts[k] == s.att && !s.att.endAcked {
+			s.att.endAcked = true
+			if err := mark(filepath.Join(s.att.dir, fileAcked)); err != nil {
+				s.att.logger.Error("record the acknowledged end", "err", err)
+			}
 		}
 	}
+	for _, ref := range resp.StoppedAcked {
+		for k, att := range stops {
+			if k.job != ref.JobID || k.attempt != ref.Attempt || att.stoppedAcked {
+				continue
+			}
+			// An empty cluster is the server's own, or the legacy layout's.
+			if ref.ClusterID == k.cluster || ref.ClusterID == "" && (k.legacy || a.isCurrent(k)) {
+				att.stoppedAcked = true
+				if err := mark(filepath.Join(att.dir, fileStoppedAcked)); err != nil {
+					att.logger.Error("record the acknowledged stop", "err", err)
+				}
+			}
+		}
+	}
+	a.answered = true
+	a.listed = map[attemptKey]bool{}
+	if a.cluster != "" {
+		for _, t := range resp.Tasks {
+			a.listed[attemptKey{cluster: a.cluster, job: t.JobID, attempt: t.Attempt}] = true
+		}
+	}
+	a.prune()
 	return resp, nil
 }
+
+// prune forgets the attempts that need nothing more; housekeeping removes their files.
+func (a *Agent) prune() {
+	if !a.confirmed {
+		return
+	}
+	// Whatever an attempt that ended meanwhile leaves to report is recorded first.
+	a.settle()
+	for k, att := range a.attempts {
+		if !isClosed(att.exited) || !isClosed(att.logShipped) {
+			continue
+		}
+		if a.isCurrent(k) && !att.endAcked {
+			continue
+		}
+		if att.stopped != nil && !att.stoppedAcked {
+			continue
+		}
+		delete(a.attempts, k)
+	}
+}
+
+func orDefault(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+// refusedError is an answer that says this agent may not serve the node: 401 or 403
+// (not joined, certificate superseded) or 409 (another live agent serves the name).
+type refusedError struct {
+	status int
+	msg    string
+}
+
+func (e *refusedError) Error() string { return "heartbeat refused: " + e.msg }
 
 func (a *Agent) post(ctx context.Context, hb api.Heartbeat) (*api.HeartbeatResponse, error) {
 	body, err := json.Marshal(hb)
@@ -285,7 +664,7 @@ func (a *Agent) post(ctx context.Context, hb api.Heartbeat) (*api.HeartbeatRespo
 		return nil, fmt.Errorf("heartbeat request: %w", err)
 	}
 	req.Header.Set("Content-Type", "application/json")
-	resp, err := a.client.Do(req)
+	resp, err := a.httpClient().Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("heartbeat: %w", err)
 	}
@@ -293,6 +672,10 @@ func (a *Agent) post(ctx context.Context, hb api.Heartbeat) (*api.HeartbeatRespo
 	data, err := io.ReadAll(io.LimitReader(resp.Body, maxHeartbeatAnswer))
 	if err != nil {
 		return nil, fmt.Errorf("heartbeat: read answer: %w", err)
+	}
+	switch resp.StatusCode {
+	case http.StatusUnauthorized, http.StatusForbidden, http.StatusConflict:
+		return nil, &refusedError{status: resp.StatusCode, msg: httpError(resp.StatusCode, data)}
 	}
 	if resp.StatusCode/100 != 2 {
 		return nil, fmt.Errorf("heartbeat: %s", httpError(resp.StatusCode, data))
@@ -304,51 +687,48 @@ func (a *Agent) post(ctx context.Context, hb api.Heartbeat) (*api.HeartbeatRespo
 	return &out, nil
 }
 
-// reconcile makes the node match the desired tasks: start what is new, stop what the server
-// asks to stop, and cancel what it no longer lists.
-func (a *Agent) reconcile(ctx context.Context, shippers *sync.WaitGroup, desired []api.Task) {
+// reconcile makes the node match the desired tasks: start what is new, stop what the
+// server asks to stop, and stop what it no longer lists. Nothing starts until the node
+// knows its cluster.
+func (a *Agent) reconcile(desired []api.Task) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	listed := make(map[taskKey]bool, len(desired))
+	if !a.confirmed {
+		return
+	}
+	listed := make(map[attemptKey]bool, len(desired))
 	for _, t := range desired {
-		k := taskKey{t.JobID, t.Attempt}
+		k := attemptKey{cluster: a.cluster, job: t.JobID, attempt: t.Attempt}
 		listed[k] = true
-		if p, ok := a.tasks[k]; ok {
+		if att, ok := a.attempts[k]; ok {
 			if t.Stop {
-				p.stop(stopReason(t))
+				att.stop(stopReasonOf(t))
 			}
 			continue
 		}
-		if _, done := a.forgotten[k]; done {
+		if exists(attemptDir(a.dataDir, k)) {
+			// Ended and acknowledged before: an attempt never runs twice.
 			continue
 		}
-		var p *proc
+		var att *attempt
 		if t.Stop {
-			p = a.runner.stopBeforeStart(t, stopReason(t))
+			att = a.runner.stopBeforeStart(k, t, stopReasonOf(t))
 		} else {
-			p = a.runner.start(t)
-			shippers.Add(1)
-			go func() {
-				defer shippers.Done()
-				a.shipper.ship(ctx, p)
-			}()
+			att = a.runner.start(k, t)
 		}
-		a.tasks[k] = p
+		a.attempts[k] = att
 		a.poke()
 	}
-	for k, p := range a.tasks {
-		if _, ended := p.snapshot(); !listed[k] && !ended {
-			p.stop(api.ReasonCancelled)
+	for k, att := range a.attempts {
+		if !a.isCurrent(k) || listed[k] || isClosed(att.exited) {
+			continue
+		}
+		att.stop(api.ReasonCancelled)
+		if att.stopped == nil {
+			a.reportStopped(att, api.StoppedNotListed, fmt.Sprintf("node %s ran this attempt but the server does not list it; stopped", a.name))
 		}
 	}
-}
-
-// stopReason defaults an unspecified stop to a cancel, the stop a user asks for.
-func stopReason(t api.Task) string {
-	if t.StopReason == "" {
-		return api.ReasonCancelled
-	}
-	return t.StopReason
+	a.settle()
 }
 
 // watchWait is how long one watch request may be held by the server.
@@ -387,7 +767,7 @@ func (a *Agent) watchOnce(ctx context.Context, version uint64) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	resp, err := a.client.Do(req)
+	resp, err := a.httpClient().Do(req)
 	if err != nil {
 		return 0, err
 	}

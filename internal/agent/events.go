@@ -4,9 +4,12 @@ import (
 	"bufio"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
+	"strconv"
+	"syscall"
 )
 
 // Limits on what a job's events file can push through a heartbeat: a job that writes a
@@ -17,15 +20,33 @@ const (
 )
 
 // eventsReader reads the JSON lines a job appends to ROTA_EVENTS_FILE, from where it left
-// off. Events read but not yet delivered stay pending, so a failed heartbeat loses none.
+// off. Events read but not yet delivered stay pending, so a failed heartbeat loses none;
+// how far the server has them is kept in offsetPath, so a restarted agent resends none.
 type eventsReader struct {
-	path   string
-	logger *slog.Logger
+	path       string
+	offsetPath string
+	logger     *slog.Logger
 
-	offset int64
+	// offset is how far the file has been read; delivered how far the server has it.
+	offset    int64
+	delivered int64
 	// skipping is set while discarding the rest of an over-long line.
 	skipping bool
-	pending  []map[string]any
+	pending  []pendingEvent
+}
+
+type pendingEvent struct {
+	ev map[string]any
+	// end is the file offset just past the event's line.
+	end int64
+}
+
+func newEventsReader(path, offsetPath string, logger *slog.Logger) *eventsReader {
+	e := &eventsReader{path: path, offsetPath: offsetPath, logger: logger}
+	if n, ok := readInt(offsetPath); ok && n > 0 {
+		e.offset, e.delivered = int64(n), int64(n)
+	}
+	return e
 }
 
 // peek returns up to maxEventsPerBeat undelivered events, reading more from the file if
@@ -34,16 +55,37 @@ func (e *eventsReader) peek() []map[string]any {
 	if len(e.pending) < maxEventsPerBeat {
 		e.read(maxEventsPerBeat - len(e.pending))
 	}
-	return e.pending[:min(len(e.pending), maxEventsPerBeat)]
+	n := min(len(e.pending), maxEventsPerBeat)
+	out := make([]map[string]any, n)
+	for i := range n {
+		out[i] = e.pending[i].ev
+	}
+	return out
 }
 
-// drop forgets the first n pending events, once a heartbeat carried them.
+// drop forgets the first n pending events, once a heartbeat carried them, and records how
+// far the server has the file.
 func (e *eventsReader) drop(n int) {
+	if n == 0 && len(e.pending) > 0 {
+		return
+	}
+	delivered := e.offset
+	if n < len(e.pending) {
+		delivered = e.pending[n-1].end
+	}
 	e.pending = append(e.pending[:0], e.pending[n:]...)
+	if delivered == e.delivered || e.offsetPath == "" {
+		return
+	}
+	if err := writeFileAtomic(e.offsetPath, []byte(strconv.FormatInt(delivered, 10)+"\n"), 0o644, false); err != nil {
+		e.logger.Warn("record the events delivered", "err", err)
+		return
+	}
+	e.delivered = delivered
 }
 
 func (e *eventsReader) read(room int) {
-	f, err := os.Open(e.path)
+	f, err := openJobFile(e.path)
 	if err != nil {
 		if !errors.Is(err, os.ErrNotExist) {
 			e.logger.Warn("read events file", "err", err)
@@ -86,7 +128,7 @@ func (e *eventsReader) read(room int) {
 			}
 			continue
 		}
-		e.pending = append(e.pending, ev)
+		e.pending = append(e.pending, pendingEvent{ev: ev, end: e.offset})
 		room--
 	}
 }
@@ -96,4 +138,24 @@ func truncate(s string, n int) string {
 		return s
 	}
 	return s[:n] + "…"
+}
+
+// openJobFile opens a file in a job's own directory for the agent to read. The job may
+// have replaced it with a link to a file only the agent may read (symbolic or hard), or
+// with a pipe that would block the agent: only a regular file of one name is read.
+func openJobFile(path string) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); !fi.Mode().IsRegular() || ok && st.Nlink > 1 {
+		f.Close()
+		return nil, fmt.Errorf("%s is not a regular file of its own", path)
+	}
+	return f, nil
 }

@@ -3,11 +3,11 @@ package agent
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -73,21 +73,6 @@ func eventually(t *testing.T, timeout time.Duration, what string, cond func() bo
 	}
 }
 
-// processAlive reports whether pid is a live process. A zombie counts as dead: an orphan
-// reparented to an init that does not reap stays a zombie but holds nothing.
-func processAlive(pid int) bool {
-	if syscall.Kill(pid, 0) != nil {
-		return false
-	}
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	i := bytes.LastIndexByte(data, ')')
-	fields := strings.Fields(string(data[i+1:]))
-	return len(fields) > 0 && fields[0] != "Z"
-}
-
 // readPID waits for a job to write a PID into path.
 func readPID(t *testing.T, path string) int {
 	t.Helper()
@@ -101,4 +86,9 @@ func readPID(t *testing.T, path string) int {
 		return err == nil && pid > 0
 	})
 	return pid
+}
+
+// testLoggerTo logs to the test's output and to buf.
+func testLoggerTo(t *testing.T, buf *lockedBuffer) *slog.Logger {
+	return slog.New(slog.NewTextHandler(io.MultiWriter(buf, newTestWriter(t)), &slog.HandlerOptions{Level: slog.LevelDebug}))
 }

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/rotahq/rota/internal/api"
@@ -26,7 +27,8 @@ const (
 
 // logShipper copies each attempt's output.log to the server.
 type logShipper struct {
-	client *http.Client
+	// client is the agent's current client: a renewed certificate replaces it.
+	client func() *http.Client
 	server string
 	node   string
 	// poll is how stale a followed log may be while the job runs.
@@ -36,48 +38,93 @@ type logShipper struct {
 // errPermanent marks an answer that a resend would only repeat.
 var errPermanent = errors.New("rejected by the server")
 
-// ship sends the log of p until the task has ended and every byte is on the server, or ctx
-// ends. It closes p.logShipped when it will send no more, which lets the end be reported.
-func (s *logShipper) ship(ctx context.Context, p *proc) {
-	defer p.markLogShipped()
-	logger := p.logger
-	var offset int64
+// ship sends the log of a until the attempt has ended and every byte is on the server, or
+// ctx ends, or current says the attempt is no longer of the server's cluster. It starts
+// where the server's copy ends, so a restarted agent resends nothing. It closes
+// a.logShipped when it will send no more, which lets the end be reported, and records a
+// log that is complete on the server, which lets housekeeping remove the attempt.
+func (s *logShipper) ship(ctx context.Context, a *attempt, current func() bool) {
+	defer a.markLogShipped()
+	logger := a.logger
 	backoff := logBackoffMin
 	failing := false
+	retry := func(err error) bool {
+		if !failing {
+			logger.Debug("log shipping failed, retrying", "err", err)
+			failing = true
+		}
+		ok := sleep(ctx, backoff)
+		backoff = min(backoff*2, logBackoffMax)
+		return ok
+	}
+	giveUp := func(err error) {
+		logger.Error("log shipping stopped", "err", err)
+		if errors.Is(err, errPermanent) {
+			// A resend would only repeat the refusal; the log will never ship.
+			s.done(a)
+		}
+	}
+
+	// An empty write at 0 asks the server how much it has.
+	var offset int64
 	for {
-		// Read "exited" before the size: once the group is gone the file is final, so a
+		if !current() {
+			return
+		}
+		n, err := s.send(ctx, a, 0, nil)
+		if ctx.Err() != nil {
+			return
+		}
+		if errors.Is(err, errPermanent) {
+			giveUp(err)
+			return
+		}
+		if err == nil {
+			offset = n
+			break
+		}
+		if !retry(err) {
+			return
+		}
+	}
+	failing, backoff = false, logBackoffMin
+
+	for {
+		if !current() {
+			return
+		}
+		// Read "exited" before the size: once the attempt is over the file is final, so a
 		// size taken after that is the last one.
-		ended := isClosed(p.exited)
-		size, err := fileSize(p.logPath)
+		ended := isClosed(a.exited)
+		size, err := fileSize(a.logPath)
 		if err != nil {
-			logger.Error("log shipping stopped", "err", err)
+			giveUp(err)
 			return
 		}
 		if offset < size {
-			next, err := s.send(ctx, p, offset, min(size-offset, maxLogChunk))
+			data, err := readAt(a.logPath, offset, min(size-offset, maxLogChunk))
+			if err != nil {
+				giveUp(err)
+				return
+			}
+			next, err := s.send(ctx, a, offset, data)
 			switch {
 			case ctx.Err() != nil:
 				return
 			case errors.Is(err, errPermanent):
-				logger.Error("log shipping stopped", "err", err)
+				giveUp(err)
 				return
 			case err != nil:
-				if !failing {
-					logger.Debug("log shipping failed, retrying", "err", err)
-					failing = true
-				}
-				if !sleep(ctx, backoff) {
+				if !retry(err) {
 					return
 				}
-				backoff = min(backoff*2, logBackoffMax)
 				continue
 			}
 			if next == offset {
 				// The server took nothing; resending at once would spin.
-				if !sleep(ctx, backoff) {
+				if !retry(errors.New("the server took none of the bytes")) {
 					return
 				}
-				backoff = min(backoff*2, logBackoffMax)
 				continue
 			}
 			failing, backoff = false, logBackoffMin
@@ -89,6 +136,7 @@ func (s *logShipper) ship(ctx context.Context, p *proc) {
 			continue
 		}
 		if ended {
+			s.done(a)
 			return
 		}
 		t := time.NewTimer(s.poll)
@@ -96,36 +144,45 @@ func (s *logShipper) ship(ctx context.Context, p *proc) {
 		case <-ctx.Done():
 			t.Stop()
 			return
-		case <-p.exited:
+		case <-a.exited:
 		case <-t.C:
 		}
 		t.Stop()
 	}
 }
 
-// send posts n bytes at offset and returns the server's size, the next offset.
-func (s *logShipper) send(ctx context.Context, p *proc, offset, n int64) (int64, error) {
-	f, err := os.Open(p.logPath)
-	if err != nil {
-		return 0, fmt.Errorf("open log: %w", err)
+// done records that the attempt's log needs no more shipping.
+func (s *logShipper) done(a *attempt) {
+	if err := mark(filepath.Join(a.dir, fileShipped)); err != nil {
+		a.logger.Error("record the log shipped", "err", err)
 	}
-	buf := make([]byte, n)
-	_, err = f.ReadAt(buf, offset)
-	f.Close()
-	if err != nil {
-		return 0, fmt.Errorf("read log: %w", err)
-	}
+}
 
+func readAt(path string, offset, n int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("open log: %w", err)
+	}
+	defer f.Close()
+	buf := make([]byte, n)
+	if _, err := f.ReadAt(buf, offset); err != nil {
+		return nil, fmt.Errorf("read log: %w", err)
+	}
+	return buf, nil
+}
+
+// send posts data at offset and returns the server's size, the next offset.
+func (s *logShipper) send(ctx context.Context, a *attempt, offset int64, data []byte) (int64, error) {
 	u := fmt.Sprintf("%s/api/v1/agents/%s/logs/%d/%d?offset=%d",
-		s.server, url.PathEscape(s.node), p.key.job, p.key.attempt, offset)
+		s.server, url.PathEscape(s.node), a.key.job, a.key.attempt, offset)
 	ctx, cancel := context.WithTimeout(ctx, logRequestTime)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, bytes.NewReader(buf))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, bytes.NewReader(data))
 	if err != nil {
 		return 0, fmt.Errorf("log request: %w", err)
 	}
 	req.Header.Set("Content-Type", "application/octet-stream")
-	resp, err := s.client.Do(req)
+	resp, err := s.client().Do(req)
 	if err != nil {
 		return 0, fmt.Errorf("ship log: %w", err)
 	}
@@ -147,6 +204,9 @@ func (s *logShipper) send(ctx context.Context, p *proc, offset, n int64) (int64,
 	case resp.StatusCode == http.StatusConflict && json.Unmarshal(body, &ack) == nil && ack.Size != nil:
 		// The offset did not match the server's copy; it says where to resume.
 		return *ack.Size, nil
+	case resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden:
+		// The node's credentials may come right (a renewal, a join); keep trying.
+		return 0, fmt.Errorf("ship log: %s", httpError(resp.StatusCode, body))
 	case resp.StatusCode/100 == 4 && resp.StatusCode != http.StatusRequestTimeout && resp.StatusCode != http.StatusTooManyRequests:
 		return 0, fmt.Errorf("ship log: %w: %s", errPermanent, httpError(resp.StatusCode, body))
 	default:

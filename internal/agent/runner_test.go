@@ -13,33 +13,18 @@ import (
 	"github.com/rotahq/rota/internal/api"
 )
 
-func newTestRunner(t *testing.T) *runner {
-	return &runner{
-		dataDir:  t.TempDir(),
-		baseEnv:  append(os.Environ(), "ROTA_TEST_AGENT_VAR=from-agent"),
-		logger:   testLogger(t),
-		onChange: func() {},
-	}
-}
-
-// startTask starts t and makes sure its process group dies with the test.
-func startTask(t *testing.T, r *runner, task api.Task) *proc {
+// startTask starts t in the test cluster.
+func startTask(t *testing.T, r *runner, task api.Task) *attempt {
 	t.Helper()
-	p := r.start(task)
-	t.Cleanup(func() {
-		if st, ended := p.snapshot(); !ended && st.PID > 0 {
-			killGroup(st.PID)
-		}
-	})
-	return p
+	return r.start(taskKey{task.JobID, task.Attempt}.in(testCluster), task)
 }
 
-func waitEnd(t *testing.T, p *proc) api.TaskStatus {
+func waitEnd(t *testing.T, a *attempt) api.TaskStatus {
 	t.Helper()
 	var st api.TaskStatus
-	eventually(t, 20*time.Second, "task "+p.key.String()+" to end", func() bool {
+	eventually(t, 20*time.Second, "task "+a.key.String()+" to end", func() bool {
 		var ended bool
-		st, ended = p.snapshot()
+		st, ended = a.snapshot()
 		return ended
 	})
 	return st
@@ -58,13 +43,22 @@ func readFile(t *testing.T, path string) string {
 	return string(data)
 }
 
-// waitLog waits until the task's output.log contains s.
-func waitLog(t *testing.T, p *proc, s string) {
+// waitLog waits until the attempt's output.log contains s.
+func waitLog(t *testing.T, a *attempt, s string) {
 	t.Helper()
 	eventually(t, 10*time.Second, "log line "+s, func() bool {
-		data, _ := os.ReadFile(p.logPath)
+		data, _ := os.ReadFile(a.logPath)
 		return strings.Contains(string(data), s)
 	})
+}
+
+func statusOf(t *testing.T, a *attempt) endRecord {
+	t.Helper()
+	rec, ok := readStatus(a.dir)
+	if !ok {
+		t.Fatalf("%s has no status.json", a.dir)
+	}
+	return rec
 }
 
 func TestRunnerEnvironment(t *testing.T) {
@@ -95,21 +89,21 @@ func TestRunnerEnvironment(t *testing.T) {
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			p := startTask(t, r, tt.task)
-			if st := waitEnd(t, p); st.State != api.StateSucceeded {
+			a := startTask(t, r, tt.task)
+			if st := waitEnd(t, a); st.State != api.StateSucceeded {
 				t.Fatalf("state %s (%s), want SUCCEEDED", st.State, st.Message)
 			}
-			out := readFile(t, p.logPath)
-			attemptDir := r.attemptDir(p.key)
-			checkpoints := filepath.Join(r.dataDir, "checkpoints", strconv.FormatInt(p.key.job, 10))
+			out := readFile(t, a.logPath)
+			checkpoints := filepath.Join(r.dataDir, "clusters", testCluster, "checkpoints", strconv.FormatInt(a.key.job, 10))
+			jobDir := filepath.Join(a.dir, dirJob)
 			want := append(tt.want,
 				"ROTA_CHECKPOINT_DIR="+checkpoints+"\n",
-				"ROTA_EVENTS_FILE="+filepath.Join(attemptDir, "events.jsonl"),
-				"ROTA_NOTICE_FILE="+filepath.Join(attemptDir, "notice.json"),
+				"ROTA_EVENTS_FILE="+filepath.Join(jobDir, "events.jsonl"),
+				"ROTA_NOTICE_FILE="+filepath.Join(jobDir, "notice.json"),
 			)
 			dir := tt.wantDir
 			if dir == "" {
-				dir = attemptDir
+				dir = jobDir
 			}
 			want = append(want, "PWD="+dir+"\n")
 			for _, w := range want {
@@ -139,12 +133,17 @@ func TestRunnerExitCodes(t *testing.T) {
 	}
 	for i, tt := range tests {
 		t.Run(tt.script, func(t *testing.T) {
-			st := waitEnd(t, startTask(t, r, shTask(int64(i+1), tt.script)))
+			a := startTask(t, r, shTask(int64(i+1), tt.script))
+			st := waitEnd(t, a)
 			if st.State != tt.state || st.Reason != tt.reason || st.ExitCode == nil || *st.ExitCode != tt.code {
 				t.Errorf("got %s reason %q exit %v, want %s reason %q exit %d", st.State, st.Reason, st.ExitCode, tt.state, tt.reason, tt.code)
 			}
 			if st.StartTime == nil || st.EndTime == nil || st.PID == 0 {
 				t.Errorf("status lacks start, end or PID: %+v", st)
+			}
+			// The end is on disk for an agent that was not there to see it.
+			if rec := statusOf(t, a); rec.State != tt.state || rec.ExitCode == nil || *rec.ExitCode != tt.code || rec.RecordedBy != "supervisor" {
+				t.Errorf("status.json = %+v", rec)
 			}
 		})
 	}
@@ -160,29 +159,39 @@ func TestRunnerStartError(t *testing.T) {
 		{"missing command", api.Task{JobID: 1, Attempt: 1, Command: []string{"rota-no-such-command", "x"}}, "rota-no-such-command"},
 		{"missing workdir", api.Task{JobID: 2, Attempt: 1, Command: []string{"true"}, WorkDir: "/no/such/dir"}, "/no/such/dir"},
 		{"empty command", api.Task{JobID: 3, Attempt: 1}, "empty command"},
+		{"unknown account", api.Task{JobID: 4, Attempt: 1, Command: []string{"true"}, RunAs: "rota-no-such-user"}, `run as "rota-no-such-user": no such account`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			p := startTask(t, r, tt.task)
-			st := waitEnd(t, p)
+			a := startTask(t, r, tt.task)
+			st := waitEnd(t, a)
 			if st.State != api.StateFailed || st.Reason != api.ReasonStartError {
 				t.Fatalf("got %s reason %q, want FAILED start_error", st.State, st.Reason)
 			}
 			if !strings.Contains(st.Message, tt.want) {
 				t.Errorf("message %q does not name %q", st.Message, tt.want)
 			}
-			if log := readFile(t, p.logPath); !strings.Contains(log, tt.want) {
+			if log := readFile(t, a.logPath); !strings.Contains(log, "rota: ") || !strings.Contains(log, tt.want) {
 				t.Errorf("log %q does not say why the task did not start", log)
 			}
 		})
 	}
 }
 
+func TestRunnerSupervisorMissing(t *testing.T) {
+	r := newTestRunner(t)
+	r.supervisor = []string{"/no/such/rota", "supervise"}
+	st := waitEnd(t, startTask(t, r, shTask(1, "true")))
+	if st.State != api.StateFailed || st.Reason != api.ReasonStartError || !strings.Contains(st.Message, "supervisor") {
+		t.Errorf("got %s reason %q (%s), want FAILED start_error naming the supervisor", st.State, st.Reason, st.Message)
+	}
+}
+
 func TestRunnerLogHasStdoutAndStderr(t *testing.T) {
 	r := newTestRunner(t)
-	p := startTask(t, r, shTask(1, "echo to-stdout; echo to-stderr >&2; echo again"))
-	waitEnd(t, p)
-	if got, want := readFile(t, p.logPath), "to-stdout\nto-stderr\nagain\n"; got != want {
+	a := startTask(t, r, shTask(1, "echo to-stdout; echo to-stderr >&2; echo again"))
+	waitEnd(t, a)
+	if got, want := readFile(t, a.logPath), "to-stdout\nto-stderr\nagain\n"; got != want {
 		t.Errorf("log = %q, want %q", got, want)
 	}
 }
@@ -203,10 +212,10 @@ func TestRunnerStopWithGrace(t *testing.T) {
 			seen := filepath.Join(t.TempDir(), "notice-seen")
 			task := shTask(int64(i+1), script, seen)
 			task.GraceSeconds = 30
-			p := startTask(t, r, task)
-			waitLog(t, p, "ready")
-			p.stop(tt.reason)
-			st := waitEnd(t, p)
+			a := startTask(t, r, task)
+			waitLog(t, a, "ready")
+			a.stop(tt.reason)
+			st := waitEnd(t, a)
 			if st.State != tt.state || st.Reason != tt.reason {
 				t.Errorf("got %s reason %q, want %s reason %q", st.State, st.Reason, tt.state, tt.reason)
 			}
@@ -224,46 +233,81 @@ func TestRunnerStopWithGrace(t *testing.T) {
 	}
 }
 
+// A stop asked before the supervisor could take signals is not lost: the supervisor finds
+// stop.json when it comes up and never starts the job.
+func TestRunnerStopRightAfterStart(t *testing.T) {
+	r := newTestRunner(t)
+	marker := filepath.Join(t.TempDir(), "ran")
+	a := startTask(t, r, shTask(1, `touch "$1"; sleep 1000`, marker))
+	a.stop(api.ReasonCancelled)
+	st := waitEnd(t, a)
+	if st.State != api.StateCancelled {
+		t.Errorf("got %s (%s), want CANCELLED", st.State, st.Message)
+	}
+}
+
 func TestRunnerStopKillsAfterGrace(t *testing.T) {
 	r := newTestRunner(t)
 	task := shTask(1, `trap '' TERM; echo ready; while :; do sleep 0.05; done`)
 	task.GraceSeconds = 1
 	task.Signal = "SIGTERM"
-	p := startTask(t, r, task)
-	waitLog(t, p, "ready")
-	p.stop(api.ReasonCancelled)
-	st := waitEnd(t, p)
+	a := startTask(t, r, task)
+	waitLog(t, a, "ready")
+	a.stop(api.ReasonCancelled)
+	st := waitEnd(t, a)
 	if st.State != api.StateCancelled || st.ExitCode == nil || *st.ExitCode != 128+int(syscall.SIGKILL) {
 		t.Errorf("got %s exit %v, want CANCELLED by SIGKILL", st.State, st.ExitCode)
 	}
 }
 
+// The leader gone means the attempt is over: nothing it started survives it, however it
+// left its process group, and that holds with a cgroup and without one.
 func TestRunnerLeavesNoProcessBehind(t *testing.T) {
 	tests := []struct {
 		name   string
 		script string
 		stop   bool
 		state  api.JobState
+		// message is what status.json must say of how the leader ended.
+		message string
 	}{
-		{"stopped", `sleep 1000 & echo $! > "$1"; sleep 1000`, true, api.StateCancelled},
-		{"leader exits", `sleep 1000 & echo $! > "$1"; exit 0`, false, api.StateSucceeded},
+		{"stopped", `sleep 600 & echo $! > "$1"; sleep 600`, true, api.StateCancelled, "stopped (cancelled); killed by signal 15"},
+		{"leader exits, child in its group", `sleep 600 & echo $! > "$1"; exit 0`, false, api.StateSucceeded, "exited with code 0; 1 process(es) it left running were killed"},
+		{"leader exits, child in its own session", `setsid sleep 600 & echo $! > "$1"; sleep 0.2; exit 4`, false, api.StateFailed, "exited with code 4; 1 process(es) it left running were killed"},
+		{"leader exits, grandchild double-forked away", `(setsid sh -c 'sleep 600 & echo $! > "$1"' job "$1" &); sleep 0.3; exit 0`, false, api.StateSucceeded, "it left running were killed"},
 	}
-	r := newTestRunner(t)
-	for i, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			pidFile := filepath.Join(t.TempDir(), "grandchild.pid")
-			task := shTask(int64(i+1), tt.script, pidFile)
-			task.GraceSeconds = 5
-			p := startTask(t, r, task)
-			grandchild := readPID(t, pidFile)
-			t.Cleanup(func() { syscall.Kill(grandchild, syscall.SIGKILL) })
-			if tt.stop {
-				p.stop(api.ReasonCancelled)
+	for _, cgroup := range []bool{true, false} {
+		tracking := map[bool]string{true: trackCgroup, false: trackProcessGroup}[cgroup]
+		t.Run(tracking, func(t *testing.T) {
+			if _, err := ownCgroup2(); cgroup && (err != nil || os.Geteuid() != 0) {
+				t.Skipf("no cgroup v2 this test can use (%v, euid %d)", err, os.Geteuid())
 			}
-			if st := waitEnd(t, p); st.State != tt.state {
-				t.Errorf("state %s, want %s", st.State, tt.state)
+			r := newTestRunner(t)
+			r.noCgroup = !cgroup
+			for i, tt := range tests {
+				t.Run(tt.name, func(t *testing.T) {
+					pidFile := filepath.Join(t.TempDir(), "child.pid")
+					task := shTask(int64(i+1), tt.script, pidFile)
+					task.GraceSeconds = 5
+					a := startTask(t, r, task)
+					child := readPID(t, pidFile)
+					t.Cleanup(func() { syscall.Kill(child, syscall.SIGKILL) })
+					if tt.stop {
+						a.stop(api.ReasonCancelled)
+					}
+					st := waitEnd(t, a)
+					// The end is recorded only once everything is gone.
+					if processAlive(child) {
+						t.Errorf("process %d still runs after the end was recorded", child)
+					}
+					if st.State != tt.state || !strings.Contains(st.Message, tt.message) {
+						t.Errorf("got %s %q, want %s saying %q", st.State, st.Message, tt.state, tt.message)
+					}
+					if rec := statusOf(t, a); rec.Tracking != tracking {
+						t.Errorf("tracked by %q, want %q", rec.Tracking, tracking)
+					}
+				})
 			}
-			eventually(t, 5*time.Second, "the grandchild to die", func() bool { return !processAlive(grandchild) })
 		})
 	}
 }
@@ -273,32 +317,33 @@ func TestRunnerTimeLimit(t *testing.T) {
 	task := shTask(1, "sleep 1000")
 	task.TimeLimitEnd = time.Now().Add(300 * time.Millisecond)
 	task.GraceSeconds = 5
-	p := startTask(t, r, task)
-	st := waitEnd(t, p)
+	a := startTask(t, r, task)
+	st := waitEnd(t, a)
 	if st.State != api.StateTimeout || st.Reason != api.ReasonTimeout {
 		t.Errorf("got %s reason %q, want TIMEOUT timeout", st.State, st.Reason)
 	}
 	var n notice
-	if err := json.Unmarshal([]byte(readFile(t, p.noticePath)), &n); err != nil || n.Reason != api.ReasonTimeout {
+	if err := json.Unmarshal([]byte(readFile(t, noticePath(a.dir))), &n); err != nil || n.Reason != api.ReasonTimeout {
 		t.Errorf("notice = %+v, %v; want reason timeout", n, err)
 	}
 }
 
-func TestRunnerNeverStartsAnAttemptTwice(t *testing.T) {
+// SIGTERM to a supervisor (the node shutting down) stops its job the way any stop does.
+func TestSupervisorTermIsNodeShutdown(t *testing.T) {
 	r := newTestRunner(t)
-	marker := filepath.Join(t.TempDir(), "runs")
-	task := shTask(1, `echo run >> "$1"`, marker)
-	if st := waitEnd(t, startTask(t, r, task)); st.State != api.StateSucceeded {
-		t.Fatalf("first start: %s %s", st.State, st.Message)
+	task := shTask(1, `trap 'echo got-term; exit 0' TERM; echo ready; while :; do sleep 0.05; done`)
+	task.GraceSeconds = 10
+	a := startTask(t, r, task)
+	waitLog(t, a, "ready")
+	pid, ok := readInt(filepath.Join(a.dir, fileSupervisorPID))
+	if !ok {
+		t.Fatal("no supervisor pid file")
 	}
-	// A new agent process on the same data directory must not run it again.
-	again := &runner{dataDir: r.dataDir, logger: r.logger, onChange: func() {}}
-	st := waitEnd(t, startTask(t, again, task))
-	if st.State != api.StateFailed || st.Reason != api.ReasonNodeLost {
-		t.Errorf("second start: %s reason %q, want FAILED node_lost", st.State, st.Reason)
-	}
-	if got := readFile(t, marker); got != "run\n" {
-		t.Errorf("the job ran %d times", strings.Count(got, "run"))
+	syscall.Kill(pid, syscall.SIGHUP) // ignored
+	syscall.Kill(pid, syscall.SIGTERM)
+	st := waitEnd(t, a)
+	if st.State != api.StateFailed || st.Reason != reasonNodeShutdown || !strings.Contains(readFile(t, a.logPath), "got-term") {
+		t.Errorf("got %s reason %q, want FAILED node_shutdown after the job's own SIGTERM", st.State, st.Reason)
 	}
 }
 
@@ -310,22 +355,28 @@ echo 'not json' >> "$ROTA_EVENTS_FILE"
 echo '[1, 2]' >> "$ROTA_EVENTS_FILE"
 echo '{"checkpoint": {"step": 2, "path": "/ckpt/2"}}' >> "$ROTA_EVENTS_FILE"
 printf '{"partial": ' >> "$ROTA_EVENTS_FILE"`
-	p := startTask(t, r, shTask(1, script))
-	waitEnd(t, p)
-	got := p.events.peek()
+	a := startTask(t, r, shTask(1, script))
+	waitEnd(t, a)
+	got := a.events.peek()
 	if len(got) != 2 || got[0]["progress"] == nil || got[1]["checkpoint"] == nil {
 		t.Fatalf("events = %v, want progress then checkpoint", got)
 	}
-	if again := p.events.peek(); len(again) != 2 {
+	if again := a.events.peek(); len(again) != 2 {
 		t.Fatalf("undelivered events were lost: %v", again)
 	}
-	p.events.drop(2)
-	if rest := p.events.peek(); len(rest) != 0 {
+	a.events.drop(1)
+	// A restarted agent reads on from what was delivered: the checkpoint, not the progress.
+	again := newEventsReader(a.events.path, a.events.offsetPath, testLogger(t))
+	if rest := again.peek(); len(rest) != 1 || rest[0]["checkpoint"] == nil {
+		t.Fatalf("after a restart the events are %v, want the undelivered checkpoint only", rest)
+	}
+	a.events.drop(1)
+	if rest := a.events.peek(); len(rest) != 0 {
 		t.Errorf("delivered events came back: %v", rest)
 	}
 
 	// The unfinished line is taken once the job completes it.
-	f, err := os.OpenFile(p.events.path, os.O_APPEND|os.O_WRONLY, 0)
+	f, err := os.OpenFile(a.events.path, os.O_APPEND|os.O_WRONLY, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -334,12 +385,12 @@ printf '{"partial": ' >> "$ROTA_EVENTS_FILE"`
 		f.WriteString(`{"progress": {"step": 3}}` + "\n")
 	}
 	f.Close()
-	first := p.events.peek()
+	first := a.events.peek()
 	if len(first) != maxEventsPerBeat || first[0]["partial"] != true {
 		t.Fatalf("got %d events starting %v, want %d starting with the completed line", len(first), first[0], maxEventsPerBeat)
 	}
-	p.events.drop(len(first))
-	if rest := p.events.peek(); len(rest) != 21 {
+	a.events.drop(len(first))
+	if rest := a.events.peek(); len(rest) != 21 {
 		t.Errorf("next heartbeat got %d events, want 21", len(rest))
 	}
 }
@@ -348,9 +399,39 @@ func TestEventsLineTooLong(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "events.jsonl")
 	long := `{"x": "` + strings.Repeat("a", 2*maxEventLine) + `"}`
 	os.WriteFile(path, []byte(long+"\n"+`{"ok": 1}`+"\n"), 0o644)
-	e := &eventsReader{path: path, logger: testLogger(t)}
+	e := newEventsReader(path, "", testLogger(t))
 	got := e.peek()
 	if len(got) != 1 || got[0]["ok"] != float64(1) {
 		t.Errorf("events = %v, want only the short line", got)
+	}
+}
+
+// A job may replace its events file with a link to a file it cannot read, or with a pipe
+// that would block the agent: the agent reads neither.
+func TestEventsFileMustBeRegular(t *testing.T) {
+	dir := t.TempDir()
+	secret := filepath.Join(dir, "secret")
+	os.WriteFile(secret, []byte(`{"secret": 1}`+"\n"), 0o600)
+	link := filepath.Join(dir, "link.jsonl")
+	os.Symlink(secret, link)
+	hard := filepath.Join(dir, "hard.jsonl")
+	if err := os.Link(secret, hard); err != nil {
+		t.Fatal(err)
+	}
+	fifo := filepath.Join(dir, "fifo.jsonl")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{link, hard, fifo} {
+		done := make(chan []map[string]any)
+		go func() { done <- newEventsReader(path, "", testLogger(t)).peek() }()
+		select {
+		case got := <-done:
+			if len(got) != 0 {
+				t.Errorf("%s: read %v", filepath.Base(path), got)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s: reading blocked", filepath.Base(path))
+		}
 	}
 }

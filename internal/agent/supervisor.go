@@ -1,0 +1,606 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/rotahq/rota/internal/api"
+)
+
+// reasonNodeShutdown is the stop reason of a supervisor told to stop by SIGTERM: the node
+// is going down.
+const reasonNodeShutdown = api.ReasonNodeShutdown
+
+// supervisorPoll is how often a supervisor looks for a stop request it may have missed
+// and for children it was not told about.
+const supervisorPoll = time.Second
+
+// notice is what a job finds in ROTA_NOTICE_FILE when it is being stopped.
+type notice struct {
+	Reason   string    `json:"reason"`
+	Deadline time.Time `json:"deadline"`
+	// CheckpointDir is ROTA_CHECKPOINT_DIR; CheckpointsShared says whether the next
+	// attempt finds it wherever it runs. Checkpoints says so in words.
+	CheckpointDir     string `json:"checkpoint_dir"`
+	CheckpointsShared bool   `json:"checkpoints_shared"`
+	Checkpoints       string `json:"checkpoints,omitempty"`
+}
+
+// localCheckpointsNote is the notice's warning where checkpoints stay on the node.
+const localCheckpointsNote = "checkpoints are kept on this node only: a requeued attempt on another node starts without them"
+
+// SuperviseMain is `rota supervise ATTEMPT_DIR`, the process that runs one attempt for the
+// agent and outlives it (the role of containerd-shim or Nomad's executor). The agent starts
+// it in its own session with the attempt's directory prepared (task.json, attempt.json);
+// it starts the job, owns its process tree, carries out the time limit and stops, records
+// the end in status.json, and exits. See doc.go for the protocol.
+func SuperviseMain(args []string, stderr io.Writer) int {
+	if len(args) != 1 || !filepath.IsAbs(args[0]) {
+		fmt.Fprintln(stderr, "usage: rota supervise ATTEMPT_DIR\n\nRuns one job attempt for rota agent, which starts it; ATTEMPT_DIR is absolute.")
+		return 2
+	}
+	dir := filepath.Clean(args[0])
+	s := &supervisor{
+		dir:    dir,
+		logger: slog.New(slog.NewTextHandler(stderr, nil)).With("attempt_dir", dir, "pid", os.Getpid()),
+	}
+	if err := s.run(); err != nil {
+		s.logger.Error("supervisor failed", "err", err)
+		return 1
+	}
+	return 0
+}
+
+// supervisor runs one attempt. It is the job's parent and a child subreaper, so every
+// process the job starts comes back to it to be reaped.
+type supervisor struct {
+	dir    string
+	logger *slog.Logger
+	sigs   chan os.Signal
+	task   api.Task
+	meta   attemptMeta
+	output *os.File
+
+	// Set once the job has started.
+	job      jobRecord
+	jobDir   string
+	notice   notice
+	leaderWS *unix.WaitStatus
+	stopping string
+	// leftBehind counts the processes still running when the leader exited.
+	leftBehind int
+}
+
+func (s *supervisor) run() error {
+	// Handlers first: the agent signals only a supervisor whose pid file exists, and
+	// SIGUSR1's default action would kill it.
+	s.sigs = make(chan os.Signal, 64)
+	signal.Notify(s.sigs, syscall.SIGCHLD, syscall.SIGUSR1, syscall.SIGTERM)
+	signal.Ignore(syscall.SIGHUP, syscall.SIGINT)
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		s.logger.Warn("cannot become child subreaper; processes that leave the job's group may escape", "err", err)
+	}
+	if err := writeFileAtomic(filepath.Join(s.dir, fileSupervisorPID), []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644, true); err != nil {
+		return fmt.Errorf("write pid file: %w", err)
+	}
+	var err error
+	s.output, err = os.OpenFile(filepath.Join(s.dir, fileOutput), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return s.endUnstarted(api.StateFailed, api.ReasonStartError, fmt.Sprintf("create log file: %v", err))
+	}
+	defer s.output.Close()
+	if _, err := readJSON(filepath.Join(s.dir, fileTask), &s.task); err != nil {
+		return s.failStart(fmt.Errorf("read the task: %w", err))
+	}
+	if _, err := readJSON(filepath.Join(s.dir, fileMeta), &s.meta); err != nil {
+		return s.failStart(fmt.Errorf("read the attempt: %w", err))
+	}
+	s.logger = s.logger.With("job", s.task.JobID, "attempt", s.task.Attempt)
+	// The pid file is written, so a stop asked before now is in stop.json; one asked
+	// after comes with SIGUSR1.
+	if reason, ok := s.readStop(); ok {
+		state, reason := stopOutcome(reason)
+		return s.endUnstarted(state, reason, "stopped ("+reason+") before it started on this node")
+	}
+	spec, err := s.prepare()
+	if err != nil {
+		return s.failStart(err)
+	}
+	if err := s.start(spec); err != nil {
+		return s.failStart(err)
+	}
+	s.supervise()
+	s.endAll()
+	return s.record()
+}
+
+// jobSpec is a job ready to start.
+type jobSpec struct {
+	path    string
+	argv    []string
+	dir     string
+	env     []string
+	cred    *syscall.Credential
+	cluster string
+}
+
+// prepare resolves the account, creates the job's directories and builds its environment.
+// Its errors are start errors the user can act on.
+func (s *supervisor) prepare() (jobSpec, error) {
+	t := s.task
+	if len(t.Command) == 0 || t.Command[0] == "" {
+		return jobSpec{}, errors.New("empty command")
+	}
+	acct, err := resolveAccount(t, os.Geteuid())
+	if err != nil {
+		return jobSpec{}, err
+	}
+	if t.RunAs == "" && os.Geteuid() == 0 {
+		s.logger.Warn("the task names no account; running it as the agent's own, root")
+	}
+	s.jobDir = filepath.Join(s.dir, dirJob)
+	if err := mkdirOwned(s.jobDir, acct, true); err != nil {
+		return jobSpec{}, fmt.Errorf("create job directory: %w", err)
+	}
+	events := eventsPath(s.dir, false)
+	if err := createOwned(events, acct); err != nil {
+		return jobSpec{}, fmt.Errorf("create events file: %w", err)
+	}
+
+	ckpt, shared := s.meta.LocalCheckpointDir, false
+	if t.CheckpointDir != "" {
+		ckpt, shared = t.CheckpointDir, true
+		if !filepath.IsAbs(ckpt) {
+			return jobSpec{}, fmt.Errorf("checkpoint directory %q is not an absolute path", ckpt)
+		}
+		// Shared storage may refuse root (NFS root_squash); the job may still manage.
+		if err := mkdirOwned(ckpt, acct, false); err != nil {
+			fmt.Fprintf(s.output, "rota: warning: cannot create the checkpoint directory %s: %v; starting anyway\n", ckpt, err)
+			s.logger.Warn("cannot create the shared checkpoint directory", "dir", ckpt, "err", err)
+		}
+	} else if err := mkdirOwned(ckpt, acct, true); err != nil {
+		return jobSpec{}, fmt.Errorf("create checkpoint directory: %w", err)
+	}
+	s.notice = notice{CheckpointDir: ckpt, CheckpointsShared: shared}
+	if !shared {
+		s.notice.Checkpoints = localCheckpointsNote
+	}
+
+	workDir := s.jobDir
+	if t.WorkDir != "" {
+		fi, err := os.Stat(t.WorkDir)
+		if err != nil {
+			return jobSpec{}, fmt.Errorf("working directory: %w", err)
+		}
+		if !fi.IsDir() {
+			return jobSpec{}, fmt.Errorf("working directory %s is not a directory", t.WorkDir)
+		}
+		workDir = t.WorkDir
+	}
+
+	gpus := make([]string, len(t.GPUIndices))
+	for i, g := range t.GPUIndices {
+		gpus[i] = strconv.Itoa(g)
+	}
+	env := jobEnv(t, acct, os.Environ(), map[string]string{
+		api.EnvJobID:   strconv.FormatInt(t.JobID, 10),
+		api.EnvAttempt: strconv.Itoa(t.Attempt),
+		// Empty, not unset: unset would let a CPU job see every GPU of the node.
+		api.EnvCUDAVisibleDevices: strings.Join(gpus, ","),
+		api.EnvCheckpointDir:      ckpt,
+		api.EnvEventsFile:         events,
+		api.EnvNoticeFile:         noticePath(s.dir),
+	})
+	path, err := lookPath(t.Command[0], envValue(env, "PATH"))
+	if err != nil {
+		return jobSpec{}, fmt.Errorf("cannot start %q: %w", t.Command[0], err)
+	}
+	return jobSpec{path: path, argv: t.Command, dir: workDir, env: env, cred: acct.credential(), cluster: s.meta.ClusterID}, nil
+}
+
+// mkdirOwned makes dir, mode 0700, for the job's account. own says the directory is the
+// node's, under a parent only the agent's account may change, so an existing one is handed
+// to the account too; a shared one that exists is left as it is.
+func mkdirOwned(dir string, acct account, own bool) error {
+	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+		return err
+	}
+	err := os.Mkdir(dir, 0o700)
+	created := err == nil
+	if err != nil && !errors.Is(err, os.ErrExist) {
+		return err
+	}
+	if acct.switchTo && (created || own) {
+		return os.Lchown(dir, acct.uid, acct.gid)
+	}
+	return nil
+}
+
+// createOwned creates an empty file for the job; it must not exist (nor be a link).
+func createOwned(path string, acct account) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o644)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if acct.switchTo {
+		return f.Chown(acct.uid, acct.gid)
+	}
+	return nil
+}
+
+// start starts the job in its own process group, in a cgroup v2 leaf where it can make
+// one, and records how it tracks it.
+func (s *supervisor) start(spec jobSpec) error {
+	devnull, err := os.Open(os.DevNull)
+	if err != nil {
+		return err
+	}
+	defer devnull.Close()
+	attr := &os.ProcAttr{
+		Dir:   spec.dir,
+		Env:   spec.env,
+		Files: []*os.File{devnull, s.output, s.output},
+		Sys:   &syscall.SysProcAttr{Setpgid: true, Credential: spec.cred},
+	}
+
+	var proc *os.Process
+	leaf, cgfd, why := s.makeCgroup(spec.cluster)
+	if cgfd != nil {
+		attr.Sys.UseCgroupFD, attr.Sys.CgroupFD = true, int(cgfd.Fd())
+		proc, err = os.StartProcess(spec.path, spec.argv, attr)
+		cgfd.Close()
+		if err != nil {
+			// Nothing ran: either the kernel refused the cgroup or the command failed to
+			// exec. Try once more without the cgroup; a real start error repeats.
+			why = fmt.Sprintf("starting in cgroup %s failed (%v)", leaf, err)
+			_ = removeCgroup(leaf)
+			_ = os.Remove(filepath.Join(s.dir, fileCgroup))
+			leaf = ""
+			attr.Sys.UseCgroupFD, attr.Sys.CgroupFD = false, 0
+		}
+	}
+	if proc == nil {
+		if proc, err = os.StartProcess(spec.path, spec.argv, attr); err != nil {
+			return fmt.Errorf("cannot start %q: %w", s.task.Command[0], err)
+		}
+	}
+	s.job = jobRecord{PID: proc.Pid, PGID: proc.Pid, StartTime: time.Now().UTC(), Tracking: trackProcessGroup, Cgroup: leaf}
+	if leaf != "" {
+		s.job.Tracking = trackCgroup
+		s.logger.Info("job started", "leader", proc.Pid, "tracking", trackCgroup, "cgroup", leaf)
+	} else {
+		s.logger.Info("job started", "leader", proc.Pid, "tracking", trackProcessGroup, "why", why)
+	}
+	// The supervisor reaps with wait4(-1); the handle is not needed.
+	_ = proc.Release()
+	if err := writeJSONAtomic(filepath.Join(s.dir, fileJob), s.job, 0o644, true); err != nil {
+		s.logger.Error("record the job's process group", "err", err)
+	}
+	return nil
+}
+
+// makeCgroup creates the attempt's leaf under the supervisor's own cgroup and records it.
+// It returns a nil file, and why, where it cannot: no cgroup v2, no permission.
+func (s *supervisor) makeCgroup(cluster string) (string, *os.File, string) {
+	if s.meta.NoCgroup {
+		return "", nil, "the agent asked for no cgroup"
+	}
+	parent, err := ownCgroup2()
+	if err != nil {
+		return "", nil, "no cgroup v2: " + err.Error()
+	}
+	leaf := filepath.Join(parent, cgroupLeafName(cluster, s.task.JobID, s.task.Attempt, s.dir))
+	// Record it before it exists, so an agent cleaning up after this supervisor finds it.
+	if err := writeFileAtomic(filepath.Join(s.dir, fileCgroup), []byte(leaf+"\n"), 0o644, true); err != nil {
+		return "", nil, "record the cgroup: " + err.Error()
+	}
+	err = os.Mkdir(leaf, 0o755)
+	if errors.Is(err, os.ErrExist) {
+		// Left by a supervisor of this very directory that died; it must be empty.
+		cgroupSignal(leaf, syscall.SIGKILL)
+		if err = removeCgroup(leaf); err == nil {
+			err = os.Mkdir(leaf, 0o755)
+		}
+	}
+	if err != nil {
+		_ = os.Remove(filepath.Join(s.dir, fileCgroup))
+		return "", nil, fmt.Sprintf("cannot create cgroup %s: %v", leaf, err)
+	}
+	fd, err := os.Open(leaf)
+	if err != nil {
+		_ = removeCgroup(leaf)
+		_ = os.Remove(filepath.Join(s.dir, fileCgroup))
+		return "", nil, fmt.Sprintf("cannot open cgroup %s: %v", leaf, err)
+	}
+	return leaf, fd, ""
+}
+
+// supervise waits for the leader to exit, carrying out stops and the time limit meanwhile.
+func (s *supervisor) supervise() {
+	var limit, kill <-chan time.Time
+	if end := s.task.TimeLimitEnd; !end.IsZero() {
+		t := time.NewTimer(time.Until(end))
+		defer t.Stop()
+		limit = t.C
+	}
+	poll := time.NewTicker(supervisorPoll)
+	defer poll.Stop()
+	stop := func(reason string) {
+		if s.stopping != "" {
+			return
+		}
+		kill = s.beginStop(reason)
+	}
+	for s.leaderWS == nil {
+		select {
+		case sig := <-s.sigs:
+			switch sig {
+			case syscall.SIGCHLD:
+				s.reap()
+			case syscall.SIGUSR1:
+				if reason, ok := s.readStop(); ok {
+					stop(reason)
+				}
+			case syscall.SIGTERM:
+				stop(reasonNodeShutdown)
+			}
+		case <-limit:
+			limit = nil
+			stop(api.ReasonTimeout)
+		case <-kill:
+			kill = nil
+			s.logger.Info("grace period over, killing the job")
+			s.signalAll(syscall.SIGKILL)
+		case <-poll.C:
+			s.reap()
+			if reason, ok := s.readStop(); ok {
+				stop(reason)
+			}
+		}
+	}
+}
+
+// beginStop writes the notice, warns the job with its signal and returns when to kill it.
+func (s *supervisor) beginStop(reason string) <-chan time.Time {
+	s.stopping = reason
+	grace := time.Duration(s.task.GraceSeconds) * time.Second
+	sig, err := parseSignal(s.task.Signal)
+	if err != nil {
+		s.logger.Warn("bad stop signal, using SIGTERM", "err", err)
+		sig = syscall.SIGTERM
+	}
+	n := s.notice
+	n.Reason, n.Deadline = reason, time.Now().Add(grace).UTC()
+	if err := writeNotice(s.jobDir, n); err != nil {
+		s.logger.Error("write stop notice", "err", err)
+	}
+	s.logger.Info("stopping the job", "reason", reason, "signal", sig.String(), "grace", grace)
+	s.signalAll(sig)
+	return time.After(grace)
+}
+
+// signalAll sends sig to the job's process group and to every other process of the
+// attempt: those of its cgroup and the supervisor's descendants.
+func (s *supervisor) signalAll(sig syscall.Signal) {
+	if s.job.Cgroup != "" && sig == syscall.SIGKILL {
+		cgroupSignal(s.job.Cgroup, sig)
+	}
+	if s.job.PGID > 0 {
+		_ = syscall.Kill(-s.job.PGID, sig)
+	}
+	for _, pid := range s.others() {
+		_ = syscall.Kill(pid, sig)
+	}
+}
+
+// others lists the attempt's live processes outside the job's process group.
+func (s *supervisor) others() []int {
+	pids := descendants(os.Getpid())
+	if s.job.Cgroup != "" {
+		in, _ := cgroupProcs(s.job.Cgroup)
+		pids = append(pids, in...)
+	}
+	seen := map[int]bool{}
+	out := pids[:0]
+	for _, pid := range pids {
+		if seen[pid] {
+			continue
+		}
+		seen[pid] = true
+		if p, ok := readProcStat(pid); ok && !p.zombie && p.pgid != s.job.PGID {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+// reap collects every exited child; it reports whether the supervisor has none left.
+func (s *supervisor) reap() (none bool) {
+	for {
+		var ws unix.WaitStatus
+		pid, err := unix.Wait4(-1, &ws, unix.WNOHANG, nil)
+		switch {
+		case errors.Is(err, unix.EINTR):
+			continue
+		case errors.Is(err, unix.ECHILD):
+			return true
+		case err != nil:
+			s.logger.Error("wait for children", "err", err)
+			return false
+		case pid <= 0:
+			return false
+		case pid == s.job.PID && s.leaderWS == nil:
+			s.leaderWS = &ws
+		}
+	}
+}
+
+// endAll kills whatever the leader left running and reaps it: the leader gone means the
+// attempt is over, and nothing it started survives it.
+func (s *supervisor) endAll() {
+	s.leftBehind = len(s.live())
+	nextLog := time.Now().Add(10 * time.Second)
+	for {
+		s.signalAll(syscall.SIGKILL)
+		none := s.reap()
+		if none && s.cgroupEmpty() {
+			break
+		}
+		if time.Now().After(nextLog) {
+			s.logger.Warn("processes of the attempt are slow to die", "live", s.live())
+			nextLog = time.Now().Add(time.Minute)
+		}
+		select {
+		case <-s.sigs:
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	if s.job.Cgroup != "" {
+		if err := removeCgroup(s.job.Cgroup); err != nil {
+			s.logger.Warn("cgroup left behind", "err", err)
+		}
+	}
+}
+
+// live lists every live process of the attempt.
+func (s *supervisor) live() []int {
+	pids := descendants(os.Getpid())
+	if s.job.Cgroup != "" {
+		in, _ := cgroupProcs(s.job.Cgroup)
+		for _, pid := range in {
+			if !slices.Contains(pids, pid) && processAlive(pid) {
+				pids = append(pids, pid)
+			}
+		}
+	}
+	return pids
+}
+
+func (s *supervisor) cgroupEmpty() bool {
+	if s.job.Cgroup == "" {
+		return true
+	}
+	pids, err := cgroupProcs(s.job.Cgroup)
+	return err != nil || len(pids) == 0
+}
+
+// record writes how the attempt ended, as the agent's runner decided before supervisors.
+func (s *supervisor) record() error {
+	ws := *s.leaderWS
+	code := ws.ExitStatus()
+	desc := fmt.Sprintf("exited with code %d", code)
+	if ws.Signaled() {
+		code = 128 + int(ws.Signal())
+		desc = fmt.Sprintf("killed by signal %d, %s (exit code %d)", int(ws.Signal()), ws.Signal(), code)
+	}
+	if s.leftBehind > 0 {
+		desc += fmt.Sprintf("; %d process(es) it left running were killed", s.leftBehind)
+	}
+	start := s.job.StartTime
+	rec := endRecord{
+		State: api.StateFailed, ExitCode: &code, StartTime: &start, EndTime: time.Now().UTC(),
+		LeaderPID: s.job.PID, Tracking: s.job.Tracking, RecordedBy: "supervisor",
+	}
+	switch {
+	case s.stopping == api.ReasonTimeout:
+		rec.State, rec.Reason = stopOutcome(s.stopping)
+		rec.Message = "time limit reached; " + desc
+	case s.stopping != "":
+		rec.State, rec.Reason = stopOutcome(s.stopping)
+		rec.Message = "stopped (" + s.stopping + "); " + desc
+	case code == 0:
+		rec.State = api.StateSucceeded
+		if s.leftBehind > 0 {
+			rec.Message = desc
+		}
+	default:
+		rec.Reason = api.ReasonExitCode
+		rec.Message = desc
+	}
+	s.logger.Info("job ended", "state", rec.State, "reason", rec.Reason, "detail", desc)
+	return writeStatus(s.dir, rec)
+}
+
+// failStart records a start error, in the log first: it is where a user looks.
+func (s *supervisor) failStart(err error) error {
+	if s.output != nil {
+		fmt.Fprintf(s.output, "rota: %v\n", err)
+	}
+	return s.endUnstarted(api.StateFailed, api.ReasonStartError, err.Error())
+}
+
+func (s *supervisor) endUnstarted(state api.JobState, reason, msg string) error {
+	s.logger.Warn("job not started", "reason", reason, "message", msg)
+	return writeStatus(s.dir, endRecord{State: state, Reason: reason, Message: msg, EndTime: time.Now().UTC(), RecordedBy: "supervisor"})
+}
+
+// readStop reads the agent's stop request, if it made one.
+func (s *supervisor) readStop() (string, bool) {
+	var req stopRequest
+	ok, err := readJSON(filepath.Join(s.dir, fileStop), &req)
+	if err != nil {
+		s.logger.Warn("unreadable stop request", "err", err)
+	}
+	if !ok {
+		return "", false
+	}
+	if req.Reason == "" {
+		req.Reason = api.ReasonCancelled
+	}
+	return req.Reason, true
+}
+
+// stopOutcome is the end state of a task stopped for reason. Only the time limit and a
+// cancel have states of their own; any other stop (preemption, drain, node shutdown) is a
+// failure whose reason lets the server decide what follows.
+func stopOutcome(reason string) (api.JobState, string) {
+	switch reason {
+	case api.ReasonTimeout:
+		return api.StateTimeout, api.ReasonTimeout
+	case api.ReasonCancelled, "":
+		return api.StateCancelled, api.ReasonCancelled
+	}
+	return api.StateFailed, reason
+}
+
+// writeNotice replaces the notice in the job's own directory in one step, so a job
+// polling it never reads half. The directory belongs to the job, so the temporary file is
+// created exclusively (never through a link the job planted) and renamed over the notice.
+func writeNotice(jobDir string, n notice) error {
+	data, err := jsonLine(n)
+	if err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(jobDir, ".notice*")
+	if err != nil {
+		return fmt.Errorf("write notice: %w", err)
+	}
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Chmod(0o644)
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), filepath.Join(jobDir, fileNotice))
+	}
+	if err != nil {
+		os.Remove(f.Name())
+		return fmt.Errorf("write notice: %w", err)
+	}
+	return nil
+}
