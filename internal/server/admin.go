@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"reflect"
 	"sort"
 	"strconv"
 	"time"
@@ -17,7 +18,7 @@ import (
 
 func (s *Server) adminCommit(w http.ResponseWriter, r *http.Request, b *store.Batch, status int, answer any) {
 	if err := s.commit(r.Context(), b); err != nil {
-		writeError(w, http.StatusInternalServerError, &api.Error{Code: api.CodeInternal, Message: "the change could not be stored: " + err.Error()})
+		commitError(w, "the change could not be stored", err)
 		return
 	}
 	s.wake()
@@ -28,21 +29,19 @@ func (s *Server) adminCommit(w http.ResponseWriter, r *http.Request, b *store.Ba
 	writeJSON(w, status, answer)
 }
 
-func adminEvent(now time.Time, format string, args ...any) api.Event {
-	return api.Event{Time: now, Actor: "admin", Kind: api.EventAdmin, Message: fmt.Sprintf(format, args...)}
-}
-
 func (s *Server) handlePutQueue(w http.ResponseWriter, r *http.Request) {
-	putNamed(s, w, r, "queue", func(q *api.Queue) *string { return &q.Name }, validateQueue,
+	putNamed(s, w, r, api.EventQueue, func(q *api.Queue) *string { return &q.Name }, validateQueue,
+		func(name string) (any, bool) { q, ok := s.state.Queue(name); return q, ok },
 		func(b *store.Batch, q api.Queue) { b.Queues = append(b.Queues, q) })
 }
 
 // putNamed serves PUT of a named admin object: the name comes from the URL (the body may
-// repeat it), the whole object is validated, then stored with an audit event.
+// repeat it), the whole object is validated, then stored with an audit event that holds
+// the object before and after.
 func putNamed[T any](s *Server, w http.ResponseWriter, r *http.Request, kind string, name func(*T) *string,
-	validate func(*T) *api.Error, add func(*store.Batch, T)) {
+	validate func(*T) *api.Error, old func(string) (any, bool), add func(*store.Batch, T)) {
 	var v T
-	if status, e := decodeJSON(w, r, &v); e != nil {
+	if status, e := s.decodeJSON(w, r, &v); e != nil {
 		writeError(w, status, e)
 		return
 	}
@@ -60,7 +59,15 @@ func putNamed[T any](s *Server, w http.ResponseWriter, r *http.Request, kind str
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	b := &store.Batch{Events: []api.Event{adminEvent(s.cfg.Clock.Now(), "set %s %s", kind, *n)}}
+	before, existed := old(*n)
+	if !existed {
+		before = nil
+	}
+	evKind := kind
+	if t, ok := any(v).(api.Team); ok && existed && !reflect.DeepEqual(before.(api.Team).Quotas, t.Quotas) {
+		evKind = api.EventQuota
+	}
+	b := &store.Batch{Events: []api.Event{withChange(audit(r, s.cfg.Clock.Now(), evKind, "set %s %s", kind, *n), before, v)}}
 	add(b, v)
 	s.adminCommit(w, r, b, http.StatusOK, v)
 }
@@ -71,20 +78,28 @@ func (s *Server) inUse(match func(*api.Job) bool) int {
 }
 
 func (s *Server) handleDeleteQueue(w http.ResponseWriter, r *http.Request) {
-	s.deleteNamed(w, r, "queue",
-		func(name string) bool { _, ok := s.state.Queue(name); return ok },
+	for _, q := range DefaultQueues() {
+		if q.Name == r.PathValue("name") {
+			writeError(w, http.StatusConflict, &api.Error{Code: api.CodeConflict, Field: "name",
+				Message: fmt.Sprintf("queue %s is one of the default queues, which every cluster keeps; change it with rota admin queue set instead", q.Name)})
+			return
+		}
+	}
+	s.deleteNamed(w, r, api.EventQueue,
+		func(name string) (any, bool) { q, ok := s.state.Queue(name); return q, ok },
 		func(j *api.Job, name string) bool { return j.Spec.Queue == name },
 		func(b *store.Batch, name string) { b.DeleteQueues = append(b.DeleteQueues, name) })
 }
 
 // deleteNamed serves DELETE of a named admin object: 404 if it does not exist, 409 while
 // jobs that have not ended use it, else the delete with an audit event.
-func (s *Server) deleteNamed(w http.ResponseWriter, r *http.Request, kind string, exists func(string) bool,
+func (s *Server) deleteNamed(w http.ResponseWriter, r *http.Request, kind string, old func(string) (any, bool),
 	uses func(*api.Job, string) bool, del func(*store.Batch, string)) {
 	name := r.PathValue("name")
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if !exists(name) {
+	before, exists := old(name)
+	if !exists {
 		writeError(w, http.StatusNotFound, &api.Error{Code: api.CodeNotFound, Field: "name", Message: "no " + kind + " " + name})
 		return
 	}
@@ -92,7 +107,7 @@ func (s *Server) deleteNamed(w http.ResponseWriter, r *http.Request, kind string
 		writeError(w, http.StatusConflict, &api.Error{Code: api.CodeConflict, Field: "name", Message: fmt.Sprintf("%s %s still has %d jobs that have not ended", kind, name, n)})
 		return
 	}
-	b := &store.Batch{Events: []api.Event{adminEvent(s.cfg.Clock.Now(), "deleted %s %s", kind, name)}}
+	b := &store.Batch{Events: []api.Event{withChange(audit(r, s.cfg.Clock.Now(), kind, "deleted %s %s", kind, name), before, nil)}}
 	del(b, name)
 	s.adminCommit(w, r, b, http.StatusNoContent, nil)
 }
@@ -122,13 +137,14 @@ func (s *Server) handleTeams(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handlePutTeam(w http.ResponseWriter, r *http.Request) {
-	putNamed(s, w, r, "team", func(t *api.Team) *string { return &t.Name }, validateTeam,
+	putNamed(s, w, r, api.EventTeam, func(t *api.Team) *string { return &t.Name }, validateTeam,
+		func(name string) (any, bool) { t, ok := s.state.Team(name); return t, ok },
 		func(b *store.Batch, t api.Team) { b.Teams = append(b.Teams, t) })
 }
 
 func (s *Server) handleDeleteTeam(w http.ResponseWriter, r *http.Request) {
-	s.deleteNamed(w, r, "team",
-		func(name string) bool { _, ok := s.state.Team(name); return ok },
+	s.deleteNamed(w, r, api.EventTeam,
+		func(name string) (any, bool) { t, ok := s.state.Team(name); return t, ok },
 		func(j *api.Job, name string) bool { return j.Spec.Team == name },
 		func(b *store.Batch, name string) { b.DeleteTeams = append(b.DeleteTeams, name) })
 }
@@ -161,8 +177,9 @@ func (s *Server) setNodeState(w http.ResponseWriter, r *http.Request, to api.Nod
 	}
 	from := n.State
 	n.State = to
-	b := &store.Batch{Nodes: []api.Node{n}, Events: []api.Event{{Time: s.cfg.Clock.Now(), Actor: "admin", Kind: api.EventNode, Node: name,
-		Message: fmt.Sprintf("%s node %s: %s -> %s", verb, name, from, to)}}}
+	ev := withChange(audit(r, s.cfg.Clock.Now(), api.EventDrain, "%s node %s: %s -> %s", verb, name, from, to), from, to)
+	ev.Node = name
+	b := &store.Batch{Nodes: []api.Node{n}, Events: []api.Event{ev}}
 	s.adminCommit(w, r, b, http.StatusOK, n)
 }
 
@@ -177,7 +194,7 @@ func (s *Server) handleReservations(w http.ResponseWriter, r *http.Request) {
 // Nodes already reserved in an overlapping window are not used twice.
 func (s *Server) handleReserve(w http.ResponseWriter, r *http.Request) {
 	var req api.Reservation
-	if status, e := decodeJSON(w, r, &req); e != nil {
+	if status, e := s.decodeJSON(w, r, &req); e != nil {
 		writeError(w, status, e)
 		return
 	}
@@ -244,8 +261,8 @@ func (s *Server) handleReserve(w http.ResponseWriter, r *http.Request) {
 	if req.Name == "" {
 		req.Name = "resv-" + strconv.FormatInt(req.ID, 10)
 	}
-	b := &store.Batch{Reservations: []api.Reservation{req}, Events: []api.Event{adminEvent(now, "reserved %v (%d GPUs) for team %s from %s to %s",
-		req.Nodes, got, req.Team, req.Start.Format(time.RFC3339), req.End.Format(time.RFC3339))}}
+	b := &store.Batch{Reservations: []api.Reservation{req}, Events: []api.Event{withChange(audit(r, now, api.EventReservation, "reserved %v (%d GPUs) for team %s from %s to %s",
+		req.Nodes, got, req.Team, req.Start.Format(time.RFC3339), req.End.Format(time.RFC3339)), nil, req)}}
 	s.adminCommit(w, r, b, http.StatusCreated, req)
 }
 
@@ -262,31 +279,40 @@ func (s *Server) handleUnreserve(w http.ResponseWriter, r *http.Request) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	found := false
+	var before *api.Reservation
 	for _, o := range s.state.Reservations() {
-		found = found || o.ID == id
+		if o.ID == id {
+			before = &o
+		}
 	}
-	if !found {
+	if before == nil {
 		writeError(w, http.StatusNotFound, &api.Error{Code: api.CodeNotFound, Field: "id", Message: fmt.Sprintf("no reservation %d", id)})
 		return
 	}
-	b := &store.Batch{DeleteReservations: []int64{id}, Events: []api.Event{adminEvent(s.cfg.Clock.Now(), "deleted reservation %d", id)}}
+	b := &store.Batch{DeleteReservations: []int64{id}, Events: []api.Event{withChange(audit(r, s.cfg.Clock.Now(), api.EventReservation, "deleted reservation %d", id), before, nil)}}
 	s.adminCommit(w, r, b, http.StatusNoContent, nil)
 }
 
 func (s *Server) handlePutConfig(w http.ResponseWriter, r *http.Request) {
-	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+	s.mu.Lock()
+	limit := s.limits().MaxBodyBytes
+	s.mu.Unlock()
+	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 	if err != nil {
-		writeError(w, http.StatusRequestEntityTooLarge, &api.Error{Code: api.CodeTooLarge, Message: fmt.Sprintf("configurations are limited to %d bytes", maxBody)})
+		writeError(w, http.StatusRequestEntityTooLarge, &api.Error{Code: api.CodeTooLarge, Message: fmt.Sprintf("configurations are limited to %d bytes", limit)})
 		return
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	cfg, e := s.applyConfig(r.Context(), data, "admin")
+	id := caller(r)
+	cfg, e := s.applyConfig(r.Context(), data, api.Event{Actor: id.User, Role: string(id.Role), Source: id.Source})
 	if e != nil {
 		status := http.StatusBadRequest
-		if e.Code == api.CodeInternal {
+		switch e.Code {
+		case api.CodeInternal:
 			status = http.StatusInternalServerError
+		case api.CodeUnavailable:
+			status = http.StatusServiceUnavailable
 		}
 		writeError(w, status, e)
 		return

@@ -4,44 +4,84 @@ import (
 	"fmt"
 	"net/http"
 	"reflect"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/rotahq/rota/internal/api"
+	"github.com/rotahq/rota/internal/auth"
 	"github.com/rotahq/rota/internal/cluster"
 	"github.com/rotahq/rota/internal/store"
 )
 
-const maxNodeName = 253
+// Bounds on what an agent may report about its machine.
+const (
+	maxNodeGPUs   = 1024
+	maxNodeCPUs   = 1 << 20
+	maxNodeMemMB  = 1 << 40
+	maxLabels     = 64
+	maxInvString  = 128
+	maxStopped    = 10_000
+	maxEvents     = 1000
+	maxTaskReport = 100_000
+)
+
+var (
+	instanceRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+	// reasonRE is what a reason code an agent reports may be: exit_code, node_shutdown…
+	reasonRE = regexp.MustCompile(`^[a-z0-9_]{0,64}$`)
+)
 
 // handleHeartbeat registers or refreshes the node, records what its tasks did, and answers
 // with the node's desired state. Reports are applied in one commit before the answer, so an
 // ended task is acknowledged to the agent only once its end is durable.
+//
+// Fencing: one node name has one live agent. A heartbeat from another agent process is
+// refused while the node's agent is heard from, unless it took over the same data
+// directory (a restart: PreviousInstance names the live one). A node whose agent changed,
+// or that comes back after it was declared LOST, is Syncing: it takes no new work until its
+// agent reports that nothing runs there that the server does not list.
 func (s *Server) handleHeartbeat(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("node")
-	if name == "" || len(name) > maxNodeName || !nameRE.MatchString(name) {
-		writeError(w, http.StatusBadRequest, invalid("node", "%q is not a valid node name: use letters, digits and ._@+-", name))
-		return
-	}
 	var hb api.Heartbeat
-	if status, e := decodeJSON(w, r, &hb); e != nil {
+	if status, e := s.decodeJSON(w, r, &hb); e != nil {
 		writeError(w, status, e)
-		return
-	}
-	if hb.Node != "" && hb.Node != name {
-		writeError(w, http.StatusBadRequest, invalid("node", "body names node %q but the URL names %q", hb.Node, name))
 		return
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if e := s.validName("node", name); e != nil {
+		writeError(w, http.StatusBadRequest, e)
+		return
+	}
+	if hb.Node != "" && hb.Node != name {
+		writeError(w, http.StatusBadRequest, invalid("node", "body names node %q but the URL names %q", truncateName(hb.Node), name))
+		return
+	}
+	if e := validateHeartbeat(&hb); e != nil {
+		writeError(w, http.StatusBadRequest, e)
+		return
+	}
 	now := s.cfg.Clock.Now()
+	if e := s.takeOver(name, &hb, now); e != nil {
+		writeError(w, http.StatusConflict, e)
+		return
+	}
+	id := caller(r)
 	b := &store.Batch{}
-	s.refreshNode(b, name, hb.Inventory, now)
-	acked := s.recordTasks(b, name, hb.Tasks, now)
+	s.refreshNode(b, name, &hb, id, now)
+	// Tasks are of the cluster the agent names; another cluster's attempts mean nothing
+	// here, and the agent stops them once it learns this cluster from the answer.
+	var acked []api.TaskRef
+	if hb.ClusterID == s.clusterID {
+		acked = s.recordTasks(b, name, hb.Tasks, now)
+	}
+	stoppedAcked := s.recordStopped(b, name, hb.Stopped, now)
 	if err := s.commit(r.Context(), b); err != nil {
 		s.log.Error("heartbeat: commit failed", "node", name, "err", err)
-		writeError(w, http.StatusInternalServerError, &api.Error{Code: api.CodeInternal, Message: "could not record the heartbeat: " + err.Error()})
+		commitError(w, "could not record the heartbeat", err)
 		return
 	}
 	s.state.SetLastHeartbeat(name, now)
@@ -52,38 +92,184 @@ func (s *Server) handleHeartbeat(w http.ResponseWriter, r *http.Request) {
 		acked = []api.TaskRef{}
 	}
 	writeJSON(w, http.StatusOK, api.HeartbeatResponse{
-		Tasks: s.desiredTasks(name), Acked: acked, HeartbeatSeconds: s.cfg.HeartbeatInterval.Seconds(),
+		Tasks: s.desiredTasks(name), Acked: acked, StoppedAcked: stoppedAcked, ClusterID: s.clusterID,
+		HeartbeatSeconds: s.cfg.HeartbeatInterval.Seconds(),
 	})
 }
 
-// refreshNode adds a new node, or records a changed inventory or a node that came back. A
-// heartbeat that changes nothing writes nothing.
-func (s *Server) refreshNode(b *store.Batch, name string, inv api.Inventory, now time.Time) {
+// validateHeartbeat refuses a report that would put nonsense into the node's record: the
+// inventory is shown to every client and feeds the scheduler.
+func validateHeartbeat(hb *api.Heartbeat) *api.Error {
+	inv := &hb.Inventory
+	switch {
+	case !instanceRE.MatchString(hb.Instance):
+		return invalid("instance", "must be the agent's instance ID: 1 to 64 letters, digits, _ and -")
+	case hb.PreviousInstance != "" && !instanceRE.MatchString(hb.PreviousInstance):
+		return invalid("previous_instance", "must be an instance ID: 1 to 64 letters, digits, _ and -")
+	case inv.CPUs < 0 || inv.CPUs > maxNodeCPUs:
+		return invalid("inventory.cpus", "must be between 0 and %d", maxNodeCPUs)
+	case inv.MemoryMB < 0 || inv.MemoryMB > maxNodeMemMB:
+		return invalid("inventory.memory_mb", "must be between 0 and %d", int64(maxNodeMemMB))
+	case len(inv.GPUs) > maxNodeGPUs:
+		return invalid("inventory.gpus", "at most %d GPUs per node", maxNodeGPUs)
+	case len(inv.Labels) > maxLabels:
+		return invalid("inventory.labels", "at most %d labels", maxLabels)
+	case len(hb.Tasks) > maxTaskReport:
+		return invalid("tasks", "at most %d tasks in one heartbeat", maxTaskReport)
+	case len(hb.Stopped) > maxStopped:
+		return invalid("stopped", "at most %d stopped attempts in one heartbeat", maxStopped)
+	}
+	if inv.DeviceSource == "" {
+		inv.DeviceSource = "none"
+	}
+	for field, v := range map[string]string{"inventory.driver_version": inv.DriverVersion, "inventory.cuda_version": inv.CUDAVersion,
+		"inventory.device_source": inv.DeviceSource, "inventory.hostname": inv.Hostname, "version": hb.Version, "cluster_id": hb.ClusterID} {
+		if !cleanString(v) {
+			return invalid(field, "must be at most %d printable characters", maxInvString)
+		}
+	}
+	seen := map[int]bool{}
+	for i, g := range inv.GPUs {
+		f := fmt.Sprintf("inventory.gpus[%d]", i)
+		switch {
+		case g.Index < 0 || g.Index >= maxNodeGPUs || seen[g.Index]:
+			return invalid(f+".index", "must be a distinct number from 0 to %d", maxNodeGPUs-1)
+		case g.MemoryMB < 0 || g.MemoryMB > maxNodeMemMB:
+			return invalid(f+".memory_mb", "must be between 0 and %d", int64(maxNodeMemMB))
+		case !cleanString(g.Model) || g.Model == "":
+			return invalid(f+".model", "must be 1 to %d printable characters", maxInvString)
+		case !cleanString(g.UUID) || g.UUID == "":
+			return invalid(f+".uuid", "must be 1 to %d printable characters", maxInvString)
+		}
+		seen[g.Index] = true
+	}
+	for k, v := range inv.Labels {
+		if !nameRE.MatchString(k) || len(k) > maxInvString || !cleanString(v) {
+			return invalid("inventory.labels", "label %q: keys are names (letters, digits, ._@+-), values printable, at most %d characters", truncateName(k), maxInvString)
+		}
+	}
+	for i, t := range hb.Tasks {
+		if !t.State.Valid() || t.JobID <= 0 || t.Attempt <= 0 {
+			return invalid(fmt.Sprintf("tasks[%d]", i), "needs a positive job_id and attempt and a known state")
+		}
+		if len(t.Events) > maxEvents {
+			return invalid(fmt.Sprintf("tasks[%d].events", i), "at most %d events in one heartbeat", maxEvents)
+		}
+		if !reasonRE.MatchString(t.Reason) {
+			return invalid(fmt.Sprintf("tasks[%d].reason", i), "must be a reason code: lower-case letters, digits and _, at most 64")
+		}
+	}
+	for i, st := range hb.Stopped {
+		if !reasonRE.MatchString(st.Reason) || !cleanString(st.ClusterID) {
+			return invalid(fmt.Sprintf("stopped[%d]", i), "needs a reason code (lower-case letters, digits and _) and a printable cluster ID")
+		}
+	}
+	return nil
+}
+
+// cleanString reports whether v is short and has no control characters, which would break
+// tables and terminals.
+func cleanString(v string) bool {
+	return len(v) <= maxInvString && !strings.ContainsFunc(v, isControl)
+}
+
+// takeOver refuses a heartbeat from a second agent process for a live node (see
+// handleHeartbeat). A restarted agent names the instance it took over from.
+func (s *Server) takeOver(name string, hb *api.Heartbeat, now time.Time) *api.Error {
+	n, ok := s.state.Node(name)
+	if !ok || n.Agent == nil || n.Agent.Instance == hb.Instance {
+		return nil
+	}
+	sameHost := n.Hostname == "" || hb.Inventory.Hostname == "" || n.Hostname == hb.Inventory.Hostname
+	if hb.PreviousInstance == n.Agent.Instance && sameHost {
+		return nil
+	}
+	return s.nodeTaken(name, hb.Instance, now)
+}
+
+// refreshNode adds a new node, or records a changed inventory, a changed agent, or a node
+// that came back. A heartbeat that changes nothing writes nothing.
+func (s *Server) refreshNode(b *store.Batch, name string, hb *api.Heartbeat, id auth.Identity, now time.Time) {
 	old, known := s.state.Node(name)
 	n := old
-	n.Name, n.Inventory, n.LastHeartbeat = name, inv, now
+	n.Name, n.Inventory, n.LastHeartbeat = name, hb.Inventory, now
+	agent := &api.AgentInfo{Instance: hb.Instance, PID: hb.PID, Address: id.Source, Version: hb.Version}
+	if id.Kind == auth.KindNode {
+		if c, ok := s.state.NodeCert(name); ok {
+			agent.CertSerial = c.Serial
+		}
+	}
+	n.Agent = agent
+	newAgent := !known || old.Agent == nil || old.Agent.Instance != hb.Instance
+	switch {
+	case known && old.Agent != nil && old.Agent.Instance != hb.Instance,
+		known && old.State == api.NodeLost,
+		hb.ClusterID != s.clusterID:
+		// A new agent process, a node back from the dead, or an agent that holds another
+		// cluster's attempts: its Synced speaks of an earlier answer than the one it is
+		// about to get, which may not list what it runs.
+		n.Syncing = true
+	case hb.Synced:
+		n.Syncing = false
+	case !known:
+		n.Syncing = true
+	}
 	if !known || n.State == api.NodeNotReady || n.State == api.NodeLost || n.State == "" {
 		n.State = api.NodeReady
 	}
+	event := func(format string, args ...any) {
+		b.Events = append(b.Events, api.Event{Time: now, Actor: id.User, Kind: api.EventNode, Node: name, Source: id.Source, Message: fmt.Sprintf(format, args...)})
+	}
 	switch {
 	case !known:
-		b.Events = append(b.Events, api.Event{Time: now, Actor: name, Kind: api.EventNode, Node: name,
-			Message: fmt.Sprintf("node %s registered: %d GPUs (%s), %d CPUs, %d MB", name, len(inv.GPUs), inv.DeviceSource, inv.CPUs, inv.MemoryMB)})
+		event("node %s registered: %d GPUs (%s), %d CPUs, %d MB; agent %s (pid %d) from %s",
+			name, len(n.GPUs), n.DeviceSource, n.CPUs, n.MemoryMB, hb.Instance, hb.PID, id.Source)
 	case old.State != n.State:
-		b.Events = append(b.Events, api.Event{Time: now, Actor: name, Kind: api.EventNode, Node: name,
-			Message: fmt.Sprintf("node %s: %s -> %s: heartbeat received", name, old.State, n.State)})
-	case reflect.DeepEqual(old.Inventory, inv):
+		event("node %s: %s -> %s: heartbeat received from agent %s", name, old.State, n.State, hb.Instance)
+	case newAgent && old.Agent != nil:
+		event("node %s: agent %s (pid %d) took over from %s (pid %d)", name, hb.Instance, hb.PID, old.Agent.Instance, old.Agent.PID)
+	case old.Syncing && !n.Syncing:
+		event("node %s synced: nothing runs there that the server does not list; it takes new work again", name)
+	case old.Syncing == n.Syncing && reflect.DeepEqual(old.Inventory, n.Inventory) && reflect.DeepEqual(old.Agent, n.Agent):
 		return
-	default:
-		b.Events = append(b.Events, api.Event{Time: now, Actor: name, Kind: api.EventNode, Node: name,
-			Message: fmt.Sprintf("node %s inventory changed: %d GPUs, %d CPUs, %d MB", name, len(inv.GPUs), inv.CPUs, inv.MemoryMB)})
+	case !reflect.DeepEqual(old.Inventory, n.Inventory):
+		event("node %s inventory changed: %d GPUs, %d CPUs, %d MB", name, len(n.GPUs), n.CPUs, n.MemoryMB)
+	}
+	if n.Syncing && !old.Syncing && known {
+		event("node %s takes no new work until its agent confirms it stopped every attempt the server does not list", name)
 	}
 	b.Nodes = append(b.Nodes, n)
 }
 
+// recordStopped records what the agent stopped on its own (fencing) and acknowledges it.
+func (s *Server) recordStopped(b *store.Batch, node string, stopped []api.StoppedTask, now time.Time) []api.TaskRef {
+	var acked []api.TaskRef
+	for _, st := range stopped {
+		why := "the server does not list it as live"
+		if st.Reason == api.StoppedOtherCluster {
+			why = "it belongs to cluster " + printable(st.ClusterID) + ", not this one"
+		}
+		b.Events = append(b.Events, api.Event{Time: now, Actor: "node:" + node, Kind: api.EventNode, Node: node, JobID: st.JobID, Attempt: st.Attempt,
+			Reason: printable(st.Reason), Message: fmt.Sprintf("agent on %s stopped attempt %d of job %d because %s: %s", node, st.Attempt, st.JobID, why, printable(st.Message))})
+		acked = append(acked, api.TaskRef{JobID: st.JobID, Attempt: st.Attempt, ClusterID: st.ClusterID})
+	}
+	return acked
+}
+
+// rankOn returns the index of the attempt's placement on node, or -1.
+func rankOn(a api.Attempt, node string) int {
+	for i, p := range a.Placements {
+		if p.Node == node {
+			return i
+		}
+	}
+	return -1
+}
+
 // recordTasks applies the agent's task reports to b and returns the ended tasks the agent may
 // forget. A report about an attempt that is not the job's current one on this node is stale
-// (the job was requeued or cancelled meanwhile): it changes nothing and is acknowledged.
+// (the job was requeued or cancelled meanwhile) or unknown: it changes nothing, and the
+// agent stops the attempt, which no answer lists. An ended one is acknowledged.
 func (s *Server) recordTasks(b *store.Batch, node string, tasks []api.TaskStatus, now time.Time) []api.TaskRef {
 	var acked []api.TaskRef
 	for _, st := range tasks {
@@ -91,13 +277,21 @@ func (s *Server) recordTasks(b *store.Batch, node string, tasks []api.TaskStatus
 		ended := st.State.Terminal()
 		job, ok := s.state.Job(st.JobID)
 		a, hasAttempt := s.state.CurrentAttempt(st.JobID)
-		current := ok && hasAttempt && job.State.Active() && a.N == st.Attempt && placedOn(a, node)
-		if !current {
+		rank := -1
+		if ok && hasAttempt && job.State.Active() && a.N == st.Attempt {
+			rank = rankOn(a, node)
+		}
+		if rank < 0 || a.Placements[rank].State.Terminal() {
+			if !ok || !hasAttempt || st.Attempt > a.N {
+				s.log.Warn("agent reports an attempt this server does not know", "node", node, "job", st.JobID, "attempt", st.Attempt, "state", st.State)
+			}
 			if ended {
 				acked = append(acked, ref)
 			}
 			continue
 		}
+		// The placements are the state's own until the batch is applied: change a copy.
+		a.Placements = slices.Clone(a.Placements)
 		checkpointed := false
 		for _, e := range st.Events {
 			if ev, ok := reportEvent(e, job, node, now); ok {
@@ -106,33 +300,83 @@ func (s *Server) recordTasks(b *store.Batch, node string, tasks []api.TaskStatus
 				job.LastCheckpoint, checkpointed = &t, true
 			}
 		}
+		p := &a.Placements[rank]
 		switch {
 		case ended:
-			a, ev, err := s.endAttempt(&job, st, now, node)
-			if err != nil {
-				s.log.Error("task report", "job", job.ID, "err", err)
-				continue
+			end := now
+			if st.EndTime != nil {
+				end = *st.EndTime
 			}
-			b.Jobs, b.Attempts, b.Events = append(b.Jobs, job), append(b.Attempts, a), append(b.Events, ev)
+			p.State, p.ExitCode, p.EndTime, p.Reason, p.Message = st.State, st.ExitCode, &end, st.Reason, printable(st.Message)
+			if a.StartTime == nil && st.StartTime != nil {
+				a.StartTime = st.StartTime
+			}
+			evs := s.rankEnded(&job, &a, rank, now)
+			b.Jobs, b.Attempts, b.Events = append(b.Jobs, job), append(b.Attempts, a), append(b.Events, evs...)
 			acked = append(acked, ref)
-		case st.State == api.StateRunning && job.State == api.StateAssigned:
-			start := now
-			if st.StartTime != nil {
-				start = *st.StartTime
+		case st.State == api.StateRunning && p.State == "":
+			p.State = api.StateRunning
+			if job.State == api.StateAssigned {
+				start := now
+				if st.StartTime != nil {
+					start = *st.StartTime
+				}
+				a.State, a.StartTime = api.StateRunning, &start
+				job.StartTime = &start
+				ev, err := cluster.Transition(&job, api.StateRunning, "", fmt.Sprintf("started on %s (pid %d)", node, st.PID), "node:"+node, now)
+				if err != nil {
+					s.log.Error("task report", "job", job.ID, "err", err)
+					continue
+				}
+				b.Events = append(b.Events, ev)
 			}
-			a.State, a.StartTime = api.StateRunning, &start
-			job.StartTime = &start
-			ev, err := cluster.Transition(&job, api.StateRunning, "", fmt.Sprintf("started on %s (pid %d)", node, st.PID), node, now)
-			if err != nil {
-				s.log.Error("task report", "job", job.ID, "err", err)
-				continue
-			}
-			b.Jobs, b.Attempts, b.Events = append(b.Jobs, job), append(b.Attempts, a), append(b.Events, ev)
+			b.Jobs, b.Attempts = append(b.Jobs, job), append(b.Attempts, a)
 		case checkpointed:
 			b.Jobs = append(b.Jobs, job)
 		}
 	}
 	return acked
+}
+
+// rankEnded moves the job on after one rank of its attempt ended: when every rank has, the
+// attempt ends; when this one failed while others run, they are told to stop (the gang
+// ends together) and the attempt ends once they have. It returns the events to record.
+func (s *Server) rankEnded(job *api.Job, a *api.Attempt, rank int, now time.Time) []api.Event {
+	p := a.Placements[rank]
+	if allEnded(a) {
+		ev, err := s.endAttempt(job, a, now)
+		if err != nil {
+			s.log.Error("end attempt", "job", job.ID, "err", err)
+			return nil
+		}
+		return []api.Event{ev}
+	}
+	if p.State == api.StateSucceeded || job.Stopping != "" || job.CancelRequested || job.PreemptRequested {
+		return nil
+	}
+	job.Stopping = fmt.Sprintf("rank %d on %s %s", rank, p.Node, rankOutcome(p))
+	return []api.Event{{Time: now, Actor: "node:" + p.Node, Kind: api.EventTransition, JobID: job.ID, Attempt: a.N, Node: p.Node,
+		Reason: p.Reason, Message: job.Stopping + "; stopping the other ranks"}}
+}
+
+// rankOutcome says how a rank ended, for messages.
+func rankOutcome(p api.Placement) string {
+	switch {
+	case p.Message != "":
+		return "ended: " + p.Message
+	case p.ExitCode != nil:
+		return fmt.Sprintf("exited with code %d", *p.ExitCode)
+	}
+	return "ended " + strings.ToLower(string(p.State))
+}
+
+func allEnded(a *api.Attempt) bool {
+	for _, p := range a.Placements {
+		if !p.State.Terminal() {
+			return false
+		}
+	}
+	return true
 }
 
 // reportEvent keeps the checkpoints a job reports: they decide which job loses least when one
@@ -142,21 +386,26 @@ func reportEvent(e map[string]any, job api.Job, node string, now time.Time) (api
 	if !ok {
 		return api.Event{}, false
 	}
-	return api.Event{Time: now, Actor: node, Kind: "checkpoint", JobID: job.ID, Attempt: job.Attempts, Node: node,
-		Message: fmt.Sprint(cp)}, true
-}
-
-func placedOn(a api.Attempt, node string) bool {
-	for _, p := range a.Placements {
-		if p.Node == node {
-			return true
-		}
+	msg := fmt.Sprint(cp)
+	if len(msg) > 1024 {
+		msg = msg[:1024] + "…"
 	}
-	return false
+	return api.Event{Time: now, Actor: "node:" + node, Kind: api.EventCheckpoint, JobID: job.ID, Attempt: job.Attempts, Node: node,
+		Message: printable(msg)}, true
 }
 
-// desiredTasks lists what the node should run: every active job placed on it, with a stop
-// order where the job is to be cancelled.
+func placedOn(a api.Attempt, node string) bool { return rankOn(a, node) >= 0 }
+
+// Reasons the server stops the other ranks of an attempt with.
+const (
+	// reasonRankFailed stops the ranks of a multi-node attempt after one of them failed.
+	reasonRankFailed = "rank_failed"
+	// reasonNotStarted ends a rank that no agent started within AssignTimeout.
+	reasonNotStarted = "not_started"
+)
+
+// desiredTasks lists what the node should run: every rank of an active attempt placed on it
+// that has not ended, with a stop order where the job is being stopped.
 func (s *Server) desiredTasks(node string) []api.Task {
 	tasks := []api.Task{}
 	for _, id := range s.state.ActiveIDs() {
@@ -165,26 +414,36 @@ func (s *Server) desiredTasks(node string) []api.Task {
 		if !ok {
 			continue
 		}
-		for rank, p := range a.Placements {
-			if p.Node != node {
-				continue
-			}
-			t := api.Task{
-				JobID: id, Attempt: a.N, Command: job.Spec.Command, WorkDir: job.Spec.WorkDir,
-				Env: s.taskEnv(job, a, rank), GPUIndices: p.GPUIndices, GPUIDs: p.GPUIDs,
-				CPUs: p.CPUs, MemoryMB: p.MemoryMB, Signal: job.Spec.Signal, GraceSeconds: job.Spec.Grace,
-			}
-			if job.Spec.TimeLimit > 0 {
-				t.TimeLimitEnd = a.AssignTime.Add(time.Duration(job.Spec.TimeLimit) * time.Second)
-			}
-			switch {
-			case job.CancelRequested:
-				t.Stop, t.StopReason = true, api.ReasonCancelled
-			case job.PreemptRequested:
-				t.Stop, t.StopReason = true, api.ReasonPreempted
-			}
-			tasks = append(tasks, t)
+		rank := rankOn(a, node)
+		if rank < 0 || a.Placements[rank].State.Terminal() {
+			continue
 		}
+		p := a.Placements[rank]
+		runAs, allowRoot := job.Spec.User, false
+		if u, ok := s.state.User(job.Spec.User); ok {
+			allowRoot = u.AllowRoot
+			if u.UnixUser != "" {
+				runAs = u.UnixUser
+			}
+		}
+		t := api.Task{
+			JobID: id, Attempt: a.N, Rank: rank, Command: job.Spec.Command, WorkDir: job.Spec.WorkDir,
+			Env: s.taskEnv(job, a, rank), GPUIndices: p.GPUIndices, GPUIDs: p.GPUIDs,
+			CPUs: p.CPUs, MemoryMB: p.MemoryMB, Signal: job.Spec.Signal, GraceSeconds: job.Spec.Grace,
+			RunAs: runAs, AllowRoot: allowRoot, CheckpointDir: s.checkpointDir(&job),
+		}
+		if job.Spec.TimeLimit > 0 {
+			t.TimeLimitEnd = a.AssignTime.Add(time.Duration(job.Spec.TimeLimit) * time.Second)
+		}
+		switch {
+		case job.CancelRequested:
+			t.Stop, t.StopReason = true, api.ReasonCancelled
+		case job.PreemptRequested:
+			t.Stop, t.StopReason = true, api.ReasonPreempted
+		case job.Stopping != "":
+			t.Stop, t.StopReason = true, reasonRankFailed
+		}
+		tasks = append(tasks, t)
 	}
 	return tasks
 }
@@ -199,6 +458,10 @@ func (s *Server) taskEnv(job api.Job, a api.Attempt, rank int) map[string]string
 	env[api.EnvJobID] = strconv.FormatInt(job.ID, 10)
 	env[api.EnvAttempt] = strconv.Itoa(a.N)
 	env[api.EnvQueue] = job.Spec.Queue
+	if job.ArrayID != 0 && job.ArrayIndex != nil {
+		env[api.EnvArrayJobID] = strconv.FormatInt(job.ArrayID, 10)
+		env[api.EnvArrayIndex] = strconv.Itoa(*job.ArrayIndex)
+	}
 	if job.Spec.TimeLimit > 0 {
 		env[api.EnvTimeLimitEnd] = a.AssignTime.Add(time.Duration(job.Spec.TimeLimit) * time.Second).Format(time.RFC3339)
 	}

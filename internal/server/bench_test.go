@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -20,7 +22,16 @@ import (
 // End-to-end benchmarks: a real server over a real SQLite file, answering real HTTP on
 // loopback, with simulated agents (one goroutine per node, many in one process).
 
-func benchServer(b *testing.B) (*Server, *httptest.Server) {
+// benchEnv is a server for benchmarks: clients reach it over loopback TCP with the first
+// admin's token, simulated agents through the in-process connection.
+type benchEnv struct {
+	srv    *Server
+	hs     *httptest.Server
+	token  string
+	agents *http.Client
+}
+
+func benchServer(b *testing.B) *benchEnv {
 	b.Helper()
 	dir := b.TempDir()
 	st, err := store.Open(context.Background(), "sqlite://"+filepath.Join(dir, "rota.db"), nil)
@@ -31,14 +42,36 @@ func benchServer(b *testing.B) (*Server, *httptest.Server) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	hs := httptest.NewServer(srv.Handler())
-	b.Cleanup(func() { hs.Close(); st.Close() })
-	return srv, hs
+	// A benchmark submits far faster than one person may.
+	srv.mu.Lock()
+	_, e := srv.applyConfig(context.Background(), []byte("limits: {submits_per_second: 1000000, submit_burst: 10000000, max_pending_per_user: 10000000}\n"), api.Event{Actor: "bench"})
+	srv.mu.Unlock()
+	if e != nil {
+		b.Fatal(e.Message)
+	}
+	token, err := os.ReadFile(filepath.Join(dir, "admin-token"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	hs := httptest.NewUnstartedServer(srv.Handler())
+	hs.Config.ConnContext = srv.ConnContext
+	hs.Start()
+	local := NewLocalListener()
+	ls := &http.Server{Handler: srv.Handler(), ConnContext: srv.ConnContext}
+	go ls.Serve(local)
+	b.Cleanup(func() { ls.Close(); hs.Close(); srv.Close(); st.Close() })
+	return &benchEnv{srv: srv, hs: hs, token: strings.TrimSpace(string(token)), agents: local.Client()}
 }
 
-func post(client *http.Client, url string, body any, out any) error {
+// post sends body as JSON with the token, if any, and decodes the answer into out.
+func post(client *http.Client, url, token string, body any, out any) error {
 	data, _ := json.Marshal(body)
-	resp, err := client.Post(url, "application/json", bytes.NewReader(data))
+	req, _ := http.NewRequest("POST", url, bytes.NewReader(data))
+	req.Header.Set("Content-Type", "application/json")
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := client.Do(req)
 	if err != nil {
 		return err
 	}
@@ -55,7 +88,7 @@ func post(client *http.Client, url string, body any, out any) error {
 // BenchmarkSubmit measures durable submissions: each op is one POST /api/v1/jobs answered
 // only after its commit to SQLite, from 8 concurrent clients.
 func BenchmarkSubmit(b *testing.B) {
-	_, hs := benchServer(b)
+	env := benchServer(b)
 	spec := api.JobSpec{Command: []string{"true"}, User: "bench"}
 	b.SetParallelism(4) // 4 × GOMAXPROCS clients
 	b.ResetTimer()
@@ -63,7 +96,7 @@ func BenchmarkSubmit(b *testing.B) {
 	b.RunParallel(func(pb *testing.PB) {
 		client := &http.Client{}
 		for pb.Next() {
-			if err := post(client, hs.URL+"/api/v1/jobs", spec, nil); err != nil {
+			if err := post(client, env.hs.URL+"/api/v1/jobs", env.token, spec, nil); err != nil {
 				b.Error(err)
 				return
 			}
@@ -76,35 +109,37 @@ func BenchmarkSubmit(b *testing.B) {
 // being reported RUNNING by its (simulated) agent, on 50 nodes of 8 GPUs with the scheduling
 // loop and heartbeats running as in production, only faster.
 func BenchmarkSubmitToRunning(b *testing.B) {
-	srv, hs := benchServer(b)
+	env := benchServer(b)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go srv.Run(ctx)
+	go env.srv.Run(ctx)
 	const nodes = 50
 	var wg sync.WaitGroup
 	for i := range nodes {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			simulatedAgent(ctx, hs.URL, fmt.Sprintf("bench-%03d", i))
+			simulatedAgent(ctx, env, fmt.Sprintf("bench-%03d", i))
 		}()
 	}
 	defer wg.Wait()
 	defer cancel()
 	client := &http.Client{}
-	waitNodes(b, client, hs.URL, nodes)
+	waitNodes(b, env, nodes)
 
 	lat := make([]time.Duration, 0, b.N)
 	b.ResetTimer()
 	for range b.N {
 		var j api.Job
-		if err := post(client, hs.URL+"/api/v1/jobs", api.JobSpec{Command: []string{"x"}, GPUs: 1}, &j); err != nil {
+		if err := post(client, env.hs.URL+"/api/v1/jobs", env.token, api.JobSpec{Command: []string{"x"}, GPUs: 1}, &j); err != nil {
 			b.Fatal(err)
 		}
 		acked := time.Now()
 		for {
 			var d api.JobDetail
-			resp, err := client.Get(fmt.Sprintf("%s/api/v1/jobs/%d", hs.URL, j.ID))
+			req, _ := http.NewRequest("GET", fmt.Sprintf("%s/api/v1/jobs/%d", env.hs.URL, j.ID), nil)
+			req.Header.Set("Authorization", "Bearer "+env.token)
+			resp, err := client.Do(req)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -123,11 +158,13 @@ func BenchmarkSubmitToRunning(b *testing.B) {
 	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "p99-ms")
 }
 
-func waitNodes(b *testing.B, client *http.Client, url string, n int) {
+func waitNodes(b *testing.B, env *benchEnv, n int) {
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
 		var list api.NodeList
-		resp, err := client.Get(url + "/api/v1/nodes")
+		req, _ := http.NewRequest("GET", env.hs.URL+"/api/v1/nodes", nil)
+		req.Header.Set("Authorization", "Bearer "+env.token)
+		resp, err := http.DefaultClient.Do(req)
 		if err == nil {
 			json.NewDecoder(resp.Body).Decode(&list)
 			resp.Body.Close()
@@ -142,8 +179,7 @@ func waitNodes(b *testing.B, client *http.Client, url string, n int) {
 
 // simulatedAgent heartbeats like a real agent and "runs" each task for 50 ms: it reports it
 // RUNNING on the next beat and SUCCEEDED a few beats later.
-func simulatedAgent(ctx context.Context, url, name string) {
-	client := &http.Client{}
+func simulatedAgent(ctx context.Context, env *benchEnv, name string) {
 	inv := api.Inventory{CPUs: 64, MemoryMB: 512 << 10, DeviceSource: "fake"}
 	for g := range 8 {
 		inv.GPUs = append(inv.GPUs, api.GPU{Index: g, UUID: fmt.Sprintf("GPU-%s-%d", name, g), Model: "H100", MemoryMB: 81559, Healthy: true})
@@ -162,7 +198,8 @@ func simulatedAgent(ctx context.Context, url, name string) {
 			statuses = append(statuses, st)
 		}
 		var resp api.HeartbeatResponse
-		if err := post(client, url+"/api/v1/agents/"+name+"/heartbeat", api.Heartbeat{Node: name, Inventory: inv, Tasks: statuses}, &resp); err != nil {
+		hb := api.Heartbeat{Node: name, Inventory: inv, Tasks: statuses, Instance: "bench-" + name, ClusterID: env.srv.ClusterID(), Synced: true}
+		if err := post(env.agents, "http://rota-up/api/v1/agents/"+name+"/heartbeat", "", hb, &resp); err != nil {
 			return
 		}
 		for _, ref := range resp.Acked {

@@ -3,9 +3,12 @@ package server
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"path/filepath"
+	"reflect"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
@@ -41,6 +44,12 @@ func validateQueue(q *api.Queue) *api.Error {
 		return invalid("user_gpu_limit", "queue %s: must be between 0 (no limit) and %d", q.Name, maxGPUs)
 	case q.NeverPreempt && q.Preemptible:
 		return invalid("never_preempt", "queue %s: cannot be both preemptible and never preempted", q.Name)
+	case q.RestartPolicy != "" && !validRestartPolicy(q.RestartPolicy):
+		return invalid("restart_policy", "queue %s: %q is not a restart policy; use never, on-failure or always", q.Name, q.RestartPolicy)
+	}
+	if e := validateCheckpointRoot("checkpoint_root", q.CheckpointRoot); e != nil {
+		e.Message = "queue " + q.Name + ": " + e.Message
+		return e
 	}
 	for field, names := range map[string][]string{"pools": q.Pools, "users": q.Users, "teams": q.Teams} {
 		for _, n := range names {
@@ -85,15 +94,56 @@ func validateTeam(t *api.Team) *api.Error {
 	return nil
 }
 
+// validateCheckpointRoot accepts an absolute, clean path without control characters, or
+// nothing.
+func validateCheckpointRoot(field, p string) *api.Error {
+	if p == "" {
+		return nil
+	}
+	if !filepath.IsAbs(p) || filepath.Clean(p) != p || strings.ContainsFunc(p, isControl) || len(p) > 1024 {
+		return invalid(field, "%q must be an absolute, clean path (like /mnt/checkpoints) mounted at the same place on every node", truncateName(p))
+	}
+	return nil
+}
+
+// validateLimits checks limits an admin sets; zero fields keep their defaults.
+func validateLimits(l api.Limits) *api.Error {
+	switch {
+	case l.MaxBodyBytes < 0 || l.MaxBodyBytes > 1<<30:
+		return invalid("limits.max_body_bytes", "must be between 0 (default) and 1 GiB")
+	case l.MaxCommandBytes < 0 || l.MaxCommandBytes > 16<<20:
+		return invalid("limits.max_command_bytes", "must be between 0 (default) and 16 MiB")
+	case l.MaxEnvBytes < 0 || l.MaxEnvBytes > 16<<20:
+		return invalid("limits.max_env_bytes", "must be between 0 (default) and 16 MiB")
+	case l.MaxNameLength < 0 || l.MaxNameLength > 253:
+		return invalid("limits.max_name_length", "must be between 0 (default) and 253")
+	case l.MaxPendingPerUser < 0 || l.MaxPendingPerUser > 10_000_000:
+		return invalid("limits.max_pending_per_user", "must be between 0 (default) and 10000000")
+	case l.SubmitsPerSecond < 0 || l.SubmitsPerSecond > 1e6:
+		return invalid("limits.submits_per_second", "must be between 0 (default) and 1000000")
+	case l.SubmitBurst < 0 || l.SubmitBurst > 1e7:
+		return invalid("limits.submit_burst", "must be between 0 (default) and 10000000")
+	}
+	return nil
+}
+
 // applyConfig validates a YAML (or JSON) configuration whole and commits it in one batch, or
-// changes nothing and names the line at fault. Callers hold s.mu.
-func (s *Server) applyConfig(ctx context.Context, data []byte, actor string) (api.Config, *api.Error) {
+// changes nothing and names the line at fault. Every change it makes is an audit event
+// carrying who (from by: actor, role, source) and the value before and after. Callers hold
+// s.mu.
+func (s *Server) applyConfig(ctx context.Context, data []byte, by api.Event) (api.Config, *api.Error) {
 	var cfg api.Config
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
-	// An empty document configures nothing; that is not an error.
-	if err := dec.Decode(&cfg); err != nil && !errors.Is(err, io.EOF) {
+	if err := dec.Decode(&cfg); err != nil {
+		if errors.Is(err, io.EOF) {
+			return cfg, invalid("config", "the configuration is empty: give queues, teams, execution or limits")
+		}
 		return cfg, invalid("config", "%s", strings.TrimPrefix(err.Error(), "yaml: "))
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
+		return cfg, invalid("config", "the file holds more than one YAML document; put queues, teams, execution and limits in one")
 	}
 	var doc yaml.Node
 	yaml.Unmarshal(data, &doc)
@@ -101,6 +151,11 @@ func (s *Server) applyConfig(ctx context.Context, data []byte, actor string) (ap
 	seen := map[string]bool{}
 	b := &store.Batch{}
 	now := s.cfg.Clock.Now()
+	event := func(kind, msg string, before, after any) {
+		ev := by
+		ev.Time, ev.Kind, ev.Message = now, kind, msg
+		b.Events = append(b.Events, withChange(ev, before, after))
+	}
 	for i := range cfg.Queues {
 		q := &cfg.Queues[i]
 		if e := validateQueue(q); e != nil {
@@ -111,7 +166,11 @@ func (s *Server) applyConfig(ctx context.Context, data []byte, actor string) (ap
 		}
 		seen["q/"+q.Name] = true
 		b.Queues = append(b.Queues, *q)
-		b.Events = append(b.Events, api.Event{Time: now, Actor: actor, Kind: api.EventAdmin, Message: "set queue " + q.Name})
+		var before any
+		if old, ok := s.state.Queue(q.Name); ok {
+			before = old
+		}
+		event(api.EventQueue, "set queue "+q.Name, before, *q)
 	}
 	for i := range cfg.Teams {
 		t := &cfg.Teams[i]
@@ -123,10 +182,40 @@ func (s *Server) applyConfig(ctx context.Context, data []byte, actor string) (ap
 		}
 		seen["t/"+t.Name] = true
 		b.Teams = append(b.Teams, *t)
-		b.Events = append(b.Events, api.Event{Time: now, Actor: actor, Kind: api.EventAdmin, Message: "set team " + t.Name})
+		kind := api.EventTeam
+		var before any
+		if old, ok := s.state.Team(t.Name); ok {
+			before = old
+			if !reflect.DeepEqual(old.Quotas, t.Quotas) {
+				kind = api.EventQuota
+			}
+		}
+		event(kind, "set team "+t.Name, before, *t)
+	}
+	if cfg.Execution != nil {
+		if e := validateCheckpointRoot("execution.checkpoint_root", cfg.Execution.CheckpointRoot); e != nil {
+			return cfg, e
+		}
+		data, _ := json.Marshal(cfg.Execution)
+		b.Settings = append(b.Settings, store.Setting{Name: settingExecution, Data: data})
+		event(api.EventConfig, "set execution settings", s.execution(), *cfg.Execution)
+	}
+	if cfg.Limits != nil {
+		if e := validateLimits(*cfg.Limits); e != nil {
+			return cfg, e
+		}
+		data, _ := json.Marshal(cfg.Limits)
+		b.Settings = append(b.Settings, store.Setting{Name: settingLimits, Data: data})
+		after := api.DefaultLimits()
+		mergeLimits(&after, *cfg.Limits)
+		event(api.EventConfig, "set limits", s.limits(), after)
 	}
 	if err := s.commit(ctx, b); err != nil {
-		return cfg, &api.Error{Code: api.CodeInternal, Message: "the configuration could not be stored: " + err.Error()}
+		code := api.CodeInternal
+		if errors.Is(err, errStale) {
+			code = api.CodeUnavailable
+		}
+		return cfg, &api.Error{Code: code, Message: "the configuration could not be stored: " + err.Error()}
 	}
 	s.wake()
 	return cfg, nil

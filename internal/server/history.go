@@ -23,9 +23,10 @@ func (s *Server) handleHistory(w http.ResponseWriter, r *http.Request) {
 		}
 		*dst = t
 	}
+	who := caller(r)
 	s.mu.Lock()
 	jobs := s.state.Jobs(func(j *api.Job) bool {
-		return j.State.Terminal() && !j.SubmitTime.Before(since) && (until.IsZero() || j.SubmitTime.Before(until))
+		return j.State.Terminal() && !j.SubmitTime.Before(since) && (until.IsZero() || j.SubmitTime.Before(until)) && s.mayRead(who, j) == nil
 	})
 	list := api.HistoryList{Records: make([]api.HistoryRecord, 0, len(jobs))}
 	for _, j := range jobs {

@@ -1,12 +1,21 @@
 package server
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"fmt"
+	"math"
 	"net/http"
+	"path/filepath"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/rotahq/rota/internal/api"
+	"github.com/rotahq/rota/internal/auth"
 	"github.com/rotahq/rota/internal/cluster"
 	"github.com/rotahq/rota/internal/store"
 )
@@ -16,14 +25,62 @@ const (
 	maxPage     = 5000
 )
 
+// idempotencyWindow is how long a submit's Idempotency-Key is remembered: long enough for
+// any client's retries, short enough that the table stays small.
+const idempotencyWindow = 24 * time.Hour
+
+// idempotencyKeyRE is what an Idempotency-Key may be.
+var idempotencyKeyRE = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,128}$`)
+
+// handleSubmit creates a job (or an array of them) for the caller. The job's user is the
+// caller; an admin may submit on another user's behalf, and the job records who did.
+// With an Idempotency-Key, a retried submit gets the job the first one created.
 func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request) {
 	var spec api.JobSpec
-	if status, e := decodeJSON(w, r, &spec); e != nil {
+	if status, e := s.decodeJSON(w, r, &spec); e != nil {
 		writeError(w, status, e)
 		return
 	}
+	id := caller(r)
+	key := r.Header.Get("Idempotency-Key")
+	if key != "" && !idempotencyKeyRE.MatchString(key) {
+		writeError(w, http.StatusBadRequest, invalid("Idempotency-Key", "must be 1 to 128 characters of letters, digits and ._:-"))
+		return
+	}
+	// The hash is of the request as decoded, so a retry that encodes it differently
+	// still matches.
+	raw, _ := json.Marshal(spec)
+	sum := sha256.Sum256(raw)
+	hash := hex.EncodeToString(sum[:])
+
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if key != "" {
+		if rec, ok := s.state.Idempotency(id.User, key); ok {
+			s.replaySubmit(w, rec, hash)
+			return
+		}
+	}
+	limits := s.limits()
+	if wait, ok := s.limiter.allow(id.User, limits, s.cfg.Clock.Now()); !ok {
+		secs := int(math.Ceil(wait.Seconds()))
+		w.Header().Set("Retry-After", strconv.Itoa(secs))
+		writeError(w, http.StatusTooManyRequests, &api.Error{Code: api.CodeRateLimited,
+			Message: fmt.Sprintf("%s submits faster than the limit of %g per second (bursts of %d); try again in %d s", id.User, limits.SubmitsPerSecond, limits.SubmitBurst, secs)})
+		return
+	}
+	if e := s.submitter(id, &spec); e != nil {
+		status := http.StatusBadRequest
+		if e.Code == api.CodeForbidden {
+			status = http.StatusForbidden
+		}
+		writeError(w, status, e)
+		return
+	}
+	if e := checkSizes(&spec, limits); e != nil {
+		writeError(w, http.StatusBadRequest, e)
+		return
+	}
 	if e := validateSpec(&spec, s.state); e != nil {
 		writeError(w, http.StatusBadRequest, e)
 		return
@@ -36,14 +93,31 @@ func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	count := max(len(indices), 1)
+	if waiting := s.waitingJobs(spec.User); waiting+count > limits.MaxPendingPerUser {
+		w.Header().Set("Retry-After", "60")
+		writeError(w, http.StatusTooManyRequests, &api.Error{Code: api.CodeRateLimited,
+			Message: fmt.Sprintf("%s has %d jobs waiting to start and may have at most %d; this submit adds %d", spec.User, waiting, limits.MaxPendingPerUser, count)})
+		return
+	}
 	now := s.cfg.Clock.Now()
 	first := s.state.NextJobID()
 	b := &store.Batch{}
+	submittedBy := ""
+	if id.User != spec.User {
+		submittedBy = id.User
+	}
 	add := func(j api.Job) {
 		j.State, j.Reason, j.Message = s.initialState(&j)
+		j.SubmittedBy = submittedBy
 		b.Jobs = append(b.Jobs, j)
-		b.Events = append(b.Events, api.Event{Time: now, Actor: spec.User, Kind: api.EventSubmit, JobID: j.ID, To: j.State,
-			Reason: j.Reason, Message: "submitted to queue " + spec.Queue})
+		msg := "submitted to queue " + spec.Queue
+		if submittedBy != "" {
+			msg += " by " + submittedBy + " on behalf of " + spec.User
+		}
+		ev := audit(r, now, api.EventSubmit, "%s", msg)
+		ev.JobID, ev.To, ev.Reason = j.ID, j.State, j.Reason
+		b.Events = append(b.Events, ev)
 	}
 	if indices == nil {
 		add(api.Job{ID: first, Spec: spec, SubmitTime: now, UserHold: spec.Hold})
@@ -51,16 +125,123 @@ func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request) {
 	for i, idx := range indices {
 		add(api.Job{ID: first + int64(i), Spec: spec, SubmitTime: now, UserHold: spec.Hold, ArrayID: first, ArrayIndex: &idx, ArrayLimit: limit})
 	}
+	if key != "" {
+		b.Idempotency = []store.IdempotencyRecord{{User: id.User, Key: key, Hash: hash, JobID: first, Created: now}}
+		if oldest := s.state.OldestIdempotency(); !oldest.IsZero() && now.Sub(oldest) > idempotencyWindow+time.Hour {
+			b.PruneIdempotency = now.Add(-idempotencyWindow)
+		}
+	}
 	job := b.Jobs[0]
 	// The answer goes out only after the commit: an acknowledged job is a durable job.
 	if err := s.commit(r.Context(), b); err != nil {
+		// After a commit of unknown outcome the state was read again: the key tells
+		// whether the job was stored after all.
+		if rec, ok := s.state.Idempotency(id.User, key); key != "" && ok && rec.Hash == hash {
+			s.log.Warn("submit: the commit reported an error but the job was stored", "job", rec.JobID, "err", err)
+			s.replaySubmit(w, rec, hash)
+			return
+		}
 		s.log.Error("submit: commit failed", "err", err)
-		writeError(w, http.StatusInternalServerError, &api.Error{Code: api.CodeInternal, Message: "the job could not be stored: " + err.Error()})
+		commitError(w, "the job could not be stored", err)
 		return
 	}
 	s.log.Info("job submitted", "job", job.ID, "jobs", len(b.Jobs), "user", spec.User, "queue", spec.Queue, "gpus", spec.GPUs)
 	s.wake()
+	redactEnv(id, &job)
 	writeJSON(w, http.StatusCreated, job)
+}
+
+// replaySubmit answers a retried submit with the job the first one created, or 409 when
+// the key was used for a different request.
+func (s *Server) replaySubmit(w http.ResponseWriter, rec store.IdempotencyRecord, hash string) {
+	if rec.Hash != hash {
+		writeError(w, http.StatusConflict, &api.Error{Code: api.CodeConflict, Field: "Idempotency-Key",
+			Message: fmt.Sprintf("this Idempotency-Key was used for a different request, which created job %d; use a new key for a new job", rec.JobID)})
+		return
+	}
+	job, ok := s.state.Job(rec.JobID)
+	if !ok {
+		writeError(w, http.StatusInternalServerError, &api.Error{Code: api.CodeInternal, Message: fmt.Sprintf("the job %d this key created is missing", rec.JobID)})
+		return
+	}
+	w.Header().Set("Idempotent-Replayed", "true")
+	writeJSON(w, http.StatusOK, job)
+}
+
+// submitter sets the job's user from the caller and checks what the caller may ask for:
+// only admins submit for others or raise their priority; a member names only its teams.
+func (s *Server) submitter(id auth.Identity, spec *api.JobSpec) *api.Error {
+	admin := id.Role == auth.RoleAdmin
+	switch {
+	case spec.User == "":
+		spec.User = id.User
+	case spec.User != id.User && !admin:
+		return forbidden(id, "on-behalf", "only admins submit jobs for another user; %s tried to submit as %s", id.User, truncateName(spec.User))
+	}
+	if e := s.validName("user", spec.User); e != nil {
+		return e
+	}
+	if spec.Nice < 0 && !admin {
+		return forbidden(id, "negative-nice", "only admins may raise a job's priority with a negative nice (%d)", spec.Nice)
+	}
+	if spec.Team == "" {
+		spec.Team = s.state.TeamOf(spec.User)
+		return nil
+	}
+	if e := s.validName("team", spec.Team); e != nil {
+		return e
+	}
+	if admin || spec.Team == "default" {
+		return nil
+	}
+	if teams := s.state.TeamsOf(spec.User); !slices.Contains(teams, spec.Team) {
+		return forbidden(id, "team-member", "%s is not a member of team %s; your teams: %s", spec.User, spec.Team, joinOr(teams, "none (team default)"))
+	}
+	return nil
+}
+
+// checkSizes bounds the command, environment and name by the limits in force.
+func checkSizes(spec *api.JobSpec, l api.Limits) *api.Error {
+	n := 0
+	for _, a := range spec.Command {
+		n += len(a) + 1
+		if strings.ContainsRune(a, 0) {
+			return invalid("command", "an argument holds a NUL byte, which no program can receive")
+		}
+	}
+	if n > l.MaxCommandBytes {
+		return invalid("command", "is %d bytes; at most %d are allowed", n, l.MaxCommandBytes)
+	}
+	n = 0
+	for k, v := range spec.Env {
+		n += len(k) + len(v) + 2
+		if strings.ContainsRune(v, 0) {
+			return invalid("env", "the value of %s holds a NUL byte, which no environment can hold", truncateName(k))
+		}
+	}
+	if n > l.MaxEnvBytes {
+		return invalid("env", "is %d bytes; at most %d are allowed", n, l.MaxEnvBytes)
+	}
+	if len(spec.Name) > l.MaxNameLength {
+		return invalid("name", "is %d characters; at most %d are allowed", len(spec.Name), l.MaxNameLength)
+	}
+	if strings.ContainsRune(spec.WorkDir, 0) || len(spec.WorkDir) > 4096 || (spec.WorkDir != "" && !filepath.IsAbs(spec.WorkDir)) {
+		return invalid("workdir", "must be an absolute path of at most 4096 bytes")
+	}
+	return nil
+}
+
+// waitingJobs counts the user's jobs that have not started.
+func (s *Server) waitingJobs(user string) int {
+	n := 0
+	for _, ids := range [][]int64{s.state.PendingIDs(), s.state.HeldIDs()} {
+		for _, jid := range ids {
+			if j, _ := s.state.Job(jid); j.Spec.User == user {
+				n++
+			}
+		}
+	}
+	return n
 }
 
 func (s *Server) handleListJobs(w http.ResponseWriter, r *http.Request) {
@@ -114,9 +295,13 @@ func (s *Server) handleListJobs(w http.ResponseWriter, r *http.Request) {
 		}
 		return true
 	}
+	who := caller(r)
 	s.mu.Lock()
-	jobs := s.state.Jobs(keep)
+	jobs := s.state.Jobs(func(j *api.Job) bool { return keep(j) && s.mayRead(who, j) == nil })
 	s.mu.Unlock()
+	for i := range jobs {
+		redactEnv(who, &jobs[i])
+	}
 	list := api.JobList{Jobs: jobs}
 	if len(jobs) > limit {
 		list.Jobs = jobs[:limit]
@@ -147,14 +332,25 @@ func (s *Server) handleGetJob(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	who := caller(r)
 	s.mu.Lock()
 	job, found := s.state.Job(id)
 	attempts := s.state.Attempts(id)
+	var e *api.Error
+	if found {
+		e = s.mayRead(who, &job)
+		job.Checkpoints = s.checkpointsNote(&job)
+	}
 	s.mu.Unlock()
 	if !found {
 		notFound(w, id)
 		return
 	}
+	if e != nil {
+		writeError(w, http.StatusForbidden, e)
+		return
+	}
+	redactEnv(who, &job)
 	events, err := s.store.Events(r.Context(), store.EventFilter{JobID: id})
 	if err != nil {
 		writeError(w, http.StatusInternalServerError, &api.Error{Code: api.CodeInternal, Message: "reading the job's events: " + err.Error()})
@@ -167,10 +363,20 @@ func (s *Server) handleGetJob(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request) {
+	s.actOnJob(w, r, s.cancel)
+}
+
+// jobAction changes one job in b, or says why it cannot. It returns the job as it stands
+// after the change.
+type jobAction func(r *http.Request, b *store.Batch, job api.Job, now time.Time) (api.Job, *api.Error)
+
+// actOnJob runs act on the job the URL names, as its caller may, in one commit.
+func (s *Server) actOnJob(w http.ResponseWriter, r *http.Request, act jobAction) {
 	id, ok := s.jobID(w, r)
 	if !ok {
 		return
 	}
+	who := caller(r)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	job, found := s.state.Job(id)
@@ -178,38 +384,115 @@ func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request) {
 		notFound(w, id)
 		return
 	}
-	now := s.cfg.Clock.Now()
-	b := &store.Batch{}
-	switch {
-	case job.State.Terminal():
-		writeError(w, http.StatusConflict, &api.Error{Code: api.CodeConflict, Field: "id",
-			Message: "job " + strconv.FormatInt(id, 10) + " has already ended: " + string(job.State)})
+	if e := s.mayRead(who, &job); e != nil {
+		writeError(w, http.StatusForbidden, e)
 		return
-	case job.State.Active():
-		if job.CancelRequested {
-			writeJSON(w, http.StatusOK, job)
-			return
-		}
-		// The agent stops the process (notice, signal, grace, kill) and the job becomes
-		// CANCELLED when it reports the end, so the record never claims GPUs are free early.
-		job.CancelRequested = true
-		b.Events = append(b.Events, api.Event{Time: now, Actor: "user", Kind: "cancel_requested", JobID: id, Attempt: job.Attempts,
-			Message: "cancel requested; stopping on " + strings.Join(job.Nodes, ",")})
-	default:
-		ev, err := cluster.Transition(&job, api.StateCancelled, api.ReasonCancelled, "cancelled by user", "user", now)
-		if err != nil {
-			writeError(w, http.StatusConflict, &api.Error{Code: api.CodeConflict, Message: err.Error()})
-			return
-		}
-		b.Events = append(b.Events, ev)
 	}
-	b.Jobs = append(b.Jobs, job)
+	if e := mayAct(who, &job); e != nil {
+		writeError(w, http.StatusForbidden, e)
+		return
+	}
+	b := &store.Batch{}
+	job, e := act(r, b, job, s.cfg.Clock.Now())
+	if e != nil {
+		writeError(w, http.StatusConflict, e)
+		return
+	}
 	if err := s.commit(r.Context(), b); err != nil {
-		writeError(w, http.StatusInternalServerError, &api.Error{Code: api.CodeInternal, Message: "the cancel could not be stored: " + err.Error()})
+		commitError(w, "the change could not be stored", err)
 		return
 	}
 	s.wake()
+	redactEnv(who, &job)
 	writeJSON(w, http.StatusOK, job)
+}
+
+// cancel ends a waiting job at once; an active one is stopped by its agent (notice,
+// signal, grace, kill) and becomes CANCELLED when the agent reports the end, so the record
+// never claims GPUs are free early.
+func (s *Server) cancel(r *http.Request, b *store.Batch, job api.Job, now time.Time) (api.Job, *api.Error) {
+	id := job.ID
+	switch {
+	case job.State.Terminal():
+		return job, &api.Error{Code: api.CodeConflict, Field: "id", Message: "job " + strconv.FormatInt(id, 10) + " has already ended: " + string(job.State)}
+	case job.State.Active():
+		if job.CancelRequested {
+			return job, nil
+		}
+		job.CancelRequested = true
+		ev := audit(r, now, api.EventCancel, "cancel requested; stopping on %s", strings.Join(job.Nodes, ","))
+		ev.JobID, ev.Attempt = id, job.Attempts
+		b.Events = append(b.Events, ev)
+	default:
+		who := caller(r)
+		ev, err := cluster.Transition(&job, api.StateCancelled, api.ReasonCancelled, "cancelled by "+who.User, who.User, now)
+		if err != nil {
+			return job, &api.Error{Code: api.CodeConflict, Message: err.Error()}
+		}
+		ev.Kind, ev.Role, ev.Source = api.EventCancel, string(who.Role), who.Source
+		b.Events = append(b.Events, ev)
+	}
+	b.Jobs = append(b.Jobs, job)
+	return job, nil
+}
+
+// handleArrayCancel, handleArrayHold and handleArrayRelease act on every element of an
+// array: its ID is the ID of its first job. Elements the action does not apply to (a
+// finished one for cancel, a started one for hold) are left as they are.
+func (s *Server) handleArrayCancel(w http.ResponseWriter, r *http.Request) {
+	s.actOnArray(w, r, s.cancel, func(j *api.Job) bool { return !j.State.Terminal() })
+}
+
+func (s *Server) handleArrayHold(w http.ResponseWriter, r *http.Request) {
+	s.actOnArray(w, r, s.holdAction(true), waiting)
+}
+
+func (s *Server) handleArrayRelease(w http.ResponseWriter, r *http.Request) {
+	s.actOnArray(w, r, s.holdAction(false), waiting)
+}
+
+func waiting(j *api.Job) bool { return j.State == api.StatePending || j.State == api.StateHeld }
+
+func (s *Server) actOnArray(w http.ResponseWriter, r *http.Request, act jobAction, applies func(*api.Job) bool) {
+	id, ok := s.jobID(w, r)
+	if !ok {
+		return
+	}
+	who := caller(r)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	elems := s.state.Jobs(func(j *api.Job) bool { return j.ArrayID == id })
+	if len(elems) == 0 {
+		writeError(w, http.StatusNotFound, &api.Error{Code: api.CodeNotFound, Field: "id", Message: fmt.Sprintf("no array %d: an array's ID is the ID of its first job", id)})
+		return
+	}
+	// Every element has the same user and team, so the first answers for all.
+	if e := s.mayRead(who, &elems[0]); e != nil {
+		writeError(w, http.StatusForbidden, e)
+		return
+	}
+	if e := mayAct(who, &elems[0]); e != nil {
+		writeError(w, http.StatusForbidden, e)
+		return
+	}
+	now := s.cfg.Clock.Now()
+	b := &store.Batch{}
+	out := api.JobList{Jobs: []api.Job{}}
+	for _, j := range elems {
+		if applies(&j) {
+			if changed, e := act(r, b, j, now); e == nil {
+				j = changed
+			}
+		}
+		redactEnv(who, &j)
+		out.Jobs = append(out.Jobs, j)
+	}
+	if err := s.commit(r.Context(), b); err != nil {
+		commitError(w, "the change could not be stored", err)
+		return
+	}
+	s.wake()
+	writeJSON(w, http.StatusOK, out)
 }
 
 func (s *Server) handleNodes(w http.ResponseWriter, r *http.Request) {
@@ -275,56 +558,47 @@ func (s *Server) depsMet(j *api.Job) (met bool, msg string, never bool) {
 	return true, "", false
 }
 
-func (s *Server) handleHold(w http.ResponseWriter, r *http.Request)    { s.setHold(w, r, true) }
-func (s *Server) handleRelease(w http.ResponseWriter, r *http.Request) { s.setHold(w, r, false) }
+func (s *Server) handleHold(w http.ResponseWriter, r *http.Request) {
+	s.actOnJob(w, r, s.holdAction(true))
+}
 
-// setHold holds a waiting job, or releases it. Released, it waits again for any unmet
+func (s *Server) handleRelease(w http.ResponseWriter, r *http.Request) {
+	s.actOnJob(w, r, s.holdAction(false))
+}
+
+// holdAction holds a waiting job, or releases it. Released, it waits again for any unmet
 // dependency; held, it keeps its place in the order by its submit time.
-func (s *Server) setHold(w http.ResponseWriter, r *http.Request, hold bool) {
-	id, ok := s.jobID(w, r)
-	if !ok {
-		return
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	job, found := s.state.Job(id)
-	if !found {
-		notFound(w, id)
-		return
-	}
-	if job.State != api.StatePending && job.State != api.StateHeld {
-		writeError(w, http.StatusConflict, &api.Error{Code: api.CodeConflict, Field: "id",
-			Message: fmt.Sprintf("job %d is %s: only waiting jobs can be held or released", id, job.State)})
-		return
-	}
-	if job.UserHold == hold {
-		writeJSON(w, http.StatusOK, job)
-		return
-	}
-	now := s.cfg.Clock.Now()
-	job.UserHold = hold
-	to, reason, msg := s.initialState(&job)
-	b := &store.Batch{}
-	if to != job.State {
-		ev, err := cluster.Transition(&job, to, reason, msg, "user", now)
-		if err != nil {
-			writeError(w, http.StatusConflict, &api.Error{Code: api.CodeConflict, Message: err.Error()})
-			return
+func (s *Server) holdAction(hold bool) jobAction {
+	return func(r *http.Request, b *store.Batch, job api.Job, now time.Time) (api.Job, *api.Error) {
+		if job.State != api.StatePending && job.State != api.StateHeld {
+			return job, &api.Error{Code: api.CodeConflict, Field: "id",
+				Message: fmt.Sprintf("job %d is %s: only waiting jobs can be held or released", job.ID, job.State)}
 		}
-		b.Events = append(b.Events, ev)
-	} else {
-		job.Reason, job.Message = reason, msg
-		verb := "released"
+		if job.UserHold == hold {
+			return job, nil
+		}
+		who := caller(r)
+		job.UserHold = hold
+		kind, verb := api.EventRelease, "released"
 		if hold {
-			verb = "held"
+			kind, verb = api.EventHold, "held"
 		}
-		b.Events = append(b.Events, api.Event{Time: now, Actor: "user", Kind: api.EventAdmin, JobID: id, Message: verb + " by user; " + msg})
+		to, reason, msg := s.initialState(&job)
+		if to != job.State {
+			ev, err := cluster.Transition(&job, to, reason, msg, who.User, now)
+			if err != nil {
+				return job, &api.Error{Code: api.CodeConflict, Message: err.Error()}
+			}
+			ev.Kind, ev.Role, ev.Source = kind, string(who.Role), who.Source
+			ev.Message = verb + " by " + who.User + "; " + ev.Message
+			b.Events = append(b.Events, ev)
+		} else {
+			job.Reason, job.Message = reason, msg
+			ev := audit(r, now, kind, "%s by %s; %s", verb, who.User, msg)
+			ev.JobID = job.ID
+			b.Events = append(b.Events, ev)
+		}
+		b.Jobs = append(b.Jobs, job)
+		return job, nil
 	}
-	b.Jobs = append(b.Jobs, job)
-	if err := s.commit(r.Context(), b); err != nil {
-		writeError(w, http.StatusInternalServerError, &api.Error{Code: api.CodeInternal, Message: "the change could not be stored: " + err.Error()})
-		return
-	}
-	s.wake()
-	writeJSON(w, http.StatusOK, job)
 }

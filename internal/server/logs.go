@@ -1,11 +1,13 @@
 package server
 
 import (
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
 	"os"
-	"path/filepath"
+	"path"
 	"strconv"
 	"time"
 
@@ -18,26 +20,34 @@ const (
 	logPoll     = 100 * time.Millisecond
 )
 
-// logPath is where the server keeps its copy of one node's output of one attempt.
-func (s *Server) logPath(job int64, attempt int, node string) string {
-	return filepath.Join(s.cfg.DataDir, "logs", strconv.FormatInt(job, 10), fmt.Sprintf("%d-%s.log", attempt, node))
+// logName is where, under the logs root, the server keeps its copy of one rank's output of
+// one attempt. The node name has passed validName and the attempt's placement, and the file
+// is opened through an os.Root, so no request string can reach outside the logs directory.
+func logName(job int64, attempt int, node string) string {
+	return path.Join(strconv.FormatInt(job, 10), fmt.Sprintf("%d-%s.log", attempt, node))
 }
 
 // handleShipLog stores bytes an agent read from a task's output at the offset it names.
 // Writing at an offset makes a resend after a lost answer harmless; an offset past the end
-// is answered with the current size so the agent resends from there.
+// is answered with the current size so the agent resends from there. A zero-length chunk
+// asks for the size, which is where an agent restarted mid-log resumes.
 func (s *Server) handleShipLog(w http.ResponseWriter, r *http.Request) {
 	node := r.PathValue("node")
 	jobID, err1 := strconv.ParseInt(r.PathValue("job"), 10, 64)
 	attempt, err2 := strconv.Atoi(r.PathValue("attempt"))
 	offset, err3 := strconv.ParseInt(r.URL.Query().Get("offset"), 10, 64)
-	if err1 != nil || err2 != nil || err3 != nil || offset < 0 {
-		writeError(w, http.StatusBadRequest, invalid("offset", "job, attempt and offset must be non-negative numbers"))
+	if err1 != nil || err2 != nil || err3 != nil || offset < 0 || jobID <= 0 {
+		writeError(w, http.StatusBadRequest, invalid("", "the job, attempt and offset must be numbers: a job and attempt of 1 or more, an offset of 0 or more"))
 		return
 	}
 	s.mu.Lock()
 	atts := s.state.Attempts(jobID)
+	e := s.validName("node", node)
 	s.mu.Unlock()
+	if e != nil {
+		writeError(w, http.StatusBadRequest, e)
+		return
+	}
 	if attempt < 1 || attempt > len(atts) || !placedOn(atts[attempt-1], node) {
 		writeError(w, http.StatusNotFound, &api.Error{Code: api.CodeNotFound, Message: fmt.Sprintf("job %d has no attempt %d on node %s", jobID, attempt, node)})
 		return
@@ -47,22 +57,22 @@ func (s *Server) handleShipLog(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusRequestEntityTooLarge, &api.Error{Code: api.CodeTooLarge, Message: fmt.Sprintf("log chunks are limited to %d bytes", maxLogChunk)})
 		return
 	}
-	size, err := s.writeLogAt(s.logPath(jobID, attempt, node), offset, data)
+	size, err := s.writeLogAt(logName(jobID, attempt, node), offset, data)
 	if err != nil {
 		s.log.Error("log write failed", "job", jobID, "attempt", attempt, "err", err)
-		writeError(w, http.StatusInternalServerError, &api.Error{Code: api.CodeInternal, Message: err.Error()})
+		writeError(w, http.StatusInternalServerError, &api.Error{Code: api.CodeInternal, Message: "the log chunk could not be stored"})
 		return
 	}
 	writeJSON(w, http.StatusOK, api.LogAck{Size: size})
 }
 
-func (s *Server) writeLogAt(path string, offset int64, data []byte) (int64, error) {
+func (s *Server) writeLogAt(name string, offset int64, data []byte) (int64, error) {
 	s.logMu.Lock()
 	defer s.logMu.Unlock()
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+	if err := s.logs.MkdirAll(path.Dir(name), 0o750); err != nil {
 		return 0, fmt.Errorf("create log dir: %w", err)
 	}
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	f, err := s.logs.OpenFile(name, os.O_RDWR|os.O_CREATE, 0o640)
 	if err != nil {
 		return 0, fmt.Errorf("open log: %w", err)
 	}
@@ -81,8 +91,9 @@ func (s *Server) writeLogAt(path string, offset int64, data []byte) (int64, erro
 	return max(size, offset+int64(len(data))), f.Sync()
 }
 
-// handleGetLogs returns a job's output from an offset. With wait it holds the request until
-// there is something new or the log is complete, so `rota logs -f` is a loop of long polls.
+// handleGetLogs returns one rank's output of a job's attempt from an offset. With wait it
+// holds the request until there is something new or the log is complete, so `rota logs
+// -f` is a loop of long polls. The rank is picked with ?rank= or ?node=, rank 0 by default.
 func (s *Server) handleGetLogs(w http.ResponseWriter, r *http.Request) {
 	id, ok := s.jobID(w, r)
 	if !ok {
@@ -95,16 +106,27 @@ func (s *Server) handleGetLogs(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	wantAttempt, err := parseNonNeg(q.Get("attempt"))
-	if err != nil {
-		writeError(w, http.StatusBadRequest, invalid("attempt", "must be an attempt number"))
+	if err != nil || (q.Get("attempt") != "" && wantAttempt < 1) {
+		writeError(w, http.StatusBadRequest, invalid("attempt", "must be an attempt number, 1 or more"))
 		return
 	}
 	waitS, err := strconv.ParseFloat(orZero(q.Get("wait")), 64)
-	if err != nil || waitS < 0 {
-		writeError(w, http.StatusBadRequest, invalid("wait", "must be a number of seconds"))
+	if err != nil || waitS < 0 || waitS > maxLogWait.Seconds() {
+		writeError(w, http.StatusBadRequest, invalid("wait", "must be a number of seconds from 0 to %d", int(maxLogWait.Seconds())))
 		return
 	}
-	deadline := time.Now().Add(min(time.Duration(waitS*float64(time.Second)), maxLogWait))
+	wantRank := -1
+	if v := q.Get("rank"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			writeError(w, http.StatusBadRequest, invalid("rank", "must be a rank number, 0 or more"))
+			return
+		}
+		wantRank = n
+	}
+	wantNode := q.Get("node")
+	who := caller(r)
+	deadline := time.Now().Add(time.Duration(waitS * float64(time.Second)))
 	for {
 		s.mu.Lock()
 		job, found := s.state.Job(id)
@@ -114,32 +136,53 @@ func (s *Server) handleGetLogs(w http.ResponseWriter, r *http.Request) {
 			notFound(w, id)
 			return
 		}
+		if e := mayReadLogs(who, &job); e != nil {
+			writeError(w, http.StatusForbidden, e)
+			return
+		}
 		n := int(wantAttempt)
 		if n == 0 {
 			n = len(atts)
 		}
 		if n > len(atts) && wantAttempt != 0 {
-			writeError(w, http.StatusNotFound, invalid("attempt", "job %d has %d attempts", id, len(atts)))
+			writeError(w, http.StatusNotFound, &api.Error{Code: api.CodeNotFound, Field: "attempt", Message: fmt.Sprintf("job %d has %d attempts", id, len(atts))})
 			return
 		}
-		var path string
+		var name, node string
+		rank := 0
 		ended := job.State.Terminal()
 		if n > 0 {
 			a := atts[n-1]
-			node := q.Get("node")
-			if node == "" && len(a.Placements) > 0 {
-				node = a.Placements[0].Node
+			switch {
+			case wantNode != "":
+				rank = rankOn(a, wantNode)
+				if rank < 0 {
+					writeError(w, http.StatusNotFound, &api.Error{Code: api.CodeNotFound, Field: "node", Message: fmt.Sprintf("attempt %d of job %d has no rank on node %q", n, id, truncateName(wantNode))})
+					return
+				}
+			case wantRank >= 0:
+				if wantRank >= len(a.Placements) {
+					writeError(w, http.StatusNotFound, &api.Error{Code: api.CodeNotFound, Field: "rank", Message: fmt.Sprintf("attempt %d of job %d has %d ranks", n, id, len(a.Placements))})
+					return
+				}
+				rank = wantRank
 			}
-			path = s.logPath(id, n, node)
-			ended = a.EndTime != nil
+			if len(a.Placements) > 0 {
+				p := a.Placements[rank]
+				node = p.Node
+				name = logName(id, n, node)
+				ended = a.EndTime != nil || p.State.Terminal()
+			}
 		}
-		data, size := readFrom(path, offset)
+		data, size := s.readLog(name, offset)
 		done := ended && offset+int64(len(data)) >= size
 		if len(data) > 0 || done || !time.Now().Before(deadline) {
 			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 			w.Header().Set("X-Rota-Log-Size", strconv.FormatInt(size, 10))
 			w.Header().Set("X-Rota-Log-Attempt", strconv.Itoa(n))
 			w.Header().Set("X-Rota-Log-Done", strconv.FormatBool(done))
+			w.Header().Set("X-Rota-Log-Node", node)
+			w.Header().Set("X-Rota-Log-Rank", strconv.Itoa(rank))
 			w.WriteHeader(http.StatusOK)
 			w.Write(data)
 			return
@@ -152,13 +195,16 @@ func (s *Server) handleGetLogs(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// readFrom returns up to maxLogChunk bytes of the file from offset, and the file's size.
-func readFrom(path string, offset int64) ([]byte, int64) {
-	if path == "" {
+// readLog returns up to maxLogChunk bytes of the named log from offset, and its size.
+func (s *Server) readLog(name string, offset int64) ([]byte, int64) {
+	if name == "" {
 		return nil, 0
 	}
-	f, err := os.Open(path)
+	f, err := s.logs.Open(name)
 	if err != nil {
+		if !errors.Is(err, fs.ErrNotExist) {
+			s.log.Warn("read log", "file", name, "err", err)
+		}
 		return nil, 0
 	}
 	defer f.Close()

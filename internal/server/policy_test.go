@@ -15,6 +15,8 @@ import (
 func (h *harness) putConfig(yamlText string) (int, api.Error) {
 	h.t.Helper()
 	req, _ := http.NewRequest("PUT", h.http.URL+"/api/v1/config", bytes.NewBufferString(yamlText))
+	req.Header.Set("Authorization", "Bearer "+h.token)
+	req.Header.Set("Content-Type", "application/yaml")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		h.t.Fatal(err)
@@ -289,10 +291,16 @@ func TestAdminPutAndDelete(t *testing.T) {
 	if code := h.do("DELETE", "/api/v1/teams/vision", nil, &e); code != 409 {
 		t.Errorf("delete a team with waiting jobs: %d; want 409", code)
 	}
-	if code := h.do("DELETE", "/api/v1/queues/batch", nil, nil); code != 204 {
+	if code := h.do("DELETE", "/api/v1/queues/batch", nil, &e); code != 409 || !strings.Contains(e.Message, "default queues") {
+		t.Errorf("delete a default queue: %d %s; want 409 naming the default queues", code, e.Message)
+	}
+	if code := h.do("PUT", "/api/v1/queues/silver", api.Queue{Tier: 10}, nil); code != 200 {
+		t.Fatalf("create queue silver: %d", code)
+	}
+	if code := h.do("DELETE", "/api/v1/queues/silver", nil, nil); code != 204 {
 		t.Errorf("delete an unused queue: %d; want 204", code)
 	}
-	if code := h.do("DELETE", "/api/v1/queues/batch", nil, nil); code != 404 {
+	if code := h.do("DELETE", "/api/v1/queues/silver", nil, nil); code != 404 {
 		t.Errorf("delete it again: %d; want 404", code)
 	}
 }

@@ -119,7 +119,7 @@ func runScenario(t *testing.T, file string) {
 	if len(sc.Config.Queues)+len(sc.Config.Teams) > 0 {
 		cfg, _ := yaml.Marshal(sc.Config)
 		h.srv.mu.Lock()
-		_, e := h.srv.applyConfig(t.Context(), cfg, "scenario")
+		_, e := h.srv.applyConfig(t.Context(), cfg, api.Event{Actor: "scenario"})
 		h.srv.mu.Unlock()
 		if e != nil {
 			t.Fatalf("scenario config: %s", e.Message)
@@ -206,7 +206,8 @@ func (h *harness) fakeBeat(n *fakeNode, jobs map[int64]*scenarioJob) {
 		statuses = append(statuses, api.TaskStatus{JobID: ref.JobID, Attempt: ref.Attempt, State: api.StateRunning, StartTime: &s, PID: 1000 + int(ref.JobID)})
 	}
 	var resp api.HeartbeatResponse
-	if code := h.do("POST", "/api/v1/agents/"+n.name+"/heartbeat", api.Heartbeat{Node: n.name, Inventory: n.inv, Tasks: statuses}, &resp); code != 200 {
+	if code := h.do("POST", "/api/v1/agents/"+n.name+"/heartbeat", api.Heartbeat{Node: n.name, Inventory: n.inv, Tasks: statuses,
+		Instance: "agent-" + n.name, ClusterID: h.srv.ClusterID(), Synced: true}, &resp); code != 200 {
 		h.t.Fatalf("heartbeat of %s: %d", n.name, code)
 	}
 	for _, ref := range resp.Acked {

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -30,8 +31,15 @@ func (s *Server) Cycle(ctx context.Context) error {
 		return fmt.Errorf("commit held and drained: %w", err)
 	}
 
-	held := s.admission()
+	held := s.admission(now)
 	snap := s.state.Snapshot(now, func(j *api.Job) bool { _, out := held[j.ID]; return !out })
+	// Claims of jobs that are no longer pending are dropped: they started, or were
+	// cancelled, and what was held for them is free for anyone.
+	s.claims = slices.DeleteFunc(s.claims, func(c sched.Claim) bool {
+		j, ok := s.state.Job(c.JobID)
+		return !ok || j.State != api.StatePending
+	})
+	snap.Claims = s.claims
 	if len(snap.Pending) == 0 && len(held) == 0 {
 		return nil
 	}
@@ -76,12 +84,13 @@ func (s *Server) Cycle(ctx context.Context) error {
 		// then requeued as a new attempt with its checkpoint directory kept.
 		job.PreemptRequested = true
 		b.Jobs = append(b.Jobs, job)
-		b.Events = append(b.Events, api.Event{Time: now, Actor: "scheduler", Kind: "preempt", JobID: job.ID, Attempt: job.Attempts,
+		b.Events = append(b.Events, api.Event{Time: now, Actor: "scheduler", Kind: api.EventPreempt, JobID: job.ID, Attempt: job.Attempts,
 			Reason: api.ReasonPreempted, Message: fmt.Sprintf("preempted for job %d: %s", p.ForJob, p.Reason)})
 	}
 	if err := s.commit(ctx, b); err != nil {
 		return fmt.Errorf("commit plan: %w", err)
 	}
+	s.claims = plan.Claims
 	s.reasons = make(map[int64]sched.Reason, len(plan.Pending))
 	for _, p := range plan.Pending {
 		s.reasons[p.JobID] = p.Reason
@@ -141,10 +150,10 @@ func (s *Server) finishDrains(b *store.Batch, now time.Time) {
 	}
 }
 
-// admission applies the one rule the scheduling core does not know: an array's limit on
-// active members. It returns the pending jobs held back, each with its reason code and
-// sentence.
-func (s *Server) admission() map[int64][2]string {
+// admission applies the rules the scheduling core does not know: an array's limit on active
+// members, and the backoff of a job being retried. It returns the pending jobs held back,
+// each with its reason code and sentence.
+func (s *Server) admission(now time.Time) map[int64][2]string {
 	out := map[int64][2]string{}
 	arrayActive := map[int64]int{}
 	for _, id := range s.state.ActiveIDs() {
@@ -154,6 +163,11 @@ func (s *Server) admission() map[int64][2]string {
 	}
 	for _, id := range s.state.PendingIDs() {
 		j, _ := s.state.Job(id)
+		if j.NotBefore != nil && now.Before(*j.NotBefore) {
+			out[id] = [2]string{reasonBackoff, fmt.Sprintf("retrying after a failure (%d of %d retries used); starts no sooner than %s",
+				j.Failures, retries(j.Spec), j.NotBefore.Format("15:04:05 MST"))}
+			continue
+		}
 		if j.ArrayID == 0 || j.ArrayLimit == 0 {
 			continue
 		}
@@ -173,7 +187,7 @@ func (s *Server) newAttempt(job *api.Job, allocs []sched.Alloc, now time.Time) (
 	job.Attempts++
 	a := api.Attempt{JobID: job.ID, N: job.Attempts, State: api.StateAssigned, AssignTime: now}
 	job.Nodes, job.GPUIDs, job.ExitCode, job.StartTime, job.EndTime = nil, nil, nil, nil, nil
-	job.CancelRequested = false
+	job.CancelRequested, job.Stopping, job.NotBefore = false, "", nil
 	for _, al := range allocs {
 		node, ok := s.state.Node(al.Node)
 		if !ok {
@@ -199,57 +213,160 @@ func (s *Server) newAttempt(job *api.Job, allocs []sched.Alloc, now time.Time) (
 	return a, nil
 }
 
-// endAttempt records how the job's current attempt ended and moves the job on: to a terminal
-// state, or back to PENDING when the end was not the job's doing and it may run again.
-func (s *Server) endAttempt(job *api.Job, st api.TaskStatus, now time.Time, actor string) (api.Attempt, api.Event, error) {
-	a, _ := s.state.CurrentAttempt(job.ID)
-	end := now
-	if st.EndTime != nil {
-		end = *st.EndTime
+// Bounds on retrying.
+const (
+	// maxSystemRequeues bounds the requeues that are not the job's doing (node lost, not
+	// started), so a job that takes every node it lands on down does not cycle forever:
+	// the loss after that many requeues fails it.
+	maxSystemRequeues = 20
+	// failureReset is how long an attempt must run for the failures before it to be
+	// forgotten under "always": a service that crashed once a month is not in a crash loop.
+	failureReset = 10 * time.Minute
+	backoffFirst = 10 * time.Second
+	backoffMax   = 5 * time.Minute
+	// reasonBackoff holds a job to be retried until its backoff has passed.
+	reasonBackoff = "Backoff"
+)
+
+// attemptOutcome sums up how an attempt whose every rank has ended went: it succeeded if
+// every rank did; otherwise the first rank that ended of itself (rather than being stopped
+// because another failed) says why.
+func attemptOutcome(a *api.Attempt, now time.Time) (state api.JobState, reason, msg string, code *int, end time.Time) {
+	end = a.AssignTime
+	cause := -1
+	for i, p := range a.Placements {
+		if p.EndTime != nil && p.EndTime.After(end) {
+			end = *p.EndTime
+		}
+		if p.State == api.StateSucceeded || p.Reason == reasonRankFailed {
+			continue
+		}
+		if cause < 0 || (p.EndTime != nil && a.Placements[cause].EndTime != nil && p.EndTime.Before(*a.Placements[cause].EndTime)) {
+			cause = i
+		}
 	}
-	a.EndTime, a.ExitCode, a.Reason = &end, st.ExitCode, st.Reason
-	if a.StartTime == nil && st.StartTime != nil {
-		a.StartTime = st.StartTime
+	if end.IsZero() || len(a.Placements) == 0 {
+		end = now
 	}
-	to, reason, msg := st.State, st.Reason, st.Message
+	if cause < 0 {
+		for i, p := range a.Placements {
+			if p.State != api.StateSucceeded {
+				cause = i
+				break
+			}
+		}
+	}
+	if cause < 0 {
+		zero := 0
+		msg = "exited with code 0"
+		if len(a.Placements) > 1 {
+			msg = fmt.Sprintf("all %d ranks exited with code 0", len(a.Placements))
+		}
+		return api.StateSucceeded, "", msg, &zero, end
+	}
+	p := a.Placements[cause]
+	state, reason, code = p.State, p.Reason, p.ExitCode
+	if !state.Terminal() || state == api.StateSucceeded {
+		state = api.StateFailed
+	}
+	msg = p.Message
+	if msg == "" {
+		msg = describeEnd(state, code)
+	}
+	if len(a.Placements) > 1 {
+		msg = fmt.Sprintf("rank %d on %s: %s; the other ranks were stopped", cause, p.Node, msg)
+	}
+	return state, reason, msg, code, end
+}
+
+// endAttempt records how the job's current attempt ended, once every rank has, and moves
+// the job on: to a terminal state, or back to PENDING as a new attempt when the end was not
+// the job's doing (node lost, preempted) or its restart policy retries it.
+func (s *Server) endAttempt(job *api.Job, a *api.Attempt, now time.Time) (api.Event, error) {
+	state, reason, msg, code, end := attemptOutcome(a, now)
+	a.EndTime, a.ExitCode, a.Reason, a.Message = &end, code, reason, msg
+	a.State = state
+	ran := time.Duration(0)
+	if a.StartTime != nil {
+		ran = end.Sub(*a.StartTime)
+	}
+	policy := job.Spec.RestartPolicy
+	if policy == "" {
+		policy = api.RestartNever // jobs stored before restart policies existed
+	}
+	to := state
 	switch {
-	case st.State == api.StateSucceeded:
+	case state == api.StateSucceeded && (policy != api.RestartAlways || job.CancelRequested):
 		// A job that finished before a cancel or preemption reached it did its work:
 		// the record says so.
 	case job.CancelRequested:
 		to, reason = api.StateCancelled, api.ReasonCancelled
-		if msg == "" {
-			msg = "cancelled by user"
+		msg = "cancelled; " + msg
+	case systemEnd(reason):
+		if n := s.systemRequeues(job.ID); n >= maxSystemRequeues {
+			to = api.StateFailed
+			msg = fmt.Sprintf("%s; not requeued again: %d attempts were lost this way", msg, n+1)
+			break
 		}
-	case st.Reason == api.ReasonNodeLost && job.Attempts <= retries(job.Spec):
 		to = api.StatePending
-		msg = fmt.Sprintf("node %s lost; requeued (attempt %d of %d)", strings.Join(job.Nodes, ","), job.Attempts+1, retries(job.Spec)+1)
-	case job.PreemptRequested || st.Reason == api.ReasonPreempted:
+		msg = fmt.Sprintf("%s; requeued as attempt %d (not counted against retries)", msg, job.Attempts+1)
+	case job.PreemptRequested || reason == api.ReasonPreempted:
 		to, reason = api.StatePending, api.ReasonPreempted
 		msg = fmt.Sprintf("preempted; requeued as attempt %d with its checkpoint directory kept", job.Attempts+1)
-	case !to.Terminal():
-		to = api.StateFailed
+	case state == api.StateTimeout:
+	case state == api.StateSucceeded:
+		// "always": a service that exited is started again.
+		to = api.StatePending
+		job.Failures = 0
+		msg = fmt.Sprintf("%s; restarted (restart policy always) as attempt %d", msg, job.Attempts+1)
+	default:
+		if policy == api.RestartAlways && ran >= failureReset {
+			job.Failures = 0
+		}
+		if policy == api.RestartNever || job.Failures >= retries(job.Spec) {
+			if job.Failures > 0 {
+				msg = fmt.Sprintf("%s; no retries left (%d used)", msg, job.Failures)
+			}
+			to = api.StateFailed
+			break
+		}
+		job.Failures++
+		wait := min(backoffFirst<<(job.Failures-1), backoffMax)
+		notBefore := now.Add(wait)
+		job.NotBefore = &notBefore
+		to = api.StatePending
+		msg = fmt.Sprintf("%s; retry %d of %d in %s", msg, job.Failures, retries(job.Spec), wait)
 	}
-	if msg == "" {
-		msg = describeEnd(to, st.ExitCode)
-	}
-	a.State = to
-	if to == api.StatePending {
-		a.State = api.StateFailed
-	}
-	job.ExitCode = st.ExitCode
+	job.ExitCode = code
 	if job.StartTime == nil {
 		job.StartTime = a.StartTime
 	}
-	ev, err := cluster.Transition(job, to, reason, msg, actor, now)
+	ev, err := cluster.Transition(job, to, reason, msg, "system", now)
 	if err != nil {
-		return api.Attempt{}, api.Event{}, err
+		return api.Event{}, err
 	}
 	if to == api.StatePending {
 		job.StartTime, job.EndTime = nil, nil
 	}
-	job.PreemptRequested, job.Borrowing = false, false
-	return a, ev, nil
+	job.PreemptRequested, job.Borrowing, job.Stopping = false, false, ""
+	return ev, nil
+}
+
+// systemEnd reports whether an attempt ended through no doing of its job: its node was
+// lost or shut down, or no agent started it. Such ends requeue without spending retries.
+func systemEnd(reason string) bool {
+	return reason == api.ReasonNodeLost || reason == api.ReasonNodeShutdown || reason == reasonNotStarted
+}
+
+// systemRequeues counts the job's attempts that ended through no doing of its own.
+func (s *Server) systemRequeues(id int64) int {
+	n := 0
+	for _, a := range s.state.Attempts(id) {
+		if systemEnd(a.Reason) {
+			n++
+		}
+	}
+	return n
 }
 
 func describeEnd(to api.JobState, code *int) string {
@@ -264,14 +381,17 @@ func describeEnd(to api.JobState, code *int) string {
 	return strings.ToLower(string(to))
 }
 
-// checkNodes marks silent nodes NOT_READY (no new work) and, after LostAfter, LOST: their jobs
-// end with reason node_lost and are requeued while retries remain.
+// checkNodes marks silent nodes NOT_READY (no new work) and, after LostAfter, LOST: the
+// ranks of active attempts there end with reason node_lost, the other ranks of those
+// attempts are stopped, and the jobs are requeued once every rank has ended. It also ends
+// ranks that a live node's agent did not start within AssignTimeout.
 func (s *Server) checkNodes(ctx context.Context) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.cfg.Clock.Now()
 	b := &store.Batch{}
 	lost := map[string]bool{}
+	live := map[string]bool{}
 	for _, n := range s.state.Nodes() {
 		silent := now.Sub(n.LastHeartbeat)
 		to := n.State
@@ -281,6 +401,8 @@ func (s *Server) checkNodes(ctx context.Context) {
 		case silent >= s.cfg.NotReadyAfter && n.State == api.NodeReady:
 			to = api.NodeNotReady
 		}
+		live[n.Name] = silent < s.cfg.NotReadyAfter && to != api.NodeLost
+		lost[n.Name] = to == api.NodeLost
 		if to == n.State {
 			continue
 		}
@@ -288,26 +410,42 @@ func (s *Server) checkNodes(ctx context.Context) {
 			Message: fmt.Sprintf("node %s: %s -> %s after %s without a heartbeat", n.Name, n.State, to, silent.Round(time.Second))})
 		n.State = to
 		b.Nodes = append(b.Nodes, n)
-		if to == api.NodeLost {
-			lost[n.Name] = true
-		}
 	}
 	for _, id := range s.state.ActiveIDs() {
 		job, _ := s.state.Job(id)
-		onLost := false
-		for _, name := range job.Nodes {
-			onLost = onLost || lost[name]
-		}
-		if !onLost {
+		a, ok := s.state.CurrentAttempt(id)
+		if !ok {
 			continue
 		}
-		a, ev, err := s.endAttempt(&job, api.TaskStatus{State: api.StateFailed, Reason: api.ReasonNodeLost,
-			Message: "node " + strings.Join(job.Nodes, ",") + " stopped reporting"}, now, "system")
-		if err != nil {
-			s.log.Error("node lost: end attempt", "job", id, "err", err)
-			continue
+		var evs []api.Event
+		changed := false
+		// The placements are the state's own until the batch is applied: change a copy.
+		a.Placements = slices.Clone(a.Placements)
+		for rank := range a.Placements {
+			p := &a.Placements[rank]
+			if p.State.Terminal() {
+				continue
+			}
+			switch {
+			case lost[p.Node]:
+				p.State, p.Reason, p.Message = api.StateFailed, api.ReasonNodeLost, "node "+p.Node+" stopped reporting"
+			case p.State == "" && live[p.Node] && now.Sub(a.AssignTime) >= s.cfg.AssignTimeout:
+				p.State, p.Reason = api.StateFailed, reasonNotStarted
+				p.Message = fmt.Sprintf("the agent of node %s did not start it within %s", p.Node, s.cfg.AssignTimeout)
+			default:
+				continue
+			}
+			end := now
+			p.EndTime = &end
+			changed = true
+			evs = append(evs, s.rankEnded(&job, &a, rank, now)...)
+			if job.State.Terminal() || job.State == api.StatePending {
+				break
+			}
 		}
-		b.Jobs, b.Attempts, b.Events = append(b.Jobs, job), append(b.Attempts, a), append(b.Events, ev)
+		if changed {
+			b.Jobs, b.Attempts, b.Events = append(b.Jobs, job), append(b.Attempts, a), append(b.Events, evs...)
+		}
 	}
 	if err := s.commit(ctx, b); err != nil {
 		s.log.Error("node liveness: commit failed", "err", err)

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/rotahq/rota/internal/api"
+	"github.com/rotahq/rota/internal/auth"
 	"github.com/rotahq/rota/internal/cluster"
 	"github.com/rotahq/rota/internal/sched"
 	"github.com/rotahq/rota/internal/store"
@@ -48,6 +50,21 @@ type Config struct {
 	// Policy configures the scheduling core; the zero value is rota's default policy.
 	Policy sched.Options
 	Clock  Clock
+	// AssignTimeout is how long an attempt may stay ASSIGNED on a node whose agent is
+	// heard from but does not report it, before it is requeued (default 2m).
+	AssignTimeout time.Duration
+
+	// BootstrapAdmin is the user the first start creates, with an admin token written to
+	// DataDir/admin-token (default "admin"). BootstrapAllowRoot lets that user's jobs run
+	// as root: `rota up` started by root sets it, since its owner is root already.
+	BootstrapAdmin     string
+	BootstrapAllowRoot bool
+	// LocalUsersAreMembers admits every Unix account that calls on the local socket as a
+	// member, without a rota user of its own: the workstation case of `rota up`.
+	LocalUsersAreMembers bool
+	// AdvertiseURL is the server's address as agents reach it (https://HOST:PORT), for
+	// the command line a join token is printed with; empty means the request's host.
+	AdvertiseURL string
 }
 
 func (c *Config) setDefaults() {
@@ -69,6 +86,12 @@ func (c *Config) setDefaults() {
 	if c.HalfLife <= 0 {
 		c.HalfLife = 7 * 24 * time.Hour
 	}
+	if c.AssignTimeout <= 0 {
+		c.AssignTimeout = 2 * time.Minute
+	}
+	if c.BootstrapAdmin == "" {
+		c.BootstrapAdmin = "admin"
+	}
 }
 
 // Server is the control plane: it owns the live state, commits every change to the store
@@ -79,14 +102,30 @@ type Server struct {
 	store store.Store
 	kick  chan struct{}
 
+	// clusterID names this cluster: agents keep their attempts under it, and it is in
+	// every certificate the CA issues. ca issues node certificates at join and renewal.
+	clusterID string
+	ca        *auth.CA
+
 	mu    sync.Mutex // guards the fields below; held across store commits so memory and disk change in the same order
 	state *cluster.State
 	// reasons holds the last cycle's structured reason per pending job, for rota why.
 	reasons map[int64]sched.Reason
+	// suspect is set when a commit failed in a way that may have hidden its outcome (a
+	// connection lost during COMMIT): memory may lack what the store holds, so nothing
+	// changes until the state has been read again.
+	suspect bool
+	// claims are the resources held for jobs waiting on their preemption victims, carried
+	// from one scheduling cycle to the next (see sched.Claim).
+	claims []sched.Claim
 
 	logMu sync.Mutex // serialises writes to shipped log files
+	// logs is the directory of shipped logs; every log file is opened through it.
+	logs *os.Root
 
-	watch nodeWatch
+	watch    nodeWatch
+	lastUsed lastUse
+	limiter  submitLimiter
 }
 
 // New loads the state from st and returns a server ready to serve. A nil logger discards.
@@ -98,12 +137,19 @@ func New(ctx context.Context, cfg Config, st store.Store, logger *slog.Logger) (
 	if cfg.DataDir == "" {
 		return nil, fmt.Errorf("server: data dir is required")
 	}
-	if err := os.MkdirAll(filepath.Join(cfg.DataDir, "logs"), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Join(cfg.DataDir, "logs"), 0o750); err != nil {
 		return nil, fmt.Errorf("server: create log dir: %w", err)
 	}
-	s := &Server{cfg: cfg, log: logger, store: st, kick: make(chan struct{}, 1), state: cluster.New()}
+	logs, err := os.OpenRoot(filepath.Join(cfg.DataDir, "logs"))
+	if err != nil {
+		return nil, fmt.Errorf("server: open log dir: %w", err)
+	}
+	s := &Server{cfg: cfg, log: logger, store: st, kick: make(chan struct{}, 1), state: cluster.New(), logs: logs}
 	s.state.HalfLife = cfg.HalfLife
 	if err := s.load(ctx); err != nil {
+		return nil, err
+	}
+	if err := s.bootstrap(ctx); err != nil {
 		return nil, err
 	}
 	if cfg.ConfigFile != "" {
@@ -112,7 +158,7 @@ func New(ctx context.Context, cfg Config, st store.Store, logger *slog.Logger) (
 			return nil, fmt.Errorf("server: config: %w", err)
 		}
 		s.mu.Lock()
-		_, apiErr := s.applyConfig(ctx, data, "config file")
+		_, apiErr := s.applyConfig(ctx, data, api.Event{Actor: "config file", Source: cfg.ConfigFile})
 		s.mu.Unlock()
 		if apiErr != nil {
 			return nil, fmt.Errorf("server: config %s: %s", cfg.ConfigFile, apiErr.Message)
@@ -121,7 +167,11 @@ func New(ctx context.Context, cfg Config, st store.Store, logger *slog.Logger) (
 	return s, nil
 }
 
-// load reads the whole state from the store, and installs the default queues the first time.
+// Close releases what the server holds open. The store is the caller's to close.
+func (s *Server) Close() error { return s.logs.Close() }
+
+// load reads the whole state from the store into a fresh memory state. It runs at start
+// and again after a commit whose outcome was unknown.
 func (s *Server) load(ctx context.Context) error {
 	jobs, err := s.store.LoadJobs(ctx)
 	if err != nil {
@@ -147,37 +197,80 @@ func (s *Server) load(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("server: load reservations: %w", err)
 	}
+	b := &store.Batch{Jobs: jobs, Attempts: attempts, Nodes: nodes, Queues: queues, Teams: teams, Reservations: resv}
+	if err := s.loadIdentity(ctx, b); err != nil {
+		return err
+	}
 	// Nodes were not heard from while the server was down; give each a full
 	// NotReadyAfter from now before judging it, so a restart never loses a node.
 	now := s.cfg.Clock.Now()
 	for i := range nodes {
 		nodes[i].LastHeartbeat = now
 	}
-	s.state.Apply(&store.Batch{Jobs: jobs, Attempts: attempts, Nodes: nodes, Queues: queues, Teams: teams, Reservations: resv})
-	if len(queues) == 0 {
-		b := &store.Batch{Queues: DefaultQueues()}
-		for _, q := range b.Queues {
-			b.Events = append(b.Events, api.Event{Time: now, Actor: "system", Kind: api.EventAdmin, Message: "created default queue " + q.Name})
-		}
-		if err := s.commit(ctx, b); err != nil {
-			return fmt.Errorf("server: install default queues: %w", err)
-		}
-	}
+	s.state = cluster.New()
+	s.state.HalfLife = s.cfg.HalfLife
+	s.state.Apply(b)
 	s.log.Info("state loaded", "jobs", len(jobs), "nodes", len(nodes), "pending", len(s.state.PendingIDs()), "active", len(s.state.ActiveIDs()))
 	return nil
 }
 
+// commitTimeout bounds one commit. It replaces the request's own deadline, which must not
+// cut a commit short (see commit).
+const commitTimeout = 30 * time.Second
+
+// errStale answers a change while the server cannot vouch for its memory (see commit).
+var errStale = errors.New("the server is re-reading its store after a commit whose outcome it could not learn; try again shortly")
+
 // commit writes b to the store and, only if that succeeded, to memory. Callers hold s.mu.
+//
+// A commit's outcome must never be ambiguous to the server. So the store commits with a
+// context that a client hanging up cannot cancel (a COMMIT cancelled half-way may still
+// have been applied), and after any error, whose outcome may be unknown, the server reads
+// the whole state back from the store before it changes anything again.
 func (s *Server) commit(ctx context.Context, b *store.Batch) error {
 	if b.Empty() {
 		return nil
 	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
+	defer cancel()
+	if err := s.resync(ctx); err != nil {
+		return err
+	}
 	if err := s.store.Commit(ctx, b); err != nil {
+		s.suspect = true
+		if rerr := s.resync(ctx); rerr != nil {
+			s.log.Error("re-reading the store after a failed commit", "err", rerr)
+		}
 		return err
 	}
 	s.state.Apply(b)
 	s.watch.bump(b)
 	return nil
+}
+
+// resync re-reads the state from the store if a failed commit left memory suspect.
+// Callers hold s.mu.
+func (s *Server) resync(ctx context.Context) error {
+	if !s.suspect {
+		return nil
+	}
+	if err := s.load(ctx); err != nil {
+		return fmt.Errorf("%w: %v", errStale, err)
+	}
+	s.suspect = false
+	s.claims = nil
+	s.watch.bumpAll()
+	s.log.Warn("state re-read from the store after a commit whose outcome was unknown")
+	return nil
+}
+
+// commitError answers a failed commit: 503 while the state cannot be vouched for, else 500.
+func commitError(w http.ResponseWriter, what string, err error) {
+	status, code := http.StatusInternalServerError, api.CodeInternal
+	if errors.Is(err, errStale) {
+		status, code = http.StatusServiceUnavailable, api.CodeUnavailable
+	}
+	writeError(w, status, &api.Error{Code: code, Message: what + ": " + err.Error()})
 }
 
 // wake asks the scheduling loop for a cycle soon. It never blocks.
@@ -206,50 +299,112 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 }
 
-// route is one entry of the API: method, path pattern and handler.
+// route is one entry of the API: method, path pattern, who may call it, what body it
+// takes, and the handler.
 type route struct {
 	method, path string
+	rule         rule
+	body         bodyKind
 	handle       func(*Server, http.ResponseWriter, *http.Request)
 }
 
-// routes is the whole API. A test checks that api/openapi.yaml documents every entry.
+// bodyKind is what a route reads from the request body. JSON routes insist on the JSON
+// content type, so a page in a browser cannot post a form or text/plain to them.
+type bodyKind int
+
+const (
+	noBody bodyKind = iota
+	jsonBody
+	yamlBody  // PUT /config: YAML or JSON
+	bytesBody // log chunks from agents
+)
+
+// routes is the whole API. A test checks that api/openapi.yaml documents every entry, and
+// another calls every entry in every role against its rule.
 var routes = []route{
-	{"POST", "/api/v1/jobs", (*Server).handleSubmit},
-	{"GET", "/api/v1/jobs", (*Server).handleListJobs},
-	{"GET", "/api/v1/jobs/{id}", (*Server).handleGetJob},
-	{"POST", "/api/v1/jobs/{id}/cancel", (*Server).handleCancel},
-	{"GET", "/api/v1/jobs/{id}/logs", (*Server).handleGetLogs},
-	{"POST", "/api/v1/jobs/{id}/hold", (*Server).handleHold},
-	{"POST", "/api/v1/jobs/{id}/release", (*Server).handleRelease},
-	{"GET", "/api/v1/jobs/{id}/why", (*Server).handleWhy},
-	{"GET", "/api/v1/nodes", (*Server).handleNodes},
-	{"POST", "/api/v1/nodes/{name}/drain", (*Server).handleDrain},
-	{"POST", "/api/v1/nodes/{name}/resume", (*Server).handleResume},
-	{"GET", "/api/v1/queues", (*Server).handleQueues},
-	{"PUT", "/api/v1/queues/{name}", (*Server).handlePutQueue},
-	{"DELETE", "/api/v1/queues/{name}", (*Server).handleDeleteQueue},
-	{"GET", "/api/v1/teams", (*Server).handleTeams},
-	{"PUT", "/api/v1/teams/{name}", (*Server).handlePutTeam},
-	{"DELETE", "/api/v1/teams/{name}", (*Server).handleDeleteTeam},
-	{"GET", "/api/v1/reservations", (*Server).handleReservations},
-	{"POST", "/api/v1/reservations", (*Server).handleReserve},
-	{"DELETE", "/api/v1/reservations/{id}", (*Server).handleUnreserve},
-	{"PUT", "/api/v1/config", (*Server).handlePutConfig},
-	{"GET", "/api/v1/history", (*Server).handleHistory},
-	{"POST", "/api/v1/agents/{node}/heartbeat", (*Server).handleHeartbeat},
-	{"GET", "/api/v1/agents/{node}/watch", (*Server).handleWatch},
-	{"POST", "/api/v1/agents/{node}/logs/{job}/{attempt}", (*Server).handleShipLog},
+	{"POST", "/api/v1/jobs", ruleMember, jsonBody, (*Server).handleSubmit},
+	{"GET", "/api/v1/jobs", ruleViewer, noBody, (*Server).handleListJobs},
+	{"GET", "/api/v1/jobs/{id}", ruleViewer, noBody, (*Server).handleGetJob},
+	{"POST", "/api/v1/jobs/{id}/cancel", ruleMember, noBody, (*Server).handleCancel},
+	{"GET", "/api/v1/jobs/{id}/logs", ruleMember, noBody, (*Server).handleGetLogs},
+	{"POST", "/api/v1/jobs/{id}/hold", ruleMember, noBody, (*Server).handleHold},
+	{"POST", "/api/v1/jobs/{id}/release", ruleMember, noBody, (*Server).handleRelease},
+	{"GET", "/api/v1/jobs/{id}/why", ruleViewer, noBody, (*Server).handleWhy},
+	{"POST", "/api/v1/arrays/{id}/cancel", ruleMember, noBody, (*Server).handleArrayCancel},
+	{"POST", "/api/v1/arrays/{id}/hold", ruleMember, noBody, (*Server).handleArrayHold},
+	{"POST", "/api/v1/arrays/{id}/release", ruleMember, noBody, (*Server).handleArrayRelease},
+	{"GET", "/api/v1/nodes", ruleViewer, noBody, (*Server).handleNodes},
+	{"POST", "/api/v1/nodes/{name}/drain", ruleOperator, noBody, (*Server).handleDrain},
+	{"POST", "/api/v1/nodes/{name}/resume", ruleOperator, noBody, (*Server).handleResume},
+	{"DELETE", "/api/v1/nodes/{name}", ruleAdmin, noBody, (*Server).handleDeleteNode},
+	{"GET", "/api/v1/queues", ruleViewer, noBody, (*Server).handleQueues},
+	{"PUT", "/api/v1/queues/{name}", ruleOperator, jsonBody, (*Server).handlePutQueue},
+	{"DELETE", "/api/v1/queues/{name}", ruleOperator, noBody, (*Server).handleDeleteQueue},
+	{"GET", "/api/v1/teams", ruleViewer, noBody, (*Server).handleTeams},
+	{"PUT", "/api/v1/teams/{name}", ruleAdmin, jsonBody, (*Server).handlePutTeam},
+	{"DELETE", "/api/v1/teams/{name}", ruleAdmin, noBody, (*Server).handleDeleteTeam},
+	{"GET", "/api/v1/reservations", ruleViewer, noBody, (*Server).handleReservations},
+	{"POST", "/api/v1/reservations", ruleAdmin, jsonBody, (*Server).handleReserve},
+	{"DELETE", "/api/v1/reservations/{id}", ruleAdmin, noBody, (*Server).handleUnreserve},
+	{"PUT", "/api/v1/config", ruleAdmin, yamlBody, (*Server).handlePutConfig},
+	{"GET", "/api/v1/history", ruleViewer, noBody, (*Server).handleHistory},
+	{"GET", "/api/v1/whoami", ruleAnyone, noBody, (*Server).handleWhoami},
+	{"GET", "/api/v1/users", ruleAdmin, noBody, (*Server).handleUsers},
+	{"PUT", "/api/v1/users/{name}", ruleAdmin, jsonBody, (*Server).handlePutUser},
+	{"DELETE", "/api/v1/users/{name}", ruleAdmin, noBody, (*Server).handleDeleteUser},
+	{"GET", "/api/v1/tokens", ruleAnyone, noBody, (*Server).handleTokens},
+	{"POST", "/api/v1/tokens", ruleAnyone, jsonBody, (*Server).handleCreateToken},
+	{"DELETE", "/api/v1/tokens/{id}", ruleAnyone, noBody, (*Server).handleRevokeToken},
+	{"GET", "/api/v1/join-tokens", ruleAdmin, noBody, (*Server).handleJoinTokens},
+	{"POST", "/api/v1/join-tokens", ruleAdmin, jsonBody, (*Server).handleCreateJoinToken},
+	{"DELETE", "/api/v1/join-tokens/{id}", ruleAdmin, noBody, (*Server).handleRevokeJoinToken},
+	{"GET", "/api/v1/audit", ruleAdmin, noBody, (*Server).handleAudit},
+	{"POST", "/api/v1/join", rulePublic, jsonBody, (*Server).handleJoin},
+	{"POST", "/api/v1/agents/{node}/heartbeat", ruleAgent, jsonBody, (*Server).handleHeartbeat},
+	{"GET", "/api/v1/agents/{node}/watch", ruleAgent, noBody, (*Server).handleWatch},
+	{"POST", "/api/v1/agents/{node}/logs/{job}/{attempt}", ruleAgent, bytesBody, (*Server).handleShipLog},
+	{"POST", "/api/v1/agents/{node}/renew", ruleAgent, jsonBody, (*Server).handleRenew},
 }
 
-// Handler returns the HTTP API.
+// Handler returns the HTTP API. Serve it with ConnContext set, so that callers on the
+// local socket and the in-process agent are known.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
 	for _, rt := range routes {
-		mux.HandleFunc(rt.method+" "+rt.path, func(w http.ResponseWriter, r *http.Request) { rt.handle(s, w, r) })
+		mux.HandleFunc(rt.method+" "+rt.path, func(w http.ResponseWriter, r *http.Request) { s.serve(rt, w, r) })
 	}
 	mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, &api.Error{Code: api.CodeNotFound, Message: "no such API route: " + r.Method + " " + r.URL.Path})
 	})
 	return mux
+}
+
+// serve authenticates and authorizes a request for rt, checks its content type, and only
+// then runs the handler, with the caller's identity in the request's context.
+func (s *Server) serve(rt route, w http.ResponseWriter, r *http.Request) {
+	id, e := s.authenticate(r)
+	if e != nil {
+		writeError(w, http.StatusUnauthorized, e)
+		return
+	}
+	if id.Kind == "" && rt.rule != rulePublic {
+		writeError(w, http.StatusUnauthorized, unauthorized("credentials needed: send \"Authorization: Bearer TOKEN\", or call on the server's local socket"))
+		return
+	}
+	if e := authorize(id, rt, r); e != nil {
+		writeError(w, http.StatusForbidden, e)
+		return
+	}
+	if e := checkContentType(r, rt.body); e != nil {
+		writeError(w, http.StatusUnsupportedMediaType, e)
+		return
+	}
+	rt.handle(s, w, r.WithContext(auth.WithIdentity(r.Context(), id)))
+}
+
+// caller is the identity serve established for r.
+func caller(r *http.Request) auth.Identity {
+	id, _ := auth.FromContext(r.Context())
+	return id
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -44,6 +45,15 @@ type harness struct {
 	clock *fakeClock
 	dir   string
 	st    store.Store
+	// token is the first admin's, which the server writes to its data dir; people's
+	// calls carry it. agent reaches the server in-process, as the agent of `rota up`
+	// does: agents' calls go through it.
+	token string
+	agent *http.Client
+	// cfg is applied to the server's Config at every open; wrap, if set, stands between
+	// the server and the store, to inject faults.
+	cfg  func(*Config)
+	wrap func(store.Store) store.Store
 }
 
 func newHarness(t *testing.T) *harness {
@@ -64,12 +74,32 @@ func (h *harness) open() {
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	srv, err := New(context.Background(), Config{DataDir: h.dir, Clock: h.clock, LostAfter: time.Minute, NotReadyAfter: 10 * time.Second}, st, nil)
+	cfg := Config{DataDir: h.dir, Clock: h.clock, LostAfter: time.Minute, NotReadyAfter: 10 * time.Second}
+	if h.cfg != nil {
+		h.cfg(&cfg)
+	}
+	var served store.Store = st
+	if h.wrap != nil {
+		served = h.wrap(st)
+	}
+	srv, err := New(context.Background(), cfg, served, nil)
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	h.srv, h.st, h.http = srv, st, httptest.NewServer(srv.Handler())
-	h.t.Cleanup(func() { h.http.Close(); st.Close() })
+	tok, err := os.ReadFile(filepath.Join(h.dir, "admin-token"))
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.token = strings.TrimSpace(string(tok))
+	h.srv, h.st = srv, st
+	h.http = httptest.NewUnstartedServer(srv.Handler())
+	h.http.Config.ConnContext = srv.ConnContext
+	h.http.Start()
+	local := NewLocalListener()
+	hs := &http.Server{Handler: srv.Handler(), ConnContext: srv.ConnContext}
+	go hs.Serve(local)
+	h.agent = local.Client()
+	h.t.Cleanup(func() { hs.Close(); h.http.Close(); srv.Close(); st.Close() })
 }
 
 func (h *harness) restart() {
@@ -78,14 +108,31 @@ func (h *harness) restart() {
 	h.open()
 }
 
+// do calls the API as the first admin, or, for agent routes, as the in-process agent.
 func (h *harness) do(method, path string, body any, out any) int {
+	h.t.Helper()
+	return h.doAs(h.token, method, path, body, out)
+}
+
+// doAs calls the API with a token ("" for none); agent routes go in-process.
+func (h *harness) doAs(token, method, path string, body any, out any) int {
 	h.t.Helper()
 	var buf bytes.Buffer
 	if body != nil {
 		json.NewEncoder(&buf).Encode(body)
 	}
-	req, _ := http.NewRequest(method, h.http.URL+path, &buf)
-	resp, err := http.DefaultClient.Do(req)
+	client, base := http.DefaultClient, h.http.URL
+	if strings.HasPrefix(path, "/api/v1/agents/") {
+		client, base, token = h.agent, "http://rota-up", ""
+	}
+	req, _ := http.NewRequest(method, base+path, &buf)
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := client.Do(req)
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -120,9 +167,18 @@ func (h *harness) beat(node string, gpus int, tasks ...api.TaskStatus) api.Heart
 	for i := range gpus {
 		inv.GPUs = append(inv.GPUs, api.GPU{Index: i, UUID: fmt.Sprintf("GPU-%s-%d", node, i), Model: "H100", MemoryMB: 81559, Healthy: true})
 	}
+	return h.heartbeat(node, inv, tasks)
+}
+
+// heartbeat reports as the node's one agent, synced to the last answer.
+func (h *harness) heartbeat(node string, inv api.Inventory, tasks []api.TaskStatus) api.HeartbeatResponse {
+	h.t.Helper()
 	var resp api.HeartbeatResponse
-	if code := h.do("POST", "/api/v1/agents/"+node+"/heartbeat", api.Heartbeat{Node: node, Inventory: inv, Tasks: tasks}, &resp); code != http.StatusOK {
-		h.t.Fatalf("heartbeat %s: status %d", node, code)
+	var e api.Error
+	hb := api.Heartbeat{Node: node, Inventory: inv, Tasks: tasks, Instance: "agent-" + node, ClusterID: h.srv.ClusterID(), Synced: true}
+	if code := h.do("POST", "/api/v1/agents/"+node+"/heartbeat", hb, &resp); code != http.StatusOK {
+		h.do("POST", "/api/v1/agents/"+node+"/heartbeat", hb, &e)
+		h.t.Fatalf("heartbeat %s: status %d: %s", node, code, e.Message)
 	}
 	return resp
 }
@@ -212,27 +268,35 @@ func testLifecycle(t *testing.T, h *harness) {
 	}
 }
 
-func TestNodeLostRequeuesWhileRetriesLast(t *testing.T) {
+// Node loss is not the job's doing: it requeues the job without spending its retries, up
+// to maxSystemRequeues lost attempts.
+func TestNodeLostRequeuesWithoutSpendingRetries(t *testing.T) {
 	h := newHarness(t)
 	h.beat("n1", 1)
 	h.beat("n2", 1)
 	keep := h.submit(api.JobSpec{GPUs: 1, Command: []string{"a"}, Retries: intp(1)})
-	drop := h.submit(api.JobSpec{GPUs: 1, Command: []string{"b"}, Retries: intp(0)})
+	none := h.submit(api.JobSpec{GPUs: 1, Command: []string{"b"}, Retries: intp(0)})
 	h.cycle()
 
 	// Both nodes go silent past LostAfter.
 	h.clock.Add(2 * time.Minute)
 	h.srv.checkNodes(context.Background())
-	if got := h.job(keep.ID); got.State != api.StatePending || got.Reason != api.ReasonNodeLost {
-		t.Fatalf("job with a retry left: %s (%s); want PENDING (node_lost)", got.State, got.Reason)
+	for _, j := range []api.Job{keep, none} {
+		if got := h.job(j.ID); got.State != api.StatePending || got.Reason != api.ReasonNodeLost || got.Failures != 0 {
+			t.Fatalf("job %d after its node was lost: %s (%s), %d failures; want PENDING (node_lost) with none spent", j.ID, got.State, got.Reason, got.Failures)
+		}
 	}
-	if got := h.job(drop.ID); got.State != api.StateFailed || got.Reason != api.ReasonNodeLost {
-		t.Fatalf("job with no retries: %s (%s); want FAILED (node_lost)", got.State, got.Reason)
-	}
-	// A node that comes back is ready again and the requeued job runs as attempt 2.
-	resp := h.beat("n1", 1)
+	// A node that comes back syncs first (its agent may still run the lost attempts):
+	// nothing is placed there until its agent confirms, in the next heartbeat, that it
+	// runs nothing unlisted. Then the requeued job runs there as attempt 2.
+	h.beat("n1", 1)
 	h.cycle()
-	resp = h.beat("n1", 1)
+	if got := h.job(keep.ID); got.State != api.StatePending {
+		t.Fatalf("placed on a node that has not synced: %s on %v", got.State, got.Nodes)
+	}
+	h.beat("n1", 1)
+	h.cycle()
+	resp := h.beat("n1", 1)
 	if len(resp.Tasks) != 1 || resp.Tasks[0].JobID != keep.ID || resp.Tasks[0].Attempt != 2 {
 		t.Fatalf("desired tasks %+v; want job %d attempt 2", resp.Tasks, keep.ID)
 	}
@@ -241,6 +305,27 @@ func TestNodeLostRequeuesWhileRetriesLast(t *testing.T) {
 	resp = h.beat("n1", 1, api.TaskStatus{JobID: keep.ID, Attempt: 1, State: api.StateSucceeded, ExitCode: &code})
 	if got := h.job(keep.ID); got.State != api.StateAssigned || got.Attempts != 2 || len(resp.Acked) != 1 {
 		t.Fatalf("after a stale report: %s attempt %d acked %v; want ASSIGNED attempt 2 acked", got.State, got.Attempts, resp.Acked)
+	}
+
+	// A job whose every node dies is requeued maxSystemRequeues times, then fails with
+	// its next loss.
+	for i := 0; ; i++ {
+		h.beat("n2", 1) // back: syncing
+		h.beat("n2", 1) // synced
+		h.cycle()
+		got := h.job(none.ID)
+		if got.State == api.StateFailed {
+			if got.Attempts != maxSystemRequeues+1 || !strings.Contains(got.Message, "not requeued again") {
+				t.Fatalf("failed after %d attempts (%s); want %d", got.Attempts, got.Message, maxSystemRequeues+1)
+			}
+			break
+		}
+		if got.State != api.StateAssigned || i > maxSystemRequeues {
+			t.Fatalf("round %d: %s, attempt %d", i, got.State, got.Attempts)
+		}
+		h.clock.Add(2 * time.Minute)
+		h.beat("n1", 1) // n1 stays alive
+		h.srv.checkNodes(context.Background())
 	}
 }
 
@@ -339,7 +424,8 @@ func TestSubmitValidation(t *testing.T) {
 	}
 	// Defaults are filled in and a short model name resolves to the node's.
 	j := h.submit(api.JobSpec{Command: []string{"/usr/bin/python3", "x.py"}, GPUs: 1, GPUModel: "h100"})
-	if j.Spec.Queue != "train" || j.Spec.TimeLimit != day || j.Spec.CPUs != 1 || j.Spec.Signal != "SIGTERM" || j.Spec.Name != "python3" || j.Spec.GPUModel != "H100" || *j.Spec.Retries != 2 {
+	if j.Spec.Queue != "train" || j.Spec.TimeLimit != day || j.Spec.CPUs != 1 || j.Spec.Signal != "SIGTERM" || j.Spec.Name != "python3" ||
+		j.Spec.GPUModel != "H100" || *j.Spec.Retries != 0 || j.Spec.RestartPolicy != api.RestartNever || j.Spec.User != "admin" {
 		t.Errorf("defaults not filled in: %+v", j.Spec)
 	}
 }
@@ -373,8 +459,9 @@ func TestLogShipping(t *testing.T) {
 	j := h.submit(api.JobSpec{GPUs: 1, Command: []string{"x"}})
 	h.cycle()
 	post := func(node string, offset int, data string) (int, api.LogAck) {
-		req, _ := http.NewRequest("POST", fmt.Sprintf("%s/api/v1/agents/%s/logs/%d/1?offset=%d", h.http.URL, node, j.ID, offset), bytes.NewBufferString(data))
-		resp, err := http.DefaultClient.Do(req)
+		req, _ := http.NewRequest("POST", fmt.Sprintf("http://rota-up/api/v1/agents/%s/logs/%d/1?offset=%d", node, j.ID, offset), bytes.NewBufferString(data))
+		req.Header.Set("Content-Type", "application/octet-stream")
+		resp, err := h.agent.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -397,6 +484,7 @@ func TestLogShipping(t *testing.T) {
 		t.Errorf("a node the job is not on shipped a log: %d", code)
 	}
 	req, _ := http.NewRequest("GET", fmt.Sprintf("%s/api/v1/jobs/%d/logs?offset=6", h.http.URL, j.ID), nil)
+	req.Header.Set("Authorization", "Bearer "+h.token)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -462,7 +550,7 @@ func TestWatchAnswersWhenTheNodeChanges(t *testing.T) {
 	for _, node := range []string{"n1", "n2"} {
 		go func() {
 			var ans api.WatchAnswer
-			resp, err := http.Get(h.http.URL + "/api/v1/agents/" + node + "/watch?version=0&wait=5")
+			resp, err := h.agent.Get("http://rota-up/api/v1/agents/" + node + "/watch?version=0&wait=5")
 			if err != nil {
 				answers <- node + " error"
 				return

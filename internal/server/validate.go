@@ -14,18 +14,20 @@ import (
 // Limits on a job request. They catch typos (a million GPUs, a ten-year limit) before the
 // request reaches the store; none of them is close to what a real job needs.
 const (
-	maxGPUs        = 4096
-	maxNodes       = 512
-	maxCPUs        = 8192
-	maxMemoryMB    = 64 << 20 // 64 TiB
-	maxTimeLimit   = 365 * day
-	maxGrace       = hour
-	maxRetries     = 10
-	maxArgs        = 4096
-	maxNameLen     = 128
-	maxEnv         = 512
-	defaultCPUs    = 1
-	defaultRetries = 2
+	maxGPUs      = 4096
+	maxNodes     = 512
+	maxCPUs      = 8192
+	maxMemoryMB  = 64 << 20 // 64 TiB
+	maxTimeLimit = 365 * day
+	maxGrace     = hour
+	maxRetries   = 100
+	maxArgs      = 4096
+	maxNameLen   = 128
+	maxEnv       = 512
+	defaultCPUs  = 1
+	// defaultRetries is the retries of a job whose restart policy retries and that names
+	// no number.
+	defaultRetries = 3
 )
 
 var (
@@ -35,7 +37,8 @@ var (
 )
 
 // validateSpec checks a submitted request, fills in defaults, and refuses what can never run.
-// It returns an error naming the field at fault and what is allowed.
+// It returns an error naming the field at fault and what is allowed. The user and team are
+// the caller's, set and checked before (see submitter).
 func validateSpec(spec *api.JobSpec, st *cluster.State) *api.Error {
 	if len(spec.Command) == 0 || strings.TrimSpace(spec.Command[0]) == "" {
 		return invalid("command", "is empty: give the program to run and its arguments")
@@ -43,22 +46,11 @@ func validateSpec(spec *api.JobSpec, st *cluster.State) *api.Error {
 	if len(spec.Command) > maxArgs {
 		return invalid("command", "has %d arguments; at most %d are allowed", len(spec.Command), maxArgs)
 	}
-	if len(spec.Name) > maxNameLen || (spec.Name != "" && !nameRE.MatchString(spec.Name)) {
-		return invalid("name", "must be at most %d characters of letters, digits and ._@+- starting with a letter or digit", maxNameLen)
+	if spec.Name != "" && !nameRE.MatchString(spec.Name) {
+		return invalid("name", "must be letters, digits and ._@+- starting with a letter or digit")
 	}
 	if spec.Name == "" {
 		spec.Name = defaultName(spec.Command[0])
-	}
-	for field, v := range map[string]string{"user": spec.User, "team": spec.Team} {
-		if v != "" && (len(v) > maxNameLen || !nameRE.MatchString(v)) {
-			return invalid(field, "%q is not a valid name: use letters, digits and ._@+-", v)
-		}
-	}
-	if spec.User == "" {
-		spec.User = "anonymous"
-	}
-	if spec.Team == "" {
-		spec.Team = st.TeamOf(spec.User)
 	}
 	if _, ok := st.Team(spec.Team); !ok && spec.Team != "default" {
 		var names []string
@@ -101,10 +93,49 @@ func validateSpec(spec *api.JobSpec, st *cluster.State) *api.Error {
 	if err := validateResources(spec); err != nil {
 		return err
 	}
+	if err := validateRestart(spec, q); err != nil {
+		return err
+	}
 	if err := validateTime(spec, q); err != nil {
 		return err
 	}
 	return checkFits(spec, st)
+}
+
+func validRestartPolicy(p string) bool {
+	return p == api.RestartNever || p == api.RestartOnFailure || p == api.RestartAlways
+}
+
+// validateRestart fills in the restart policy and retries: the job's own, else the queue's
+// policy; "on-failure" when only retries are given; retries default to 0 under "never"
+// and to defaultRetries otherwise.
+func validateRestart(spec *api.JobSpec, q api.Queue) *api.Error {
+	if spec.RestartPolicy != "" && !validRestartPolicy(spec.RestartPolicy) {
+		return invalid("restart_policy", "%q is not a restart policy; use never, on-failure or always", truncateName(spec.RestartPolicy))
+	}
+	if spec.Retries != nil && (*spec.Retries < 0 || *spec.Retries > maxRetries) {
+		return invalid("retries", "must be between 0 and %d, got %d", maxRetries, *spec.Retries)
+	}
+	switch {
+	case spec.RestartPolicy != "":
+	case q.RestartPolicy == api.RestartAlways:
+		// A service queue's jobs restart whatever retries they ask for.
+		spec.RestartPolicy = api.RestartAlways
+	case spec.Retries != nil && *spec.Retries > 0:
+		spec.RestartPolicy = api.RestartOnFailure
+	case q.RestartPolicy != "":
+		spec.RestartPolicy = q.RestartPolicy
+	default:
+		spec.RestartPolicy = api.RestartNever
+	}
+	if spec.Retries == nil {
+		n := defaultRetries
+		if spec.RestartPolicy == api.RestartNever {
+			n = 0
+		}
+		spec.Retries = &n
+	}
+	return nil
 }
 
 func defaultName(prog string) string {
@@ -137,12 +168,6 @@ func validateResources(spec *api.JobSpec) *api.Error {
 		return invalid("cpus", "must be between 0 and %d, got %d", maxCPUs, spec.CPUs)
 	case spec.MemoryMB < 0 || spec.MemoryMB > maxMemoryMB:
 		return invalid("memory_mb", "must be between 0 and %d (64 TiB), got %d", int64(maxMemoryMB), spec.MemoryMB)
-	case spec.Retries != nil && (*spec.Retries < 0 || *spec.Retries > maxRetries):
-		return invalid("retries", "must be between 0 and %d, got %d", maxRetries, *spec.Retries)
-	}
-	if spec.Retries == nil {
-		n := defaultRetries
-		spec.Retries = &n
 	}
 	if spec.Nodes > 1 || spec.GPUsPerNode > 0 {
 		if spec.Nodes == 0 {

@@ -40,6 +40,19 @@ func (w *nodeWatch) bump(b *store.Batch) {
 	}
 }
 
+// bumpAll tells every watching agent to heartbeat, after the state was read afresh.
+func (w *nodeWatch) bumpAll() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for n := range w.version {
+		w.version[n]++
+	}
+	if w.changed != nil {
+		close(w.changed)
+		w.changed = nil
+	}
+}
+
 // current returns the node's version and a channel closed at the next bump of any node.
 func (w *nodeWatch) current(node string) (uint64, <-chan struct{}) {
 	w.mu.Lock()
@@ -64,11 +77,11 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	waitS, err := strconv.ParseFloat(orZero(q.Get("wait")), 64)
-	if err != nil || waitS < 0 {
-		writeError(w, http.StatusBadRequest, invalid("wait", "must be a number of seconds"))
+	if err != nil || waitS < 0 || waitS > maxWatch.Seconds() {
+		writeError(w, http.StatusBadRequest, invalid("wait", "must be a number of seconds from 0 to %d", int(maxWatch.Seconds())))
 		return
 	}
-	timeout := time.NewTimer(min(time.Duration(waitS*float64(time.Second)), maxWatch))
+	timeout := time.NewTimer(time.Duration(waitS * float64(time.Second)))
 	defer timeout.Stop()
 	for {
 		v, changed := s.watch.current(node)

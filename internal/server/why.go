@@ -16,8 +16,13 @@ func (s *Server) handleWhy(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	who := caller(r)
 	s.mu.Lock()
 	job, found := s.state.Job(id)
+	var e *api.Error
+	if found {
+		e = s.mayRead(who, &job)
+	}
 	var ahead int
 	var node string
 	if found && job.State == api.StatePending {
@@ -27,6 +32,10 @@ func (s *Server) handleWhy(w http.ResponseWriter, r *http.Request) {
 	s.mu.Unlock()
 	if !found {
 		notFound(w, id)
+		return
+	}
+	if e != nil {
+		writeError(w, http.StatusForbidden, e)
 		return
 	}
 	why := explain(job, ahead)

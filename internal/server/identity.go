@@ -1,0 +1,720 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+
+	"github.com/rotahq/rota/internal/api"
+	"github.com/rotahq/rota/internal/auth"
+	"github.com/rotahq/rota/internal/store"
+)
+
+// Settings names in the store.
+const (
+	settingCluster   = "cluster"
+	settingLimits    = "limits"
+	settingExecution = "execution"
+)
+
+// Bounds on identity objects.
+const (
+	certValidity       = 365 * 24 * time.Hour
+	defaultJoinTTL     = time.Hour
+	maxJoinTTL         = 7 * 24 * time.Hour
+	maxJoinUses        = 10_000
+	maxTokenTTL        = 10 * 365 * 24 * time.Hour
+	maxDescription     = 256
+	adminTokenFileName = "admin-token"
+)
+
+// unixNameRE is what a Unix account name may be on common systems.
+var unixNameRE = regexp.MustCompile(`^[a-z_][a-z0-9_.-]{0,31}\$?$`)
+
+type clusterSetting struct {
+	ID      string    `json:"id"`
+	Created time.Time `json:"created"`
+}
+
+// loadIdentity adds the identity records to the batch that load applies.
+func (s *Server) loadIdentity(ctx context.Context, b *store.Batch) error {
+	var err error
+	settings, err := s.store.LoadSettings(ctx)
+	if err != nil {
+		return fmt.Errorf("server: load settings: %w", err)
+	}
+	for name, data := range settings {
+		b.Settings = append(b.Settings, store.Setting{Name: name, Data: data})
+	}
+	if b.Users, err = s.store.LoadUsers(ctx); err != nil {
+		return fmt.Errorf("server: load users: %w", err)
+	}
+	if b.Tokens, err = s.store.LoadTokens(ctx); err != nil {
+		return fmt.Errorf("server: load tokens: %w", err)
+	}
+	if b.JoinTokens, err = s.store.LoadJoinTokens(ctx); err != nil {
+		return fmt.Errorf("server: load join tokens: %w", err)
+	}
+	if b.NodeCerts, err = s.store.LoadNodeCerts(ctx); err != nil {
+		return fmt.Errorf("server: load node certificates: %w", err)
+	}
+	if b.Idempotency, err = s.store.LoadIdempotency(ctx, s.cfg.Clock.Now().Add(-idempotencyWindow)); err != nil {
+		return fmt.Errorf("server: load idempotency keys: %w", err)
+	}
+	return nil
+}
+
+// bootstrap gives a new cluster what it needs on its first start, in one commit: its ID,
+// the default queues, and the first admin with a token in DataDir/admin-token. On every
+// start it loads (or, the first time, creates) the CA in DataDir/ca.
+func (s *Server) bootstrap(ctx context.Context) error {
+	now := s.cfg.Clock.Now()
+	b := &store.Batch{}
+	if data, ok := s.state.Setting(settingCluster); ok {
+		var c clusterSetting
+		if err := json.Unmarshal(data, &c); err != nil || !auth.ValidClusterID(c.ID) {
+			return fmt.Errorf("server: the store's cluster setting is damaged: %s", data)
+		}
+		s.clusterID = c.ID
+	} else {
+		s.clusterID = auth.NewClusterID()
+		data, _ := json.Marshal(clusterSetting{ID: s.clusterID, Created: now})
+		b.Settings = append(b.Settings, store.Setting{Name: settingCluster, Data: data})
+		b.Events = append(b.Events, api.Event{Time: now, Actor: "system", Kind: api.EventConfig, Message: "new cluster " + s.clusterID})
+	}
+	ca, created, err := auth.LoadOrCreateCA(filepath.Join(s.cfg.DataDir, "ca"), s.clusterID)
+	if err != nil {
+		return fmt.Errorf("server: cluster CA: %w", err)
+	}
+	if ca.ClusterID() != s.clusterID {
+		return fmt.Errorf("server: the CA in %s belongs to cluster %s but the store holds cluster %s: a data dir and a store of different clusters were put together",
+			filepath.Join(s.cfg.DataDir, "ca"), ca.ClusterID(), s.clusterID)
+	}
+	s.ca = ca
+	if created {
+		s.log.Info("created the cluster CA", "dir", filepath.Join(s.cfg.DataDir, "ca"), "fingerprint", ca.Fingerprint())
+	}
+	if len(s.state.Queues()) == 0 {
+		b.Queues = DefaultQueues()
+		for _, q := range b.Queues {
+			b.Events = append(b.Events, api.Event{Time: now, Actor: "system", Kind: api.EventQueue, Message: "created default queue " + q.Name})
+		}
+	}
+	var token auth.Token
+	if len(s.state.Users()) == 0 {
+		name := s.cfg.BootstrapAdmin
+		b.Users = append(b.Users, api.User{Name: name, Role: string(auth.RoleAdmin), AllowRoot: s.cfg.BootstrapAllowRoot, Created: now})
+		token = auth.NewToken()
+		b.Tokens = append(b.Tokens, store.TokenRecord{Hash: token.Hash,
+			TokenInfo: api.TokenInfo{ID: token.ID, User: name, Description: "first admin token, created at the first start", Created: now}})
+		b.Events = append(b.Events, api.Event{Time: now, Actor: "system", Kind: api.EventUser, Message: "created the first admin, " + name},
+			api.Event{Time: now, Actor: "system", Kind: api.EventToken, Message: "created admin token " + token.ID + " for " + name})
+		// The file is written before the commit: a token in the store that nobody can
+		// read would lock the admin out.
+		path := filepath.Join(s.cfg.DataDir, adminTokenFileName)
+		if err := writePrivateFile(path, []byte(token.Plain+"\n")); err != nil {
+			return fmt.Errorf("server: write the first admin token: %w", err)
+		}
+	}
+	if err := s.commit(ctx, b); err != nil {
+		return fmt.Errorf("server: first start: %w", err)
+	}
+	if token.Plain != "" {
+		s.log.Info("created the first admin token: use it with ROTA_TOKEN=$(cat "+filepath.Join(s.cfg.DataDir, adminTokenFileName)+") or rota login",
+			"user", s.cfg.BootstrapAdmin, "file", filepath.Join(s.cfg.DataDir, adminTokenFileName))
+	}
+	return nil
+}
+
+// writePrivateFile writes data readable by the owner only, replacing path in one step.
+func writePrivateFile(path string, data []byte) error {
+	tmp := path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// ClusterID names the cluster this server runs.
+func (s *Server) ClusterID() string { return s.clusterID }
+
+// CA is the cluster's certificate authority.
+func (s *Server) CA() *auth.CA { return s.ca }
+
+// limits returns the limits in force: the stored ones, with defaults for what they leave zero.
+func (s *Server) limits() api.Limits {
+	l := api.DefaultLimits()
+	data, ok := s.state.Setting(settingLimits)
+	if !ok {
+		return l
+	}
+	var set api.Limits
+	if json.Unmarshal(data, &set) != nil {
+		return l
+	}
+	mergeLimits(&l, set)
+	return l
+}
+
+// mergeLimits copies the non-zero fields of set over l.
+func mergeLimits(l *api.Limits, set api.Limits) {
+	if set.MaxBodyBytes > 0 {
+		l.MaxBodyBytes = set.MaxBodyBytes
+	}
+	if set.MaxCommandBytes > 0 {
+		l.MaxCommandBytes = set.MaxCommandBytes
+	}
+	if set.MaxEnvBytes > 0 {
+		l.MaxEnvBytes = set.MaxEnvBytes
+	}
+	if set.MaxNameLength > 0 {
+		l.MaxNameLength = set.MaxNameLength
+	}
+	if set.MaxPendingPerUser > 0 {
+		l.MaxPendingPerUser = set.MaxPendingPerUser
+	}
+	if set.SubmitsPerSecond > 0 {
+		l.SubmitsPerSecond = set.SubmitsPerSecond
+	}
+	if set.SubmitBurst > 0 {
+		l.SubmitBurst = set.SubmitBurst
+	}
+}
+
+// execution returns the execution settings in force.
+func (s *Server) execution() api.Execution {
+	var e api.Execution
+	if data, ok := s.state.Setting(settingExecution); ok {
+		_ = json.Unmarshal(data, &e) // validated when stored
+	}
+	return e
+}
+
+// audit returns an event recording a change made through the API by r's caller.
+func audit(r *http.Request, now time.Time, kind string, format string, args ...any) api.Event {
+	id := caller(r)
+	return api.Event{Time: now, Actor: id.User, Role: string(id.Role), Source: id.Source, Kind: kind, Message: fmt.Sprintf(format, args...)}
+}
+
+// withChange adds a setting's values before and after to ev; a nil side is left out.
+func withChange(ev api.Event, before, after any) api.Event {
+	if before != nil {
+		ev.Before, _ = json.Marshal(before)
+	}
+	if after != nil {
+		ev.After, _ = json.Marshal(after)
+	}
+	return ev
+}
+
+func (s *Server) handleWhoami(w http.ResponseWriter, r *http.Request) {
+	id := caller(r)
+	s.mu.Lock()
+	teams := s.state.TeamsOf(id.User)
+	s.mu.Unlock()
+	writeJSON(w, http.StatusOK, api.Whoami{User: id.User, Role: string(id.Role), Kind: id.Kind, Node: id.Node, TokenID: id.TokenID, Teams: teams})
+}
+
+func (s *Server) handleUsers(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	users := s.state.Users()
+	s.mu.Unlock()
+	writeJSON(w, http.StatusOK, api.UserList{Users: users})
+}
+
+// admins counts the users with the admin role.
+func (s *Server) admins() int {
+	n := 0
+	for _, u := range s.state.Users() {
+		if u.Role == string(auth.RoleAdmin) {
+			n++
+		}
+	}
+	return n
+}
+
+func (s *Server) handlePutUser(w http.ResponseWriter, r *http.Request) {
+	var u api.User
+	if status, e := s.decodeJSON(w, r, &u); e != nil {
+		writeError(w, status, e)
+		return
+	}
+	name := r.PathValue("name")
+	if u.Name == "" {
+		u.Name = name
+	}
+	if u.Name != name {
+		writeError(w, http.StatusBadRequest, invalid("name", "body names user %q but the URL names %q", u.Name, name))
+		return
+	}
+	if u.Role == "" {
+		u.Role = string(auth.RoleMember)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if e := s.validName("name", u.Name); e != nil {
+		writeError(w, http.StatusBadRequest, e)
+		return
+	}
+	if _, err := auth.ParseRole(u.Role); err != nil {
+		writeError(w, http.StatusBadRequest, invalid("role", "%v", err))
+		return
+	}
+	if u.UnixUser != "" && !unixNameRE.MatchString(u.UnixUser) {
+		writeError(w, http.StatusBadRequest, invalid("unix_user", "%q is not a Unix account name: lower-case letters, digits, _ . - and at most 32 characters", u.UnixUser))
+		return
+	}
+	now := s.cfg.Clock.Now()
+	old, existed := s.state.User(name)
+	if existed && old.Role == string(auth.RoleAdmin) && u.Role != string(auth.RoleAdmin) && s.admins() == 1 {
+		writeError(w, http.StatusConflict, &api.Error{Code: api.CodeConflict, Field: "role", Message: fmt.Sprintf("%s is the last admin; make another user admin first", name)})
+		return
+	}
+	u.Created, u.Teams = now, nil
+	var before any
+	if existed {
+		u.Created = old.Created
+		before = old
+	}
+	ev := withChange(audit(r, now, api.EventUser, "set user %s (role %s)", name, u.Role), before, u)
+	s.adminCommit(w, r, &store.Batch{Users: []api.User{u}, Events: []api.Event{ev}}, http.StatusOK, u)
+}
+
+func (s *Server) handleDeleteUser(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	u, ok := s.state.User(name)
+	switch {
+	case !ok:
+		writeError(w, http.StatusNotFound, &api.Error{Code: api.CodeNotFound, Field: "name", Message: "no user " + name})
+		return
+	case u.Role == string(auth.RoleAdmin) && s.admins() == 1:
+		writeError(w, http.StatusConflict, &api.Error{Code: api.CodeConflict, Field: "name", Message: fmt.Sprintf("%s is the last admin and cannot be removed; make another user admin first", name)})
+		return
+	}
+	now := s.cfg.Clock.Now()
+	b := &store.Batch{DeleteUsers: []string{name}}
+	// Their tokens go with them: a user added again later must not find old tokens working.
+	for _, t := range s.state.Tokens(func(t *store.TokenRecord) bool { return t.User == name && t.Revoked == nil }) {
+		t.Revoked = &now
+		b.Tokens = append(b.Tokens, t)
+	}
+	b.Events = append(b.Events, withChange(audit(r, now, api.EventUser, "removed user %s and revoked %d tokens", name, len(b.Tokens)), u, nil))
+	s.adminCommit(w, r, b, http.StatusNoContent, nil)
+}
+
+func (s *Server) tokenInfo(t store.TokenRecord) api.TokenInfo {
+	info := t.TokenInfo
+	info.LastUsed = s.lastUsed.get(t.ID)
+	return info
+}
+
+func (s *Server) handleTokens(w http.ResponseWriter, r *http.Request) {
+	id := caller(r)
+	want := r.URL.Query().Get("user")
+	if id.Role != auth.RoleAdmin {
+		if want != "" && want != id.User {
+			writeError(w, http.StatusForbidden, forbidden(id, string(ruleAdmin), "only admins list other users' tokens"))
+			return
+		}
+		want = id.User
+	}
+	s.mu.Lock()
+	recs := s.state.Tokens(func(t *store.TokenRecord) bool { return want == "" || t.User == want })
+	s.mu.Unlock()
+	list := api.TokenList{Tokens: []api.TokenInfo{}}
+	for _, t := range recs {
+		list.Tokens = append(list.Tokens, s.tokenInfo(t))
+	}
+	writeJSON(w, http.StatusOK, list)
+}
+
+func (s *Server) handleCreateToken(w http.ResponseWriter, r *http.Request) {
+	var req api.TokenRequest
+	if status, e := s.decodeJSON(w, r, &req); e != nil {
+		writeError(w, status, e)
+		return
+	}
+	id := caller(r)
+	if req.User == "" {
+		req.User = id.User
+	}
+	switch {
+	case req.User != id.User && id.Role != auth.RoleAdmin:
+		writeError(w, http.StatusForbidden, forbidden(id, string(ruleAdmin), "only admins create tokens for other users"))
+		return
+	case req.TTLSeconds < 0 || time.Duration(req.TTLSeconds)*time.Second > maxTokenTTL:
+		writeError(w, http.StatusBadRequest, invalid("ttl_s", "must be 0 (no expiry) or up to %d seconds (10 years)", int64(maxTokenTTL/time.Second)))
+		return
+	case len(req.Description) > maxDescription || strings.ContainsFunc(req.Description, isControl):
+		writeError(w, http.StatusBadRequest, invalid("description", "must be at most %d printable characters", maxDescription))
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.state.User(req.User); !ok {
+		writeError(w, http.StatusBadRequest, invalid("user", "no rota user is named %s; an admin adds one with rota admin user add %s", req.User, req.User))
+		return
+	}
+	now := s.cfg.Clock.Now()
+	tok := auth.NewToken()
+	info := api.TokenInfo{ID: tok.ID, User: req.User, Description: req.Description, Created: now}
+	if req.TTLSeconds > 0 {
+		exp := now.Add(time.Duration(req.TTLSeconds) * time.Second)
+		info.Expires = &exp
+	}
+	ev := audit(r, now, api.EventToken, "created token %s for %s", tok.ID, req.User)
+	s.adminCommit(w, r, &store.Batch{Tokens: []store.TokenRecord{{TokenInfo: info, Hash: tok.Hash}}, Events: []api.Event{ev}},
+		http.StatusCreated, api.NewToken{TokenInfo: info, Token: tok.Plain})
+}
+
+func (s *Server) handleRevokeToken(w http.ResponseWriter, r *http.Request) {
+	id := caller(r)
+	tid := r.PathValue("id")
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t, ok := s.state.Token(tid)
+	switch {
+	case !ok:
+		writeError(w, http.StatusNotFound, &api.Error{Code: api.CodeNotFound, Field: "id", Message: "no token " + tid})
+		return
+	case t.User != id.User && id.Role != auth.RoleAdmin:
+		writeError(w, http.StatusForbidden, forbidden(id, string(ruleAdmin), "token %s belongs to %s; only admins revoke other users' tokens", tid, t.User))
+		return
+	case t.Revoked != nil:
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
+	now := s.cfg.Clock.Now()
+	t.Revoked = &now
+	ev := audit(r, now, api.EventToken, "revoked token %s of %s", tid, t.User)
+	s.adminCommit(w, r, &store.Batch{Tokens: []store.TokenRecord{t}, Events: []api.Event{ev}}, http.StatusNoContent, nil)
+}
+
+func (s *Server) handleJoinTokens(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	recs := s.state.JoinTokens()
+	s.mu.Unlock()
+	out := struct {
+		JoinTokens []api.JoinTokenInfo `json:"join_tokens"`
+	}{JoinTokens: []api.JoinTokenInfo{}}
+	for _, j := range recs {
+		out.JoinTokens = append(out.JoinTokens, j.JoinTokenInfo)
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) handleCreateJoinToken(w http.ResponseWriter, r *http.Request) {
+	var req api.JoinTokenRequest
+	if status, e := s.decodeJSON(w, r, &req); e != nil {
+		writeError(w, status, e)
+		return
+	}
+	ttl := time.Duration(req.TTLSeconds) * time.Second
+	switch {
+	case req.TTLSeconds == 0:
+		ttl = defaultJoinTTL
+	case req.TTLSeconds < 0 || ttl > maxJoinTTL:
+		writeError(w, http.StatusBadRequest, invalid("ttl_s", "must be between 1 and %d seconds (7 days); 0 means an hour", int64(maxJoinTTL/time.Second)))
+		return
+	}
+	if req.Uses == 0 {
+		req.Uses = 1
+	}
+	if req.Uses < 0 || req.Uses > maxJoinUses {
+		writeError(w, http.StatusBadRequest, invalid("uses", "must be between 1 and %d", maxJoinUses))
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if req.Node != "" {
+		if e := s.validName("node", req.Node); e != nil {
+			writeError(w, http.StatusBadRequest, e)
+			return
+		}
+	}
+	tok, err := auth.NewJoinToken(s.clusterID, s.ca.Fingerprint())
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, &api.Error{Code: api.CodeInternal, Message: "make a join token: " + err.Error()})
+		return
+	}
+	now := s.cfg.Clock.Now()
+	info := api.JoinTokenInfo{ID: tok.ID, Created: now, Expires: now.Add(ttl), Uses: req.Uses, Node: req.Node}
+	ev := withChange(audit(r, now, api.EventJoin, "created join token %s (%d uses, expires %s)", tok.ID, req.Uses, info.Expires.Format(time.RFC3339)), nil, info)
+	name := "--name NODE"
+	if req.Node != "" {
+		name = "--name " + req.Node
+	}
+	server := s.cfg.AdvertiseURL
+	if server == "" {
+		server = "https://" + r.Host
+	}
+	command := fmt.Sprintf("rota agent --server %s %s --join %s", server, name, tok.String())
+	s.adminCommit(w, r, &store.Batch{JoinTokens: []store.JoinTokenRecord{{JoinTokenInfo: info, Hash: tok.SecretHash()}}, Events: []api.Event{ev}},
+		http.StatusCreated, api.NewJoinToken{JoinTokenInfo: info, Token: tok.String(), Command: command})
+}
+
+func (s *Server) handleRevokeJoinToken(w http.ResponseWriter, r *http.Request) {
+	jid := r.PathValue("id")
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	j, ok := s.state.JoinToken(jid)
+	if !ok {
+		writeError(w, http.StatusNotFound, &api.Error{Code: api.CodeNotFound, Field: "id", Message: "no join token " + jid})
+		return
+	}
+	now := s.cfg.Clock.Now()
+	if j.Expires.After(now) {
+		j.Expires = now
+	}
+	ev := audit(r, now, api.EventJoin, "revoked join token %s", jid)
+	s.adminCommit(w, r, &store.Batch{JoinTokens: []store.JoinTokenRecord{j}, Events: []api.Event{ev}}, http.StatusNoContent, nil)
+}
+
+// handleJoin gives a node its certificate in exchange for a join token: the one route an
+// agent calls before it has credentials. The token is its credential, once.
+func (s *Server) handleJoin(w http.ResponseWriter, r *http.Request) {
+	var req api.JoinRequest
+	if status, e := s.decodeJSON(w, r, &req); e != nil {
+		writeError(w, status, e)
+		return
+	}
+	tok, err := auth.ParseJoinToken(req.Token)
+	if err != nil {
+		writeError(w, http.StatusUnauthorized, unauthorized("join token: %v", err))
+		return
+	}
+	if tok.ClusterID != s.clusterID {
+		writeError(w, http.StatusUnauthorized, unauthorized("the join token is for cluster %s; this server runs cluster %s", tok.ClusterID, s.clusterID))
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.cfg.Clock.Now()
+	rec, ok := s.state.JoinToken(tok.ID)
+	switch {
+	case !ok || !tok.SecretMatches(rec.Hash):
+		writeError(w, http.StatusUnauthorized, unauthorized("the join token is not valid on this server"))
+		return
+	case !now.Before(rec.Expires):
+		writeError(w, http.StatusUnauthorized, unauthorized("join token %s expired at %s; an admin makes a new one with rota admin join-token", rec.ID, rec.Expires.Format(time.RFC3339)))
+		return
+	case rec.Used >= rec.Uses:
+		writeError(w, http.StatusUnauthorized, unauthorized("join token %s has been used already (%d of %d uses)", rec.ID, rec.Used, rec.Uses))
+		return
+	case rec.Node != "" && rec.Node != req.Node:
+		writeError(w, http.StatusForbidden, &api.Error{Code: api.CodeForbidden, Field: "node", Rule: "join-token-node",
+			Message: fmt.Sprintf("join token %s is for node %s only, not %s", rec.ID, rec.Node, req.Node)})
+		return
+	}
+	if e := s.validName("node", req.Node); e != nil {
+		writeError(w, http.StatusBadRequest, e)
+		return
+	}
+	if e := s.nodeTaken(req.Node, "", now); e != nil {
+		writeError(w, http.StatusConflict, e)
+		return
+	}
+	certPEM, serial, notAfter, err := s.ca.IssueNodeCert([]byte(req.CSR), req.Node, certValidity)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, invalid("csr", "%v", err))
+		return
+	}
+	rec.Used++
+	ev := api.Event{Time: now, Actor: "node:" + req.Node, Kind: api.EventJoin, Node: req.Node, Source: r.RemoteAddr,
+		Message: fmt.Sprintf("node %s joined with join token %s (host %s); certificate %s valid until %s", req.Node, rec.ID, printable(req.Hostname), serial, notAfter.Format(time.RFC3339))}
+	b := &store.Batch{JoinTokens: []store.JoinTokenRecord{rec}, Events: []api.Event{ev},
+		NodeCerts: []store.NodeCert{{Node: req.Node, Serial: serial, Issued: now, NotAfter: notAfter, JoinToken: rec.ID}}}
+	if err := s.commit(r.Context(), b); err != nil {
+		commitError(w, "the join could not be stored", err)
+		return
+	}
+	writeJSON(w, http.StatusOK, api.JoinResponse{ClusterID: s.clusterID, Certificate: string(certPEM), CA: string(s.ca.CertPEM()), NotAfter: notAfter})
+}
+
+// handleRenew replaces a node's certificate before it expires.
+func (s *Server) handleRenew(w http.ResponseWriter, r *http.Request) {
+	id := caller(r)
+	if id.Kind != auth.KindNode {
+		writeError(w, http.StatusBadRequest, invalid("", "only an agent with a node certificate renews it"))
+		return
+	}
+	var req api.RenewRequest
+	if status, e := s.decodeJSON(w, r, &req); e != nil {
+		writeError(w, status, e)
+		return
+	}
+	certPEM, serial, notAfter, err := s.ca.IssueNodeCert([]byte(req.CSR), id.Node, certValidity)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, invalid("csr", "%v", err))
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.cfg.Clock.Now()
+	ev := api.Event{Time: now, Actor: id.User, Kind: api.EventNode, Node: id.Node, Source: id.Source,
+		Message: fmt.Sprintf("node %s renewed its certificate: serial %s valid until %s", id.Node, serial, notAfter.Format(time.RFC3339))}
+	b := &store.Batch{Events: []api.Event{ev}, NodeCerts: []store.NodeCert{{Node: id.Node, Serial: serial, Issued: now, NotAfter: notAfter}}}
+	if err := s.commit(r.Context(), b); err != nil {
+		commitError(w, "the renewal could not be stored", err)
+		return
+	}
+	writeJSON(w, http.StatusOK, api.JoinResponse{ClusterID: s.clusterID, Certificate: string(certPEM), CA: string(s.ca.CertPEM()), NotAfter: notAfter})
+}
+
+// nodeTaken refuses a second agent for a node whose agent is live: heard from within
+// NotReadyAfter. instance is the claimant's agent instance ("" for a join). A node that is
+// not live may be taken over: its old agent is gone, or will be refused when it returns.
+func (s *Server) nodeTaken(name, instance string, now time.Time) *api.Error {
+	n, ok := s.state.Node(name)
+	if !ok || n.Agent == nil || n.Agent.Instance == instance || n.State == api.NodeLost {
+		return nil
+	}
+	silent := now.Sub(n.LastHeartbeat)
+	if silent >= s.cfg.NotReadyAfter {
+		return nil
+	}
+	return &api.Error{Code: api.CodeConflict, Field: "node", Message: fmt.Sprintf(
+		"node %s is already served by a live agent (instance %s, pid %d, from %s, host %s, heard %s ago); stop that agent, give this one another --name, or, if that machine is gone, wait %s for it to go quiet",
+		name, n.Agent.Instance, n.Agent.PID, n.Agent.Address, orDash(n.Hostname), silent.Round(time.Millisecond), (s.cfg.NotReadyAfter - silent).Round(time.Second))}
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// handleDeleteNode forgets a node with nothing running on it, and its certificate with it.
+func (s *Server) handleDeleteNode(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n, ok := s.state.Node(name)
+	if !ok {
+		writeError(w, http.StatusNotFound, &api.Error{Code: api.CodeNotFound, Field: "name", Message: "no node " + name})
+		return
+	}
+	if u := s.state.Usage()[name]; u != nil {
+		writeError(w, http.StatusConflict, &api.Error{Code: api.CodeConflict, Field: "name", Message: fmt.Sprintf("node %s still runs jobs %v; drain it and wait for them to end", name, u.Jobs)})
+		return
+	}
+	now := s.cfg.Clock.Now()
+	ev := audit(r, now, api.EventNode, "removed node %s (was %s); its certificate no longer works", name, n.State)
+	ev.Node = name
+	s.adminCommit(w, r, &store.Batch{DeleteNodes: []string{name}, Events: []api.Event{ev}}, http.StatusNoContent, nil)
+}
+
+// auditKinds are the kinds `rota admin audit` lists when no kind is asked for: changes made
+// through the API, not the state changes of jobs.
+var auditKinds = []string{api.EventSubmit, api.EventCancel, api.EventHold, api.EventRelease, api.EventQuota, api.EventQueue,
+	api.EventTeam, api.EventUser, api.EventToken, api.EventJoin, api.EventNode, api.EventDrain, api.EventReservation,
+	api.EventConfig, api.EventAdmin}
+
+const (
+	defaultAuditPage = 1000
+	maxAuditPage     = 10_000
+)
+
+func (s *Server) handleAudit(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	f := store.EventFilter{Actor: q.Get("actor"), Kind: q.Get("kind"), Limit: defaultAuditPage}
+	for field, dst := range map[string]*time.Time{"since": &f.Since, "until": &f.Until} {
+		if v := q.Get(field); v != "" {
+			t, err := time.Parse(time.RFC3339, v)
+			if err != nil {
+				writeError(w, http.StatusBadRequest, invalid(field, "want an RFC 3339 time such as 2026-11-30T09:00:00Z"))
+				return
+			}
+			*dst = t
+		}
+	}
+	if f.Kind != "" && !slices.Contains(api.EventKinds(), f.Kind) {
+		writeError(w, http.StatusBadRequest, invalid("kind", "unknown kind %q; kinds are %s", f.Kind, strings.Join(api.EventKinds(), ", ")))
+		return
+	}
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > maxAuditPage {
+			writeError(w, http.StatusBadRequest, invalid("limit", "must be a number from 1 to %d", maxAuditPage))
+			return
+		}
+		f.Limit = n
+	}
+	if v := q.Get("after"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 {
+			writeError(w, http.StatusBadRequest, invalid("after", "must be the cursor from a previous page"))
+			return
+		}
+		f.AfterID = n
+	}
+	// Without a kind, the trail's changes are read a page at a time and the job
+	// transitions between them skipped, until the page is full or the trail ends.
+	list := api.EventList{Events: []api.Event{}}
+	limit := f.Limit
+	for {
+		evs, err := s.store.Events(r.Context(), f)
+		if err != nil {
+			writeError(w, http.StatusInternalServerError, &api.Error{Code: api.CodeInternal, Message: "reading the audit trail: " + err.Error()})
+			return
+		}
+		for _, ev := range evs {
+			if f.Kind != "" || slices.Contains(auditKinds, ev.Kind) {
+				list.Events = append(list.Events, ev)
+			}
+			if len(list.Events) == limit {
+				list.Next = strconv.FormatInt(ev.ID, 10)
+				writeJSON(w, http.StatusOK, list)
+				return
+			}
+		}
+		if len(evs) < f.Limit {
+			break
+		}
+		f.AfterID = evs[len(evs)-1].ID
+	}
+	writeJSON(w, http.StatusOK, list)
+}
+
+// isControl reports a control character, C0 or C1: either can drive a terminal (U+009B
+// starts an escape sequence on many).
+func isControl(r rune) bool { return unicode.IsControl(r) }
+
+// printable drops control characters, so a value a client chose cannot break a log line
+// or a terminal.
+func printable(s string) string {
+	s = strings.Map(func(r rune) rune {
+		if isControl(r) {
+			return -1
+		}
+		return r
+	}, s)
+	if len(s) > maxDescription {
+		s = s[:maxDescription]
+	}
+	return s
+}
