@@ -2,18 +2,13 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
-	"net/http"
-	"net/url"
 	"os"
-	"strings"
 	"time"
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/rotahq/rota/internal/api"
 	"github.com/rotahq/rota/internal/cli"
 	"github.com/rotahq/rota/internal/cluster"
 	"github.com/rotahq/rota/internal/sim"
@@ -23,11 +18,14 @@ import (
 // so a team can replay its own last month with `rota sim --format rota`.
 func runHistory(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 || args[0] != "export" {
-		fmt.Fprintln(stderr, "usage: rota history export [--since DURATION|TIME] [--until TIME] [--out FILE] [--cluster-out FILE] [--server URL]")
+		fmt.Fprintln(stderr, "usage: rota history export [--since DURATION|TIME] [--until TIME] [--out FILE] [--cluster-out FILE] [--server URL] [--token TOKEN]")
 		return 2
 	}
 	fs := newFlagSet("history export", stderr)
-	server := fs.String("server", envOr("ROTA_SERVER", cli.DefaultServer), "server URL")
+	var e cli.Endpoint
+	fs.StringVar(&e.Server, "server", "", "server URL (default: as every client verb finds it)")
+	fs.StringVar(&e.Token, "token", "", "API token (default $ROTA_TOKEN, else the saved login's)")
+	fs.StringVar(&e.CAFingerprint, "ca-fingerprint", "", "pin an https server's CA, sha256:HEX")
 	since := fs.String("since", "720h", "start of the window: a duration back from now (720h) or an RFC 3339 time")
 	until := fs.String("until", "", "end of the window, RFC 3339 (default: now)")
 	out := fs.String("out", "", "file to write (default: standard output)")
@@ -35,40 +33,26 @@ func runHistory(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	if code := parseFlags(fs, args[1:]); code >= 0 {
 		return code
 	}
-	q := url.Values{}
 	start, err := parseSince(*since, time.Now())
 	if err != nil {
 		fmt.Fprintf(stderr, "rota history export: --since: %v\n", err)
 		return 2
 	}
-	q.Set("since", start.Format(time.RFC3339))
+	var end time.Time
 	if *until != "" {
-		if _, err := time.Parse(time.RFC3339, *until); err != nil {
+		if end, err = time.Parse(time.RFC3339, *until); err != nil {
 			fmt.Fprintf(stderr, "rota history export: --until: want an RFC 3339 time such as 2026-11-01T00:00:00Z\n")
 			return 2
 		}
-		q.Set("until", *until)
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(*server, "/")+"/api/v1/history?"+q.Encode(), nil)
+	c, err := cli.NewClientFromEnv(e)
 	if err != nil {
 		fmt.Fprintf(stderr, "rota history export: %v\n", err)
-		return 2
+		return 1
 	}
-	resp, err := http.DefaultClient.Do(req)
+	list, err := c.History(ctx, start, end)
 	if err != nil {
-		fmt.Fprintf(stderr, "rota: cannot reach the rota server at %s: %v\n", *server, err)
-		return 1
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		var e api.Error
-		json.NewDecoder(resp.Body).Decode(&e)
-		fmt.Fprintf(stderr, "rota: %s\n", e.Error())
-		return 1
-	}
-	var list api.HistoryList
-	if err := json.NewDecoder(resp.Body).Decode(&list); err != nil {
-		fmt.Fprintf(stderr, "rota history export: bad answer from the server: %v\n", err)
+		fmt.Fprintf(stderr, "rota: %v\n", err)
 		return 1
 	}
 	recs := make([]sim.RotaRecord, 0, len(list.Records))
@@ -104,7 +88,7 @@ func runHistory(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		fmt.Fprintf(stderr, "wrote %d jobs to %s\n", len(recs), *out)
 	}
 	if *clusterOut != "" {
-		if err := exportCluster(ctx, &cli.Client{BaseURL: strings.TrimRight(*server, "/")}, *clusterOut); err != nil {
+		if err := exportCluster(ctx, c, *clusterOut); err != nil {
 			fmt.Fprintf(stderr, "rota history export: %v\n", err)
 			return 1
 		}

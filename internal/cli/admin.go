@@ -9,6 +9,20 @@ import (
 const adminUsage = `usage: rota admin COMMAND [flags] [arguments]
 
 Commands:
+  user list                       list users with their roles and teams
+  user add NAME [--role R] [--unix-user U] [--allow-root]
+                                  add a user, or change only the flags given
+  user remove NAME                remove a user; their tokens stop working
+  token list [--user U]           list API tokens
+  token create [--user U] [--ttl 30d] [--description TEXT]
+                                  make an API token, shown once
+  token revoke ID                 revoke an API token
+  join-token [--ttl 1h] [--uses N] [--node NAME]
+                                  make a token for agents to join with, shown once
+  join-token list                 list join tokens
+  join-token revoke ID            revoke a join token
+  audit [--since 24h] [--until T] [--actor U] [--kind K] [--limit N]
+                                  list who changed what, when, from where
   queue list                      list queues
   queue set NAME [flags]          create a queue, or change only the flags given
   queue delete NAME               delete a queue
@@ -17,14 +31,15 @@ Commands:
   team delete NAME                delete a team
   drain NODE...                   start no new jobs on nodes; running ones finish
   resume NODE...                  let jobs start on drained nodes again
+  node remove NAME                forget a node without active jobs; revoke its certificate
   reserve --team T --gpus N --start TIME --end TIME [--name NAME]
                                   hold GPUs for a team in a time window
   reservations                    list reservations
   unreserve ID...                 delete reservations
   apply -f FILE                   apply a YAML file of queues and teams
 
-Every command takes --server URL and -o table|json. Run 'rota admin COMMAND -h' for a
-command's flags.
+Every command takes --server URL, --token TOKEN and -o table|json. Run
+'rota admin COMMAND -h' for a command's flags.
 `
 
 // adminCommands are the commands under `rota admin`, named by one or two words.
@@ -32,6 +47,16 @@ var adminCommands = []struct {
 	name string
 	run  verbFunc
 }{
+	{"user list", runUserList},
+	{"user add", runUserAdd},
+	{"user remove", runUserRemove},
+	{"token list", runTokenList},
+	{"token create", runTokenCreate},
+	{"token revoke", runTokenRevoke},
+	{"join-token", runJoinToken},
+	{"join-token list", runJoinTokenList},
+	{"join-token revoke", runJoinTokenRevoke},
+	{"audit", runAudit},
 	{"queue list", runQueueList},
 	{"queue set", runQueueSet},
 	{"queue delete", runQueueDelete},
@@ -40,6 +65,7 @@ var adminCommands = []struct {
 	{"team delete", runTeamDelete},
 	{"drain", runDrain},
 	{"resume", runResume},
+	{"node remove", runNodeRemove},
 	{"reserve", runReserve},
 	{"reservations", runReservations},
 	{"unreserve", runUnreserve},
@@ -67,10 +93,10 @@ func runAdmin(ctx context.Context, cfg Config, args []string) int {
 			}
 		}
 	}
-	switch group := isAdminGroup(args[0]); {
-	case group && len(args) == 1:
-		fmt.Fprintf(cfg.Stderr, "rota admin %s: want list, set or delete\n\n", args[0])
-	case group:
+	switch subs := subcommands(args[0]); {
+	case len(subs) > 0 && len(args) == 1:
+		fmt.Fprintf(cfg.Stderr, "rota admin %s: want %s\n\n", args[0], orList(subs))
+	case len(subs) > 0:
 		fmt.Fprintf(cfg.Stderr, "rota admin: unknown command %q\n\n", args[0]+" "+args[1])
 	default:
 		fmt.Fprintf(cfg.Stderr, "rota admin: unknown command %q\n\n", args[0])
@@ -79,14 +105,24 @@ func runAdmin(ctx context.Context, cfg Config, args []string) int {
 	return ExitUsage
 }
 
-// isAdminGroup reports whether word starts two-word commands, as "queue" does.
-func isAdminGroup(word string) bool {
+// subcommands lists the second words of the two-word commands that start with word, as
+// "queue" starts "queue list".
+func subcommands(word string) []string {
+	var subs []string
 	for _, c := range adminCommands {
-		if group, _, ok := strings.Cut(c.name, " "); ok && group == word {
-			return true
+		if group, sub, ok := strings.Cut(c.name, " "); ok && group == word {
+			subs = append(subs, sub)
 		}
 	}
-	return false
+	return subs
+}
+
+// orList joins words as a sentence offers a choice: "list, set or delete".
+func orList(words []string) string {
+	if len(words) < 2 {
+		return strings.Join(words, "")
+	}
+	return strings.Join(words[:len(words)-1], ", ") + " or " + words[len(words)-1]
 }
 
 // splitList reads a comma-separated list, dropping blanks; "" is the empty list.
@@ -100,14 +136,15 @@ func splitList(s string) []string {
 	return out
 }
 
-// oneName checks that an admin command got exactly one positional argument, its NAME.
-func (cfg Config) oneName(cmd string, pos []string) (string, bool) {
+// oneArg checks that an admin command got exactly one positional argument, its name or
+// ID as what says.
+func (cfg Config) oneArg(cmd, what string, pos []string) (string, bool) {
 	switch {
 	case len(pos) != 1:
-		cfg.usageError(cmd, "want exactly one name, got %d arguments", len(pos))
+		cfg.usageError(cmd, "want exactly one %s, got %d arguments", what, len(pos))
 		return "", false
 	case strings.TrimSpace(pos[0]) == "":
-		cfg.usageError(cmd, "the name is empty")
+		cfg.usageError(cmd, "the %s is empty", what)
 		return "", false
 	}
 	return pos[0], true

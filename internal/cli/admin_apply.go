@@ -48,7 +48,11 @@ func runApply(ctx context.Context, cfg Config, args []string) int {
 		return cfg.usageError(cmd, "%s is larger than %d MiB", *file, maxConfigSize>>20)
 	}
 
-	applied, err := cfg.client(g).ApplyConfig(ctx, data)
+	c, err := cfg.client(g)
+	if err != nil {
+		return cfg.fail(ctx, err)
+	}
+	applied, err := c.ApplyConfig(ctx, data)
 	if err != nil {
 		// The server's message names the line; the file's name makes it clickable.
 		return cfg.fail(ctx, fmt.Errorf("%s: %w", *file, err))

@@ -40,7 +40,10 @@ func runNodeAction(ctx context.Context, cfg Config, args []string, cmd, usage st
 	if len(pos) == 0 {
 		return cfg.usageError(cmd, "no node given")
 	}
-	c := cfg.client(g)
+	c, err := cfg.client(g)
+	if err != nil {
+		return cfg.fail(ctx, err)
+	}
 	nodes, exit := forEach(ctx, cfg, g, pos,
 		func(name string) string { return "node " + name },
 		func(name string) (api.Node, error) { return do(c, ctx, name) },
@@ -63,4 +66,15 @@ func drainOutcome(n api.Node) string {
 	}
 	return fmt.Sprintf("Draining %s: no new jobs start there; %s still running (%s)",
 		n.Name, plural(len(n.Jobs), "job", "jobs"), strings.Join(ids, ","))
+}
+
+const nodeRemoveUsage = `rota admin node remove NAME
+
+Forgets a node that runs no active job and revokes its certificate: its agent can no
+longer connect, and must join again with a new join token to come back. Drain it first
+and wait for its jobs to end.`
+
+func runNodeRemove(ctx context.Context, cfg Config, args []string) int {
+	return runDelete(ctx, cfg, args, deleteCommand{cmd: "admin node remove", usage: nodeRemoveUsage,
+		arg: "name", done: "Removed node", del: (*Client).RemoveNode})
 }

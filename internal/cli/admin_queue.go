@@ -35,7 +35,11 @@ func runQueueList(ctx context.Context, cfg Config, args []string) int {
 	if code, ok := cfg.parseNoArgs(cmd, fs, g, args); !ok {
 		return code
 	}
-	queues, err := cfg.client(g).Queues(ctx)
+	c, err := cfg.client(g)
+	if err != nil {
+		return cfg.fail(ctx, err)
+	}
+	queues, err := c.Queues(ctx)
 	if err != nil {
 		return cfg.fail(ctx, err)
 	}
@@ -131,7 +135,7 @@ func runQueueSet(ctx context.Context, cfg Config, args []string) int {
 	if !ok {
 		return code
 	}
-	name, ok := cfg.oneName(cmd, pos)
+	name, ok := cfg.oneArg(cmd, "name", pos)
 	if !ok {
 		return ExitUsage
 	}
@@ -144,7 +148,10 @@ func runQueueSet(ctx context.Context, cfg Config, args []string) int {
 		return cfg.usageError(cmd, "%v", err)
 	}
 
-	c := cfg.client(g)
+	c, err := cfg.client(g)
+	if err != nil {
+		return cfg.fail(ctx, err)
+	}
 	queues, err := c.Queues(ctx)
 	if err != nil {
 		return cfg.fail(ctx, err)
@@ -221,26 +228,41 @@ func queueEdits(fs *flag.FlagSet, f queueFlags) ([]func(*api.Queue), error) {
 }
 
 func runQueueDelete(ctx context.Context, cfg Config, args []string) int {
-	return runDelete(ctx, cfg, args, "queue", queueDeleteUsage, func(c *Client, name string) error { return c.DeleteQueue(ctx, name) })
+	return runDelete(ctx, cfg, args, deleteCommand{cmd: "admin queue delete", usage: queueDeleteUsage,
+		arg: "name", done: "Deleted queue", del: (*Client).DeleteQueue})
 }
 
-// runDelete serves the admin verbs that delete one named thing.
-func runDelete(ctx context.Context, cfg Config, args []string, kind, usage string, del func(*Client, string) error) int {
-	cmd := "admin " + kind + " delete"
-	fs, g := newFlagSet(cfg, cmd, usage)
+// deleteCommand is an admin command that deletes, removes or revokes one thing named by
+// its one argument.
+type deleteCommand struct {
+	cmd, usage string
+	// arg is what the argument is: "name" or "ID".
+	arg string
+	// done is what table output says before the argument once it is done.
+	done string
+	del  func(c *Client, ctx context.Context, arg string) error
+}
+
+// runDelete serves a deleteCommand.
+func runDelete(ctx context.Context, cfg Config, args []string, d deleteCommand) int {
+	fs, g := newFlagSet(cfg, d.cmd, d.usage)
 	pos, code, ok := parseFlags(fs, g, args)
 	if !ok {
 		return code
 	}
-	name, ok := cfg.oneName(cmd, pos)
+	arg, ok := cfg.oneArg(d.cmd, d.arg, pos)
 	if !ok {
 		return ExitUsage
 	}
-	if err := del(cfg.client(g), name); err != nil {
+	c, err := cfg.client(g)
+	if err != nil {
+		return cfg.fail(ctx, err)
+	}
+	if err := d.del(c, ctx, arg); err != nil {
 		return cfg.fail(ctx, err)
 	}
 	if g.output == "table" {
-		fmt.Fprintf(cfg.Stdout, "Deleted %s %s\n", kind, name)
+		fmt.Fprintf(cfg.Stdout, "%s %s\n", d.done, arg)
 	}
 	return ExitOK
 }

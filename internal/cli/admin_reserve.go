@@ -46,7 +46,11 @@ func runReserve(ctx context.Context, cfg Config, args []string) int {
 	}
 	r.Name = *name
 
-	r, err = cfg.client(g).Reserve(ctx, r)
+	c, err := cfg.client(g)
+	if err != nil {
+		return cfg.fail(ctx, err)
+	}
+	r, err = c.Reserve(ctx, r)
 	if err != nil {
 		return cfg.fail(ctx, err)
 	}
@@ -156,7 +160,11 @@ func runReservations(ctx context.Context, cfg Config, args []string) int {
 	if code, ok := cfg.parseNoArgs(cmd, fs, g, args); !ok {
 		return code
 	}
-	list, err := cfg.client(g).Reservations(ctx)
+	c, err := cfg.client(g)
+	if err != nil {
+		return cfg.fail(ctx, err)
+	}
+	list, err := c.Reservations(ctx)
 	if err != nil {
 		return cfg.fail(ctx, err)
 	}
@@ -197,7 +205,10 @@ func runUnreserve(ctx context.Context, cfg Config, args []string) int {
 		}
 		ids[i] = id
 	}
-	c := cfg.client(g)
+	c, err := cfg.client(g)
+	if err != nil {
+		return cfg.fail(ctx, err)
+	}
 	// A deletion has nothing to print as JSON; the exit code says how it went.
 	_, exit := forEach(ctx, cfg, g, ids,
 		func(id int64) string { return fmt.Sprintf("reservation %d", id) },

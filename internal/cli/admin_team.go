@@ -39,7 +39,11 @@ func runTeamList(ctx context.Context, cfg Config, args []string) int {
 	if code, ok := cfg.parseNoArgs(cmd, fs, g, args); !ok {
 		return code
 	}
-	list, err := cfg.client(g).Teams(ctx)
+	c, err := cfg.client(g)
+	if err != nil {
+		return cfg.fail(ctx, err)
+	}
+	list, err := c.Teams(ctx)
 	if err != nil {
 		return cfg.fail(ctx, err)
 	}
@@ -172,7 +176,7 @@ func runTeamSet(ctx context.Context, cfg Config, args []string) int {
 	if !ok {
 		return code
 	}
-	name, ok := cfg.oneName(cmd, pos)
+	name, ok := cfg.oneArg(cmd, "name", pos)
 	if !ok {
 		return ExitUsage
 	}
@@ -180,7 +184,10 @@ func runTeamSet(ctx context.Context, cfg Config, args []string) int {
 		return cfg.usageError(cmd, "--weight must be more than 0, got %v", f.weight)
 	}
 
-	c := cfg.client(g)
+	c, err := cfg.client(g)
+	if err != nil {
+		return cfg.fail(ctx, err)
+	}
 	list, err := c.Teams(ctx)
 	if err != nil {
 		return cfg.fail(ctx, err)
@@ -224,5 +231,6 @@ func runTeamSet(ctx context.Context, cfg Config, args []string) int {
 }
 
 func runTeamDelete(ctx context.Context, cfg Config, args []string) int {
-	return runDelete(ctx, cfg, args, "team", teamDeleteUsage, func(c *Client, name string) error { return c.DeleteTeam(ctx, name) })
+	return runDelete(ctx, cfg, args, deleteCommand{cmd: "admin team delete", usage: teamDeleteUsage,
+		arg: "name", done: "Deleted team", del: (*Client).DeleteTeam})
 }

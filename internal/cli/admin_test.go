@@ -20,7 +20,7 @@ func TestHoldRelease(t *testing.T) {
 		errOut != "rota: job 42: job 42 is running; only a job that has not started can be held\nrota: job 99: no job 99\n" {
 		t.Errorf("hold: exit %d\nstdout %q\nwant   %q\nstderr %q", code, out, want, errOut)
 	}
-	code, out, errOut = run(t, srv.URL, "release", "44", "43")
+	code, out, errOut = run(t, srv.URL, "release", "44_0", "43")
 	if want := "Released job 44; it stays held: waits for jobs 41 and 42 to succeed\nReleased job 43 (pending)\n"; code != ExitOK || out != want {
 		t.Errorf("release: exit %d\nstdout %q\nwant   %q\nstderr %q", code, out, want, errOut)
 	}
@@ -402,7 +402,7 @@ func TestVerbsListsEveryVerb(t *testing.T) {
 	for _, v := range Verbs() {
 		names = append(names, v.Name)
 	}
-	for _, want := range []string{"submit", "queue", "show", "why", "cancel", "hold", "release", "logs", "nodes", "admin"} {
+	for _, want := range []string{"submit", "queue", "show", "why", "cancel", "hold", "release", "logs", "nodes", "login", "logout", "whoami", "admin"} {
 		if !slices.Contains(names, want) {
 			t.Errorf("Verbs() lacks %q: %q", want, names)
 		}

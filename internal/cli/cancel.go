@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/rotahq/rota/internal/api"
 )
@@ -10,26 +11,41 @@ import (
 const cancelUsage = `rota cancel JOB...
 
 Cancels jobs. A pending job is cancelled at once; a running one is signalled and stopped
-after its grace period. -o json prints the job, or an array when several are given.`
+after its grace period. An array's ID cancels every job of the array; ID_N names the
+job of index N alone. -o json prints the job (of an array, an api.JobList), or an array
+of them when several are given.`
 
 func runCancel(ctx context.Context, cfg Config, args []string) int {
 	return runJobAction(ctx, cfg, args, jobAction{
-		verb:    "cancel",
-		usage:   cancelUsage,
-		do:      (*Client).Cancel,
-		outcome: cancelOutcome,
+		verb:         "cancel",
+		usage:        cancelUsage,
+		do:           (*Client).Cancel,
+		outcome:      cancelOutcome,
+		doArray:      (*Client).CancelArray,
+		arrayOutcome: cancelArrayOutcome,
 	})
 }
 
-// jobAction is a verb that does one thing to each of several jobs: cancel, hold, release.
+// jobAction is a verb that does one thing to each of several jobs or arrays: cancel,
+// hold, release.
 type jobAction struct {
 	verb, usage string
 	do          func(c *Client, ctx context.Context, id int64) (api.Job, error)
 	// outcome says in words what the action did to the job.
 	outcome func(api.Job) string
+	// doArray does it to every job of an array, arrayOutcome says what that did.
+	doArray      func(c *Client, ctx context.Context, id int64) ([]api.Job, error)
+	arrayOutcome func(id int64, jobs []api.Job) string
 }
 
-// runJobAction parses job IDs and applies a.do to each in turn.
+// actionResult is what a jobAction did to one of its arguments.
+type actionResult struct {
+	json any // the job, or the array's api.JobList
+	text string
+}
+
+// runJobAction parses job references and applies a to each in turn. A job that is an
+// array's first is taken as the whole array, as Slurm does.
 func runJobAction(ctx context.Context, cfg Config, args []string, a jobAction) int {
 	fs, g := newFlagSet(cfg, a.verb, a.usage)
 	pos, code, ok := parseFlags(fs, g, args)
@@ -39,21 +55,56 @@ func runJobAction(ctx context.Context, cfg Config, args []string, a jobAction) i
 	if len(pos) == 0 {
 		return cfg.usageError(a.verb, "no job ID given")
 	}
-	ids := make([]int64, len(pos))
+	refs := make([]jobRef, len(pos))
 	for i, p := range pos {
-		id, err := parseJobID(p)
+		ref, err := parseJobRef(p)
 		if err != nil {
 			return cfg.usageError(a.verb, "%v", err)
 		}
-		ids[i] = id
+		refs[i] = ref
 	}
 
-	c := cfg.client(g)
-	jobs, exit := forEach(ctx, cfg, g, ids,
-		func(id int64) string { return fmt.Sprintf("job %d", id) },
-		func(id int64) (api.Job, error) { return a.do(c, ctx, id) },
-		a.outcome)
-	return printEachJSON(cfg, g, len(ids), jobs, exit)
+	c, err := cfg.client(g)
+	if err != nil {
+		return cfg.fail(ctx, err)
+	}
+	results, exit := forEach(ctx, cfg, g, refs,
+		func(r jobRef) string { return "job " + r.String() },
+		func(r jobRef) (actionResult, error) { return a.apply(ctx, c, r) },
+		func(r actionResult) string { return r.text })
+	out := make([]any, len(results))
+	for i, r := range results {
+		out[i] = r.json
+	}
+	return printEachJSON(cfg, g, len(refs), out, exit)
+}
+
+// apply does a to the job or array ref names.
+func (a jobAction) apply(ctx context.Context, c *Client, ref jobRef) (actionResult, error) {
+	id := ref.id
+	if ref.element {
+		var err error
+		if id, err = c.arrayElement(ctx, ref.id, ref.index); err != nil {
+			return actionResult{}, err
+		}
+	} else {
+		d, err := c.GetJob(ctx, id)
+		if err != nil {
+			return actionResult{}, err
+		}
+		if isArrayHead(d.Job) {
+			jobs, err := a.doArray(c, ctx, id)
+			if err != nil {
+				return actionResult{}, err
+			}
+			return actionResult{json: api.JobList{Jobs: jobs}, text: a.arrayOutcome(id, jobs)}, nil
+		}
+	}
+	job, err := a.do(c, ctx, id)
+	if err != nil {
+		return actionResult{}, err
+	}
+	return actionResult{json: job, text: a.outcome(job)}, nil
 }
 
 // forEach applies do to each key in turn, printing the outcome of each in table output.
@@ -111,6 +162,48 @@ func cancelOutcome(job api.Job) string {
 	default:
 		return fmt.Sprintf("Cancel requested for job %d (%s)", job.ID, stateWord(job.State))
 	}
+}
+
+// cancelArrayOutcome says what cancelling array id did to its jobs.
+func cancelArrayOutcome(id int64, jobs []api.Job) string {
+	var cancelled, stopping, ended int
+	for _, j := range jobs {
+		switch {
+		case j.State == api.StateCancelled:
+			cancelled++
+		case j.State.Terminal():
+			ended++
+		default:
+			stopping++
+		}
+	}
+	return arraySentence(id, jobs, []countedPart{
+		{cancelled, "cancelled %s"},
+		{stopping, "cancel requested for %s still running"},
+		{ended, "%s had already ended"},
+	})
+}
+
+// countedPart is one clause of an array's outcome: format takes the count in jobs.
+type countedPart struct {
+	n      int
+	format string
+}
+
+// arraySentence says what an action did to array id: "Array 60 (5 jobs): cancelled 2
+// jobs, 3 had already ended". Clauses that count nothing are left out.
+func arraySentence(id int64, jobs []api.Job, parts []countedPart) string {
+	var clauses []string
+	for _, p := range parts {
+		if p.n > 0 {
+			clauses = append(clauses, fmt.Sprintf(p.format, plural(p.n, "job", "jobs")))
+		}
+	}
+	s := fmt.Sprintf("Array %d (%s)", id, plural(len(jobs), "job", "jobs"))
+	if len(clauses) == 0 {
+		return s + ": nothing to do"
+	}
+	return s + ": " + strings.Join(clauses, ", ")
 }
 
 // stateWord is a state in lower case, for sentences.

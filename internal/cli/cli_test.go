@@ -5,14 +5,18 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"reflect"
-	"strconv"
+	"regexp"
+	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -48,6 +52,8 @@ func TestTablesGolden(t *testing.T) {
 		args   []string
 	}{
 		{"queue.golden", "queue", nil},
+		{"queue_expand.golden", "queue", []string{"--expand"}},
+		{"show_multinode.golden", "show", []string{"47"}},
 		{"show.golden", "show", []string{"42"}},
 		{"show_pending.golden", "show", []string{"43"}},
 		{"show_held.golden", "show", []string{"44"}},
@@ -57,6 +63,10 @@ func TestTablesGolden(t *testing.T) {
 		{"queue_list.golden", "admin", []string{"queue", "list"}},
 		{"team_list.golden", "admin", []string{"team", "list"}},
 		{"reservations.golden", "admin", []string{"reservations"}},
+		{"user_list.golden", "admin", []string{"user", "list"}},
+		{"token_list.golden", "admin", []string{"token", "list"}},
+		{"join_token_list.golden", "admin", []string{"join-token", "list"}},
+		{"audit.golden", "admin", []string{"audit"}},
 	} {
 		t.Run(tc.golden, func(t *testing.T) {
 			code, out, errOut := run(t, srv.URL, tc.verb, tc.args...)
@@ -180,6 +190,65 @@ func TestSubmitPrintsIDLast(t *testing.T) {
 	}
 }
 
+func TestSubmitRetriesOnceAfterDroppedConnection(t *testing.T) {
+	var (
+		mu     sync.Mutex // guards keys and bodies
+		keys   []string
+		bodies []string
+	)
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /api/v1/jobs", func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		keys = append(keys, r.Header.Get("Idempotency-Key"))
+		bodies = append(bodies, string(body))
+		first := len(keys) == 1
+		mu.Unlock()
+		if first {
+			// The request arrived, and the job would exist; the answer is lost.
+			conn, _, err := http.NewResponseController(w).Hijack()
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			conn.Close()
+			return
+		}
+		w.Header().Set("Idempotent-Replayed", "true")
+		writeJSON(w, http.StatusOK, api.Job{ID: 46, Spec: api.JobSpec{Queue: "train", Command: []string{"true"}}, State: api.StatePending})
+	})
+	url := newHTTPServer(t, mux)
+	code, out, errOut := run(t, url, "submit", "--", "true")
+	if code != ExitOK || lastLine(out) != "46" {
+		t.Fatalf("exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	if len(keys) != 2 || keys[0] != keys[1] || !regexp.MustCompile(`^[0-9a-f]{24}$`).MatchString(keys[0]) || bodies[0] != bodies[1] {
+		t.Errorf("requests with keys %q and bodies %q; want two alike, with a key of 24 hex digits", keys, bodies)
+	}
+
+	// A second submit is another job, with another key.
+	code, _, _ = run(t, url, "submit", "--", "true")
+	if code != ExitOK || len(keys) != 3 || keys[2] == keys[0] {
+		t.Errorf("exit %d, keys %q; want a third, new key", code, keys)
+	}
+}
+
+func TestSubmitDoesNotRetryAnswers(t *testing.T) {
+	for _, status := range []int{http.StatusBadRequest, http.StatusConflict, http.StatusInternalServerError, http.StatusServiceUnavailable} {
+		var calls atomic.Int32
+		mux := http.NewServeMux()
+		mux.HandleFunc("POST /api/v1/jobs", func(w http.ResponseWriter, r *http.Request) {
+			calls.Add(1)
+			writeJSON(w, status, api.Error{Code: "x", Message: "no: " + http.StatusText(status)})
+		})
+		url := newHTTPServer(t, mux)
+		code, _, errOut := run(t, url, "submit", "--", "true")
+		if want := "rota: no: " + http.StatusText(status) + "\n"; code != ExitError || errOut != want || calls.Load() != 1 {
+			t.Errorf("answer %d: exit %d, stderr %q, %d requests; want %q after one", status, code, errOut, calls.Load(), want)
+		}
+	}
+}
+
 func TestSubmitBuildsSpec(t *testing.T) {
 	dir := t.TempDir()
 	specFile := filepath.Join(dir, "spec.yaml")
@@ -204,30 +273,33 @@ command: [python, file.py]
 			[]string{"--gpus", "2", "--gpu-model", "H100", "--cpus", "16", "--mem", "64G", "--time", "2h30m", "--queue", "train",
 				"--name", "ft", "--team", "nlp", "--workdir", "/data", "--env", "A=1", "--env", "B=x=y", "--signal", "usr1", "--grace", "2m",
 				"--", "python", "train.py", "--lr", "0.1"},
-			api.JobSpec{Name: "ft", Queue: "train", Team: "nlp", User: "alice", Command: []string{"python", "train.py", "--lr", "0.1"},
+			api.JobSpec{Name: "ft", Queue: "train", Team: "nlp", Command: []string{"python", "train.py", "--lr", "0.1"},
 				WorkDir: "/data", Env: map[string]string{"A": "1", "B": "x=y"}, GPUs: 2, GPUModel: "H100", CPUs: 16, MemoryMB: 64 << 10,
 				TimeLimit: 9000, Signal: "SIGUSR1", Grace: 120}},
 		{"defaults",
 			[]string{"--", "nvidia-smi"},
-			api.JobSpec{User: "alice", Command: []string{"nvidia-smi"}, WorkDir: "/home/alice/proj"}},
+			api.JobSpec{Command: []string{"nvidia-smi"}, WorkDir: "/home/alice/proj"}},
 		{"command without --",
 			[]string{"--gpus=1", "./run.sh", "--gpus", "8"},
-			api.JobSpec{User: "alice", Command: []string{"./run.sh", "--gpus", "8"}, WorkDir: "/home/alice/proj", GPUs: 1}},
+			api.JobSpec{Command: []string{"./run.sh", "--gpus", "8"}, WorkDir: "/home/alice/proj", GPUs: 1}},
 		{"file",
 			[]string{"-f", specFile},
-			api.JobSpec{Name: "from-file", Queue: "batch", User: "alice", Command: []string{"python", "file.py"}, WorkDir: "/home/alice/proj",
+			api.JobSpec{Name: "from-file", Queue: "batch", Command: []string{"python", "file.py"}, WorkDir: "/home/alice/proj",
 				Env: map[string]string{"A": "1", "B": "2"}, GPUs: 4, CPUs: 8, MemoryMB: 2048, TimeLimit: 3600}},
 		{"flags override file",
 			[]string{"-f", specFile, "--gpus", "0", "--env", "B=3", "--time", "1-00", "--", "bash", "x.sh"},
-			api.JobSpec{Name: "from-file", Queue: "batch", User: "alice", Command: []string{"bash", "x.sh"}, WorkDir: "/home/alice/proj",
+			api.JobSpec{Name: "from-file", Queue: "batch", Command: []string{"bash", "x.sh"}, WorkDir: "/home/alice/proj",
 				Env: map[string]string{"A": "1", "B": "3"}, GPUs: 0, CPUs: 8, MemoryMB: 2048, TimeLimit: 86400}},
 		{"dependencies, array, hold, nice",
 			[]string{"--after", "40,41", "--after-ok", "#39", "--array", "0-99%8", "--hold", "--nice", "5", "--", "python", "sweep.py"},
-			api.JobSpec{User: "alice", Command: []string{"python", "sweep.py"}, WorkDir: "/home/alice/proj",
+			api.JobSpec{Command: []string{"python", "sweep.py"}, WorkDir: "/home/alice/proj",
 				After: []int64{40, 41}, AfterOK: []int64{39}, Array: "0-99%8", Hold: true, Nice: 5}},
+		{"restart policy, on behalf of",
+			[]string{"--restart-policy", "on-failure", "--retries", "5", "--user", "carol", "--", "train.sh"},
+			api.JobSpec{User: "carol", Command: []string{"train.sh"}, WorkDir: "/home/alice/proj", RestartPolicy: api.RestartOnFailure, Retries: intp(5)}},
 		{"multi-node",
 			[]string{"--gpus", "16", "--nodes", "2", "--gpus-per-node", "8", "--retries", "0", "--", "torchrun", "t.py"},
-			api.JobSpec{User: "alice", Command: []string{"torchrun", "t.py"}, WorkDir: "/home/alice/proj", GPUs: 16, Nodes: 2, GPUsPerNode: 8, Retries: intp(0)}},
+			api.JobSpec{Command: []string{"torchrun", "t.py"}, WorkDir: "/home/alice/proj", GPUs: 16, Nodes: 2, GPUsPerNode: 8, Retries: intp(0)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := newFakeServer(t)
@@ -395,6 +467,12 @@ func TestUsage(t *testing.T) {
 		{"why", []string{"42", "43"}, ExitUsage, "want exactly one job ID, got 2"},
 		{"hold", nil, ExitUsage, "rota hold: no job ID given"},
 		{"release", []string{"x"}, ExitUsage, `rota release: invalid job ID "x"`},
+		{"cancel", []string{"60_x"}, ExitUsage, `rota cancel: invalid job "60_x": index "x" is not a number`},
+		{"submit", []string{"--restart-policy", "sometimes", "--", "true"}, ExitUsage,
+			`--restart-policy: unknown policy "sometimes": want never, on-failure or always`},
+		{"submit", []string{"--restart-policy", "never", "--retries", "2", "--", "true"}, ExitUsage,
+			"--retries 2 would never be used: under --restart-policy never no attempt is retried"},
+		{"whoami", []string{"extra"}, ExitUsage, `rota whoami: unexpected argument "extra"`},
 	} {
 		code, _, errOut := run(t, srv.URL, tc.verb, tc.args...)
 		if code != tc.code || !strings.Contains(errOut, tc.want) {
@@ -417,44 +495,28 @@ func TestCancel(t *testing.T) {
 	}
 }
 
-// logServer serves a log in chunks: each request gets the next chunk from its offset,
-// and the request that reaches the end is told the log is done.
+// logServer serves job 42's log in chunks (see serveChunks), of attempt 2 on one node,
+// and records the query of every log request.
 func logServer(t *testing.T, chunks []string) (url string, queries func() []string) {
 	var (
-		log  = strings.Join(chunks, "")
+		mu   sync.Mutex // guards seen
 		seen []string
-		ends []int
 	)
-	for i, n := 0, 0; i < len(chunks); i++ {
-		n += len(chunks[i])
-		ends = append(ends, n)
-	}
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /api/v1/jobs/42/logs", func(w http.ResponseWriter, r *http.Request) {
-		seen = append(seen, r.URL.RawQuery)
-		var offset int
-		if o := r.URL.Query().Get("offset"); o != "" {
-			var err error
-			if offset, err = strconv.Atoi(o); err != nil {
-				t.Errorf("offset %q: %v", o, err)
-			}
-		}
-		end := len(log)
-		for _, e := range ends {
-			if e > offset {
-				end = e
-				break
-			}
-		}
-		w.Header().Set("X-Rota-Log-Size", strconv.Itoa(end))
-		w.Header().Set("X-Rota-Log-Attempt", "2")
-		if end == len(log) {
-			w.Header().Set("X-Rota-Log-Done", "true")
-		}
-		w.Header().Set("Content-Type", "text/plain")
-		w.Write([]byte(log[offset:end]))
+	mux.HandleFunc("GET /api/v1/jobs/42", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, fixtureDetail())
 	})
-	return newHTTPServer(t, mux), func() []string { return seen }
+	mux.HandleFunc("GET /api/v1/jobs/42/logs", func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		seen = append(seen, r.URL.RawQuery)
+		mu.Unlock()
+		serveChunks(t, w, r, chunks, 2)
+	})
+	return newHTTPServer(t, mux), func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(seen)
+	}
 }
 
 func TestLogsFollow(t *testing.T) {
@@ -471,7 +533,7 @@ func TestLogsFollow(t *testing.T) {
 	// Without -f one request prints what there is.
 	url, queries = logServer(t, []string{"epoch 1\n", "epoch 2\n"})
 	code, out, _ = run(t, url, "logs", "42", "--attempt", "1")
-	if code != ExitOK || out != "epoch 1\n" || len(queries()) != 1 || queries()[0] != "attempt=1" {
+	if code != ExitOK || out != "epoch 1\nepoch 2\n" || len(queries()) != 1 || queries()[0] != "attempt=1" {
 		t.Errorf("exit %d, stdout %q, requests %q", code, out, queries())
 	}
 }
@@ -479,6 +541,9 @@ func TestLogsFollow(t *testing.T) {
 func TestLogsInterrupted(t *testing.T) {
 	held := make(chan struct{})
 	mux := http.NewServeMux()
+	mux.HandleFunc("GET /api/v1/jobs/42", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, fixtureDetail())
+	})
 	mux.HandleFunc("GET /api/v1/jobs/42/logs", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("X-Rota-Log-Size", "6")
 		if r.URL.Query().Get("offset") == "" {
@@ -513,7 +578,7 @@ func TestLogsInterrupted(t *testing.T) {
 
 func TestClientQueuesAndHealth(t *testing.T) {
 	srv := newFakeServer(t)
-	c := &Client{BaseURL: srv.URL + "/"}
+	c := &Client{BaseURL: srv.URL + "/", Token: adminToken}
 	qs, err := c.Queues(context.Background())
 	if err != nil || !reflect.DeepEqual(qs, fixtureQueues()) {
 		t.Errorf("Queues: %v, %v", qs, err)

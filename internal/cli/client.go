@@ -3,6 +3,8 @@ package cli
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,36 +12,151 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/rotahq/rota/internal/api"
+	"github.com/rotahq/rota/internal/auth"
 )
 
 // Client speaks rota's REST API. The CLI verbs use it, and so can end-to-end tests.
 // Its methods return *APIError for answers outside 2xx and *UnreachableError when the
 // server cannot be dialled.
 type Client struct {
-	// BaseURL is the server's root, e.g. http://127.0.0.1:7070 (no /api/v1).
+	// BaseURL is the server's root, e.g. http://127.0.0.1:7070 or
+	// unix:///home/alice/.rota/rota.sock (no /api/v1).
 	BaseURL string
-	// HTTP sends the requests; nil means http.DefaultClient. It should have no overall
-	// timeout: Logs with a wait holds a request open that long on purpose.
+	// HTTP sends the requests; nil means a client without an overall timeout (NewClient
+	// builds one that dials a unix:// BaseURL and checks a pinned CA). It should have no
+	// overall timeout: Logs with a wait holds a request open that long on purpose.
 	HTTP *http.Client
+	// Token is sent as "Authorization: Bearer" when not empty. The Client refuses to send
+	// it over plain http to any host but this machine's loopback.
+	Token string
+}
+
+// Endpoint names a server and the credentials to use with it.
+type Endpoint struct {
+	// Server is http://HOST:PORT, https://HOST:PORT or unix:///path/to/rota.sock; a bare
+	// HOST:PORT means http.
+	Server string
+	// Token is an API token; empty sends none, as the server's Unix socket needs none.
+	Token string
+	// CAFingerprint, "sha256:<hex>", pins the CA an https server's certificate must chain
+	// to; empty trusts the system's roots.
+	CAFingerprint string
+}
+
+// NewClient makes a Client for e, with an HTTP client that dials a unix:// server's
+// socket and checks an https server against the pinned CA.
+func NewClient(e Endpoint) (*Client, error) {
+	server, err := normalizeServer(e.Server)
+	if err != nil {
+		return nil, err
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	u, _ := url.Parse(server) // normalizeServer has parsed it
+	switch u.Scheme {
+	case "unix":
+		tr.DialContext = dialSocket(u.Path)
+	case "https":
+		if e.CAFingerprint != "" {
+			if tr.TLSClientConfig, err = auth.ClientTLSConfig(auth.Pin{Fingerprint: e.CAFingerprint}, nil); err != nil {
+				return nil, err // it names the fingerprint
+			}
+		}
+	}
+	return &Client{BaseURL: server, HTTP: &http.Client{Transport: tr}, Token: e.Token}, nil
+}
+
+// normalizeServer checks a server URL and puts it in the form every comparison uses: a
+// scheme, no trailing slash.
+func normalizeServer(server string) (string, error) {
+	s := strings.TrimRight(strings.TrimSpace(server), "/")
+	if !strings.Contains(s, "://") {
+		s = "http://" + s
+	}
+	u, err := url.Parse(s)
+	if err != nil {
+		return "", fmt.Errorf("server URL %q: %w", server, err)
+	}
+	switch u.Scheme {
+	case "http", "https":
+		if u.Host == "" {
+			return "", fmt.Errorf("server URL %q has no host", server)
+		}
+	case "unix":
+		if u.Host != "" || !filepath.IsAbs(u.Path) {
+			return "", fmt.Errorf("server URL %q: want unix:///absolute/path/to/rota.sock", server)
+		}
+	default:
+		return "", fmt.Errorf("server URL %q: want http://, https:// or unix://", server)
+	}
+	return s, nil
+}
+
+// socketHost is the host of requests sent through a Unix socket: the socket is what is
+// dialled, so the name only fills the URL and the Host header.
+const socketHost = "rota"
+
+// dialSocket dials the Unix socket at path whatever address a request names.
+func dialSocket(path string) func(ctx context.Context, _, _ string) (net.Conn, error) {
+	var d net.Dialer
+	return func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return d.DialContext(ctx, "unix", path)
+	}
 }
 
 // APIError is an answer outside 2xx. Detail holds the server's api.Error; for a body that
 // is not one (a proxy's error page, say) Detail.Message describes the status instead.
+// Refusals (401, 403, 429) read as one plain sentence saying what to do.
 type APIError struct {
 	StatusCode int
 	Detail     api.Error
+	// Server is the BaseURL of the server that answered.
+	Server string
+	// RetryAfter is how long a 429 asked the client to wait, 0 when it did not say.
+	RetryAfter time.Duration
 }
 
 func (e *APIError) Error() string {
+	msg := e.Detail.Message
 	if e.Detail.Field != "" {
-		return e.Detail.Message + " (field " + e.Detail.Field + ")"
+		msg += " (field " + e.Detail.Field + ")"
 	}
-	return e.Detail.Message
+	switch e.StatusCode {
+	case http.StatusUnauthorized:
+		server := e.Server
+		if server == "" {
+			server = "URL"
+		}
+		return "not logged in or token not valid: " + msg + " (rota login --server " + server + ")"
+	case http.StatusForbidden:
+		return "permission denied: " + msg + e.roleAndRule(msg)
+	case http.StatusTooManyRequests:
+		if e.RetryAfter > 0 {
+			return fmt.Sprintf("too many requests; try again in %d s", int64((e.RetryAfter+time.Second-1)/time.Second))
+		}
+		return "too many requests; try again shortly"
+	}
+	return msg
+}
+
+// roleAndRule names the role and rule of a 403 that its message does not already name.
+func (e *APIError) roleAndRule(msg string) string {
+	var parts []string
+	if r := e.Detail.Role; r != "" && !strings.Contains(msg, r) {
+		parts = append(parts, "role "+r)
+	}
+	if r := e.Detail.Rule; r != "" && !strings.Contains(msg, r) {
+		parts = append(parts, "rule "+r)
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return " (" + strings.Join(parts, ", ") + ")"
 }
 
 // UnreachableError means no connection to the server could be made at all.
@@ -53,6 +170,14 @@ func (e *UnreachableError) Error() string {
 }
 
 func (e *UnreachableError) Unwrap() error { return e.Err }
+
+// lostAnswer is a failure after the request may have reached the server: the connection
+// broke before a whole answer came back. Only a request that is safe to repeat, such as
+// a submit with an Idempotency-Key, may be sent again after one.
+type lostAnswer struct{ err error }
+
+func (e *lostAnswer) Error() string { return e.err.Error() }
+func (e *lostAnswer) Unwrap() error { return e.err }
 
 // ListOptions filters GET /api/v1/jobs. Zero values mean no filter.
 type ListOptions struct {
@@ -95,6 +220,10 @@ type LogOptions struct {
 	// Wait, when positive, lets the server hold the request until there are bytes past
 	// Offset or the log is done. It is sent in whole seconds.
 	Wait time.Duration
+	// Rank picks one rank of a multi-node attempt, Node the rank on that node; with
+	// neither the server reads rank 0.
+	Rank int
+	Node string
 }
 
 // LogChunk describes what one Logs call delivered.
@@ -107,13 +236,38 @@ type LogChunk struct {
 	Done bool
 	// Attempt is the attempt the server read (X-Rota-Log-Attempt), 0 when it omits it.
 	Attempt int
+	// Rank and Node are the rank the server read and its node (X-Rota-Log-Rank and
+	// X-Rota-Log-Node); 0 and "" when it omits them.
+	Rank int
+	Node string
 }
 
-// Submit sends a job spec and returns the job the server created.
+// Submit sends a job spec and returns the job the server created. The request carries a
+// fresh Idempotency-Key; should the connection break after the request may have reached
+// the server, Submit sends it once more, and the server answers with the job it created
+// the first time instead of creating a second.
 func (c *Client) Submit(ctx context.Context, spec api.JobSpec) (api.Job, error) {
+	body, err := json.Marshal(spec)
+	if err != nil {
+		return api.Job{}, err
+	}
+	r := request{method: http.MethodPost, path: "/api/v1/jobs", body: body,
+		header: http.Header{"Idempotency-Key": {newIdempotencyKey()}}}
 	var job api.Job
-	err := c.do(ctx, http.MethodPost, "/api/v1/jobs", nil, spec, &job)
+	err = c.doRequest(ctx, r, &job)
+	var lost *lostAnswer
+	if errors.As(err, &lost) && ctx.Err() == nil {
+		job = api.Job{}
+		err = c.doRequest(ctx, r, &job)
+	}
 	return job, err
+}
+
+// newIdempotencyKey is 96 random bits in hex: no two submits share one.
+func newIdempotencyKey() string {
+	b := make([]byte, 12)
+	rand.Read(b) // never fails; see its documentation
+	return hex.EncodeToString(b)
 }
 
 // ListJobs returns one page of jobs; follow the list's Next with opts.After for the rest.
@@ -173,7 +327,13 @@ func (c *Client) Logs(ctx context.Context, id int64, opts LogOptions, w io.Write
 	if opts.Wait > 0 {
 		q.Set("wait", strconv.FormatInt(int64((opts.Wait+time.Second-1)/time.Second), 10))
 	}
-	resp, err := c.send(ctx, http.MethodGet, jobPath(id)+"/logs", q, nil, "")
+	if opts.Rank > 0 {
+		q.Set("rank", strconv.Itoa(opts.Rank))
+	}
+	if opts.Node != "" {
+		q.Set("node", opts.Node)
+	}
+	resp, err := c.send(ctx, request{method: http.MethodGet, path: jobPath(id) + "/logs", query: q})
 	if err != nil {
 		return LogChunk{}, err
 	}
@@ -189,6 +349,12 @@ func (c *Client) Logs(ctx context.Context, id int64, opts LogOptions, w io.Write
 			return chunk, fmt.Errorf("server sent X-Rota-Log-Attempt %q: %w", a, err)
 		}
 	}
+	if r := resp.Header.Get("X-Rota-Log-Rank"); r != "" {
+		if chunk.Rank, err = strconv.Atoi(r); err != nil {
+			return chunk, fmt.Errorf("server sent X-Rota-Log-Rank %q: %w", r, err)
+		}
+	}
+	chunk.Node = resp.Header.Get("X-Rota-Log-Node")
 	chunk.Done = resp.Header.Get("X-Rota-Log-Done") == "true"
 	chunk.N, err = io.Copy(w, resp.Body)
 	if err != nil {
@@ -227,6 +393,40 @@ func (c *Client) Release(ctx context.Context, id int64) (api.Job, error) {
 	var job api.Job
 	err := c.do(ctx, http.MethodPost, jobPath(id)+"/release", nil, nil, &job)
 	return job, err
+}
+
+// CancelArray cancels every element of the array whose ID (its first element's job ID) is
+// id, and returns the elements as they stand afterwards.
+func (c *Client) CancelArray(ctx context.Context, id int64) ([]api.Job, error) {
+	return c.arrayAction(ctx, id, "cancel")
+}
+
+// HoldArray holds every element of array id that has not started, as Hold does.
+func (c *Client) HoldArray(ctx context.Context, id int64) ([]api.Job, error) {
+	return c.arrayAction(ctx, id, "hold")
+}
+
+// ReleaseArray releases every element of array id, as Release does.
+func (c *Client) ReleaseArray(ctx context.Context, id int64) ([]api.Job, error) {
+	return c.arrayAction(ctx, id, "release")
+}
+
+func (c *Client) arrayAction(ctx context.Context, id int64, action string) ([]api.Job, error) {
+	var list api.JobList
+	err := c.do(ctx, http.MethodPost, "/api/v1/arrays/"+strconv.FormatInt(id, 10)+"/"+action, nil, nil, &list)
+	return list.Jobs, err
+}
+
+// History returns the accounting records of the jobs that ended from since to until; a
+// zero until means now.
+func (c *Client) History(ctx context.Context, since, until time.Time) (api.HistoryList, error) {
+	q := url.Values{"since": {since.UTC().Format(time.RFC3339)}}
+	if !until.IsZero() {
+		q.Set("until", until.UTC().Format(time.RFC3339))
+	}
+	var list api.HistoryList
+	err := c.do(ctx, http.MethodGet, "/api/v1/history", q, nil, &list)
+	return list, err
 }
 
 // Why says in plain sentences why a job has not started, and when it may.
@@ -306,7 +506,7 @@ func (c *Client) Unreserve(ctx context.Context, id int64) error {
 // the line of any mistake, and returns the configuration as applied.
 func (c *Client) ApplyConfig(ctx context.Context, yamlDoc []byte) (api.Config, error) {
 	var out api.Config
-	resp, err := c.send(ctx, http.MethodPut, "/api/v1/config", nil, bytes.NewReader(yamlDoc), "application/yaml")
+	resp, err := c.send(ctx, request{method: http.MethodPut, path: "/api/v1/config", body: yamlDoc, contentType: "application/yaml"})
 	if err != nil {
 		return out, err
 	}
@@ -319,7 +519,7 @@ func (c *Client) ApplyConfig(ctx context.Context, yamlDoc []byte) (api.Config, e
 
 // Health returns nil once the server answers /healthz with 200.
 func (c *Client) Health(ctx context.Context) error {
-	resp, err := c.send(ctx, http.MethodGet, "/healthz", nil, nil, "")
+	resp, err := c.send(ctx, request{method: http.MethodGet, path: "/healthz"})
 	if err != nil {
 		return err
 	}
@@ -334,72 +534,145 @@ func jobPath(id int64) string { return "/api/v1/jobs/" + strconv.FormatInt(id, 1
 // another route.
 func namePath(collection, name string) string { return collection + url.PathEscape(name) }
 
+// request is one call of the API.
+type request struct {
+	method, path string
+	query        url.Values
+	// body is sent as contentType, application/json when that is empty; nil sends none.
+	body        []byte
+	contentType string
+	header      http.Header
+}
+
 // do sends body as JSON (when not nil) and decodes a 2xx answer into out; with out nil
 // (an answer such as 204 No Content) it reads and drops the body.
 func (c *Client) do(ctx context.Context, method, path string, q url.Values, body, out any) error {
-	var r io.Reader
+	r := request{method: method, path: path, query: q}
 	if body != nil {
 		b, err := json.Marshal(body)
 		if err != nil {
 			return err
 		}
-		r = bytes.NewReader(b)
+		r.body = b
 	}
-	resp, err := c.send(ctx, method, path, q, r, "application/json")
+	return c.doRequest(ctx, r, out)
+}
+
+// doRequest sends r and decodes a 2xx answer into out, as do does.
+func (c *Client) doRequest(ctx context.Context, r request, out any) error {
+	resp, err := c.send(ctx, r)
 	if err != nil {
 		return err
 	}
 	defer resp.Body.Close()
 	if out == nil {
-		_, err := io.Copy(io.Discard, resp.Body)
-		return err
+		_, err = io.Copy(io.Discard, resp.Body)
+	} else {
+		err = json.NewDecoder(resp.Body).Decode(out)
 	}
-	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
-		return fmt.Errorf("%s %s: decoding the answer: %w", method, path, err)
+	if err != nil {
+		// The server has acted on the request; only its answer was cut short.
+		return &lostAnswer{fmt.Errorf("%s %s: reading the answer: %w", r.method, r.path, err)}
 	}
 	return nil
 }
 
-// send makes the request, with body of contentType when body is not nil, and turns
-// failures into *UnreachableError or *APIError. On success the caller owns the response
-// body.
-func (c *Client) send(ctx context.Context, method, path string, q url.Values, body io.Reader, contentType string) (*http.Response, error) {
+// send makes the request and turns failures into *UnreachableError, *APIError or
+// *lostAnswer. On success the caller owns the response body.
+func (c *Client) send(ctx context.Context, r request) (*http.Response, error) {
 	base := strings.TrimRight(c.BaseURL, "/")
-	u := base + path
-	if len(q) > 0 {
-		u += "?" + q.Encode()
-	}
-	req, err := http.NewRequestWithContext(ctx, method, u, body)
+	target, err := c.requestBase(base)
 	if err != nil {
 		return nil, err
+	}
+	u := target + r.path
+	if len(r.query) > 0 {
+		u += "?" + r.query.Encode()
+	}
+	var body io.Reader
+	if r.body != nil {
+		body = bytes.NewReader(r.body)
+	}
+	req, err := http.NewRequestWithContext(ctx, r.method, u, body)
+	if err != nil {
+		return nil, err
+	}
+	for k, v := range r.header {
+		req.Header[k] = v
 	}
 	req.Header.Set("Accept", "application/json")
-	if body != nil {
-		req.Header.Set("Content-Type", contentType)
+	if r.body != nil {
+		ct := r.contentType
+		if ct == "" {
+			ct = "application/json"
+		}
+		req.Header.Set("Content-Type", ct)
 	}
-	hc := c.HTTP
-	if hc == nil {
-		hc = http.DefaultClient
+	if c.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.Token)
 	}
-	resp, err := hc.Do(req)
+	resp, err := c.httpClient(base).Do(req)
 	if err != nil {
 		var op *net.OpError
-		if ctx.Err() == nil && errors.As(err, &op) && op.Op == "dial" {
+		switch {
+		case ctx.Err() != nil:
+			return nil, err
+		case errors.As(err, &op) && op.Op == "dial":
 			return nil, &UnreachableError{URL: base, Err: op.Err}
 		}
-		return nil, err
+		return nil, &lostAnswer{err}
 	}
 	if resp.StatusCode/100 != 2 {
 		defer resp.Body.Close()
-		return nil, readAPIError(resp)
+		e := readAPIError(resp)
+		e.Server = base
+		return nil, e
 	}
 	return resp, nil
+}
+
+// requestBase is what request URLs start with: the BaseURL itself, or a stand-in host
+// for a Unix socket. It refuses a token bound for plain http beyond this machine.
+func (c *Client) requestBase(base string) (string, error) {
+	if strings.HasPrefix(base, "unix://") {
+		return "http://" + socketHost, nil
+	}
+	if c.Token != "" && strings.HasPrefix(base, "http://") && !isLoopback(base) {
+		return "", fmt.Errorf("refusing to send the API token to %s over plain http, where anyone on the network path could read it; use the server's https:// URL", base)
+	}
+	return base, nil
+}
+
+// isLoopback reports whether the server URL names this machine's loopback interface.
+func isLoopback(server string) bool {
+	u, err := url.Parse(server)
+	if err != nil {
+		return false
+	}
+	host := u.Hostname()
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// httpClient is c.HTTP, or for a Client built without one a plain client; for a Unix
+// socket that one keeps no idle connections, as nothing would ever close them.
+func (c *Client) httpClient(base string) *http.Client {
+	if c.HTTP != nil {
+		return c.HTTP
+	}
+	if path, ok := strings.CutPrefix(base, "unix://"); ok {
+		return &http.Client{Transport: &http.Transport{DialContext: dialSocket(path), DisableKeepAlives: true}}
+	}
+	return http.DefaultClient
 }
 
 // readAPIError decodes an api.Error body, falling back to the status and the start of
 // whatever else the body holds.
 func readAPIError(resp *http.Response) *APIError {
-	e := &APIError{StatusCode: resp.StatusCode}
+	e := &APIError{StatusCode: resp.StatusCode, RetryAfter: retryAfter(resp.Header.Get("Retry-After"))}
 	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	if json.Unmarshal(raw, &e.Detail) == nil && e.Detail.Message != "" {
 		return e
@@ -416,4 +689,19 @@ func readAPIError(resp *http.Response) *APIError {
 		e.Detail.Message += ": " + text
 	}
 	return e
+}
+
+// retryAfter reads a Retry-After header: seconds, or an HTTP date (taken against the
+// local clock, which is all a client has).
+func retryAfter(v string) time.Duration {
+	if v == "" {
+		return 0
+	}
+	if s, err := strconv.ParseInt(v, 10, 64); err == nil && s > 0 {
+		return time.Duration(s) * time.Second
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		return max(time.Until(t), 0)
+	}
+	return 0
 }

@@ -5,8 +5,10 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -62,6 +64,123 @@ func fixtureJobs() []api.Job {
 			SubmitTime: *at(-5 * time.Hour), StartTime: at(-4 * time.Hour), EndTime: at(-3*time.Hour - 30*time.Minute),
 			Attempts: 1, Nodes: []string{"node-b"}, GPUIDs: []string{"GPU-bbbb-3"}, ExitCode: intp(137),
 		},
+		arrayJob(60, 0, api.StateSucceeded, func(j *api.Job) {
+			j.StartTime, j.EndTime, j.Nodes, j.ExitCode, j.Attempts = at(-50*time.Minute), at(-20*time.Minute), []string{"node-b"}, intp(0), 1
+		}),
+		arrayJob(61, 2, api.StateRunning, func(j *api.Job) { j.StartTime, j.Nodes, j.Attempts = at(-50*time.Minute), []string{"node-b"}, 1 }),
+		arrayJob(62, 4, api.StateRunning, func(j *api.Job) { j.StartTime, j.Nodes, j.Attempts = at(-20*time.Minute), []string{"node-a"}, 1 }),
+		arrayJob(63, 6, api.StatePending, func(j *api.Job) { j.EstimatedStart = at(40 * time.Minute) }),
+		arrayJob(64, 8, api.StatePending, func(j *api.Job) { j.EstimatedStart = at(30 * time.Minute) }),
+	}
+}
+
+// arrayJob is one job of array 60, "0-8:2%2": five jobs, at most two of them running.
+func arrayJob(id int64, index int, state api.JobState, edit func(*api.Job)) api.Job {
+	j := api.Job{
+		ID:    id,
+		Spec:  api.JobSpec{Name: "lr-sweep", Queue: "batch", User: "erin", Command: []string{"python", "sweep.py"}, GPUs: 1, Array: "0-8:2%2"},
+		State: state, SubmitTime: *at(-time.Hour), ArrayID: 60, ArrayIndex: intp(index), ArrayLimit: 2,
+	}
+	if state == api.StatePending {
+		j.Reason, j.Message = "ArrayLimit", "array 60 runs at most 2 jobs at once"
+	}
+	edit(&j)
+	return j
+}
+
+// fixtureMultiNode is job 47: its two-node first attempt failed on rank 1, which stopped
+// rank 0, and it waits out its backoff before the retry its restart policy allows.
+func fixtureMultiNode() api.JobDetail {
+	j := api.Job{
+		ID: 47,
+		Spec: api.JobSpec{Name: "pretrain", Queue: "train", Team: "nlp", User: "alice", Command: []string{"torchrun", "pretrain.py"},
+			WorkDir: "/home/alice/lm", GPUs: 16, GPUsPerNode: 8, Nodes: 2, CPUs: 64, MemoryMB: 512 << 10,
+			RestartPolicy: api.RestartOnFailure, Retries: intp(3)},
+		State: api.StatePending, Reason: "Backoff", Message: "retries after its backoff: attempt 1 failed",
+		SubmitTime: *at(-time.Hour), Attempts: 1, Nodes: []string{"node-a", "node-b"}, ExitCode: intp(1),
+		Failures: 1, NotBefore: at(45 * time.Second), SubmittedBy: "root",
+		Checkpoints: "/shared/ckpt/c1/47, on every node: a retry elsewhere finds them",
+	}
+	eight := []int{0, 1, 2, 3, 4, 5, 6, 7}
+	return api.JobDetail{
+		Job: j,
+		AttemptList: []api.Attempt{{JobID: 47, N: 1, State: api.StateFailed, AssignTime: *at(-58 * time.Minute),
+			StartTime: at(-57 * time.Minute), EndTime: at(-time.Minute), ExitCode: intp(1), Reason: api.ReasonExitCode,
+			Placements: []api.Placement{
+				{Node: "node-a", GPUIndices: eight, CPUs: 32, MemoryMB: 256 << 10, State: api.StateCancelled, EndTime: at(-time.Minute),
+					Reason: api.ReasonCancelled, Message: "stopped: rank 1 failed"},
+				{Node: "node-b", GPUIndices: eight, CPUs: 32, MemoryMB: 256 << 10, State: api.StateFailed, ExitCode: intp(1),
+					EndTime: at(-70 * time.Second), Reason: api.ReasonExitCode, Message: "exited with status 1"},
+			}}},
+		Events: []api.Event{
+			{ID: 7, Time: *at(-time.Hour), Actor: "root", Role: "admin", Source: "10.0.0.9", Kind: api.EventSubmit, JobID: 47, To: api.StatePending},
+			{ID: 8, Time: *at(-58 * time.Minute), Actor: "scheduler", Kind: api.EventTransition, JobID: 47, Attempt: 1, From: api.StatePending, To: api.StateAssigned},
+			{ID: 9, Time: *at(-time.Minute), Actor: "node-b", Kind: api.EventTransition, JobID: 47, Attempt: 1, Node: "node-b",
+				From: api.StateRunning, To: api.StatePending, Reason: api.ReasonExitCode, Message: "rank 1 exited with status 1; retry 1 of 3"},
+		},
+	}
+}
+
+// fixtureStopping is job 48: a running two-node attempt whose rank 1 failed while rank 0
+// is being stopped.
+func fixtureStopping() api.JobDetail {
+	d := fixtureMultiNode()
+	d.ID, d.State, d.Reason, d.Message, d.NotBefore, d.ExitCode = 48, api.StateRunning, "", "", nil, nil
+	d.Stopping = "rank 1 on node-b exited with status 1"
+	d.AttemptList[0].State, d.AttemptList[0].EndTime, d.AttemptList[0].ExitCode = api.StateRunning, nil, nil
+	d.AttemptList[0].Placements[0].State, d.AttemptList[0].Placements[0].Reason, d.AttemptList[0].Placements[0].Message = "", "", ""
+	return d
+}
+
+// rankLogs are the logs of the ranks of job 47's attempt 1, in the chunks the fake serves
+// them in. Rank 1's log ends without a newline.
+var rankLogs = [][]string{
+	{"step 1 loss 2.31\n", "step 2 loss 2.17\n", "saved checkpoint\n"},
+	{"step 1 loss 2.30\nstep 2 ", "loss nan\n", "Traceback: loss is NaN"},
+}
+
+func fixtureUsers() api.UserList {
+	return api.UserList{Users: []api.User{
+		{Name: "alice", Role: "admin", Created: *at(-30 * 24 * time.Hour), Teams: []string{"nlp"}},
+		{Name: "bob", Role: "member", UnixUser: "bsmith", Created: *at(-7 * 24 * time.Hour), Teams: []string{"nlp", "vision"}},
+		{Name: "ci", Role: "operator", AllowRoot: true, Created: *at(-2 * time.Hour)},
+	}}
+}
+
+func fixtureTokens() api.TokenList {
+	return api.TokenList{Tokens: []api.TokenInfo{
+		{ID: "aaaa1111", User: "alice", Description: "laptop", Created: *at(-30 * 24 * time.Hour), LastUsed: at(-time.Minute)},
+		{ID: "bbbb2222", User: "bob", Created: *at(-7 * 24 * time.Hour), Expires: at(23 * 24 * time.Hour)},
+		{ID: "cccc3333", User: "bob", Description: "old CI token of the vision team's nightly evaluation", Created: *at(-90 * 24 * time.Hour),
+			Expires: at(-60 * 24 * time.Hour), LastUsed: at(-61 * 24 * time.Hour)},
+		{ID: "dddd4444", User: "ci", Description: "deploys", Created: *at(-5 * 24 * time.Hour), Revoked: at(-24 * time.Hour)},
+	}}
+}
+
+func fixtureJoinTokens() []api.JoinTokenInfo {
+	return []api.JoinTokenInfo{
+		{ID: "jt01", Created: *at(-10 * time.Minute), Expires: *at(50 * time.Minute), Uses: 1, Used: 0, Node: "gpu-07"},
+		{ID: "jt02", Created: *at(-2 * time.Hour), Expires: *at(22 * time.Hour), Uses: 10, Used: 4},
+	}
+}
+
+// fixtureAudit is the audit trail, in two pages.
+func fixtureAudit() []api.EventList {
+	return []api.EventList{
+		{Events: []api.Event{
+			{ID: 101, Time: *at(-3 * time.Hour), Actor: "alice", Role: "admin", Source: "10.0.0.5", Kind: api.EventQueue,
+				Message: "queue train changed",
+				Before:  json.RawMessage(`{"name":"train","tier":1,"pools":["train"],"grace_s":300}`),
+				After:   json.RawMessage(`{"grace_s": 300, "name":"train","tier":2,"pools":["train","dev"]}`)},
+			{ID: 102, Time: *at(-2 * time.Hour), Actor: "bob", Role: "member", Source: "10.0.0.7", Kind: api.EventCancel, JobID: 43,
+				From: api.StatePending, To: api.StateCancelled},
+		}, Next: "102"},
+		{Events: []api.Event{
+			{ID: 103, Time: *at(-time.Hour), Actor: "alice", Role: "admin", Source: "unix", Kind: api.EventUser,
+				Message: "user carol added", After: json.RawMessage(`{"name":"carol","role":"member"}`)},
+			{ID: 104, Time: *at(-30 * time.Minute), Actor: "scheduler", Kind: api.EventTransition, JobID: 42, Attempt: 2, Node: "node-a",
+				From: api.StatePending, To: api.StateAssigned},
+		}},
 	}
 }
 
@@ -100,6 +219,8 @@ func fixtureNodes() api.NodeList {
 		{Name: "node-b", Inventory: api.Inventory{CPUs: 96, MemoryMB: 768 << 10, GPUs: b, DeviceSource: "nvml"},
 			State: api.NodeDraining, LastHeartbeat: *at(-75 * time.Second), GPUsUsed: 0, CPUsUsed: 0},
 		{Name: "ws-1", Inventory: api.Inventory{CPUs: 8, MemoryMB: 1536, DeviceSource: "none"}, State: api.NodeLost},
+		{Name: "ws-2", Inventory: api.Inventory{CPUs: 8, MemoryMB: 1536, DeviceSource: "none"}, State: api.NodeReady, Syncing: true,
+			LastHeartbeat: *at(-time.Second)},
 	}}
 }
 
@@ -129,24 +250,60 @@ func fixtureReservations() api.ReservationList {
 	}}
 }
 
-// fakeServer answers the client routes from fixtures and records what it was sent.
+// The fake server's API tokens, and who each makes its caller.
+const (
+	adminToken  = "rota_admin"
+	memberToken = "rota_member"
+	viewerToken = "rota_viewer"
+)
+
+var fakeTokens = map[string]api.Whoami{
+	adminToken:  {User: "alice", Role: "admin", Kind: "token", TokenID: "aaaa1111", Teams: []string{"nlp"}},
+	memberToken: {User: "bob", Role: "member", Kind: "token", TokenID: "bbbb2222", Teams: []string{"nlp", "vision"}},
+	viewerToken: {User: "vic", Role: "viewer", Kind: "token", TokenID: "vvvv3333"},
+}
+
+// unixCaller is who the fake takes a caller on its Unix socket for, token or not.
+var unixCaller = api.Whoami{User: "alice", Role: "admin", Kind: "unix"}
+
+// fakeServer answers the client routes from fixtures and records what it was sent. Like
+// the real server it wants credentials (401 without), JSON bodies as application/json
+// (415 otherwise), and an admin for the admin routes (403 with role and rule).
 type fakeServer struct {
 	*httptest.Server
 	mu          sync.Mutex // guards the fields below
+	auth        []string   // the Authorization header of every request
 	queries     []string   // raw query of every GET /api/v1/jobs
 	spec        api.JobSpec
-	logCalls    []string // raw query of every logs request
+	submitKeys  []string // the Idempotency-Key of every submit
+	actions     []string // "POST /path" of every job and array action
 	queue       api.Queue
 	team        api.Team
+	user        api.User
+	tokenReq    api.TokenRequest
+	joinReq     api.JoinTokenRequest
+	auditQuery  []string // raw query of every GET /api/v1/audit
 	reservation api.Reservation
 	config      []byte // body of the last PUT /api/v1/config
 	configType  string // and its Content-Type
 	deleted     []string
 }
 
+// callerKey is the context key under which the fake's handlers find the caller.
+type callerKey struct{}
+
 func newFakeServer(t *testing.T) *fakeServer {
+	return newFakeServerWith(t, (*httptest.Server).Start)
+}
+
+// newFakeServerWith serves the fake with start: Start, StartTLS, or one that swaps the
+// listener first.
+func newFakeServerWith(t *testing.T, start func(*httptest.Server)) *fakeServer {
 	f := &fakeServer{}
 	mux := http.NewServeMux()
+	mux.HandleFunc("GET /api/v1/whoami", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, r.Context().Value(callerKey{}))
+	})
 	mux.HandleFunc("GET /api/v1/jobs", func(w http.ResponseWriter, r *http.Request) {
 		f.mu.Lock()
 		f.queries = append(f.queries, r.URL.RawQuery)
@@ -166,7 +323,22 @@ func newFakeServer(t *testing.T) *fakeServer {
 		}
 		f.mu.Lock()
 		f.spec = spec
+		f.submitKeys = append(f.submitKeys, r.Header.Get("Idempotency-Key"))
 		f.mu.Unlock()
+		who := r.Context().Value(callerKey{}).(api.Whoami)
+		switch {
+		case spec.Name == "flood":
+			w.Header().Set("Retry-After", "7")
+			writeJSON(w, http.StatusTooManyRequests, api.Error{Code: api.CodeRateLimited, Message: "more than 50 submits a second"})
+			return
+		case spec.User != "" && spec.User != who.User && who.Role != "admin":
+			writeJSON(w, http.StatusForbidden, api.Error{Code: api.CodeForbidden, Role: who.Role, Rule: "submit.on-behalf",
+				Message: "only an admin may submit as another user"})
+			return
+		}
+		if spec.User == "" {
+			spec.User = who.User
+		}
 		if spec.Queue == "" {
 			spec.Queue = "train"
 		}
@@ -190,32 +362,72 @@ func newFakeServer(t *testing.T) *fakeServer {
 			writeJSON(w, http.StatusOK, api.JobDetail{Job: j, AttemptList: []api.Attempt{}, Events: []api.Event{
 				{ID: 6, Time: j.SubmitTime, Actor: "carol", Kind: api.EventSubmit, JobID: 44, To: api.StateHeld, Reason: "Dependency"},
 			}})
+		case "47":
+			writeJSON(w, http.StatusOK, fixtureMultiNode())
+		case "48":
+			writeJSON(w, http.StatusOK, fixtureStopping())
 		default:
-			writeJSON(w, http.StatusNotFound, api.Error{Code: api.CodeNotFound, Message: "no job " + r.PathValue("id")})
+			j, ok := fixtureJob(r.PathValue("id"))
+			if !ok {
+				writeJSON(w, http.StatusNotFound, api.Error{Code: api.CodeNotFound, Message: "no job " + r.PathValue("id")})
+				return
+			}
+			writeJSON(w, http.StatusOK, api.JobDetail{Job: j, AttemptList: []api.Attempt{}, Events: []api.Event{}})
 		}
 	})
-	mux.HandleFunc("POST /api/v1/jobs/{id}/cancel", func(w http.ResponseWriter, r *http.Request) {
-		jobs := fixtureJobs()
-		var job api.Job
-		switch r.PathValue("id") {
-		case "42":
-			job = jobs[0]
-			job.CancelRequested = true
-		case "43":
-			job = jobs[1]
-			job.State = api.StateCancelled
-		case "45":
-			job = jobs[3]
+	mux.HandleFunc("GET /api/v1/jobs/47/logs", func(w http.ResponseWriter, r *http.Request) {
+		rank, _ := strconv.Atoi(r.URL.Query().Get("rank"))
+		switch r.URL.Query().Get("node") {
+		case "":
+		case "node-a":
+			rank = 0
+		case "node-b":
+			rank = 1
 		default:
+			writeJSON(w, http.StatusNotFound, api.Error{Code: api.CodeNotFound, Message: "attempt 1 of job 47 has no rank on " + r.URL.Query().Get("node")})
+			return
+		}
+		w.Header().Set("X-Rota-Log-Rank", strconv.Itoa(rank))
+		w.Header().Set("X-Rota-Log-Node", []string{"node-a", "node-b"}[rank])
+		serveChunks(t, w, r, rankLogs[rank], 1)
+	})
+	mux.HandleFunc("POST /api/v1/jobs/{id}/cancel", func(w http.ResponseWriter, r *http.Request) {
+		f.record(r)
+		job, ok := fixtureJob(r.PathValue("id"))
+		if !ok {
 			writeJSON(w, http.StatusNotFound, api.Error{Code: api.CodeNotFound, Message: "no job " + r.PathValue("id")})
 			return
 		}
-		writeJSON(w, http.StatusOK, job)
+		writeJSON(w, http.StatusOK, cancelled(job))
+	})
+	mux.HandleFunc("POST /api/v1/arrays/{id}/{action}", func(w http.ResponseWriter, r *http.Request) {
+		f.record(r)
+		var elems []api.Job
+		for _, j := range fixtureJobs() {
+			if strconv.FormatInt(j.ArrayID, 10) != r.PathValue("id") {
+				continue
+			}
+			switch r.PathValue("action") {
+			case "cancel":
+				j = cancelled(j)
+			case "hold":
+				j.UserHold = j.State == api.StatePending || j.State == api.StateHeld
+			case "release":
+				j.UserHold = false
+			}
+			elems = append(elems, j)
+		}
+		if elems == nil {
+			writeJSON(w, http.StatusNotFound, api.Error{Code: api.CodeNotFound, Message: "no array " + r.PathValue("id")})
+			return
+		}
+		writeJSON(w, http.StatusOK, api.JobList{Jobs: elems})
 	})
 	mux.HandleFunc("GET /api/v1/nodes", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, fixtureNodes())
 	})
 	mux.HandleFunc("POST /api/v1/jobs/{id}/hold", func(w http.ResponseWriter, r *http.Request) {
+		f.record(r)
 		jobs := fixtureJobs()
 		switch r.PathValue("id") {
 		case "42":
@@ -229,6 +441,7 @@ func newFakeServer(t *testing.T) *fakeServer {
 		}
 	})
 	mux.HandleFunc("POST /api/v1/jobs/{id}/release", func(w http.ResponseWriter, r *http.Request) {
+		f.record(r)
 		jobs := fixtureJobs()
 		switch r.PathValue("id") {
 		case "43":
@@ -341,9 +554,211 @@ func newFakeServer(t *testing.T) *fakeServer {
 		}
 		writeJSON(w, http.StatusOK, c)
 	})
-	f.Server = httptest.NewServer(mux)
+	mux.HandleFunc("GET /api/v1/users", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, fixtureUsers())
+	})
+	mux.HandleFunc("PUT /api/v1/users/{name}", func(w http.ResponseWriter, r *http.Request) {
+		var u api.User
+		if !f.decode(w, r, &u) {
+			return
+		}
+		f.mu.Lock()
+		f.user = u
+		f.mu.Unlock()
+		if u.Created.IsZero() {
+			u.Created = testNow
+		}
+		writeJSON(w, http.StatusOK, u)
+	})
+	mux.HandleFunc("GET /api/v1/tokens", func(w http.ResponseWriter, r *http.Request) {
+		list := fixtureTokens()
+		if user := r.URL.Query().Get("user"); user != "" {
+			list.Tokens = slices.DeleteFunc(list.Tokens, func(t api.TokenInfo) bool { return t.User != user })
+		}
+		writeJSON(w, http.StatusOK, list)
+	})
+	mux.HandleFunc("POST /api/v1/tokens", func(w http.ResponseWriter, r *http.Request) {
+		var req api.TokenRequest
+		if !f.decode(w, r, &req) {
+			return
+		}
+		f.mu.Lock()
+		f.tokenReq = req
+		f.mu.Unlock()
+		tok := api.NewToken{TokenInfo: api.TokenInfo{ID: "eeee5555", User: req.User, Description: req.Description, Created: testNow},
+			Token: "rota_eeee5555secretsecretsecretsecre"}
+		if tok.User == "" {
+			tok.User = r.Context().Value(callerKey{}).(api.Whoami).User
+		}
+		if req.TTLSeconds > 0 {
+			tok.Expires = at(time.Duration(req.TTLSeconds) * time.Second)
+		}
+		writeJSON(w, http.StatusCreated, tok)
+	})
+	mux.HandleFunc("POST /api/v1/join-tokens", func(w http.ResponseWriter, r *http.Request) {
+		var req api.JoinTokenRequest
+		if !f.decode(w, r, &req) {
+			return
+		}
+		f.mu.Lock()
+		f.joinReq = req
+		f.mu.Unlock()
+		writeJSON(w, http.StatusCreated, api.NewJoinToken{
+			JoinTokenInfo: api.JoinTokenInfo{ID: "jt03", Created: testNow, Expires: *at(time.Duration(req.TTLSeconds) * time.Second), Uses: req.Uses, Node: req.Node},
+			Token:         "rotajoin_jt03secret",
+			Command:       "rota agent --join rotajoin_jt03secret --server https://rota.example:7443",
+		})
+	})
+	mux.HandleFunc("GET /api/v1/join-tokens", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]any{"join_tokens": fixtureJoinTokens()})
+	})
+	mux.HandleFunc("GET /api/v1/audit", func(w http.ResponseWriter, r *http.Request) {
+		f.mu.Lock()
+		f.auditQuery = append(f.auditQuery, r.URL.RawQuery)
+		f.mu.Unlock()
+		pages := fixtureAudit()
+		if r.URL.Query().Get("after") == pages[0].Next {
+			writeJSON(w, http.StatusOK, pages[1])
+			return
+		}
+		writeJSON(w, http.StatusOK, pages[0])
+	})
+	for route, known := range map[string][]string{
+		"/api/v1/users/{name}":       {"carol"},
+		"/api/v1/tokens/{name}":      {"bbbb2222"},
+		"/api/v1/join-tokens/{name}": {"jt01"},
+		"/api/v1/nodes/{name}":       {"ws-1"},
+	} {
+		mux.HandleFunc("DELETE "+route, func(w http.ResponseWriter, r *http.Request) {
+			name := r.PathValue("name")
+			switch {
+			case name == "node-a":
+				writeJSON(w, http.StatusConflict, api.Error{Code: api.CodeConflict, Message: "node node-a runs job 42; drain it and wait for its jobs to end"})
+			case slices.Contains(known, name):
+				f.mu.Lock()
+				f.deleted = append(f.deleted, r.URL.Path)
+				f.mu.Unlock()
+				w.WriteHeader(http.StatusNoContent)
+			default:
+				writeJSON(w, http.StatusNotFound, api.Error{Code: api.CodeNotFound, Message: "no such thing: " + name})
+			}
+		})
+	}
+	f.Server = httptest.NewUnstartedServer(f.authenticate(mux))
+	start(f.Server)
 	t.Cleanup(f.Close)
 	return f
+}
+
+// authenticate answers as the real server does before any route: 401 without a known
+// token (but not on the Unix socket, whose callers the server knows by their account),
+// 415 for a body that is not JSON, and 403 for what the caller's role may not do.
+func (f *fakeServer) authenticate(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		f.mu.Lock()
+		f.auth = append(f.auth, r.Header.Get("Authorization"))
+		f.mu.Unlock()
+		who, ok := fakeTokens[strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")]
+		if addr, _ := r.Context().Value(http.LocalAddrContextKey).(net.Addr); addr != nil && addr.Network() == "unix" {
+			who, ok = unixCaller, true
+		}
+		if !ok {
+			writeJSON(w, http.StatusUnauthorized, api.Error{Code: api.CodeUnauthorized, Message: "missing or unknown API token"})
+			return
+		}
+		wantType := "application/json"
+		if r.URL.Path == "/api/v1/config" {
+			wantType = "application/yaml"
+		}
+		if ct := r.Header.Get("Content-Type"); r.ContentLength != 0 && ct != wantType {
+			writeJSON(w, http.StatusUnsupportedMediaType, api.Error{Code: api.CodeUnsupportedMedia, Message: "want a body of " + wantType + ", got " + ct})
+			return
+		}
+		if rule := adminRule(r); rule != "" && who.Role != "admin" {
+			writeJSON(w, http.StatusForbidden, api.Error{Code: api.CodeForbidden, Message: "only admins may do this", Role: who.Role, Rule: rule})
+			return
+		}
+		if who.Role == "viewer" && r.Method != http.MethodGet {
+			writeJSON(w, http.StatusForbidden, api.Error{Code: api.CodeForbidden, Role: who.Role, Rule: "read-only",
+				Message: "role viewer may only read (rule read-only)"})
+			return
+		}
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), callerKey{}, who)))
+	})
+}
+
+// adminRule names the rule that keeps a route to admins, "" for the others.
+func adminRule(r *http.Request) string {
+	switch p := r.URL.Path; {
+	case strings.HasPrefix(p, "/api/v1/users"):
+		return "users.manage"
+	case strings.HasPrefix(p, "/api/v1/join-tokens"):
+		return "nodes.join"
+	case p == "/api/v1/audit":
+		return "audit.read"
+	case r.Method == http.MethodDelete && strings.HasPrefix(p, "/api/v1/nodes/"):
+		return "nodes.remove"
+	}
+	return ""
+}
+
+// record notes a job or array action.
+func (f *fakeServer) record(r *http.Request) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.actions = append(f.actions, r.Method+" "+r.URL.Path)
+}
+
+// fixtureJob finds a job of fixtureJobs by its ID as the path gives it.
+func fixtureJob(id string) (api.Job, bool) {
+	for _, j := range fixtureJobs() {
+		if strconv.FormatInt(j.ID, 10) == id {
+			return j, true
+		}
+	}
+	return api.Job{}, false
+}
+
+// cancelled is job after a cancel: a job that waits ends at once, an active one is asked to.
+func cancelled(job api.Job) api.Job {
+	switch {
+	case job.State.Active():
+		job.CancelRequested = true
+	case !job.State.Terminal():
+		job.State = api.StateCancelled
+	}
+	return job
+}
+
+// serveChunks serves a log in chunks: each request gets the next chunk from its offset,
+// and the request that reaches the end is told the log is done.
+func serveChunks(t *testing.T, w http.ResponseWriter, r *http.Request, chunks []string, attempt int) {
+	log := strings.Join(chunks, "")
+	var offset int
+	if o := r.URL.Query().Get("offset"); o != "" {
+		var err error
+		if offset, err = strconv.Atoi(o); err != nil {
+			t.Errorf("offset %q: %v", o, err)
+		}
+	}
+	end := len(log)
+	for i, n := 0, 0; i < len(chunks); i++ {
+		if n += len(chunks[i]); n > offset {
+			end = n
+			break
+		}
+	}
+	// Without wait, a request gets everything there is.
+	if r.URL.Query().Get("wait") == "" {
+		end = len(log)
+	}
+	w.Header().Set("X-Rota-Log-Size", strconv.Itoa(end))
+	w.Header().Set("X-Rota-Log-Attempt", strconv.Itoa(attempt))
+	if end == len(log) {
+		w.Header().Set("X-Rota-Log-Done", "true")
+	}
+	w.Header().Set("Content-Type", "text/plain")
+	w.Write([]byte(log[offset:end]))
 }
 
 // decode reads a JSON request body into v, answering 400 when it cannot.
@@ -372,7 +787,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	json.NewEncoder(w).Encode(v)
 }
 
-// run runs one verb against url with the fixed test environment.
+// run runs one verb against url with the fixed test environment: an admin's token.
 func run(t *testing.T, url string, verb string, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
 	return runCtx(t, context.Background(), url, verb, args...)
@@ -380,15 +795,35 @@ func run(t *testing.T, url string, verb string, args ...string) (code int, stdou
 
 func runCtx(t *testing.T, ctx context.Context, url string, verb string, args ...string) (int, string, string) {
 	t.Helper()
+	return testRun{env: map[string]string{"ROTA_SERVER": url, "ROTA_TOKEN": adminToken}}.runCtx(t, ctx, verb, args...)
+}
+
+// testRun is an environment to run verbs in, for the tests that need another than run's.
+type testRun struct {
+	env       map[string]string
+	stdin     string
+	configDir string
+	http      *http.Client
+}
+
+func (tr testRun) run(t *testing.T, verb string, args ...string) (int, string, string) {
+	t.Helper()
+	return tr.runCtx(t, context.Background(), verb, args...)
+}
+
+func (tr testRun) runCtx(t *testing.T, ctx context.Context, verb string, args ...string) (int, string, string) {
+	t.Helper()
 	var out, errOut bytes.Buffer
-	env := map[string]string{"ROTA_SERVER": url, "USER": "alice"}
 	cfg := Config{
-		Stdout:   &out,
-		Stderr:   &errOut,
-		Now:      func() time.Time { return testNow },
-		Location: time.UTC,
-		Getenv:   func(k string) string { return env[k] },
-		Getwd:    func() (string, error) { return "/home/alice/proj", nil },
+		Stdout:    &out,
+		Stderr:    &errOut,
+		Stdin:     strings.NewReader(tr.stdin),
+		Now:       func() time.Time { return testNow },
+		Location:  time.UTC,
+		Getenv:    func(k string) string { return tr.env[k] },
+		ConfigDir: tr.configDir,
+		Getwd:     func() (string, error) { return "/home/alice/proj", nil },
+		HTTP:      tr.http,
 	}
 	code := cfg.Run(ctx, verb, args)
 	return code, out.String(), errOut.String()

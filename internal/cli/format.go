@@ -199,6 +199,26 @@ func formatExitCode(c *int) string {
 	return strconv.Itoa(*c)
 }
 
+// formatIndices prints GPU indices with runs of three or more as ranges: 0-7, 0,1, 2-4,6.
+func formatIndices(idx []int) string {
+	var parts []string
+	for i := 0; i < len(idx); {
+		j := i
+		for j+1 < len(idx) && idx[j+1] == idx[j]+1 {
+			j++
+		}
+		if j-i >= 2 {
+			parts = append(parts, strconv.Itoa(idx[i])+"-"+strconv.Itoa(idx[j]))
+		} else {
+			for k := i; k <= j; k++ {
+				parts = append(parts, strconv.Itoa(idx[k]))
+			}
+		}
+		i = j + 1
+	}
+	return strings.Join(parts, ",")
+}
+
 func joinOrDash(s []string) string {
 	if len(s) == 0 {
 		return "-"

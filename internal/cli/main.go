@@ -9,8 +9,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/user"
-	"strings"
 	"time"
 )
 
@@ -21,23 +19,30 @@ const (
 	ExitUsage = 2 // bad flags or arguments; nothing was sent
 )
 
-// DefaultServer is used when neither --server nor $ROTA_SERVER is set.
+// DefaultServer is used when no server is named (--server, $ROTA_SERVER, the saved login)
+// and no local server's socket is found.
 const DefaultServer = "http://127.0.0.1:7070"
 
-// Config holds what the verbs take from the outside world, so tests can fix it. Every
-// field but Location and HTTP must be set; Main fills them from the process.
+// Config holds what the verbs take from the outside world, so tests can fix it. Stdout,
+// Stderr, Now, Getenv and Getwd must be set; Main fills every field from the process.
 type Config struct {
 	Stdout, Stderr io.Writer
+	// Stdin is where `rota login` reads a token not given with --token; nil reads nothing.
+	Stdin io.Reader
 	// Now is the clock behind every "elapsed", "waited" and "ago".
 	Now func() time.Time
 	// Location is the zone times are printed in; nil means time.Local.
 	Location *time.Location
-	// Getenv reads ROTA_SERVER and USER.
+	// Getenv reads ROTA_SERVER, ROTA_TOKEN, ROTA_CA_FINGERPRINT, ROTA_DATA_DIR,
+	// XDG_CONFIG_HOME and HOME.
 	Getenv func(string) string
+	// ConfigDir is where `rota login` saves the server, token and CA fingerprint
+	// (config.yaml); empty means $XDG_CONFIG_HOME/rota, else $HOME/.config/rota.
+	ConfigDir string
 	// Getwd gives the default working directory of submitted jobs.
 	Getwd func() (string, error)
-	// HTTP sends the requests; nil means a client without an overall timeout, which
-	// `logs -f` needs for its long polls.
+	// HTTP sends the requests; nil means one built for the server (see NewClient), without
+	// an overall timeout, which `logs -f` needs for its long polls.
 	HTTP *http.Client
 }
 
@@ -47,6 +52,7 @@ func Main(ctx context.Context, verb string, args []string, stdout, stderr io.Wri
 	return Config{
 		Stdout: stdout,
 		Stderr: stderr,
+		Stdin:  os.Stdin,
 		Now:    time.Now,
 		Getenv: os.Getenv,
 		Getwd:  os.Getwd,
@@ -73,7 +79,10 @@ var verbs = []struct {
 	{Verb{"release", "let held jobs start"}, runRelease},
 	{Verb{"logs", "print a job's log; -f follows it"}, runLogs},
 	{Verb{"nodes", "list nodes with their GPUs and load"}, runNodes},
-	{Verb{"admin", "queues, teams and quotas, node drains, reservations, config files"}, runAdmin},
+	{Verb{"login", "save a server URL and API token: rota login --server URL"}, runLogin},
+	{Verb{"logout", "forget the saved API token"}, runLogout},
+	{Verb{"whoami", "say who the server takes you for"}, runWhoami},
+	{Verb{"admin", "users and tokens, queues, teams, nodes, reservations, the audit trail"}, runAdmin},
 }
 
 // Verbs lists the verbs Main runs, in the order a person meets them.
@@ -105,7 +114,7 @@ func (cfg Config) location() *time.Location {
 
 // globalFlags are accepted by every verb.
 type globalFlags struct {
-	server string
+	Endpoint
 	output string
 }
 
@@ -119,7 +128,9 @@ func newFlagSet(cfg Config, verb, usage string) (*flag.FlagSet, *globalFlags) {
 		fs.PrintDefaults()
 	}
 	g := &globalFlags{}
-	fs.StringVar(&g.server, "server", "", "rota server `URL` (default $ROTA_SERVER, else "+DefaultServer+")")
+	fs.StringVar(&g.Server, "server", "", "rota server `URL` (default $ROTA_SERVER, else the saved login, else the local socket, else "+DefaultServer+")")
+	fs.StringVar(&g.Token, "token", "", "API `token` (default $ROTA_TOKEN, else the saved login's)")
+	fs.StringVar(&g.CAFingerprint, "ca-fingerprint", "", "pin an https server's CA, `sha256:HEX` (default $ROTA_CA_FINGERPRINT, else the saved login's)")
 	fs.StringVar(&g.output, "o", "table", "output `format`: table or json")
 	fs.StringVar(&g.output, "output", "table", "output `format`: table or json (same as -o)")
 	return fs, g
@@ -163,23 +174,26 @@ func checkOutput(fs *flag.FlagSet, g *globalFlags) bool {
 	return true
 }
 
-// client builds the API client from --server, $ROTA_SERVER or the default.
-func (cfg Config) client(g *globalFlags) *Client {
-	server := g.server
-	if server == "" {
-		server = cfg.Getenv("ROTA_SERVER")
+// client builds the API client for the server and credentials the flags, the environment
+// and the saved login name (see resolve).
+func (cfg Config) client(g *globalFlags) (*Client, error) {
+	e, err := cfg.resolve(g.Endpoint)
+	if err != nil {
+		return nil, err
 	}
-	if server == "" {
-		server = DefaultServer
+	return cfg.newClient(e)
+}
+
+// newClient is NewClient sending through cfg.HTTP when that is set.
+func (cfg Config) newClient(e Endpoint) (*Client, error) {
+	c, err := NewClient(e)
+	if err != nil {
+		return nil, err
 	}
-	if !strings.Contains(server, "://") {
-		server = "http://" + server
+	if cfg.HTTP != nil {
+		c.HTTP = cfg.HTTP
 	}
-	hc := cfg.HTTP
-	if hc == nil {
-		hc = &http.Client{}
-	}
-	return &Client{BaseURL: strings.TrimRight(server, "/"), HTTP: hc}
+	return c, nil
 }
 
 // fail prints err for a person and returns the exit code for it.
@@ -223,15 +237,4 @@ func (cfg Config) printJSON(v any) int {
 		return ExitError
 	}
 	return ExitOK
-}
-
-// currentUser is $USER, else the OS account name.
-func (cfg Config) currentUser() string {
-	if u := cfg.Getenv("USER"); u != "" {
-		return u
-	}
-	if u, err := user.Current(); err == nil {
-		return u.Username
-	}
-	return ""
 }

@@ -19,7 +19,11 @@ func runNodes(ctx context.Context, cfg Config, args []string) int {
 	if code, ok := cfg.parseNoArgs("nodes", fs, g, args); !ok {
 		return code
 	}
-	list, err := cfg.client(g).Nodes(ctx)
+	c, err := cfg.client(g)
+	if err != nil {
+		return cfg.fail(ctx, err)
+	}
+	list, err := c.Nodes(ctx)
 	if err != nil {
 		return cfg.fail(ctx, err)
 	}
@@ -38,7 +42,7 @@ func runNodes(ctx context.Context, cfg Config, args []string) int {
 			lastSeen = relative(n.LastHeartbeat, now)
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d/%d\t%s\t%s\t%s\n",
-			n.Name, n.State, nodeGPUs(n), gpuModels(n.GPUs), n.CPUsUsed, n.CPUs,
+			n.Name, nodeState(n), nodeGPUs(n), gpuModels(n.GPUs), n.CPUsUsed, n.CPUs,
 			formatMB(n.MemoryMB), formatLabels(n.Labels), lastSeen)
 	}
 	if err := tw.Flush(); err != nil {
@@ -74,4 +78,14 @@ func gpuModels(gpus []api.GPU) string {
 	}
 	sort.Strings(models)
 	return orDash(strings.Join(models, ","))
+}
+
+// nodeState is the node's state, marked while it syncs: its agent changed or it came back
+// after it was lost, and it takes no new work until its agent has stopped what the server
+// no longer lists.
+func nodeState(n api.Node) string {
+	if n.Syncing {
+		return string(n.State) + " (syncing)"
+	}
+	return string(n.State)
 }

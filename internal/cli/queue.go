@@ -3,17 +3,24 @@ package cli
 import (
 	"context"
 	"fmt"
+	"io"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/rotahq/rota/internal/api"
 )
 
-const queueUsage = `rota queue [--all] [--state S,S...] [--queue Q] [--user U]
+const queueUsage = `rota queue [--all] [--expand] [--state S,S...] [--queue Q] [--user U]
 
 Lists jobs that have not ended (--all: every job). TIME is how long a running job has
 run, a pending job has waited, or an ended job ran. START is when a waiting job is
-estimated to start, "-" when that is unknown. REASON says why a job waits.`
+estimated to start, "-" when that is unknown. REASON says why a job waits.
+The jobs of an array share one line: its ID as ID_[FIRST-LAST] over the indices listed,
+and in STATE how many of them are in each state; TIME is the longest of theirs, START
+the soonest, REASON that of the first that waits. --expand lists them one a line, each
+as ID_INDEX.`
 
 func runQueue(ctx context.Context, cfg Config, args []string) int {
 	fs, g := newFlagSet(cfg, "queue", queueUsage)
@@ -21,6 +28,7 @@ func runQueue(ctx context.Context, cfg Config, args []string) int {
 	states := fs.String("state", "", "only jobs in these `states`, comma-separated (e.g. PENDING,RUNNING)")
 	queue := fs.String("queue", "", "only jobs in this `queue`")
 	user := fs.String("user", "", "only jobs of this `user`")
+	expand := fs.Bool("expand", false, "list the jobs of an array one a line")
 	if code, ok := cfg.parseNoArgs("queue", fs, g, args); !ok {
 		return code
 	}
@@ -41,7 +49,11 @@ func runQueue(ctx context.Context, cfg Config, args []string) int {
 		opts.States = []string{"all"}
 	}
 
-	jobs, err := cfg.client(g).AllJobs(ctx, opts)
+	c, err := cfg.client(g)
+	if err != nil {
+		return cfg.fail(ctx, err)
+	}
+	jobs, err := c.AllJobs(ctx, opts)
 	if err != nil {
 		return cfg.fail(ctx, err)
 	}
@@ -51,15 +63,102 @@ func runQueue(ctx context.Context, cfg Config, args []string) int {
 	now := cfg.Now()
 	tw := newTable(cfg.Stdout)
 	fmt.Fprintln(tw, "ID\tNAME\tUSER\tQUEUE\tSTATE\tGPUS\tNODES\tTIME\tSTART\tREASON")
-	for _, j := range jobs {
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n",
-			j.ID, orDash(truncate(j.Spec.Name, 32)), orDash(j.Spec.User), orDash(j.Spec.Queue), j.State,
+	for _, row := range queueRows(jobs, *expand) {
+		if len(row) > 1 {
+			printArrayRow(tw, row, now)
+			continue
+		}
+		j := row[0]
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n",
+			displayID(j), orDash(truncate(j.Spec.Name, 32)), orDash(j.Spec.User), orDash(j.Spec.Queue), j.State,
 			j.Spec.GPUs, joinOrDash(j.Nodes), formatDuration(jobTime(j, now)), jobStart(j, now), jobReason(j))
 	}
 	if err := tw.Flush(); err != nil {
 		return cfg.fail(ctx, err)
 	}
 	return ExitOK
+}
+
+// queueRows groups jobs into the lines of rota queue: one job a line, except that the
+// jobs of an array share the line of the first of them listed, unless expand is set.
+func queueRows(jobs []api.Job, expand bool) [][]api.Job {
+	var rows [][]api.Job
+	arrayRow := map[int64]int{} // array ID → its row
+	for _, j := range jobs {
+		if expand || j.ArrayID == 0 || j.ArrayIndex == nil {
+			rows = append(rows, []api.Job{j})
+			continue
+		}
+		if r, ok := arrayRow[j.ArrayID]; ok {
+			rows[r] = append(rows[r], j)
+			continue
+		}
+		arrayRow[j.ArrayID] = len(rows)
+		rows = append(rows, []api.Job{j})
+	}
+	return rows
+}
+
+// displayID is a job's ID as rota queue shows it: ARRAY_INDEX for a job of an array.
+func displayID(j api.Job) string {
+	if j.ArrayID != 0 && j.ArrayIndex != nil {
+		return fmt.Sprintf("%d_%d", j.ArrayID, *j.ArrayIndex)
+	}
+	return strconv.FormatInt(j.ID, 10)
+}
+
+// printArrayRow prints the one line of the listed jobs of an array.
+func printArrayRow(tw io.Writer, jobs []api.Job, now time.Time) {
+	first := jobs[0]
+	lo, hi := *first.ArrayIndex, *first.ArrayIndex
+	var longest time.Duration
+	start := "-"
+	var soonest *time.Time
+	reason := "-"
+	var nodes []string
+	for _, j := range jobs {
+		lo, hi = min(lo, *j.ArrayIndex), max(hi, *j.ArrayIndex)
+		longest = max(longest, jobTime(j, now))
+		if jobStart(j, now) != "-" && (soonest == nil || j.EstimatedStart.Before(*soonest)) {
+			soonest = j.EstimatedStart
+		}
+		if reason == "-" && !j.State.Active() && !j.State.Terminal() {
+			reason = jobReason(j)
+		}
+		for _, n := range j.Nodes {
+			if !slices.Contains(nodes, n) {
+				nodes = append(nodes, n)
+			}
+		}
+	}
+	if soonest != nil {
+		start = relative(*soonest, now)
+	}
+	slices.Sort(nodes)
+	fmt.Fprintf(tw, "%d_[%d-%d]\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n",
+		first.ArrayID, lo, hi, orDash(truncate(first.Spec.Name, 32)), orDash(first.Spec.User), orDash(first.Spec.Queue),
+		countStates(jobs), first.Spec.GPUs, orDash(truncate(strings.Join(nodes, ","), 32)),
+		formatDuration(longest), start, reason)
+}
+
+// stateOrder is the order in which countStates names states: what runs, what waits, what
+// has ended.
+var stateOrder = []api.JobState{api.StateRunning, api.StateAssigned, api.StatePending, api.StateHeld,
+	api.StateSucceeded, api.StateFailed, api.StateCancelled, api.StateTimeout}
+
+// countStates says how many jobs are in each state: "3 running, 5 pending, 92 succeeded".
+func countStates(jobs []api.Job) string {
+	n := map[api.JobState]int{}
+	for _, j := range jobs {
+		n[j.State]++
+	}
+	var parts []string
+	for _, s := range stateOrder {
+		if n[s] > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", n[s], strings.ToLower(stateWord(s))))
+		}
+	}
+	return strings.Join(parts, ", ")
 }
 
 // jobTime is what the TIME column shows: run time for a job that started, waiting time

@@ -12,10 +12,12 @@ import (
 
 const showUsage = `rota show JOB
 
-Shows one job: its request, state and reason, times, attempts and events. Lines for a
-user hold, dependencies, the job's array, its priority while it waits, borrowing and
-its last checkpoint appear only when they apply. -o json prints the job with
-attempt_list and events.`
+Shows one job (an ID, or ARRAY_INDEX for a job of an array): its request, state and
+reason, times, attempts and events. Lines for a user hold, dependencies, the job's
+array, its restart policy and failures, a retry's backoff, its priority while it waits,
+borrowing, its checkpoints and who submitted it for its user appear only when they
+apply. A multi-node attempt's ranks are listed with how each ended. -o json prints the
+job with attempt_list and events.`
 
 func runShow(ctx context.Context, cfg Config, args []string) int {
 	fs, g := newFlagSet(cfg, "show", showUsage)
@@ -26,11 +28,19 @@ func runShow(ctx context.Context, cfg Config, args []string) int {
 	if len(pos) != 1 {
 		return cfg.usageError("show", "want exactly one job ID, got %d arguments", len(pos))
 	}
-	id, err := parseJobID(pos[0])
+	ref, err := parseJobRef(pos[0])
 	if err != nil {
 		return cfg.usageError("show", "%v", err)
 	}
-	d, err := cfg.client(g).GetJob(ctx, id)
+	c, err := cfg.client(g)
+	if err != nil {
+		return cfg.fail(ctx, err)
+	}
+	id, err := c.jobID(ctx, ref)
+	if err != nil {
+		return cfg.fail(ctx, err)
+	}
+	d, err := c.GetJob(ctx, id)
 	if err != nil {
 		return cfg.fail(ctx, err)
 	}
@@ -60,15 +70,21 @@ func printJobDetail(cfg Config, d api.JobDetail) {
 	if j.CancelRequested && !j.State.Terminal() {
 		state += " (cancel requested)"
 	}
+	stopping := ""
+	if j.Stopping != "" && !j.State.Terminal() {
+		stopping = "the other ranks are being stopped: " + j.Stopping
+	}
 	// Lines with an empty value are left out: they are the ones that apply to few jobs.
 	tw := newTable(cfg.Stdout)
 	for _, kv := range [][2]string{
 		{"ID", strconv.FormatInt(j.ID, 10)},
 		{"Name", orDash(j.Spec.Name)},
 		{"User", orDash(j.Spec.User)},
+		{"Submitted by", j.SubmittedBy},
 		{"Team", orDash(j.Spec.Team)},
 		{"Queue", orDash(j.Spec.Queue)},
 		{"State", state},
+		{"Stopping", stopping},
 		{"Hold", describeHold(j)},
 		{"Reason", orDash(j.Reason)},
 		{"Message", orDash(j.Message)},
@@ -78,6 +94,8 @@ func printJobDetail(cfg Config, d api.JobDetail) {
 		{"Time limit", timeLimit},
 		{"Depends on", describeDependencies(j.Spec)},
 		{"Array", describeArray(j)},
+		{"Restart", describeRestart(j)},
+		{"Retry", describeRetry(j, loc)},
 		{"Submitted", formatTimeRel(&j.SubmitTime, now, loc)},
 		{"Started", formatTimeRel(j.StartTime, now, loc)},
 		{"Ended", formatTimeRel(j.EndTime, now, loc)},
@@ -87,6 +105,7 @@ func printJobDetail(cfg Config, d api.JobDetail) {
 		{"GPUs", joinOrDash(j.GPUIDs)},
 		{"Borrowing", describeBorrowing(j)},
 		{"Checkpoint", checkpoint(j, now, loc)},
+		{"Checkpoints", j.Checkpoints},
 		{"Exit code", formatExitCode(j.ExitCode)},
 		{"Attempts", strconv.Itoa(j.Attempts)},
 	} {
@@ -104,25 +123,94 @@ func printJobDetail(cfg Config, d api.JobDetail) {
 			var nodes, gpus []string
 			for _, p := range a.Placements {
 				nodes = append(nodes, p.Node)
-				for _, i := range p.GPUIndices {
-					gpus = append(gpus, p.Node+":"+strconv.Itoa(i))
+				if len(p.GPUIndices) > 0 {
+					gpus = append(gpus, p.Node+":"+formatIndices(p.GPUIndices))
 				}
 			}
 			fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
-				a.N, a.State, joinOrDash(nodes), joinOrDash(gpus), formatTime(&a.AssignTime, loc),
+				a.N, a.State, joinOrDash(nodes), orDash(strings.Join(gpus, " ")), formatTime(&a.AssignTime, loc),
 				formatTime(a.StartTime, loc), formatTime(a.EndTime, loc), formatExitCode(a.ExitCode), orDash(a.Reason))
 		}
 		tw.Flush()
+		printRanks(cfg, d.AttemptList[len(d.AttemptList)-1])
 	}
 
 	if len(d.Events) > 0 {
 		fmt.Fprintln(cfg.Stdout, "\nEvents:")
 		tw = newTable(cfg.Stdout)
 		for _, e := range d.Events {
-			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", formatTime(&e.Time, loc), orDash(e.Actor), eventChange(e), eventNote(e))
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", formatTime(&e.Time, loc), eventActor(e), eventChange(e), eventNote(e))
 		}
 		tw.Flush()
 	}
+}
+
+// printRanks lists the ranks of a multi-node attempt and how each ended.
+func printRanks(cfg Config, a api.Attempt) {
+	if len(a.Placements) < 2 {
+		return
+	}
+	fmt.Fprintf(cfg.Stdout, "\nRanks of attempt %d:\n", a.N)
+	tw := newTable(cfg.Stdout)
+	fmt.Fprintln(tw, "  RANK\tNODE\tGPUS\tSTATE\tEXIT\tMESSAGE")
+	for r, p := range a.Placements {
+		fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\n",
+			r, p.Node, orDash(formatIndices(p.GPUIndices)), rankState(a, p), formatExitCode(p.ExitCode), rankMessage(p))
+	}
+	tw.Flush()
+}
+
+// rankState is a rank's state: its own once it has ended, the attempt's while it runs.
+func rankState(a api.Attempt, p api.Placement) string {
+	switch {
+	case p.State != "":
+		return string(p.State)
+	case a.State.Active():
+		return string(a.State)
+	}
+	return "-"
+}
+
+// rankMessage says how a rank ended: the sentence, else the reason code.
+func rankMessage(p api.Placement) string {
+	if p.Message != "" {
+		return p.Message
+	}
+	return orDash(p.Reason)
+}
+
+// describeRestart is the Restart line: the restart policy and the failures charged to
+// the job's retries. It is left out while nothing about restarts was asked for or
+// happened.
+func describeRestart(j api.Job) string {
+	if j.Spec.RestartPolicy == "" && j.Spec.Retries == nil && j.Failures == 0 {
+		return ""
+	}
+	policy := j.Spec.RestartPolicy
+	if policy == "" {
+		policy = "the queue's default policy"
+	}
+	if j.Spec.Retries == nil {
+		return fmt.Sprintf("%s; %s so far, retries: the default", policy, plural(j.Failures, "failure", "failures"))
+	}
+	return fmt.Sprintf("%s; %s of %s used", policy, plural(j.Failures, "failure", "failures"),
+		plural(*j.Spec.Retries, "retry", "retries"))
+}
+
+// describeRetry is the Retry line of a job that waits out its backoff before a retry.
+func describeRetry(j api.Job, loc *time.Location) string {
+	if j.NotBefore == nil || j.State.Terminal() || j.State.Active() {
+		return ""
+	}
+	return "retrying after " + j.NotBefore.In(loc).Format("15:04:05") + " (backoff)"
+}
+
+// eventActor is who made an event, with the role they made it in.
+func eventActor(e api.Event) string {
+	if e.Role == "" {
+		return orDash(e.Actor)
+	}
+	return orDash(e.Actor) + " (" + e.Role + ")"
 }
 
 // describeHold is the Hold line: set while the user's hold keeps the job from starting.
@@ -233,6 +321,12 @@ func eventNote(e api.Event) string {
 			note += ": "
 		}
 		note += e.Message
+	}
+	if e.Source != "" {
+		if note != "" {
+			note += " "
+		}
+		note += "(from " + e.Source + ")"
 	}
 	return note
 }

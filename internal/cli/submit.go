@@ -32,7 +32,13 @@ override the spec file; a command after -- overrides the file's command.
   --array takes indices and ranges separated by commas, each range with an optional
   step, and an optional limit of jobs active at once after %: 0-99, 0-99%8, 1,3,5,
   0-10:2, 0-9,20-29%4. Indices run from 0 to 999999, at most 10000 of them. One job is
-  submitted per index, with consecutive IDs; the first ID is printed last.`
+  submitted per index, with consecutive IDs; the first ID is printed last.
+  --restart-policy says when an attempt that ended is followed by another: never,
+  on-failure (after a non-zero exit or a failed start, up to --retries times, with
+  backoff) or always (services: after any end but a cancel or the time limit).
+The job runs as the user you are logged in as; only an admin may give --user.
+Should the connection break while submitting, the submit is sent once more with the
+same Idempotency-Key, so the job is never created twice.`
 
 // envFlag collects repeated --env K=V.
 type envFlag map[string]string
@@ -60,7 +66,7 @@ type submitFlags struct {
 	gpus, gpusPerNode, nodes, cpus, retries int
 	mem, timeLimit, grace                   string
 	queue, name, team, workdir, gpuModel    string
-	signal, file                            string
+	signal, file, user, restartPolicy       string
 	after, afterOK, array                   string
 	hold                                    bool
 	nice                                    int
@@ -84,7 +90,9 @@ func runSubmit(ctx context.Context, cfg Config, args []string) int {
 	fs.Var(f.env, "env", "environment variable `K=V` (repeatable)")
 	fs.StringVar(&f.signal, "signal", "", "`signal` sent first when the job must stop (default SIGTERM)")
 	fs.StringVar(&f.grace, "grace", "", "time from the stop signal to the kill, a `DURATION`")
-	fs.IntVar(&f.retries, "retries", 0, "times to requeue the job when its node is lost (default: the server's)")
+	fs.IntVar(&f.retries, "retries", 0, "failed attempts to retry (non-zero exit); node loss and preemption never count")
+	fs.StringVar(&f.restartPolicy, "restart-policy", "", "`POLICY` never, on-failure or always (default: the queue's)")
+	fs.StringVar(&f.user, "user", "", "submit on behalf of `user` (admins only; default: you)")
 	fs.StringVar(&f.after, "after", "", "start only after these `jobs` have ended, in any state")
 	fs.StringVar(&f.afterOK, "after-ok", "", "start only after these `jobs` have succeeded; fail if one does not")
 	fs.StringVar(&f.array, "array", "", "submit one job per index of `SPEC`, e.g. 0-99%8")
@@ -106,7 +114,11 @@ func runSubmit(ctx context.Context, cfg Config, args []string) int {
 		return ExitUsage
 	}
 
-	job, err := cfg.client(g).Submit(ctx, spec)
+	c, err := cfg.client(g)
+	if err != nil {
+		return cfg.fail(ctx, err)
+	}
+	job, err := c.Submit(ctx, spec)
 	if err != nil {
 		return cfg.fail(ctx, err)
 	}
@@ -140,7 +152,8 @@ func describeArraySubmit(first int64, array string) string {
 }
 
 // buildSpec merges the spec file, the flags set explicitly and the command into a JobSpec
-// with the client-side defaults (workdir, user) filled in.
+// with the working directory filled in. The user is left to the server, which knows who
+// is asking.
 func buildSpec(cfg Config, fs *flag.FlagSet, f submitFlags, command []string) (api.JobSpec, error) {
 	var spec api.JobSpec
 	if f.file != "" {
@@ -170,9 +183,6 @@ func buildSpec(cfg Config, fs *flag.FlagSet, f submitFlags, command []string) (a
 			return spec, fmt.Errorf("--workdir not given and the current directory is unknown: %w", err)
 		}
 	}
-	if spec.User == "" {
-		spec.User = cfg.currentUser()
-	}
 	return spec, checkSpec(spec)
 }
 
@@ -193,6 +203,10 @@ func applyFlag(spec *api.JobSpec, f submitFlags, name string) error {
 	case "retries":
 		r := f.retries
 		spec.Retries = &r
+	case "restart-policy":
+		spec.RestartPolicy = f.restartPolicy
+	case "user":
+		spec.User = f.user
 	case "mem":
 		spec.MemoryMB, err = ParseSize(f.mem)
 	case "time":
@@ -253,6 +267,15 @@ func checkSpec(spec api.JobSpec) error {
 	}
 	if spec.Retries != nil && *spec.Retries < 0 {
 		return fmt.Errorf("--retries must be 0 or more, got %d", *spec.Retries)
+	}
+	switch spec.RestartPolicy {
+	case "", api.RestartOnFailure, api.RestartAlways:
+	case api.RestartNever:
+		if spec.Retries != nil && *spec.Retries > 0 {
+			return fmt.Errorf("--retries %d would never be used: under --restart-policy never no attempt is retried; use on-failure", *spec.Retries)
+		}
+	default:
+		return fmt.Errorf("--restart-policy: unknown policy %q: want never, on-failure or always", spec.RestartPolicy)
 	}
 	for _, deps := range []struct {
 		flag string
@@ -383,7 +406,17 @@ func parseTimeLimit(s string) (int64, error) {
 	if d < 0 {
 		return 0, fmt.Errorf("invalid duration %q: must be 0 or more", s)
 	}
-	return int64((d + time.Second - 1) / time.Second), nil
+	return ceilSeconds(d), nil
+}
+
+// ceilSeconds rounds d up to whole seconds without adding to d, which may be near its
+// maximum.
+func ceilSeconds(d time.Duration) int64 {
+	secs := int64(d / time.Second)
+	if d%time.Second != 0 {
+		secs++
+	}
+	return secs
 }
 
 // parseGrace reads a grace period: a Go duration or a bare number of seconds.
@@ -402,7 +435,7 @@ func parseGrace(s string) (int64, error) {
 	if d < 0 {
 		return 0, fmt.Errorf("invalid duration %q: must be 0 or more", s)
 	}
-	return int64((d + time.Second - 1) / time.Second), nil
+	return ceilSeconds(d), nil
 }
 
 // normalizeSignal turns "term" or "TERM" into "SIGTERM"; numbers pass unchanged.

@@ -21,11 +21,19 @@ func runWhy(ctx context.Context, cfg Config, args []string) int {
 	if len(pos) != 1 {
 		return cfg.usageError("why", "want exactly one job ID, got %d arguments", len(pos))
 	}
-	id, err := parseJobID(pos[0])
+	ref, err := parseJobRef(pos[0])
 	if err != nil {
 		return cfg.usageError("why", "%v", err)
 	}
-	why, err := cfg.client(g).Why(ctx, id)
+	c, err := cfg.client(g)
+	if err != nil {
+		return cfg.fail(ctx, err)
+	}
+	id, err := c.jobID(ctx, ref)
+	if err != nil {
+		return cfg.fail(ctx, err)
+	}
+	why, err := c.Why(ctx, id)
 	if err != nil {
 		return cfg.fail(ctx, err)
 	}
