@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -10,11 +11,13 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/user"
 	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/rotahq/rota/internal/agent"
+	"github.com/rotahq/rota/internal/auth"
 	"github.com/rotahq/rota/internal/cli"
 	"github.com/rotahq/rota/internal/sched"
 	"github.com/rotahq/rota/internal/server"
@@ -37,19 +40,26 @@ func defaultDataDir() string {
 type serverFlags struct {
 	dataDir, listen, storeURL, config, policy       string
 	heartbeat, notReady, lost, halfLife, minRuntime time.Duration
+	assignTimeout                                   time.Duration
+	tls, insecureHTTP                               bool
+	tlsSANs                                         string
 }
 
 func (f *serverFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&f.dataDir, "data-dir", defaultDataDir(), "directory for the database and job logs")
-	fs.StringVar(&f.listen, "listen", defaultListen, "address the API listens on")
+	fs.StringVar(&f.dataDir, "data-dir", defaultDataDir(), "directory for the database, the cluster CA, the local socket and job logs")
+	fs.StringVar(&f.listen, "listen", defaultListen, "TCP address the API listens on (tokens and agent certificates; the local socket needs neither)")
 	fs.StringVar(&f.storeURL, "store", "", "store URL: sqlite://PATH or postgres://… (default: sqlite in the data dir)")
-	fs.StringVar(&f.config, "config", "", "YAML file of queues and teams applied at start (see deploy/rota.yaml)")
+	fs.StringVar(&f.config, "config", "", "YAML file of queues, teams, execution settings and limits applied at start (see deploy/rota.yaml)")
 	fs.DurationVar(&f.halfLife, "fairshare-half-life", 7*24*time.Hour, "how fast past usage stops counting against a team's fair share")
 	fs.StringVar(&f.policy, "policy", "default", "scheduling policy: "+strings.Join(sched.PolicyNames(), ", ")+" (combine with +)")
 	fs.DurationVar(&f.minRuntime, "min-runtime", sched.DefaultMinRuntime, "how long a job runs before it may be preempted (0: no protection)")
 	fs.DurationVar(&f.heartbeat, "heartbeat-interval", 2*time.Second, "how often agents report")
 	fs.DurationVar(&f.notReady, "node-not-ready-after", 15*time.Second, "silence after which a node takes no new work")
 	fs.DurationVar(&f.lost, "node-lost-after", 5*time.Minute, "silence after which a node's jobs are requeued")
+	fs.DurationVar(&f.assignTimeout, "assign-timeout", 2*time.Minute, "how long a live node's agent may take to start an attempt before it is requeued")
+	fs.BoolVar(&f.tls, "tls", false, "serve TLS on --listen with a certificate from the cluster CA (agents need it; clients pin the CA fingerprint)")
+	fs.StringVar(&f.tlsSANs, "tls-san", "", "extra host names and IPs for the server's certificate, comma-separated (it always has localhost, the host name and the --listen address)")
+	fs.BoolVar(&f.insecureHTTP, "insecure-http", false, "allow plain HTTP on a non-loopback --listen address (tokens and job secrets then cross the network in clear)")
 }
 
 // agentFlags are shared by `rota agent` and `rota up`.
@@ -67,7 +77,7 @@ func (f *agentFlags) register(fs *flag.FlagSet, withDataDir bool) {
 	fs.IntVar(&f.cpus, "cpus", 0, "CPUs to offer to jobs (default: all; with --fake-gpus at least 8 per GPU)")
 	fs.StringVar(&f.memory, "memory", "", "memory to offer to jobs, e.g. 512G (default: all; with --fake-gpus at least 64G per GPU)")
 	if withDataDir {
-		fs.StringVar(&f.dataDir, "data-dir", filepath.Join(defaultDataDir(), "agent"), "directory for job files, logs and checkpoints")
+		fs.StringVar(&f.dataDir, "data-dir", "", "directory for the node's identity, job files, logs and checkpoints (default: "+filepath.Join(defaultDataDir(), "agent", "NAME")+")")
 	}
 }
 
@@ -122,7 +132,7 @@ func runServer(ctx context.Context, args []string, stderr io.Writer) int {
 		return code
 	}
 	log := newLogger(stderr)
-	if err := serve(ctx, sf, log, nil); err != nil {
+	if err := serve(ctx, sf, server.Config{}, log, nil); err != nil {
 		log.Error("server stopped", "err", err)
 		return 1
 	}
@@ -132,30 +142,40 @@ func runServer(ctx context.Context, args []string, stderr io.Writer) int {
 func runAgent(ctx context.Context, args []string, stderr io.Writer) int {
 	var af agentFlags
 	fs := newFlagSet("agent", stderr)
-	serverURL := fs.String("server", envOr("ROTA_SERVER", "http://"+defaultListen), "server URL")
+	serverURL := fs.String("server", envOr("ROTA_SERVER", "https://"+defaultListen), "server URL (https://HOST:PORT)")
+	join := fs.String("join", os.Getenv("ROTA_JOIN_TOKEN"), "join token from `rota admin join-token` (default $ROTA_JOIN_TOKEN); needed only the first time")
 	af.register(fs, true)
 	if code := parseFlags(fs, args); code >= 0 {
 		return code
 	}
 	log := newLogger(stderr)
-	cfg, err := af.config(*serverURL, af.dataDir)
+	dataDir := af.dataDir
+	if dataDir == "" {
+		// One directory per node name, so two agents on one machine never share one.
+		dataDir = filepath.Join(defaultDataDir(), "agent", af.name)
+	}
+	cfg, err := af.config(*serverURL, dataDir)
 	if err != nil {
 		fmt.Fprintf(stderr, "rota agent: %v\n", err)
 		return 2
 	}
+	cfg.Join = strings.TrimSpace(*join)
 	a, err := agent.New(cfg, log)
 	if err != nil {
 		fmt.Fprintf(stderr, "rota agent: %v\n", err)
 		return 1
 	}
+	defer a.Close()
 	if err := a.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
-		log.Error("agent stopped", "err", err)
+		fmt.Fprintf(stderr, "rota agent: %v\n", err)
 		return 1
 	}
 	return 0
 }
 
-// runUp starts the server and one agent in this process: the one-command start.
+// runUp starts the server and one agent in this process: the one-command start. The agent
+// reaches the server through an in-process connection, so it needs no join; people on
+// this machine reach it through the local socket, so they need no token.
 func runUp(ctx context.Context, args []string, stderr io.Writer) int {
 	var sf serverFlags
 	var af agentFlags
@@ -166,31 +186,44 @@ func runUp(ctx context.Context, args []string, stderr io.Writer) int {
 		return code
 	}
 	log := newLogger(stderr)
-	cfg, err := af.config("http://"+sf.listen, filepath.Join(sf.dataDir, "agent"))
+	cfg, err := af.config("http://rota-up", filepath.Join(sf.dataDir, "agent", af.name))
 	if err != nil {
 		fmt.Fprintf(stderr, "rota up: %v\n", err)
 		return 2
 	}
+	owner := "admin"
+	if u, err := user.Current(); err == nil {
+		owner = u.Username
+	}
+	// Whoever starts `rota up` owns it: they are its first admin, and if they are root
+	// their jobs may run as root, since they could anyway.
+	scfg := server.Config{BootstrapAdmin: owner, BootstrapAllowRoot: os.Geteuid() == 0, LocalUsersAreMembers: true}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	started := make(chan string, 1)
+	started := make(chan *server.Server, 1)
 	errc := make(chan error, 2)
-	go func() { errc <- serve(ctx, sf, log, started) }()
-	var addr string
+	local := server.NewLocalListener()
+	go func() { errc <- serve(ctx, sf, scfg, log, &upHooks{started: started, local: local}) }()
 	select {
-	case addr = <-started:
+	case <-started:
 	case err := <-errc:
 		log.Error("server stopped", "err", err)
 		return 1
 	}
-	cfg.ServerURL = "http://" + addr
+	cfg.HTTPClient = local.Client()
 	a, err := agent.New(cfg, log.With("component", "agent"))
 	if err != nil {
 		fmt.Fprintf(stderr, "rota up: %v\n", err)
 		return 1
 	}
+	defer a.Close()
 	go func() { errc <- a.Run(ctx) }()
-	fmt.Fprintf(stderr, "rota is up: API at http://%s, data in %s\n  try: rota submit -- echo hello   then: rota queue\n", addr, sf.dataDir)
+	scheme := "http"
+	if sf.tls {
+		scheme = "https"
+	}
+	fmt.Fprintf(stderr, "rota is up: %s://%s (token in %s) and %s on this machine (no token needed); data in %s\n  try: rota submit -- echo hello   then: rota queue\n",
+		scheme, sf.listen, filepath.Join(sf.dataDir, "admin-token"), socketPath(sf.dataDir), sf.dataDir)
 	err = <-errc
 	cancel()
 	if err != nil && !errors.Is(err, context.Canceled) {
@@ -200,10 +233,22 @@ func runUp(ctx context.Context, args []string, stderr io.Writer) int {
 	return 0
 }
 
-// serve runs the control plane until ctx ends. It sends the bound address on started, if given.
-func serve(ctx context.Context, sf serverFlags, log *slog.Logger, started chan<- string) error {
+// upHooks lets `rota up` learn when the server is ready and serve its agent in-process.
+type upHooks struct {
+	started chan<- *server.Server
+	local   *server.LocalListener
+}
+
+func socketPath(dataDir string) string { return filepath.Join(dataDir, "rota.sock") }
+
+// serve runs the control plane until ctx ends: on the local socket, on --listen (TLS with
+// --tls), and, for `rota up`, on the in-process listener of its agent.
+func serve(ctx context.Context, sf serverFlags, scfg server.Config, log *slog.Logger, up *upHooks) error {
 	if err := os.MkdirAll(sf.dataDir, 0o755); err != nil {
 		return fmt.Errorf("data dir: %w", err)
+	}
+	if !sf.tls && !sf.insecureHTTP && !isLoopback(sf.listen) {
+		return fmt.Errorf("--listen %s is reachable from other machines: without --tls, API tokens and job secrets would cross the network in clear text; add --tls (agents need it anyway), or --insecure-http to force plain HTTP", sf.listen)
 	}
 	url := sf.storeURL
 	if url == "" {
@@ -222,30 +267,142 @@ func serve(ctx context.Context, sf serverFlags, log *slog.Logger, started chan<-
 	if sf.minRuntime <= 0 {
 		policy.MinRuntime = -1
 	}
-	srv, err := server.New(ctx, server.Config{Policy: policy, DataDir: sf.dataDir, HeartbeatInterval: sf.heartbeat, NotReadyAfter: sf.notReady, LostAfter: sf.lost, HalfLife: sf.halfLife, ConfigFile: sf.config}, st, log)
+	scfg.Policy, scfg.DataDir, scfg.ConfigFile = policy, sf.dataDir, sf.config
+	scfg.HeartbeatInterval, scfg.NotReadyAfter, scfg.LostAfter = sf.heartbeat, sf.notReady, sf.lost
+	scfg.HalfLife, scfg.AssignTimeout = sf.halfLife, sf.assignTimeout
+	if sf.tls {
+		scfg.AdvertiseURL = "https://" + advertised(sf.listen)
+	}
+	srv, err := server.New(ctx, scfg, st, log)
 	if err != nil {
 		return err
 	}
+	defer srv.Close()
+
 	ln, err := net.Listen("tcp", sf.listen)
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
-	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
-	log.Info("rota server listening", "addr", ln.Addr().String(), "store", redact(url), "data_dir", sf.dataDir)
-	if started != nil {
-		started <- ln.Addr().String()
+	scheme := "http"
+	if sf.tls {
+		cert, err := srv.CA().ServerCertificate(serverHosts(ln.Addr(), sf.tlsSANs), 365*24*time.Hour)
+		if err != nil {
+			ln.Close()
+			return fmt.Errorf("server certificate: %w", err)
+		}
+		ln = tls.NewListener(ln, auth.ServerTLSConfig(srv.CA(), cert))
+		scheme = "https"
+	}
+	sock, err := listenSocket(socketPath(sf.dataDir))
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	handler := srv.Handler()
+	newHTTP := func() *http.Server {
+		return &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, ConnContext: srv.ConnContext}
+	}
+	servers := []*http.Server{newHTTP(), newHTTP()}
+	listeners := []net.Listener{ln, sock}
+	if up != nil {
+		servers = append(servers, newHTTP())
+		listeners = append(listeners, up.local)
+	}
+	log.Info("rota server listening", "addr", scheme+"://"+ln.Addr().String(), "socket", socketPath(sf.dataDir),
+		"store", redact(url), "data_dir", sf.dataDir, "cluster", srv.ClusterID(), "ca_fingerprint", srv.CA().Fingerprint())
+	if sf.tls {
+		log.Info("clients log in with: rota login --server " + scheme + "://" + ln.Addr().String() + " --ca-fingerprint " + srv.CA().Fingerprint() +
+			"; agents join with a token from: rota admin join-token")
+	}
+	if up != nil {
+		up.started <- srv
 	}
 	go srv.Run(ctx)
-	go func() {
-		<-ctx.Done()
-		shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
+	errc := make(chan error, len(servers))
+	for i, hs := range servers {
+		go func() { errc <- hs.Serve(listeners[i]) }()
+	}
+	select {
+	case <-ctx.Done():
+	case err = <-errc:
+	}
+	shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for _, hs := range servers {
 		hs.Shutdown(shutdown)
-	}()
-	if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+	}
+	os.Remove(socketPath(sf.dataDir))
+	if err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
 	return nil
+}
+
+// listenSocket listens on the local socket, replacing one a dead server left behind but
+// never one a live server answers on. Anyone on the machine may connect: the server tells
+// who they are from the socket's peer credentials.
+func listenSocket(path string) (net.Listener, error) {
+	if c, err := net.Dial("unix", path); err == nil {
+		c.Close()
+		return nil, fmt.Errorf("another rota server is running on %s; stop it, or give this one another --data-dir", path)
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("remove stale socket: %w", err)
+	}
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", path, err)
+	}
+	if err := os.Chmod(path, 0o666); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("open %s to local users: %w", path, err)
+	}
+	return ln, nil
+}
+
+// serverHosts are the names the server's certificate covers.
+func serverHosts(addr net.Addr, extra string) []string {
+	hosts := []string{"localhost", "127.0.0.1", "::1"}
+	if h, err := os.Hostname(); err == nil {
+		hosts = append(hosts, h)
+	}
+	if tcp, ok := addr.(*net.TCPAddr); ok && !tcp.IP.IsUnspecified() {
+		hosts = append(hosts, tcp.IP.String())
+	}
+	for _, h := range strings.Split(extra, ",") {
+		if h = strings.TrimSpace(h); h != "" {
+			hosts = append(hosts, h)
+		}
+	}
+	return hosts
+}
+
+// advertised is the listen address as other machines reach it: a wildcard host is
+// replaced by this machine's name.
+func advertised(listen string) string {
+	host, port, err := net.SplitHostPort(listen)
+	if err != nil {
+		return listen
+	}
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		if h, err := os.Hostname(); err == nil {
+			host = h
+		}
+	}
+	return net.JoinHostPort(host, port)
+}
+
+// isLoopback reports whether a listen address can only be reached from this machine.
+func isLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // redact hides a password in a store URL before it is logged.

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/rotahq/rota/internal/agent"
 	"github.com/rotahq/rota/internal/cli"
 	"github.com/rotahq/rota/internal/sim"
 )
@@ -19,8 +20,8 @@ const usageHead = `rota: a GPU cluster scheduler
 
 Start:
   rota up       [--data-dir DIR] [--listen ADDR] [--fake-gpus N[xMODEL]]   server and agent on this machine
-  rota server   --data-dir DIR --listen ADDR [--store URL] [--config FILE]  the control plane
-  rota agent    --server URL --name NODE [--labels k=v,…] [--fake-gpus N[xMODEL]]
+  rota server   --data-dir DIR --listen ADDR [--tls] [--store URL] [--config FILE]  the control plane
+  rota agent    --server https://HOST:PORT --join TOKEN [--name NODE] [--labels k=v,…] [--fake-gpus N[xMODEL]]
 
 Use:
 `
@@ -31,7 +32,10 @@ Replay and account:
   rota history  export [--since 720h] [--out FILE]   ended jobs as a rota trace for rota sim
   rota bench    [--suite sched,e2e,sim] [--quick] [-o table|json]   benchmarks to compare across commits
 
-Every client verb takes --server URL (default $ROTA_SERVER, else http://127.0.0.1:7070) and -o json.
+Every client verb takes -o json, and --server URL, --token and --ca-fingerprint. The server
+is --server, else $ROTA_SERVER, else what 'rota login' saved, else the local socket of
+'rota up' in $ROTA_DATA_DIR (default ~/.rota), where no token is needed, else
+http://127.0.0.1:7070. The token is --token, else $ROTA_TOKEN, else the saved login.
 Run 'rota VERB -h' for a verb's flags.
 `
 
@@ -75,6 +79,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return runServer(ctx, rest, stderr)
 	case "agent":
 		return runAgent(ctx, rest, stderr)
+	case "supervise":
+		// Not in the usage: the agent starts one per job attempt (see internal/agent).
+		return agent.SuperviseMain(rest, stderr)
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usage())
 		return 0
