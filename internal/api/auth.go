@@ -110,6 +110,12 @@ type JoinTokenInfo struct {
 	Node string `json:"node,omitempty"`
 }
 
+// JoinTokenList is the answer to GET /api/v1/join-tokens: every join token, expired and
+// used ones included.
+type JoinTokenList struct {
+	JoinTokens []JoinTokenInfo `json:"join_tokens"`
+}
+
 // NewJoinToken is the answer to POST /api/v1/join-tokens.
 type NewJoinToken struct {
 	JoinTokenInfo

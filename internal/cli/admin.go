@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"strings"
 )
@@ -148,4 +149,38 @@ func (cfg Config) oneArg(cmd, what string, pos []string) (string, bool) {
 		return "", false
 	}
 	return pos[0], true
+}
+
+// runList runs a verb that fetches one list and prints it, as JSON or as a table. flags
+// registers the verb's own flags (nil: none). fetch returns the list with empty slices
+// rather than nil ones, so that JSON shows [] for none.
+func runList[L any](ctx context.Context, cfg Config, args []string, cmd, usage string, flags func(*flag.FlagSet),
+	fetch func(context.Context, *Client) (L, error), table func(context.Context, L) int) int {
+	fs, g := newFlagSet(cfg, cmd, usage)
+	if flags != nil {
+		flags(fs)
+	}
+	if code, ok := cfg.parseNoArgs(cmd, fs, g, args); !ok {
+		return code
+	}
+	c, err := cfg.client(g)
+	if err != nil {
+		return cfg.fail(ctx, err)
+	}
+	list, err := fetch(ctx, c)
+	if err != nil {
+		return cfg.fail(ctx, err)
+	}
+	if g.output == "json" {
+		return cfg.printJSON(list)
+	}
+	return table(ctx, list)
+}
+
+// orEmpty is s, or an empty slice for nil.
+func orEmpty[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
 }

@@ -30,26 +30,12 @@ const queueDeleteUsage = `rota admin queue delete NAME
 Deletes a queue.`
 
 func runQueueList(ctx context.Context, cfg Config, args []string) int {
-	const cmd = "admin queue list"
-	fs, g := newFlagSet(cfg, cmd, queueListUsage)
-	if code, ok := cfg.parseNoArgs(cmd, fs, g, args); !ok {
-		return code
-	}
-	c, err := cfg.client(g)
-	if err != nil {
-		return cfg.fail(ctx, err)
-	}
-	queues, err := c.Queues(ctx)
-	if err != nil {
-		return cfg.fail(ctx, err)
-	}
-	if queues == nil {
-		queues = []api.Queue{}
-	}
-	if g.output == "json" {
-		return cfg.printJSON(api.QueueList{Queues: queues})
-	}
-	return cfg.printQueues(ctx, queues)
+	return runList(ctx, cfg, args, "admin queue list", queueListUsage, nil,
+		func(ctx context.Context, c *Client) (api.QueueList, error) {
+			queues, err := c.Queues(ctx)
+			return api.QueueList{Queues: orEmpty(queues)}, err
+		},
+		func(ctx context.Context, l api.QueueList) int { return cfg.printQueues(ctx, l.Queues) })
 }
 
 func (cfg Config) printQueues(ctx context.Context, queues []api.Queue) int {

@@ -155,25 +155,16 @@ func parseSpan(s string) (time.Duration, error) {
 }
 
 func runReservations(ctx context.Context, cfg Config, args []string) int {
-	const cmd = "admin reservations"
-	fs, g := newFlagSet(cfg, cmd, reservationsUsage)
-	if code, ok := cfg.parseNoArgs(cmd, fs, g, args); !ok {
-		return code
-	}
-	c, err := cfg.client(g)
-	if err != nil {
-		return cfg.fail(ctx, err)
-	}
-	list, err := c.Reservations(ctx)
-	if err != nil {
-		return cfg.fail(ctx, err)
-	}
-	if list.Reservations == nil {
-		list.Reservations = []api.Reservation{}
-	}
-	if g.output == "json" {
-		return cfg.printJSON(list)
-	}
+	return runList(ctx, cfg, args, "admin reservations", reservationsUsage, nil,
+		func(ctx context.Context, c *Client) (api.ReservationList, error) {
+			list, err := c.Reservations(ctx)
+			list.Reservations = orEmpty(list.Reservations)
+			return list, err
+		},
+		cfg.printReservations)
+}
+
+func (cfg Config) printReservations(ctx context.Context, list api.ReservationList) int {
 	loc := cfg.location()
 	tw := newTable(cfg.Stdout)
 	fmt.Fprintln(tw, "ID\tNAME\tTEAM\tGPUS\tNODES\tSTART\tEND")

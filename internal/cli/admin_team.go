@@ -34,26 +34,13 @@ const teamDeleteUsage = `rota admin team delete NAME
 Deletes a team.`
 
 func runTeamList(ctx context.Context, cfg Config, args []string) int {
-	const cmd = "admin team list"
-	fs, g := newFlagSet(cfg, cmd, teamListUsage)
-	if code, ok := cfg.parseNoArgs(cmd, fs, g, args); !ok {
-		return code
-	}
-	c, err := cfg.client(g)
-	if err != nil {
-		return cfg.fail(ctx, err)
-	}
-	list, err := c.Teams(ctx)
-	if err != nil {
-		return cfg.fail(ctx, err)
-	}
-	if list.Teams == nil {
-		list.Teams = []api.Team{}
-	}
-	if g.output == "json" {
-		return cfg.printJSON(list)
-	}
-	return cfg.printTeams(ctx, list.Teams)
+	return runList(ctx, cfg, args, "admin team list", teamListUsage, nil,
+		func(ctx context.Context, c *Client) (api.TeamList, error) {
+			list, err := c.Teams(ctx)
+			list.Teams = orEmpty(list.Teams)
+			return list, err
+		},
+		func(ctx context.Context, l api.TeamList) int { return cfg.printTeams(ctx, l.Teams) })
 }
 
 func (cfg Config) printTeams(ctx context.Context, teams []api.Team) int {

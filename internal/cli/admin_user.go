@@ -63,26 +63,13 @@ const joinTokenRevokeUsage = `rota admin join-token revoke ID
 Revokes a join token; nodes that joined with it stay.`
 
 func runUserList(ctx context.Context, cfg Config, args []string) int {
-	const cmd = "admin user list"
-	fs, g := newFlagSet(cfg, cmd, userListUsage)
-	if code, ok := cfg.parseNoArgs(cmd, fs, g, args); !ok {
-		return code
-	}
-	c, err := cfg.client(g)
-	if err != nil {
-		return cfg.fail(ctx, err)
-	}
-	list, err := c.Users(ctx)
-	if err != nil {
-		return cfg.fail(ctx, err)
-	}
-	if list.Users == nil {
-		list.Users = []api.User{}
-	}
-	if g.output == "json" {
-		return cfg.printJSON(list)
-	}
-	return cfg.printUsers(ctx, list.Users)
+	return runList(ctx, cfg, args, "admin user list", userListUsage, nil,
+		func(ctx context.Context, c *Client) (api.UserList, error) {
+			list, err := c.Users(ctx)
+			list.Users = orEmpty(list.Users)
+			return list, err
+		},
+		func(ctx context.Context, l api.UserList) int { return cfg.printUsers(ctx, l.Users) })
 }
 
 func (cfg Config) printUsers(ctx context.Context, users []api.User) int {
@@ -165,26 +152,18 @@ func runUserRemove(ctx context.Context, cfg Config, args []string) int {
 }
 
 func runTokenList(ctx context.Context, cfg Config, args []string) int {
-	const cmd = "admin token list"
-	fs, g := newFlagSet(cfg, cmd, tokenListUsage)
-	user := fs.String("user", "", "only the tokens of `user`")
-	if code, ok := cfg.parseNoArgs(cmd, fs, g, args); !ok {
-		return code
-	}
-	c, err := cfg.client(g)
-	if err != nil {
-		return cfg.fail(ctx, err)
-	}
-	list, err := c.Tokens(ctx, *user)
-	if err != nil {
-		return cfg.fail(ctx, err)
-	}
-	if list.Tokens == nil {
-		list.Tokens = []api.TokenInfo{}
-	}
-	if g.output == "json" {
-		return cfg.printJSON(list)
-	}
+	var user string
+	return runList(ctx, cfg, args, "admin token list", tokenListUsage,
+		func(fs *flag.FlagSet) { fs.StringVar(&user, "user", "", "only the tokens of `user`") },
+		func(ctx context.Context, c *Client) (api.TokenList, error) {
+			list, err := c.Tokens(ctx, user)
+			list.Tokens = orEmpty(list.Tokens)
+			return list, err
+		},
+		cfg.printTokens)
+}
+
+func (cfg Config) printTokens(ctx context.Context, list api.TokenList) int {
 	now, loc := cfg.Now(), cfg.location()
 	tw := newTable(cfg.Stdout)
 	fmt.Fprintln(tw, "ID\tUSER\tSTATE\tDESCRIPTION\tCREATED\tEXPIRES\tLAST USED")
@@ -297,29 +276,19 @@ func runJoinToken(ctx context.Context, cfg Config, args []string) int {
 }
 
 func runJoinTokenList(ctx context.Context, cfg Config, args []string) int {
-	const cmd = "admin join-token list"
-	fs, g := newFlagSet(cfg, cmd, joinTokenListUsage)
-	if code, ok := cfg.parseNoArgs(cmd, fs, g, args); !ok {
-		return code
-	}
-	c, err := cfg.client(g)
-	if err != nil {
-		return cfg.fail(ctx, err)
-	}
-	tokens, err := c.JoinTokens(ctx)
-	if err != nil {
-		return cfg.fail(ctx, err)
-	}
-	if tokens == nil {
-		tokens = []api.JoinTokenInfo{}
-	}
-	if g.output == "json" {
-		return cfg.printJSON(joinTokenList{JoinTokens: tokens})
-	}
+	return runList(ctx, cfg, args, "admin join-token list", joinTokenListUsage, nil,
+		func(ctx context.Context, c *Client) (api.JoinTokenList, error) {
+			tokens, err := c.JoinTokens(ctx)
+			return api.JoinTokenList{JoinTokens: orEmpty(tokens)}, err
+		},
+		cfg.printJoinTokens)
+}
+
+func (cfg Config) printJoinTokens(ctx context.Context, list api.JoinTokenList) int {
 	now, loc := cfg.Now(), cfg.location()
 	tw := newTable(cfg.Stdout)
 	fmt.Fprintln(tw, "ID\tNODE\tUSES\tCREATED\tEXPIRES")
-	for _, t := range tokens {
+	for _, t := range list.JoinTokens {
 		fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%s\t%s\n", t.ID, orDash(t.Node), t.Used, t.Uses,
 			formatTime(&t.Created, loc), formatTimeRel(&t.Expires, now, loc))
 	}

@@ -70,14 +70,9 @@ func (c *Client) CreateJoinToken(ctx context.Context, req api.JoinTokenRequest) 
 	return out, err
 }
 
-// joinTokenList is the answer to GET /api/v1/join-tokens.
-type joinTokenList struct {
-	JoinTokens []api.JoinTokenInfo `json:"join_tokens"`
-}
-
 // JoinTokens lists the join tokens that have not expired or been revoked.
 func (c *Client) JoinTokens(ctx context.Context) ([]api.JoinTokenInfo, error) {
-	var list joinTokenList
+	var list api.JoinTokenList
 	err := c.do(ctx, http.MethodGet, "/api/v1/join-tokens", nil, nil, &list)
 	return list.JoinTokens, err
 }

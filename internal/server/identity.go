@@ -417,9 +417,7 @@ func (s *Server) handleJoinTokens(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	recs := s.state.JoinTokens()
 	s.mu.Unlock()
-	out := struct {
-		JoinTokens []api.JoinTokenInfo `json:"join_tokens"`
-	}{JoinTokens: []api.JoinTokenInfo{}}
+	out := api.JoinTokenList{JoinTokens: []api.JoinTokenInfo{}}
 	for _, j := range recs {
 		out.JoinTokens = append(out.JoinTokens, j.JoinTokenInfo)
 	}
