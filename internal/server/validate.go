@@ -329,7 +329,7 @@ func validateDeps(spec *api.JobSpec, st *cluster.State) *api.Error {
 
 // Array limits: enough for a large sweep, small enough that one submit stays one quick commit.
 const (
-	maxArrayIndex = 1_000_000
+	maxArrayIndex = 999_999
 	maxArrayJobs  = 10_000
 )
 
@@ -343,7 +343,7 @@ func parseArray(spec string) ([]int, int, *api.Error) {
 	body, limitStr, hasLimit := strings.Cut(spec, "%")
 	limit := 0
 	if hasLimit {
-		n, err := strconv.Atoi(limitStr)
+		n, err := atoiDigits(limitStr)
 		if err != nil || n < 1 {
 			return bad("the limit after %% must be a positive number")
 		}
@@ -354,18 +354,18 @@ func parseArray(spec string) ([]int, int, *api.Error) {
 	for _, item := range strings.Split(body, ",") {
 		rng, stepStr, hasStep := strings.Cut(item, ":")
 		lo, hi, isRange := strings.Cut(rng, "-")
-		a, err := strconv.Atoi(lo)
+		a, err := atoiDigits(lo)
 		if err != nil || a < 0 || a > maxArrayIndex {
 			return bad("%q is not an index from 0 to %d", lo, maxArrayIndex)
 		}
 		b, step := a, 1
 		if isRange {
-			if b, err = strconv.Atoi(hi); err != nil || b < a || b > maxArrayIndex {
+			if b, err = atoiDigits(hi); err != nil || b < a || b > maxArrayIndex {
 				return bad("%q is not a range low-high with high at most %d", rng, maxArrayIndex)
 			}
 		}
 		if hasStep {
-			if step, err = strconv.Atoi(stepStr); err != nil || step < 1 || !isRange {
+			if step, err = atoiDigits(stepStr); err != nil || step < 1 || !isRange {
 				return bad("the step after : must be a positive number after a range")
 			}
 		}
@@ -381,4 +381,12 @@ func parseArray(spec string) ([]int, int, *api.Error) {
 		}
 	}
 	return out, limit, nil
+}
+
+// atoiDigits reads a number of plain digits: no sign, no spaces, at most 9 digits.
+func atoiDigits(s string) (int, error) {
+	if s == "" || len(s) > 9 || strings.TrimLeft(s, "0123456789") != "" {
+		return 0, fmt.Errorf("%q is not a number", s)
+	}
+	return strconv.Atoi(s)
 }

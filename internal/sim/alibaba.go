@@ -43,6 +43,9 @@ func readAlibabaPods(r io.Reader, strict bool) (*Trace, error) {
 		if err != nil {
 			return Job{}, err
 		}
+		if cpuMilli > maxTraceCPUs*1000 {
+			return Job{}, rowErrorf("cpu_milli %d: at most %d", cpuMilli, maxTraceCPUs*1000)
+		}
 		j.CPUs = int((cpuMilli + 999) / 1000)
 		if j.MemoryMB, err = parseCount(rr, rec, "memory_mib"); err != nil {
 			return Job{}, err
