@@ -299,8 +299,11 @@ func serve(ctx context.Context, sf serverFlags, scfg server.Config, log *slog.Lo
 		return err
 	}
 	handler := srv.Handler()
+	// net/http's own messages are mostly failed TLS handshakes: an agent of another
+	// cluster retrying, a port scanner. They are debug detail, not the server's news.
+	httpLog := slog.NewLogLogger(log.Handler(), slog.LevelDebug)
 	newHTTP := func() *http.Server {
-		return &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, ConnContext: srv.ConnContext}
+		return &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, ConnContext: srv.ConnContext, ErrorLog: httpLog}
 	}
 	servers := []*http.Server{newHTTP(), newHTTP()}
 	listeners := []net.Listener{ln, sock}

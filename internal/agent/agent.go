@@ -3,6 +3,7 @@ package agent
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -113,6 +114,8 @@ type Agent struct {
 	// answered is set by the first answer; listed holds the attempts the last one listed.
 	answered bool
 	listed   map[attemptKey]bool
+	// sentSynced is what the last heartbeat that got an answer said of Synced.
+	sentSynced bool
 	// warnedNoCluster keeps a server that names no cluster from filling the log.
 	warnedNoCluster bool
 	running         bool
@@ -330,6 +333,7 @@ func (a *Agent) Run(ctx context.Context) error {
 func (a *Agent) loop(ctx context.Context) error {
 	interval := a.interval
 	var downSince, lastRefusalLog time.Time
+	downKind := ""
 	var backoff time.Duration
 	everAnswered := false
 	for {
@@ -352,8 +356,22 @@ func (a *Agent) loop(ctx context.Context) error {
 			}
 			backoff = min(max(2*backoff, interval), refusedBackoff)
 			wait = backoff
-		case err != nil && downSince.IsZero():
-			downSince = time.Now()
+		case err != nil:
+			// Said once per outage, and again when its kind changes: a server that comes
+			// back with another cluster's CA is not the one that went away.
+			kind := outageKind(err)
+			if !downSince.IsZero() && kind == downKind {
+				break
+			}
+			if downSince.IsZero() {
+				downSince = time.Now()
+			}
+			downKind = kind
+			if kind == "tls" {
+				a.logger.Error("the server's certificate is not from the CA this agent joined: it runs another cluster, or is not the rota server; "+
+					"jobs keep running. To move this node to that cluster, join it with a token from it (rota agent --join TOKEN)", "err", err)
+				break
+			}
 			a.logger.Warn("server unreachable; jobs keep running, retrying", "err", err, "every", interval)
 		case err == nil:
 			everAnswered = true
@@ -368,6 +386,14 @@ func (a *Agent) loop(ctx context.Context) error {
 				wait = interval
 			}
 			a.reconcile(resp.Tasks)
+			// A node whose agent (re)connected takes no work until the server hears it is
+			// synced: say so at once rather than a heartbeat later.
+			a.mu.Lock()
+			changed := a.synced() != a.sentSynced
+			a.mu.Unlock()
+			if changed {
+				a.poke()
+			}
 		}
 
 		t := time.NewTimer(wait)
@@ -385,6 +411,32 @@ func (a *Agent) loop(ctx context.Context) error {
 		}
 		t.Stop()
 	}
+}
+
+// outageKind sorts a failed heartbeat: "tls" when the server could not be verified, "net"
+// for everything else.
+func outageKind(err error) string {
+	var cv *tls.CertificateVerificationError
+	msg := err.Error()
+	if errors.As(err, &cv) || strings.Contains(msg, "pinned") || strings.Contains(msg, "x509:") || strings.Contains(msg, "tls:") {
+		return "tls"
+	}
+	return "net"
+}
+
+// synced reports whether nothing lives on the node that the last answer did not list (and
+// there was an answer). An attempt counts as live until its end is reported, so Synced
+// never contradicts a task the same heartbeat reports running. Callers hold a.mu.
+func (a *Agent) synced() bool {
+	if !a.answered {
+		return false
+	}
+	for k, att := range a.attempts {
+		if _, ended := att.snapshot(); !ended && (!a.isCurrent(k) || !a.listed[k]) {
+			return false
+		}
+	}
+	return true
 }
 
 // adoptAll takes up every attempt an earlier agent process left that still needs
@@ -543,18 +595,12 @@ func (a *Agent) beat(ctx context.Context) (*api.HeartbeatResponse, error) {
 		Node: a.name, Inventory: a.inventory, Tasks: make([]api.TaskStatus, 0, len(keys)), AgentTime: time.Now().UTC(),
 		ClusterID: a.cluster, Instance: a.instance, PreviousInstance: a.previousInstance, PID: os.Getpid(), Version: Version,
 	}
-	synced := a.answered
 	carried := map[attemptKey]sent{}
 	stops := map[attemptKey]*attempt{}
 	for _, k := range keys {
 		att := a.attempts[k]
 		cur := a.isCurrent(k)
 		st, ended := att.snapshot()
-		// Live until its end is reported, so that Synced never contradicts a task the
-		// same heartbeat reports running.
-		if !ended && (!cur || !a.listed[k]) {
-			synced = false
-		}
 		if cur && !att.endAcked {
 			st.Events = att.events.peek()
 			hb.Tasks = append(hb.Tasks, st)
@@ -565,7 +611,7 @@ func (a *Agent) beat(ctx context.Context) (*api.HeartbeatResponse, error) {
 			stops[k] = att
 		}
 	}
-	hb.Synced = synced
+	hb.Synced = a.synced()
 	a.mu.Unlock()
 
 	resp, err := a.post(ctx, hb)
@@ -575,6 +621,7 @@ func (a *Agent) beat(ctx context.Context) (*api.HeartbeatResponse, error) {
 
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	a.sentSynced = hb.Synced
 	for _, s := range carried {
 		s.att.events.drop(s.events)
 	}

@@ -98,7 +98,9 @@ func (r *runner) newAttempt(k attemptKey, dir string) *attempt {
 		events:     newEventsReader(eventsPath(dir, k.legacy), filepath.Join(dir, fileEventsOffset), logger),
 		exited:     make(chan struct{}),
 		logShipped: make(chan struct{}),
-		status:     api.TaskStatus{JobID: k.job, Attempt: k.attempt, State: api.StateRunning},
+		// ASSIGNED until the supervisor says the job's process exists: the server must not
+		// call a job RUNNING, or signal it, before there is anything to run or signal.
+		status: api.TaskStatus{JobID: k.job, Attempt: k.attempt, State: api.StateAssigned},
 	}
 }
 
@@ -238,7 +240,9 @@ func (r *runner) follow(a *attempt) {
 				r.finish(a, rec)
 				return
 			}
-			a.noteStarted()
+			if a.noteStarted() {
+				r.onChange() // the server learns at once that the job runs
+			}
 			t := time.NewTimer(r.poll)
 			select {
 			case <-r.ctx.Done():
@@ -286,24 +290,27 @@ func (a *attempt) supervisorAlive() bool {
 	return ok
 }
 
-// noteStarted fills in the running status from job.json once the job has started.
-func (a *attempt) noteStarted() {
+// noteStarted fills in the running status from job.json once the job has started, and
+// reports whether it just did.
+func (a *attempt) noteStarted() bool {
 	a.mu.Lock()
 	known := a.status.PID != 0
 	a.mu.Unlock()
 	if known {
-		return
+		return false
 	}
 	var job jobRecord
 	if ok, _ := readJSON(filepath.Join(a.dir, fileJob), &job); !ok || job.PID == 0 {
-		return
+		return false
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if !a.ended {
-		start := job.StartTime
-		a.status.PID, a.status.StartTime = job.PID, &start
+	if a.ended {
+		return false
 	}
+	start := job.StartTime
+	a.status.State, a.status.PID, a.status.StartTime = api.StateRunning, job.PID, &start
+	return true
 }
 
 // orphan ends an attempt whose supervisor died without recording the end (killed, or the

@@ -11,7 +11,8 @@ import "time"
 type TaskStatus struct {
 	JobID   int64 `json:"job_id"`
 	Attempt int   `json:"attempt"`
-	// State is RUNNING while the process lives, then SUCCEEDED, FAILED, CANCELLED or TIMEOUT.
+	// State is ASSIGNED until the job's process has started, RUNNING while it lives, then
+	// SUCCEEDED, FAILED, CANCELLED or TIMEOUT.
 	State     JobState   `json:"state"`
 	PID       int        `json:"pid,omitempty"`
 	StartTime *time.Time `json:"start_time,omitempty"`
