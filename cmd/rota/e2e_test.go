@@ -4,17 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -22,232 +18,21 @@ import (
 	"github.com/rotahq/rota/internal/cli"
 )
 
-// The end-to-end tests run the real binary: a server and agents as separate processes that
-// talk HTTP on loopback, jobs as real processes, state in a real SQLite file.
-
-var (
-	buildOnce sync.Once
-	binPath   string
-	buildErr  error
-)
-
-// rotaBinary builds the rota binary once per test run.
-func rotaBinary(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "rota-e2e-bin-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		binPath = filepath.Join(dir, "rota")
-		out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return binPath
-}
-
-func freePort(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
-// proc is a rota process started by a test; its output goes to a file kept for failures.
-type proc struct {
-	cmd  *exec.Cmd
-	name string
-	out  string
-}
-
-func start(t *testing.T, name string, args ...string) *proc {
-	t.Helper()
-	out := filepath.Join(t.TempDir(), name+".log")
-	f, err := os.Create(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(rotaBinary(t), args...)
-	cmd.Stdout, cmd.Stderr = f, f
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
-	p := &proc{cmd: cmd, name: name, out: out}
-	t.Cleanup(func() {
-		p.kill()
-		if t.Failed() {
-			b, _ := os.ReadFile(out)
-			t.Logf("--- %s output ---\n%s", name, b)
-		}
-	})
-	return p
-}
-
-func (p *proc) kill() {
-	if p.cmd.ProcessState == nil {
-		p.cmd.Process.Signal(syscall.SIGKILL)
-		p.cmd.Wait()
-	}
-}
-
-type testCluster struct {
-	t         *testing.T
-	heartbeat string // the server's --heartbeat-interval; default 200ms
-	dataDir   string
-	addr      string
-	server    *proc
-	agents    []*proc
-	client    *cli.Client
-}
-
-func (c *testCluster) startServer() {
-	c.server = start(c.t, "server", "server", "--data-dir", c.dataDir, "--listen", c.addr,
-		"--heartbeat-interval", c.heartbeatInterval(), "--min-runtime", "0s")
-	waitFor(c.t, 20*time.Second, "server healthy", func() bool {
-		resp, err := http.Get("http://" + c.addr + "/healthz")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	})
-}
-
-func (c *testCluster) startAgent(name string, gpus string) {
-	c.agents = append(c.agents, start(c.t, "agent-"+name, "agent", "--server", "http://"+c.addr, "--name", name,
-		"--fake-gpus", gpus, "--cpus", "64", "--memory", "256G", "--data-dir", filepath.Join(c.dataDir, "agent-"+name)))
-}
-
-func (c *testCluster) heartbeatInterval() string {
-	if c.heartbeat == "" {
-		return "200ms"
-	}
-	return c.heartbeat
-}
-
-func newCluster(t *testing.T, nodes map[string]string) *testCluster {
-	return newClusterWith(t, nodes, "")
-}
-
-func newClusterWith(t *testing.T, nodes map[string]string, heartbeat string) *testCluster {
-	c := &testCluster{t: t, dataDir: t.TempDir(), addr: freePort(t), heartbeat: heartbeat}
-	c.client = &cli.Client{BaseURL: "http://" + c.addr}
-	c.startServer()
-	for _, name := range sortedKeys(nodes) {
-		c.startAgent(name, nodes[name])
-	}
-	waitFor(t, 20*time.Second, "nodes ready", func() bool {
-		list, err := c.client.Nodes(context.Background())
-		if err != nil || len(list.Nodes) != len(nodes) {
-			return false
-		}
-		for _, n := range list.Nodes {
-			if n.State != api.NodeReady {
-				return false
-			}
-		}
-		return true
-	})
-	return c
-}
-
-func sortedKeys(m map[string]string) []string {
-	var out []string
-	for k := range m {
-		out = append(out, k)
-	}
-	for i := range out {
-		for j := i + 1; j < len(out); j++ {
-			if out[j] < out[i] {
-				out[i], out[j] = out[j], out[i]
-			}
-		}
-	}
-	return out
-}
-
-func waitFor(t *testing.T, d time.Duration, what string, ok func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for time.Now().Before(deadline) {
-		if ok() {
-			return
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("timed out after %s waiting for %s", d, what)
-}
-
-func (c *testCluster) submit(spec api.JobSpec) api.Job {
-	c.t.Helper()
-	j, err := c.client.Submit(context.Background(), spec)
-	if err != nil {
-		c.t.Fatalf("submit %v: %v", spec.Command, err)
-	}
-	return j
-}
-
-func (c *testCluster) job(id int64) api.JobDetail {
-	c.t.Helper()
-	d, err := c.client.GetJob(context.Background(), id)
-	if err != nil {
-		c.t.Fatalf("get job %d: %v", id, err)
-	}
-	return d
-}
-
-func (c *testCluster) waitState(id int64, d time.Duration, states ...api.JobState) api.JobDetail {
-	c.t.Helper()
-	var last api.JobDetail
-	waitFor(c.t, d, fmt.Sprintf("job %d in %v", id, states), func() bool {
-		got, err := c.client.GetJob(context.Background(), id)
-		if err != nil {
-			return false
-		}
-		last = got
-		for _, s := range states {
-			if got.State == s {
-				return true
-			}
-		}
-		return false
-	})
-	return last
-}
-
-func (c *testCluster) logs(id int64) string {
-	c.t.Helper()
-	var buf bytes.Buffer
-	var offset int64
-	for {
-		chunk, err := c.client.Logs(context.Background(), id, cli.LogOptions{Offset: offset, Wait: 5 * time.Second}, &buf)
-		if err != nil {
-			c.t.Fatalf("logs of job %d: %v", id, err)
-		}
-		offset += chunk.N
-		if chunk.Done {
-			return buf.String()
-		}
-	}
-}
-
-func shell(script string) []string { return []string{"sh", "-c", script} }
+// The end-to-end tests run the real binary (see harness_test.go): a server with TLS and
+// agents that joined it as separate processes, jobs as real processes, state in a real
+// SQLite file.
 
 func TestEndToEnd(t *testing.T) {
-	if testing.Short() {
-		t.Skip("end-to-end test builds and runs the binary; skipped in -short mode")
-	}
+	skipShort(t)
+	t.Parallel()
 	c := newCluster(t, map[string]string{"node-a": "4xH100", "node-b": "4xH100"})
+
+	t.Run("the server logs the CA fingerprint clients pin", func(t *testing.T) {
+		c.t = t
+		if want := "ca_fingerprint=" + c.fingerprint; !strings.Contains(c.server.output(), want) {
+			t.Errorf("the server's log lacks %q", want)
+		}
+	})
 
 	t.Run("fill and overflow the GPUs", func(t *testing.T) {
 		c.t = t
@@ -363,15 +148,11 @@ func TestEndToEnd(t *testing.T) {
 			{"oversized body", `{"command":["` + strings.Repeat("x", 2<<20) + `"]}`, "", 413},
 		}
 		for _, tc := range cases {
-			resp, err := http.Post("http://"+c.addr+"/api/v1/jobs", "application/json", strings.NewReader(tc.body))
-			if err != nil {
-				t.Fatal(err)
-			}
+			status, body := c.request(http.MethodPost, "/api/v1/jobs", c.token, strings.NewReader(tc.body))
 			var e api.Error
-			json.NewDecoder(resp.Body).Decode(&e)
-			resp.Body.Close()
-			if resp.StatusCode != tc.status || e.Field != tc.field || e.Message == "" {
-				t.Errorf("%s: got %d field %q message %q; want %d field %q and a message", tc.name, resp.StatusCode, e.Field, e.Message, tc.status, tc.field)
+			json.Unmarshal(body, &e)
+			if status != tc.status || e.Field != tc.field || e.Message == "" {
+				t.Errorf("%s: got %d field %q message %q; want %d field %q and a message", tc.name, status, e.Field, e.Message, tc.status, tc.field)
 			}
 		}
 		if after := countJobs(t, c.client); after != before {
@@ -381,23 +162,19 @@ func TestEndToEnd(t *testing.T) {
 
 	t.Run("CLI submit and show", func(t *testing.T) {
 		c.t = t
-		out, err := exec.Command(rotaBinary(t), "submit", "--server", "http://"+c.addr, "--gpus", "1", "--gpu-model", "H100", "--time", "10m", "--", "echo", "from-cli").Output()
-		if err != nil {
-			t.Fatalf("rota submit: %v", err)
+		r := c.rota("submit", "--gpus", "1", "--gpu-model", "H100", "--time", "10m", "--", "echo", "from-cli")
+		if r.code != 0 {
+			t.Fatalf("rota submit: %s", r)
 		}
-		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-		id, err := strconv.ParseInt(lines[len(lines)-1], 10, 64)
-		if err != nil {
-			t.Fatalf("last line of rota submit %q is not a job ID", out)
-		}
+		id := lastLineID(t, r.stdout)
 		c.waitState(id, 20*time.Second, api.StateSucceeded)
-		out, err = exec.Command(rotaBinary(t), "show", "--server", "http://"+c.addr, "-o", "json", strconv.FormatInt(id, 10)).Output()
-		if err != nil {
-			t.Fatalf("rota show: %v", err)
+		r = c.rota("show", "-o", "json", strconv.FormatInt(id, 10))
+		if r.code != 0 {
+			t.Fatalf("rota show: %s", r)
 		}
 		var shown map[string]any
-		if err := json.Unmarshal(out, &shown); err != nil {
-			t.Fatalf("rota show -o json: %v\n%s", err, out)
+		if err := json.Unmarshal([]byte(r.stdout), &shown); err != nil {
+			t.Fatalf("rota show -o json: %v\n%s", err, r.stdout)
 		}
 		for _, k := range []string{"id", "state", "reason", "nodes", "gpus", "exit_code", "attempts"} {
 			if _, ok := shown[k]; !ok {
@@ -448,9 +225,8 @@ if [ -f "$ROTA_CHECKPOINT_DIR/ckpt" ]; then echo "resumed from attempt $(cat "$R
 echo started; while true; do sleep 0.1; done`
 
 func TestEndToEndPreemption(t *testing.T) {
-	if testing.Short() {
-		t.Skip("end-to-end test builds and runs the binary; skipped in -short mode")
-	}
+	skipShort(t)
+	t.Parallel()
 	c := newCluster(t, map[string]string{"node-a": "4", "node-b": "4"})
 	var sweeps []int64
 	for range 2 {
@@ -494,9 +270,8 @@ func TestEndToEndPreemption(t *testing.T) {
 
 // The accounting records come out as a rota trace that rota sim replays.
 func TestHistoryExportReplays(t *testing.T) {
-	if testing.Short() {
-		t.Skip("end-to-end test builds and runs the binary; skipped in -short mode")
-	}
+	skipShort(t)
+	t.Parallel()
 	c := newCluster(t, map[string]string{"node-a": "2"})
 	for range 3 {
 		c.submit(api.JobSpec{GPUs: 1, Command: shell(`sleep 1`)})
@@ -508,9 +283,8 @@ func TestHistoryExportReplays(t *testing.T) {
 	}
 	trace := filepath.Join(t.TempDir(), "month.csv")
 	cluster := filepath.Join(t.TempDir(), "cluster.yaml")
-	out, err := exec.Command(rotaBinary(t), "history", "export", "--server", "http://"+c.addr, "--since", "1h", "--out", trace, "--cluster-out", cluster).CombinedOutput()
-	if err != nil {
-		t.Fatalf("rota history export: %v\n%s", err, out)
+	if r := c.rota("history", "export", "--since", "1h", "--out", trace, "--cluster-out", cluster); r.code != 0 {
+		t.Fatalf("rota history export: %s", r)
 	}
 	data, err := os.ReadFile(trace)
 	if err != nil {
@@ -520,7 +294,7 @@ func TestHistoryExportReplays(t *testing.T) {
 	if len(lines) != 5 || !strings.HasPrefix(lines[0], "id,submit,start,end,duration_s") || !strings.Contains(lines[4], "FAILED") {
 		t.Fatalf("exported trace:\n%s\nwant a header and 4 jobs, the last FAILED", data)
 	}
-	out, err = exec.Command(rotaBinary(t), "sim", "--trace", trace, "--format", "rota", "--cluster", cluster, "--add-nodes", "1xH100", "--policy", "default,fifo").CombinedOutput()
+	out, err := exec.Command(rotaBinary(t), "sim", "--trace", trace, "--format", "rota", "--cluster", cluster, "--add-nodes", "1xH100", "--policy", "default,fifo").CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "4 jobs replayed") || !strings.Contains(string(out), "2 nodes, 10 GPUs") {
 		t.Fatalf("rota sim on the exported trace: %v\n%s", err, out)
 	}
@@ -529,26 +303,11 @@ func TestHistoryExportReplays(t *testing.T) {
 // A placed job starts when the agent hears of it through its watch, not at its next
 // heartbeat: here heartbeats are a minute apart and the job must run well before that.
 func TestJobStartsWithoutWaitingForAHeartbeat(t *testing.T) {
-	if testing.Short() {
-		t.Skip("end-to-end test builds and runs the binary; skipped in -short mode")
-	}
+	skipShort(t)
+	t.Parallel()
 	c := newClusterWith(t, map[string]string{"node-a": "2"}, "60s")
 	for range 3 {
 		j := c.submit(api.JobSpec{GPUs: 1, Command: shell(`echo started`)})
 		c.waitState(j.ID, 20*time.Second, api.StateSucceeded)
 	}
-}
-
-func countJobs(t *testing.T, c *cli.Client) int {
-	t.Helper()
-	list, err := c.AllJobs(context.Background(), cli.ListOptions{States: []string{"all"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return len(list)
-}
-
-func isAPIStatus(err error, status int) bool {
-	var e *cli.APIError
-	return errors.As(err, &e) && e.StatusCode == status
 }
