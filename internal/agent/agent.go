@@ -24,8 +24,10 @@ import (
 
 // Defaults for a Config left zero.
 const (
-	defaultHeartbeat   = 5 * time.Second
-	heartbeatTimeout   = 15 * time.Second
+	defaultHeartbeat = 5 * time.Second
+	heartbeatTimeout = 15 * time.Second
+	// stopGrace is how long a heartbeat in flight may finish once the agent is stopping.
+	stopGrace          = 2 * time.Second
 	maxHeartbeatAnswer = 16 << 20
 	// logFlushWait is how long an ended task waits for its last log bytes to ship before
 	// its end is reported; see runner.flushWait.
@@ -703,8 +705,14 @@ func (a *Agent) post(ctx context.Context, hb api.Heartbeat) (*api.HeartbeatRespo
 	if err != nil {
 		return nil, fmt.Errorf("encode heartbeat: %w", err)
 	}
-	ctx, cancel := context.WithTimeout(ctx, heartbeatTimeout)
+	// A heartbeat in flight when the agent is asked to stop may already have reached the
+	// server: it is given a moment to come back, so that what it delivered is recorded as
+	// delivered and not sent again by the next agent.
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), heartbeatTimeout)
 	defer cancel()
+	stop := context.AfterFunc(ctx, func() { time.AfterFunc(stopGrace, cancel) })
+	defer stop()
+	ctx = pctx
 	u := a.server + "/api/v1/agents/" + url.PathEscape(a.name) + "/heartbeat"
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, bytes.NewReader(body))
 	if err != nil {
