@@ -30,6 +30,9 @@ type State struct {
 	active map[int64]struct{}
 	// held is the set of jobs in HELD, rechecked every cycle for met dependencies.
 	held map[int64]struct{}
+	// waiting counts each user's jobs that have not started (pending or held), for the
+	// per-user limit a submit checks.
+	waiting map[string]int
 	// usage is every team's fair-share usage, kept up to date as attempts end.
 	usage map[string]*decayed
 	// HalfLife is how fast fair-share usage decays. Set it before Load.
@@ -50,6 +53,7 @@ func New() *State {
 		pending:  map[int64]struct{}{},
 		active:   map[int64]struct{}{},
 		held:     map[int64]struct{}{},
+		waiting:  map[string]int{},
 		usage:    map[string]*decayed{},
 		HalfLife: 7 * 24 * time.Hour,
 		id:       newIdentity(),
@@ -61,6 +65,12 @@ func New() *State {
 func (s *State) Apply(b *store.Batch) {
 	for i := range b.Jobs {
 		j := b.Jobs[i]
+		if old, ok := s.jobs[j.ID]; ok && isWaiting(old.State) {
+			s.waiting[old.Spec.User]--
+		}
+		if isWaiting(j.State) {
+			s.waiting[j.Spec.User]++
+		}
 		s.jobs[j.ID] = &j
 		if j.ID > s.maxID {
 			s.maxID = j.ID
@@ -114,6 +124,11 @@ func (s *State) Apply(b *store.Batch) {
 	}
 	s.applyIdentity(b)
 }
+
+func isWaiting(st api.JobState) bool { return st == api.StatePending || st == api.StateHeld }
+
+// Waiting counts the user's jobs that have not started: pending or held.
+func (s *State) Waiting(user string) int { return s.waiting[user] }
 
 // NextJobID returns the ID the next submitted job gets. IDs that were handed out but never
 // committed are reused, which is harmless: nobody was told about them.

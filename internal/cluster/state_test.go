@@ -66,3 +66,27 @@ func TestUsageDecaysByHalfLife(t *testing.T) {
 		t.Errorf("usage after a duplicate %v; want 7200", got)
 	}
 }
+
+// The count of a user's jobs that have not started follows every state a job moves
+// through, so the per-user limit a submit checks never needs a scan.
+func TestWaitingFollowsStates(t *testing.T) {
+	s := New()
+	job := func(id int64, user string, st api.JobState) api.Job {
+		return api.Job{ID: id, State: st, Spec: api.JobSpec{User: user}}
+	}
+	for _, step := range []struct {
+		jobs     []api.Job
+		ada, bob int
+	}{
+		{[]api.Job{job(1, "ada", api.StatePending), job(2, "ada", api.StateHeld), job(3, "bob", api.StatePending)}, 2, 1},
+		{[]api.Job{job(1, "ada", api.StateAssigned)}, 1, 1},
+		{[]api.Job{job(1, "ada", api.StatePending)}, 2, 1},
+		{[]api.Job{job(2, "ada", api.StateCancelled), job(3, "bob", api.StateRunning)}, 1, 0},
+		{[]api.Job{job(3, "bob", api.StateSucceeded), job(1, "ada", api.StateFailed)}, 0, 0},
+	} {
+		s.Apply(&store.Batch{Jobs: step.jobs})
+		if s.Waiting("ada") != step.ada || s.Waiting("bob") != step.bob {
+			t.Fatalf("after %v: ada %d bob %d; want %d and %d", step.jobs, s.Waiting("ada"), s.Waiting("bob"), step.ada, step.bob)
+		}
+	}
+}

@@ -94,7 +94,7 @@ func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	count := max(len(indices), 1)
-	if waiting := s.waitingJobs(spec.User); waiting+count > limits.MaxPendingPerUser {
+	if waiting := s.state.Waiting(spec.User); waiting+count > limits.MaxPendingPerUser {
 		w.Header().Set("Retry-After", "60")
 		writeError(w, http.StatusTooManyRequests, &api.Error{Code: api.CodeRateLimited,
 			Message: fmt.Sprintf("%s has %d jobs waiting to start and may have at most %d; this submit adds %d", spec.User, waiting, limits.MaxPendingPerUser, count)})
@@ -229,19 +229,6 @@ func checkSizes(spec *api.JobSpec, l api.Limits) *api.Error {
 		return invalid("workdir", "must be an absolute path of at most 4096 bytes")
 	}
 	return nil
-}
-
-// waitingJobs counts the user's jobs that have not started.
-func (s *Server) waitingJobs(user string) int {
-	n := 0
-	for _, ids := range [][]int64{s.state.PendingIDs(), s.state.HeldIDs()} {
-		for _, jid := range ids {
-			if j, _ := s.state.Job(jid); j.Spec.User == user {
-				n++
-			}
-		}
-	}
-	return n
 }
 
 func (s *Server) handleListJobs(w http.ResponseWriter, r *http.Request) {
