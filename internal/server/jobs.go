@@ -49,9 +49,12 @@ func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request) {
 	}
 	// The hash is of the request as decoded, so a retry that encodes it differently
 	// still matches.
-	raw, _ := json.Marshal(spec)
-	sum := sha256.Sum256(raw)
-	hash := hex.EncodeToString(sum[:])
+	hash := ""
+	if key != "" {
+		raw, _ := json.Marshal(spec)
+		sum := sha256.Sum256(raw)
+		hash = hex.EncodeToString(sum[:])
+	}
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
