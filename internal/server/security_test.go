@@ -712,6 +712,40 @@ func TestJoinFlow(t *testing.T) {
 	if code, _ := h.call(h.token, "POST", "/api/v1/agents/gpu-01/heartbeat", "application/json", []byte(`{"instance":"x"}`)); code != 403 {
 		t.Fatalf("an admin token on an agent route: %d", code)
 	}
+	// The node renews its certificate over mTLS: the new one works, the old one no longer.
+	newKey, _ := auth.NewNodeKey()
+	csr, _ := auth.NodeCSR(newKey, "gpu-01")
+	body, _ := json.Marshal(api.RenewRequest{CSR: string(csr)})
+	resp, err := node.Post(ts.URL+"/api/v1/agents/gpu-01/renew", "application/json", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var renewed api.JoinResponse
+	json.NewDecoder(resp.Body).Decode(&renewed)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || renewed.Certificate == "" || renewed.Certificate == jr.Certificate {
+		t.Fatalf("renew: %d", resp.StatusCode)
+	}
+	node.CloseIdleConnections()
+	if code, e := beat(node, "gpu-01", "i1"); code != 401 || !strings.Contains(e.Message, "superseded") {
+		t.Fatalf("the certificate before the renewal: %d %q", code, e.Message)
+	}
+	id = auth.NodeIdentity{ClusterID: jr.ClusterID, Node: "gpu-01", CAPEM: []byte(jr.CA), CertPEM: []byte(renewed.Certificate), KeyPEM: newKey}
+	if tlsCert, err = id.TLSCertificate(); err != nil {
+		t.Fatal(err)
+	}
+	if mtls, err = auth.ClientTLSConfig(id.Pin(), &tlsCert); err != nil {
+		t.Fatal(err)
+	}
+	node = &http.Client{Transport: &http.Transport{TLSClientConfig: mtls}}
+	if code, e := beat(node, "gpu-01", "i1"); code != 200 {
+		t.Fatalf("heartbeat with the renewed certificate: %d %s", code, e.Message)
+	}
+	// A renewal for another node, or by a token, is refused.
+	if code, _ := h.call(h.token, "POST", "/api/v1/agents/gpu-01/renew", "application/json", body); code != 403 {
+		t.Fatalf("renew with an admin token: %d", code)
+	}
+
 	// A live node cannot be joined again; once it is quiet it can, and the old
 	// certificate stops working.
 	if code, _, e, _ := join(newJoin(api.JoinTokenRequest{}), "gpu-01"); code != 409 || !strings.Contains(e.Message, "live agent") {
