@@ -10,6 +10,8 @@ import (
 	"os"
 	"strconv"
 	"syscall"
+
+	"github.com/rotahq/rota/internal/atomicfile"
 )
 
 // Limits on what a job's events file can push through a heartbeat: a job that writes a
@@ -77,7 +79,7 @@ func (e *eventsReader) drop(n int) {
 	if delivered == e.delivered || e.offsetPath == "" {
 		return
 	}
-	if err := writeFileAtomic(e.offsetPath, []byte(strconv.FormatInt(delivered, 10)+"\n"), 0o644, false); err != nil {
+	if err := atomicfile.Write(e.offsetPath, []byte(strconv.FormatInt(delivered, 10)+"\n"), 0o644, false); err != nil {
 		e.logger.Warn("record the events delivered", "err", err)
 		return
 	}

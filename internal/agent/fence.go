@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/rotahq/rota/internal/atomicfile"
 	"golang.org/x/sys/unix"
 )
 
@@ -74,7 +75,7 @@ func newInstance(dir string) (cur, prev string, err error) {
 		return "", "", fmt.Errorf("instance ID: %w", err)
 	}
 	cur = hex.EncodeToString(b)
-	if err := writeFileAtomic(path, []byte(cur+"\n"), 0o644, true); err != nil {
+	if err := atomicfile.Write(path, []byte(cur+"\n"), 0o644, true); err != nil {
 		return "", "", fmt.Errorf("instance ID: %w", err)
 	}
 	return cur, prev, nil
@@ -94,5 +95,5 @@ func readClusterFile(dir string) string {
 }
 
 func writeClusterFile(dir, id string) error {
-	return writeFileAtomic(filepath.Join(dir, "cluster"), []byte(id+"\n"), 0o644, true)
+	return atomicfile.Write(filepath.Join(dir, "cluster"), []byte(id+"\n"), 0o644, true)
 }

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/rotahq/rota/internal/atomicfile"
 )
 
 // housekeepEvery is how often finished attempts and stale checkpoints are looked for.
@@ -62,7 +64,7 @@ func (a *Agent) housekeep(now time.Time) {
 		a.logger.Debug("removed a finished attempt", "dir", f.dir)
 		jobDir := filepath.Dir(f.dir)
 		if !hasAttempts(jobDir) {
-			_ = writeFileAtomic(filepath.Join(jobDir, fileLastRemoved), []byte(now.UTC().Format(time.RFC3339Nano)+"\n"), 0o644, false)
+			_ = atomicfile.Write(filepath.Join(jobDir, fileLastRemoved), []byte(now.UTC().Format(time.RFC3339Nano)+"\n"), 0o644, false)
 		}
 	}
 

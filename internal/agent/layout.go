@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/rotahq/rota/internal/api"
+	"github.com/rotahq/rota/internal/atomicfile"
 )
 
 // The data directory:
@@ -211,62 +212,12 @@ func scanAttempts(dataDir string) ([]foundAttempt, error) {
 	return out, nil
 }
 
-// writeFileAtomic replaces path in one step, so a reader sees the old content or the new,
-// never half. With durable set it survives a crash once it returns: the data and the
-// directory entry are synced.
-func writeFileAtomic(path string, data []byte, perm os.FileMode, durable bool) error {
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	ok := false
-	defer func() {
-		if !ok {
-			f.Close()
-			os.Remove(tmp)
-		}
-	}()
-	if _, err := f.Write(data); err != nil {
-		return err
-	}
-	if err := f.Chmod(perm); err != nil {
-		return err
-	}
-	if durable {
-		if err := f.Sync(); err != nil {
-			return err
-		}
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return err
-	}
-	ok = true
-	if durable {
-		return syncDir(dir)
-	}
-	return nil
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
-}
-
 func writeJSONAtomic(path string, v any, perm os.FileMode, durable bool) error {
 	data, err := jsonLine(v)
 	if err != nil {
 		return err
 	}
-	return writeFileAtomic(path, data, perm, durable)
+	return atomicfile.Write(path, data, perm, durable)
 }
 
 func jsonLine(v any) ([]byte, error) {
@@ -325,4 +276,4 @@ func exists(path string) bool {
 
 // mark writes an empty marker file durably: markers record acknowledgements a restarted
 // agent must not repeat.
-func mark(path string) error { return writeFileAtomic(path, nil, 0o644, true) }
+func mark(path string) error { return atomicfile.Write(path, nil, 0o644, true) }

@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/rotahq/rota/internal/api"
+	"github.com/rotahq/rota/internal/atomicfile"
 )
 
 // reasonNodeShutdown is the stop reason of a supervisor told to stop by SIGTERM: the node
@@ -92,7 +93,7 @@ func (s *supervisor) run() error {
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
 		s.logger.Warn("cannot become child subreaper; processes that leave the job's group may escape", "err", err)
 	}
-	if err := writeFileAtomic(filepath.Join(s.dir, fileSupervisorPID), []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644, true); err != nil {
+	if err := atomicfile.Write(filepath.Join(s.dir, fileSupervisorPID), []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644, true); err != nil {
 		return fmt.Errorf("write pid file: %w", err)
 	}
 	var err error
@@ -304,7 +305,7 @@ func (s *supervisor) makeCgroup(cluster string) (string, *os.File, string) {
 	}
 	leaf := filepath.Join(parent, cgroupLeafName(cluster, s.task.JobID, s.task.Attempt, s.dir))
 	// Record it before it exists, so an agent cleaning up after this supervisor finds it.
-	if err := writeFileAtomic(filepath.Join(s.dir, fileCgroup), []byte(leaf+"\n"), 0o644, true); err != nil {
+	if err := atomicfile.Write(filepath.Join(s.dir, fileCgroup), []byte(leaf+"\n"), 0o644, true); err != nil {
 		return "", nil, "record the cgroup: " + err.Error()
 	}
 	err = os.Mkdir(leaf, 0o755)

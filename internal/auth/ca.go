@@ -23,6 +23,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/rotahq/rota/internal/atomicfile"
 )
 
 const (
@@ -122,10 +124,10 @@ func createCA(dir, clusterID string, now time.Time) (*CA, error) {
 	}
 	// The certificate first: then the only half-written state a crash can leave is a
 	// certificate without a key, whose remedy is always the same (a new CA).
-	if err := writeFileAtomic(filepath.Join(dir, caCertFile), certPEM, 0o644); err != nil {
+	if err := atomicfile.Write(filepath.Join(dir, caCertFile), certPEM, 0o644, true); err != nil {
 		return nil, err
 	}
-	if err := writeFileAtomic(filepath.Join(dir, caKeyFile), keyPEM, 0o600); err != nil {
+	if err := atomicfile.Write(filepath.Join(dir, caKeyFile), keyPEM, 0o600, true); err != nil {
 		return nil, err
 	}
 	return parseCA(certPEM, keyPEM)

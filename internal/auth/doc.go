@@ -7,7 +7,7 @@
 // state besides the files it is asked to read and write, and never logs a secret. The
 // server and the agent wire it in.
 //
-// It must not import any rota package but internal/api: not the server, store, cluster,
-// agent or CLI. A test holds that rule. Its only dependency outside the standard library
+// It must not import any rota package but internal/api and internal/atomicfile: not the
+// server, store, cluster, agent or CLI. A test holds that rule. Its only dependency outside the standard library
 // is golang.org/x/sys/unix, for SO_PEERCRED.
 package auth

@@ -8,37 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 )
-
-// writeFileAtomic replaces path with data so that a crash leaves either the old file or the
-// new one, never a part of either: the data goes to a temporary file in the same directory,
-// is synced, and is renamed over path; then the directory is synced so the rename lasts.
-func writeFileAtomic(path string, data []byte, perm os.FileMode) (err error) {
-	dir, base := filepath.Split(path)
-	f, err := os.CreateTemp(dir, "."+base+".tmp-")
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if err != nil {
-			f.Close()
-			os.Remove(f.Name())
-		}
-	}()
-	// CreateTemp makes the file 0600, so a key is never readable by others, not even while
-	// it is being written; Chmod then sets what the final file should have.
-	if err := f.Chmod(perm); err != nil {
-		return err
-	}
-	if err := writeSync(f, data); err != nil {
-		return err
-	}
-	if err := os.Rename(f.Name(), path); err != nil {
-		return err
-	}
-	return syncDir(dir)
-}
 
 // writeFileSync creates path, which must not exist, with data and mode perm whatever the
 // umask, and syncs it.
@@ -67,18 +37,6 @@ func writeSync(f *os.File, data []byte) error {
 		return err
 	}
 	return f.Close()
-}
-
-func syncDir(dir string) error {
-	if dir == "" {
-		dir = "."
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }
 
 // readPrivateFile reads a file that holds a private key, refusing it when other accounts

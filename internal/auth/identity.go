@@ -16,6 +16,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/rotahq/rota/internal/atomicfile"
 )
 
 // The agent keeps its identity in <data dir>/identity/. That path is a symbolic link to a
@@ -109,7 +111,7 @@ func SaveNodeIdentity(dir string, id NodeIdentity) (err error) {
 			return err
 		}
 	}
-	if err := syncDir(gen); err != nil {
+	if err := atomicfile.SyncDir(gen); err != nil {
 		return err
 	}
 	newLink := filepath.Join(dir, identityNewLink)
@@ -124,7 +126,7 @@ func SaveNodeIdentity(dir string, id NodeIdentity) (err error) {
 		return err
 	}
 	linked = true
-	if err := syncDir(dir); err != nil {
+	if err := atomicfile.SyncDir(dir); err != nil {
 		return err
 	}
 	removeOldIdentities(dir, filepath.Base(gen))

@@ -13,10 +13,6 @@ import (
 	"github.com/rotahq/rota/internal/api"
 )
 
-// maxBody is the default bound on a request body (Limits.MaxBodyBytes). A job spec with a
-// long command and environment fits comfortably; anything larger is a mistake or an attack.
-const maxBody = 1 << 20
-
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)

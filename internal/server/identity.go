@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -15,6 +14,7 @@ import (
 	"unicode"
 
 	"github.com/rotahq/rota/internal/api"
+	"github.com/rotahq/rota/internal/atomicfile"
 	"github.com/rotahq/rota/internal/auth"
 	"github.com/rotahq/rota/internal/store"
 )
@@ -121,7 +121,7 @@ func (s *Server) bootstrap(ctx context.Context) error {
 		// The file is written before the commit: a token in the store that nobody can
 		// read would lock the admin out.
 		path := filepath.Join(s.cfg.DataDir, adminTokenFileName)
-		if err := writePrivateFile(path, []byte(token.Plain+"\n")); err != nil {
+		if err := atomicfile.Write(path, []byte(token.Plain+"\n"), 0o600, true); err != nil {
 			return fmt.Errorf("server: write the first admin token: %w", err)
 		}
 	}
@@ -133,27 +133,6 @@ func (s *Server) bootstrap(ctx context.Context) error {
 			"user", s.cfg.BootstrapAdmin, "file", filepath.Join(s.cfg.DataDir, adminTokenFileName))
 	}
 	return nil
-}
-
-// writePrivateFile writes data readable by the owner only, replacing path in one step.
-func writePrivateFile(path string, data []byte) error {
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
 }
 
 // ClusterID names the cluster this server runs.
