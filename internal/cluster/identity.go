@@ -96,6 +96,17 @@ func (s *State) Users() []api.User {
 	return out
 }
 
+// CountUsers counts the users keep accepts (all of them for a nil keep).
+func (s *State) CountUsers(keep func(*api.User) bool) int {
+	n := 0
+	for _, u := range s.id.users {
+		if keep == nil || keep(&u) {
+			n++
+		}
+	}
+	return n
+}
+
 // TeamsOf returns the teams that list user as a member, ordered by name.
 func (s *State) TeamsOf(user string) []string {
 	var out []string

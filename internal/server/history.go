@@ -25,8 +25,9 @@ func (s *Server) handleHistory(w http.ResponseWriter, r *http.Request) {
 	}
 	who := caller(r)
 	s.mu.Lock()
+	mayRead := s.readRule(who)
 	jobs := s.state.Jobs(func(j *api.Job) bool {
-		return j.State.Terminal() && !j.SubmitTime.Before(since) && (until.IsZero() || j.SubmitTime.Before(until)) && s.mayRead(who, j) == nil
+		return j.State.Terminal() && !j.SubmitTime.Before(since) && (until.IsZero() || j.SubmitTime.Before(until)) && mayRead(j) == nil
 	})
 	list := api.HistoryList{Records: make([]api.HistoryRecord, 0, len(jobs))}
 	for _, j := range jobs {

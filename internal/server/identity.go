@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -110,7 +111,7 @@ func (s *Server) bootstrap(ctx context.Context) error {
 		}
 	}
 	var token auth.Token
-	if len(s.state.Users()) == 0 {
+	if s.state.CountUsers(nil) == 0 {
 		name := s.cfg.BootstrapAdmin
 		b.Users = append(b.Users, api.User{Name: name, Role: string(auth.RoleAdmin), AllowRoot: s.cfg.BootstrapAllowRoot, Created: now})
 		token = auth.NewToken()
@@ -158,27 +159,13 @@ func (s *Server) limits() api.Limits {
 
 // mergeLimits copies the non-zero fields of set over l.
 func mergeLimits(l *api.Limits, set api.Limits) {
-	if set.MaxBodyBytes > 0 {
-		l.MaxBodyBytes = set.MaxBodyBytes
-	}
-	if set.MaxCommandBytes > 0 {
-		l.MaxCommandBytes = set.MaxCommandBytes
-	}
-	if set.MaxEnvBytes > 0 {
-		l.MaxEnvBytes = set.MaxEnvBytes
-	}
-	if set.MaxNameLength > 0 {
-		l.MaxNameLength = set.MaxNameLength
-	}
-	if set.MaxPendingPerUser > 0 {
-		l.MaxPendingPerUser = set.MaxPendingPerUser
-	}
-	if set.SubmitsPerSecond > 0 {
-		l.SubmitsPerSecond = set.SubmitsPerSecond
-	}
-	if set.SubmitBurst > 0 {
-		l.SubmitBurst = set.SubmitBurst
-	}
+	l.MaxBodyBytes = cmp.Or(set.MaxBodyBytes, l.MaxBodyBytes)
+	l.MaxCommandBytes = cmp.Or(set.MaxCommandBytes, l.MaxCommandBytes)
+	l.MaxEnvBytes = cmp.Or(set.MaxEnvBytes, l.MaxEnvBytes)
+	l.MaxNameLength = cmp.Or(set.MaxNameLength, l.MaxNameLength)
+	l.MaxPendingPerUser = cmp.Or(set.MaxPendingPerUser, l.MaxPendingPerUser)
+	l.SubmitsPerSecond = cmp.Or(set.SubmitsPerSecond, l.SubmitsPerSecond)
+	l.SubmitBurst = cmp.Or(set.SubmitBurst, l.SubmitBurst)
 }
 
 // execution returns the execution settings in force.
@@ -224,13 +211,7 @@ func (s *Server) handleUsers(w http.ResponseWriter, r *http.Request) {
 
 // admins counts the users with the admin role.
 func (s *Server) admins() int {
-	n := 0
-	for _, u := range s.state.Users() {
-		if u.Role == string(auth.RoleAdmin) {
-			n++
-		}
-	}
-	return n
+	return s.state.CountUsers(func(u *api.User) bool { return u.Role == string(auth.RoleAdmin) })
 }
 
 func (s *Server) handlePutUser(w http.ResponseWriter, r *http.Request) {

@@ -287,7 +287,8 @@ func (s *Server) handleListJobs(w http.ResponseWriter, r *http.Request) {
 	}
 	who := caller(r)
 	s.mu.Lock()
-	jobs := s.state.Jobs(func(j *api.Job) bool { return keep(j) && s.mayRead(who, j) == nil })
+	mayRead := s.readRule(who)
+	jobs := s.state.Jobs(func(j *api.Job) bool { return keep(j) && mayRead(j) == nil })
 	s.mu.Unlock()
 	for i := range jobs {
 		redactEnv(who, &jobs[i])

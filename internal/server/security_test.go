@@ -32,10 +32,8 @@ func (h *harness) addUser(name, role string, teams ...string) string {
 		h.t.Fatalf("token for %s: %d", name, code)
 	}
 	for _, team := range teams {
-		var t api.Team
-		h.do("GET", "/api/v1/teams", nil, nil)
 		h.srv.mu.Lock()
-		t, _ = h.srv.state.Team(team)
+		t, _ := h.srv.state.Team(team)
 		h.srv.mu.Unlock()
 		t.Name = team
 		t.Members = append(t.Members, name)
