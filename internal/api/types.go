@@ -1,6 +1,7 @@
 package api
 
 import (
+	"cmp"
 	"encoding/json"
 	"time"
 )
@@ -496,6 +497,19 @@ type Limits struct {
 	// counts once); beyond them the answer is 429 with Retry-After.
 	SubmitsPerSecond float64 `json:"submits_per_second,omitempty" yaml:"submits_per_second"`
 	SubmitBurst      int     `json:"submit_burst,omitempty" yaml:"submit_burst"`
+}
+
+// OrDefaults returns l with every field it leaves zero taken from DefaultLimits.
+func (l Limits) OrDefaults() Limits {
+	d := DefaultLimits()
+	d.MaxBodyBytes = cmp.Or(l.MaxBodyBytes, d.MaxBodyBytes)
+	d.MaxCommandBytes = cmp.Or(l.MaxCommandBytes, d.MaxCommandBytes)
+	d.MaxEnvBytes = cmp.Or(l.MaxEnvBytes, d.MaxEnvBytes)
+	d.MaxNameLength = cmp.Or(l.MaxNameLength, d.MaxNameLength)
+	d.MaxPendingPerUser = cmp.Or(l.MaxPendingPerUser, d.MaxPendingPerUser)
+	d.SubmitsPerSecond = cmp.Or(l.SubmitsPerSecond, d.SubmitsPerSecond)
+	d.SubmitBurst = cmp.Or(l.SubmitBurst, d.SubmitBurst)
+	return d
 }
 
 // DefaultLimits are generous for people and scripts and stop floods and typos.

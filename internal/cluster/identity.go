@@ -10,6 +10,13 @@ import (
 	"github.com/rotahq/rota/internal/store"
 )
 
+// Names of the settings the store keeps.
+const (
+	SettingCluster   = "cluster"
+	SettingLimits    = "limits"
+	SettingExecution = "execution"
+)
+
 // identity is the part of the state that says who may do what: users, API tokens, join
 // tokens, the certificate each node may use, the settings, and recent idempotency keys.
 // It changes through Apply like everything else, so a revoked token stops working the
@@ -22,6 +29,10 @@ type identity struct {
 	certs      map[string]store.NodeCert
 	settings   map[string]json.RawMessage
 	idempotent map[idemKey]store.IdempotencyRecord
+	// limits and execution are the settings of those names, decoded once as they are
+	// applied (they are read on every request and every heartbeat answer).
+	limits    api.Limits
+	execution api.Execution
 }
 
 type idemKey struct{ user, key string }
@@ -35,6 +46,7 @@ func newIdentity() identity {
 		certs:      map[string]store.NodeCert{},
 		settings:   map[string]json.RawMessage{},
 		idempotent: map[idemKey]store.IdempotencyRecord{},
+		limits:     api.DefaultLimits(),
 	}
 }
 
@@ -42,6 +54,17 @@ func (s *State) applyIdentity(b *store.Batch) {
 	id := &s.id
 	for _, st := range b.Settings {
 		id.settings[st.Name] = st.Data
+		// Settings are validated before they are stored; one that does not decode
+		// leaves the defaults.
+		switch st.Name {
+		case SettingLimits:
+			var l api.Limits
+			_ = json.Unmarshal(st.Data, &l)
+			id.limits = l.OrDefaults()
+		case SettingExecution:
+			id.execution = api.Execution{}
+			_ = json.Unmarshal(st.Data, &id.execution)
+		}
 	}
 	for _, u := range b.Users {
 		u.Teams = nil
@@ -173,6 +196,13 @@ func (s *State) Setting(name string) (json.RawMessage, bool) {
 	d, ok := s.id.settings[name]
 	return d, ok
 }
+
+// Limits returns the limits in force: the stored ones, with defaults for what they leave
+// zero.
+func (s *State) Limits() api.Limits { return s.id.limits }
+
+// Execution returns the execution settings in force.
+func (s *State) Execution() api.Execution { return s.id.execution }
 
 // Idempotency returns what a submit with the user's key created, if it is remembered.
 func (s *State) Idempotency(user, key string) (store.IdempotencyRecord, bool) {

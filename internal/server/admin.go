@@ -295,7 +295,7 @@ func (s *Server) handleUnreserve(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) handlePutConfig(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
-	limit := s.limits().MaxBodyBytes
+	limit := s.state.Limits().MaxBodyBytes
 	s.mu.Unlock()
 	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 	if err != nil {

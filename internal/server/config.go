@@ -14,6 +14,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/rotahq/rota/internal/api"
+	"github.com/rotahq/rota/internal/cluster"
 	"github.com/rotahq/rota/internal/store"
 )
 
@@ -197,18 +198,16 @@ func (s *Server) applyConfig(ctx context.Context, data []byte, by api.Event) (ap
 			return cfg, e
 		}
 		data, _ := json.Marshal(cfg.Execution)
-		b.Settings = append(b.Settings, store.Setting{Name: settingExecution, Data: data})
-		event(api.EventConfig, "set execution settings", s.execution(), *cfg.Execution)
+		b.Settings = append(b.Settings, store.Setting{Name: cluster.SettingExecution, Data: data})
+		event(api.EventConfig, "set execution settings", s.state.Execution(), *cfg.Execution)
 	}
 	if cfg.Limits != nil {
 		if e := validateLimits(*cfg.Limits); e != nil {
 			return cfg, e
 		}
 		data, _ := json.Marshal(cfg.Limits)
-		b.Settings = append(b.Settings, store.Setting{Name: settingLimits, Data: data})
-		after := api.DefaultLimits()
-		mergeLimits(&after, *cfg.Limits)
-		event(api.EventConfig, "set limits", s.limits(), after)
+		b.Settings = append(b.Settings, store.Setting{Name: cluster.SettingLimits, Data: data})
+		event(api.EventConfig, "set limits", s.state.Limits(), cfg.Limits.OrDefaults())
 	}
 	if err := s.commit(ctx, b); err != nil {
 		code := api.CodeInternal

@@ -67,7 +67,7 @@ func checkContentType(r *http.Request, kind bodyKind) *api.Error {
 // decodeJSON reads one JSON value into v under the body limit in force.
 func (s *Server) decodeJSON(w http.ResponseWriter, r *http.Request, v any) (int, *api.Error) {
 	s.mu.Lock()
-	limit := s.limits().MaxBodyBytes
+	limit := s.state.Limits().MaxBodyBytes
 	s.mu.Unlock()
 	return decodeJSON(w, r, v, limit)
 }
@@ -106,7 +106,7 @@ func decodeJSON(w http.ResponseWriter, r *http.Request, v any, limit int64) (int
 // validName checks a name of a user, team, queue or node against the pattern and the
 // length limit in force. Names become parts of paths and log lines, so nothing else passes.
 func (s *Server) validName(field, v string) *api.Error {
-	limit := s.limits().MaxNameLength
+	limit := s.state.Limits().MaxNameLength
 	if v == "" || len(v) > limit || !nameRE.MatchString(v) {
 		return invalid(field, "%q is not a valid name: 1 to %d letters, digits and ._@+-, starting with a letter or digit", truncateName(v), limit)
 	}

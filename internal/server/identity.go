@@ -1,7 +1,6 @@
 package server
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -17,14 +16,8 @@ import (
 	"github.com/rotahq/rota/internal/api"
 	"github.com/rotahq/rota/internal/atomicfile"
 	"github.com/rotahq/rota/internal/auth"
+	"github.com/rotahq/rota/internal/cluster"
 	"github.com/rotahq/rota/internal/store"
-)
-
-// Settings names in the store.
-const (
-	settingCluster   = "cluster"
-	settingLimits    = "limits"
-	settingExecution = "execution"
 )
 
 // Bounds on identity objects.
@@ -80,7 +73,7 @@ func (s *Server) loadIdentity(ctx context.Context, b *store.Batch) error {
 func (s *Server) bootstrap(ctx context.Context) error {
 	now := s.cfg.Clock.Now()
 	b := &store.Batch{}
-	if data, ok := s.state.Setting(settingCluster); ok {
+	if data, ok := s.state.Setting(cluster.SettingCluster); ok {
 		var c clusterSetting
 		if err := json.Unmarshal(data, &c); err != nil || !auth.ValidClusterID(c.ID) {
 			return fmt.Errorf("server: the store's cluster setting is damaged: %s", data)
@@ -89,7 +82,7 @@ func (s *Server) bootstrap(ctx context.Context) error {
 	} else {
 		s.clusterID = auth.NewClusterID()
 		data, _ := json.Marshal(clusterSetting{ID: s.clusterID, Created: now})
-		b.Settings = append(b.Settings, store.Setting{Name: settingCluster, Data: data})
+		b.Settings = append(b.Settings, store.Setting{Name: cluster.SettingCluster, Data: data})
 		b.Events = append(b.Events, api.Event{Time: now, Actor: "system", Kind: api.EventConfig, Message: "new cluster " + s.clusterID})
 	}
 	ca, created, err := auth.LoadOrCreateCA(filepath.Join(s.cfg.DataDir, "ca"), s.clusterID)
@@ -141,41 +134,6 @@ func (s *Server) ClusterID() string { return s.clusterID }
 
 // CA is the cluster's certificate authority.
 func (s *Server) CA() *auth.CA { return s.ca }
-
-// limits returns the limits in force: the stored ones, with defaults for what they leave zero.
-func (s *Server) limits() api.Limits {
-	l := api.DefaultLimits()
-	data, ok := s.state.Setting(settingLimits)
-	if !ok {
-		return l
-	}
-	var set api.Limits
-	if json.Unmarshal(data, &set) != nil {
-		return l
-	}
-	mergeLimits(&l, set)
-	return l
-}
-
-// mergeLimits copies the non-zero fields of set over l.
-func mergeLimits(l *api.Limits, set api.Limits) {
-	l.MaxBodyBytes = cmp.Or(set.MaxBodyBytes, l.MaxBodyBytes)
-	l.MaxCommandBytes = cmp.Or(set.MaxCommandBytes, l.MaxCommandBytes)
-	l.MaxEnvBytes = cmp.Or(set.MaxEnvBytes, l.MaxEnvBytes)
-	l.MaxNameLength = cmp.Or(set.MaxNameLength, l.MaxNameLength)
-	l.MaxPendingPerUser = cmp.Or(set.MaxPendingPerUser, l.MaxPendingPerUser)
-	l.SubmitsPerSecond = cmp.Or(set.SubmitsPerSecond, l.SubmitsPerSecond)
-	l.SubmitBurst = cmp.Or(set.SubmitBurst, l.SubmitBurst)
-}
-
-// execution returns the execution settings in force.
-func (s *Server) execution() api.Execution {
-	var e api.Execution
-	if data, ok := s.state.Setting(settingExecution); ok {
-		_ = json.Unmarshal(data, &e) // validated when stored
-	}
-	return e
-}
 
 // audit returns an event recording a change made through the API by r's caller.
 func audit(r *http.Request, now time.Time, kind string, format string, args ...any) api.Event {

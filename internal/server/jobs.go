@@ -64,7 +64,7 @@ func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	limits := s.limits()
+	limits := s.state.Limits()
 	if wait, ok := s.limiter.allow(id.User, limits, s.cfg.Clock.Now()); !ok {
 		secs := int(math.Ceil(wait.Seconds()))
 		w.Header().Set("Retry-After", strconv.Itoa(secs))

@@ -48,7 +48,7 @@ func (s *Server) checkpointRoot(j *api.Job) string {
 	if q, ok := s.state.Queue(j.Spec.Queue); ok && q.CheckpointRoot != "" {
 		return q.CheckpointRoot
 	}
-	return s.execution().CheckpointRoot
+	return s.state.Execution().CheckpointRoot
 }
 
 // checkpointDir is the job's shared ROTA_CHECKPOINT_DIR, the same for every attempt on
