@@ -8,15 +8,52 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/rotahq/rota/internal/api"
 )
 
-// Devices finds the GPUs of this machine. The agent owns the interface so that NVML and the
-// fake set used by tests and demos are interchangeable.
+// Devices finds the GPUs of this machine, reads their metrics and reports their faults.
+// The agent owns the interface so that NVML and the fake set used by tests and demos are
+// interchangeable.
 type Devices interface {
+	// Discover enumerates the GPUs with their topology (NVLink peers, NUMA node, PCI bus
+	// id, MIG mode as it is).
 	Discover() (Discovery, error)
+	// Sample reads every GPU's utilisation, memory, power and temperature and lists the
+	// processes holding memory on them (GPU, PID, memory; the agent maps them to jobs).
+	Sample() (Sample, error)
+	// HealthEvents returns what went wrong with GPUs since the last call: XIDs,
+	// uncorrectable ECC errors, devices that vanished. It does not block.
+	HealthEvents() ([]HealthEvent, error)
 }
+
+// Sample is one reading of the GPUs.
+type Sample struct {
+	Time      time.Time
+	GPUs      []api.GPUSample
+	Processes []api.GPUProcess
+}
+
+// HealthEvent is one fault of one GPU.
+type HealthEvent struct {
+	GPU int
+	// Kind is HealthXID, HealthECC or HealthVanished.
+	Kind string
+	// Code is the XID number for HealthXID, the error count for HealthECC.
+	Code uint64
+	// Fatal is set when the GPU can no longer be trusted with work; an XID that reports
+	// an application's own fault (13, 31, 43, 45, 68, ...) is not fatal.
+	Fatal   bool
+	Message string
+}
+
+// Health event kinds.
+const (
+	HealthXID      = "xid"
+	HealthECC      = "ecc"
+	HealthVanished = "vanished"
+)
 
 // Discovery is what a Devices found.
 type Discovery struct {

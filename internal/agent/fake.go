@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/rotahq/rota/internal/api"
 )
@@ -97,3 +98,15 @@ func fakeUUID(node string, index int) string {
 	h := hex.EncodeToString(sum[:16])
 	return "GPU-" + h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32]
 }
+
+// Sample reads the fake GPUs: idle, cool, no processes.
+func (f *FakeDevices) Sample() (Sample, error) {
+	s := Sample{Time: time.Now()}
+	for _, g := range f.GPUs {
+		s.GPUs = append(s.GPUs, api.GPUSample{Index: g.Index})
+	}
+	return s, nil
+}
+
+// HealthEvents reports no faults.
+func (f *FakeDevices) HealthEvents() ([]HealthEvent, error) { return nil, nil }

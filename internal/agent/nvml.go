@@ -71,3 +71,9 @@ func nvmlInitError(ret nvml.Return) string {
 	}
 	return nvml.ErrorString(ret)
 }
+
+// Sample is not implemented yet.
+func (NVMLDevices) Sample() (Sample, error) { return Sample{}, nil }
+
+// HealthEvents is not implemented yet.
+func (NVMLDevices) HealthEvents() ([]HealthEvent, error) { return nil, nil }

@@ -10,3 +10,9 @@ type NVMLDevices struct{}
 func (NVMLDevices) Discover() (Discovery, error) {
 	return Discovery{Source: SourceNone, Reason: "NVML not available: agent built without cgo"}, nil
 }
+
+// Sample reads nothing: there are no GPUs.
+func (NVMLDevices) Sample() (Sample, error) { return Sample{}, nil }
+
+// HealthEvents reports nothing: there are no GPUs.
+func (NVMLDevices) HealthEvents() ([]HealthEvent, error) { return nil, nil }

@@ -23,6 +23,10 @@ type TaskStatus struct {
 	Message string `json:"message,omitempty"`
 	// Events are lines the job appended to ROTA_EVENTS_FILE since the last heartbeat.
 	Events []map[string]any `json:"events,omitempty"`
+	// PeakMemoryMB is the task's peak memory as its cgroup measured it, when it ended.
+	PeakMemoryMB int64 `json:"peak_memory_mb,omitempty"`
+	// ImageDigest is the digest of the container image the task runs.
+	ImageDigest string `json:"image_digest,omitempty"`
 }
 
 // Heartbeat is what an agent sends: its inventory and the state of its tasks.
@@ -54,6 +58,10 @@ type Heartbeat struct {
 	// attempt of another cluster, or one the server had given up when the node was
 	// lost), until the server acknowledges them in StoppedAcked.
 	Stopped []StoppedTask `json:"stopped,omitempty"`
+	// Telemetry is the node's latest reading, when one was taken since the last heartbeat.
+	Telemetry *Telemetry `json:"telemetry,omitempty"`
+	// HealthCheck is the last result of the node's health-check command, if it has one.
+	HealthCheck *HealthCheck `json:"health_check,omitempty"`
 }
 
 // StoppedTask is an attempt an agent stopped on its own because no server listed it.
@@ -103,6 +111,11 @@ type Task struct {
 	// for every attempt; empty means a node-local one the agent chooses, which a
 	// requeued attempt on another node does not find (the notice file says so).
 	CheckpointDir string `json:"checkpoint_dir,omitempty"`
+	// Image is the container image the task runs in (empty: directly on the node).
+	Image string `json:"image,omitempty"`
+	// Notice, when set, is a warning the agent writes to the task's ROTA_NOTICE_FILE
+	// (once per distinct text), e.g. that the job holds GPUs it does not use.
+	Notice string `json:"notice,omitempty"`
 }
 
 // HeartbeatResponse is the node's desired state.

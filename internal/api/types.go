@@ -49,7 +49,7 @@ const (
 	ReasonGPUError   = "gpu_error"
 	ReasonNodeLost   = "node_lost"
 	ReasonTimeout    = "timeout"
-	ReasonIdle       = "idle_reclaim"
+	ReasonIdle       = "idle_reclaimed"
 	ReasonPreempted  = "preempted"
 	ReasonCancelled  = "cancelled"
 	ReasonStartError = "start_error"
@@ -103,6 +103,10 @@ type JobSpec struct {
 	// policy; nil means the default (0 under "never", 3 otherwise). Node loss and
 	// preemption never count against it: they are not the job's doing.
 	Retries *int `json:"retries,omitempty" yaml:"retries"`
+	// Image runs the job in this OCI container image through the node's container
+	// runtime (podman, docker or apptainer), with its GPUs, working directory, ROTA_*
+	// variables and checkpoint directory. Empty: the job runs on the node directly.
+	Image string `json:"image,omitempty" yaml:"image"`
 }
 
 // Restart policies.
@@ -171,6 +175,39 @@ type Job struct {
 	Checkpoints string `json:"checkpoints,omitempty"`
 	// Priority is the pending job's score, factor by factor (API only, not stored).
 	Priority *Priority `json:"priority,omitempty"`
+	// IdleSince is when every GPU of the running job last fell below its queue's idle
+	// threshold and stayed there; nil while it computes or without telemetry.
+	IdleSince *time.Time `json:"idle_since,omitempty"`
+	// IdleWarned is set once the job has been warned (notice file, event) that it holds
+	// GPUs without using them.
+	IdleWarned bool `json:"idle_warned,omitempty"`
+	// Usage is what the current or last attempt used, over all its nodes (API only).
+	Usage *Usage `json:"usage,omitempty"`
+}
+
+// Stat summarises one measured quantity over an attempt's samples.
+type Stat struct {
+	Mean float64 `json:"mean"`
+	P95  float64 `json:"p95"`
+	Max  float64 `json:"max"`
+	Last float64 `json:"last"`
+}
+
+// Usage is what an attempt (or one rank of it) used, from the agents' telemetry. GPU
+// utilisation is the mean over its GPUs; GPU memory, CPU and memory are summed over them
+// and its processes. CPU is in percent of one CPU (250: two and a half CPUs busy).
+type Usage struct {
+	// Samples is how many telemetry readings the figures come from; zero means no
+	// telemetry reached the server (the figures are then unknown, not zero).
+	Samples     int       `json:"samples"`
+	First       time.Time `json:"first"`
+	Last        time.Time `json:"last"`
+	GPUUtilPct  Stat      `json:"gpu_util_pct"`
+	GPUMemoryMB Stat      `json:"gpu_memory_mb"`
+	CPUPct      Stat      `json:"cpu_pct"`
+	MemoryMB    Stat      `json:"memory_mb"`
+	// PeakMemoryMB is the cgroup's peak memory, where the node measures it.
+	PeakMemoryMB int64 `json:"peak_memory_mb,omitempty"`
 }
 
 // Priority explains a pending job's place in the queue, like Slurm's sprio: the queue's
@@ -250,6 +287,10 @@ type Placement struct {
 	EndTime  *time.Time `json:"end_time,omitempty"`
 	Reason   string     `json:"reason,omitempty"`
 	Message  string     `json:"message,omitempty"`
+	// Usage is what this rank used; filled in when the rank ends (and live in the API).
+	Usage *Usage `json:"usage,omitempty"`
+	// ImageDigest is the digest of the container image this rank actually ran.
+	ImageDigest string `json:"image_digest,omitempty"`
 }
 
 // Attempt is one placement of a job.
@@ -283,8 +324,77 @@ type GPU struct {
 	UUID     string `json:"uuid"`
 	Model    string `json:"model"`
 	MemoryMB int64  `json:"memory_mb"`
-	// Healthy is false when the device reported errors that make it unusable.
-	Healthy bool `json:"healthy"`
+	// Healthy is false when the device reported errors that make it unusable; Health
+	// then says why (an XID, uncorrectable ECC errors, the device vanished). An
+	// unhealthy GPU takes no new work.
+	Healthy bool   `json:"healthy"`
+	Health  string `json:"health,omitempty"`
+	// Missing is set when a GPU discovered at start can no longer be found (fallen off
+	// the bus): the node is then degraded.
+	Missing  bool   `json:"missing,omitempty"`
+	PCIBusID string `json:"pci_bus_id,omitempty"`
+	// NUMANode is the memory node of the CPU socket the GPU hangs off; nil: unknown.
+	NUMANode *int `json:"numa_node,omitempty"`
+	// NVLinkPeers lists the indices of the GPUs this one reaches over NVLink.
+	NVLinkPeers []int `json:"nvlink_peers,omitempty"`
+	// MIGMode is "enabled", "disabled", or empty where the GPU has no MIG. rota reads it
+	// and never changes it.
+	MIGMode string `json:"mig_mode,omitempty"`
+}
+
+// GPUSample is one reading of one GPU.
+type GPUSample struct {
+	Index          int     `json:"index"`
+	UtilizationPct float64 `json:"utilization_pct"`
+	MemoryUsedMB   int64   `json:"memory_used_mb"`
+	PowerW         float64 `json:"power_w"`
+	TemperatureC   float64 `json:"temperature_c"`
+}
+
+// GPUProcess is a process holding memory on a GPU.
+type GPUProcess struct {
+	// GPU is the device's index on its node.
+	GPU      int    `json:"gpu"`
+	PID      int    `json:"pid"`
+	MemoryMB int64  `json:"memory_mb"`
+	Command  string `json:"command,omitempty"`
+	// JobID and Attempt name the live attempt the process belongs to (by cgroup or
+	// process tree); both zero for a leftover: a process of no live attempt.
+	JobID   int64 `json:"job_id,omitempty"`
+	Attempt int   `json:"attempt,omitempty"`
+	// Since is when the agent first saw a leftover process.
+	Since *time.Time `json:"since,omitempty"`
+}
+
+// TaskUsage is what one attempt uses on one node at one reading.
+type TaskUsage struct {
+	JobID   int64 `json:"job_id"`
+	Attempt int   `json:"attempt"`
+	// GPUUtilPct is the mean over the task's GPUs; GPUMemoryMB the sum over them.
+	GPUUtilPct  float64 `json:"gpu_util_pct"`
+	GPUMemoryMB int64   `json:"gpu_memory_mb"`
+	// CPUPct is in percent of one CPU since the previous reading; MemoryMB is resident.
+	CPUPct   float64 `json:"cpu_pct"`
+	MemoryMB int64   `json:"memory_mb"`
+}
+
+// Telemetry is one reading of a node, taken every few seconds and sent with the next
+// heartbeat.
+type Telemetry struct {
+	Time time.Time   `json:"time"`
+	GPUs []GPUSample `json:"gpus"`
+	// Processes lists the GPU processes, leftovers included.
+	Processes []GPUProcess `json:"processes,omitempty"`
+	Tasks     []TaskUsage  `json:"tasks,omitempty"`
+}
+
+// HealthCheck is the last run of a node's health-check command.
+type HealthCheck struct {
+	Time     time.Time `json:"time"`
+	OK       bool      `json:"ok"`
+	ExitCode int       `json:"exit_code"`
+	// Output is the end of what the command printed.
+	Output string `json:"output,omitempty"`
 }
 
 // Inventory is what an agent reports about its machine.
@@ -298,6 +408,12 @@ type Inventory struct {
 	// DeviceSource says where the GPUs came from: "nvml", "fake" or "none".
 	DeviceSource string `json:"device_source"`
 	Hostname     string `json:"hostname,omitempty"`
+	// ContainerRuntime is the runtime image jobs run through ("podman", "docker",
+	// "apptainer"); empty where the node has none, and image jobs are not placed there.
+	ContainerRuntime string `json:"container_runtime,omitempty"`
+	// Limits says how the node enforces CPU and memory limits: "cgroup2", "cgroup1" or
+	// "none".
+	Limits string `json:"limits,omitempty"`
 }
 
 // Node is a machine that runs jobs, as the server knows it.
@@ -317,6 +433,48 @@ type Node struct {
 	CPUsUsed int `json:"cpus_used"`
 	// Jobs lists the IDs of active jobs on the node (API only).
 	Jobs []int64 `json:"jobs,omitempty"`
+	// Degraded lists why the node is degraded (a GPU vanished, its health check fails);
+	// empty when it is not. Derived from the agent's reports.
+	Degraded []string `json:"degraded,omitempty"`
+	// HealthCheck is the last result of the node's health-check command, if it has one.
+	HealthCheck *HealthCheck `json:"health_check,omitempty"`
+	// Telemetry is the node's last reading (API only, not stored).
+	Telemetry *Telemetry `json:"telemetry,omitempty"`
+	// Leftovers are GPU processes of no live attempt. Their GPUs take no new work until
+	// they are gone (API only).
+	Leftovers []GPUProcess `json:"leftovers,omitempty"`
+	// HeldGPUs are the indices of GPUs kept from new work by leftovers (API only).
+	HeldGPUs []int `json:"held_gpus,omitempty"`
+}
+
+// TelemetryPoint is one point of a downsampled history: the mean over its interval.
+type TelemetryPoint struct {
+	Time        time.Time `json:"time"`
+	GPUUtilPct  float64   `json:"gpu_util_pct"`
+	GPUMemoryMB float64   `json:"gpu_memory_mb"`
+	PowerW      float64   `json:"power_w,omitempty"`
+	// TemperatureC is for GPU series only; CPUPct and MemoryMB for attempt series only.
+	TemperatureC float64 `json:"temperature_c,omitempty"`
+	CPUPct       float64 `json:"cpu_pct,omitempty"`
+	MemoryMB     float64 `json:"memory_mb,omitempty"`
+}
+
+// TelemetrySeries is the history of one GPU or one attempt.
+type TelemetrySeries struct {
+	// Node and GPU name a GPU series; JobID and Attempt an attempt series.
+	Node    string `json:"node,omitempty"`
+	GPU     *int   `json:"gpu,omitempty"`
+	JobID   int64  `json:"job_id,omitempty"`
+	Attempt int    `json:"attempt,omitempty"`
+	// StepSeconds is the interval each point covers.
+	StepSeconds float64          `json:"step_s"`
+	Points      []TelemetryPoint `json:"points"`
+}
+
+// TelemetryList is the answer to GET /api/v1/jobs/{id}/telemetry and
+// GET /api/v1/nodes/{name}/telemetry.
+type TelemetryList struct {
+	Series []TelemetrySeries `json:"series"`
 }
 
 // AgentInfo identifies the agent process that serves a node. One node name has one live
@@ -412,7 +570,27 @@ type Queue struct {
 	RestartPolicy string `json:"restart_policy,omitempty" yaml:"restart_policy"`
 	// CheckpointRoot overrides the cluster's checkpoint root for this queue's jobs.
 	CheckpointRoot string `json:"checkpoint_root,omitempty" yaml:"checkpoint_root"`
+	// IdleAfter, when above zero, is the seconds a running job's GPUs may all stay below
+	// IdleThresholdPct utilisation before IdleAction applies: "warn" (flag it, write its
+	// notice file, record an event) or "stop" (warn, then stop it after its grace with
+	// reason idle_reclaimed).
+	IdleAfter        int64   `json:"idle_after_s,omitempty" yaml:"idle_after_s"`
+	IdleAction       string  `json:"idle_action,omitempty" yaml:"idle_action"`
+	IdleThresholdPct float64 `json:"idle_threshold_pct,omitempty" yaml:"idle_threshold_pct"`
+	// Images, when not empty, are the image prefixes the queue's jobs may run (e.g.
+	// "registry.example.com/ml/"); an image job matching none is refused at submit.
+	// Empty: any image.
+	Images []string `json:"images,omitempty" yaml:"images"`
 }
+
+// Idle actions.
+const (
+	IdleWarn = "warn"
+	IdleStop = "stop"
+)
+
+// DefaultIdleThresholdPct is the utilisation below which a GPU counts as idle.
+const DefaultIdleThresholdPct = 5
 
 // Error is the body of every non-2xx API answer.
 type Error struct {
@@ -477,6 +655,9 @@ type Execution struct {
 	// attempt; when empty, it is node-local and a requeued attempt on another node
 	// starts without its checkpoints. A queue may override it.
 	CheckpointRoot string `json:"checkpoint_root,omitempty" yaml:"checkpoint_root"`
+	// DrainOnHealthFailure drains a node on its own when it becomes degraded (a GPU
+	// vanished, its health check failed) or a GPU turns unhealthy, with the reason.
+	DrainOnHealthFailure bool `json:"drain_on_health_failure,omitempty" yaml:"drain_on_health_failure"`
 }
 
 // Limits bound what one request and one user may ask of the server. Zero fields take the
