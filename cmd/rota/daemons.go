@@ -67,6 +67,10 @@ type agentFlags struct {
 	name, labels, fakeGPUs, dataDir string
 	cpus                            int
 	memory                          string
+	fakeGPUsConfig                  string
+	healthCheck, containerRuntime   string
+	healthInterval, healthTimeout   time.Duration
+	telemetryInterval, killAfter    time.Duration
 }
 
 func (f *agentFlags) register(fs *flag.FlagSet, withDataDir bool) {
@@ -76,6 +80,13 @@ func (f *agentFlags) register(fs *flag.FlagSet, withDataDir bool) {
 	fs.StringVar(&f.fakeGPUs, "fake-gpus", "", "report N fake GPUs of MODEL instead of discovering real ones: N or NxMODEL")
 	fs.IntVar(&f.cpus, "cpus", 0, "CPUs to offer to jobs (default: all; with --fake-gpus at least 8 per GPU)")
 	fs.StringVar(&f.memory, "memory", "", "memory to offer to jobs, e.g. 512G (default: all; with --fake-gpus at least 64G per GPU)")
+	fs.StringVar(&f.fakeGPUsConfig, "fake-gpus-config", "", "report fake GPUs described in a YAML `FILE` (models, NVLink topology, metric curves, faults; see examples/fake-gpus.yaml) instead of discovering real ones")
+	fs.DurationVar(&f.telemetryInterval, "telemetry-interval", 5*time.Second, "how often GPU utilisation, memory and faults are read")
+	fs.StringVar(&f.healthCheck, "health-check", "", "a `COMMAND` (run with /bin/sh -c) that checks the node; a non-zero exit or a timeout is a failure the server sees")
+	fs.DurationVar(&f.healthInterval, "health-interval", time.Minute, "how often --health-check runs")
+	fs.DurationVar(&f.healthTimeout, "health-timeout", 30*time.Second, "how long --health-check may run before it is killed and counted as failed")
+	fs.DurationVar(&f.killAfter, "kill-leftovers-after", 0, "kill a GPU process that belongs to no job (anything rota did not start: a crashed job's child, a process run by hand, Xorg) after it has been there this long (0: never, only report it)")
+	fs.StringVar(&f.containerRuntime, "container-runtime", "", "runtime for jobs with an image: podman, docker, apptainer, a path to one, or none (default: the first found)")
 	if withDataDir {
 		fs.StringVar(&f.dataDir, "data-dir", "", "directory for the node's identity, job files, logs and checkpoints (default: "+filepath.Join(defaultDataDir(), "agent", "NAME")+")")
 	}
@@ -86,9 +97,26 @@ func (f *agentFlags) config(serverURL, dataDir string) (agent.Config, error) {
 	if err != nil {
 		return agent.Config{}, err
 	}
-	cfg := agent.Config{ServerURL: serverURL, Name: f.name, Labels: labels, FakeGPUs: f.fakeGPUs, DataDir: dataDir, CPUs: f.cpus}
+	cfg := agent.Config{ServerURL: serverURL, Name: f.name, Labels: labels, FakeGPUs: f.fakeGPUs, DataDir: dataDir, CPUs: f.cpus,
+		FakeGPUsConfig: f.fakeGPUsConfig, TelemetryInterval: f.telemetryInterval, HealthCheck: strings.TrimSpace(f.healthCheck),
+		HealthCheckInterval: f.healthInterval, HealthCheckTimeout: f.healthTimeout, KillLeftoversAfter: f.killAfter,
+		ContainerRuntime: f.containerRuntime}
 	if f.cpus < 0 {
 		return agent.Config{}, fmt.Errorf("--cpus: must be 0 (all) or more, got %d", f.cpus)
+	}
+	if f.fakeGPUs != "" && f.fakeGPUsConfig != "" {
+		return agent.Config{}, errors.New("--fake-gpus and --fake-gpus-config: give one or the other")
+	}
+	for _, d := range []struct {
+		flag string
+		v    time.Duration
+	}{{"--telemetry-interval", f.telemetryInterval}, {"--health-interval", f.healthInterval}, {"--health-timeout", f.healthTimeout}} {
+		if d.v <= 0 {
+			return agent.Config{}, fmt.Errorf("%s: must be more than 0, got %v", d.flag, d.v)
+		}
+	}
+	if f.killAfter < 0 {
+		return agent.Config{}, fmt.Errorf("--kill-leftovers-after: must be 0 (never kill) or more, got %v", f.killAfter)
 	}
 	if f.memory != "" {
 		mb, err := cli.ParseSize(f.memory)
@@ -160,6 +188,14 @@ func runAgent(ctx context.Context, args []string, stderr io.Writer) int {
 		return 2
 	}
 	cfg.Join = strings.TrimSpace(*join)
+	if os.Getenv("INVOCATION_ID") != "" {
+		// Started by systemd, whose unit delegates the cgroup to the agent (Delegate=yes):
+		// cgroup v2 hands the memory and cpu controllers only to the children of a cgroup
+		// without processes, so the agent steps into a leaf of its own first.
+		if err := agent.EnterDelegatedCgroup(); err != nil {
+			log.Warn("cannot prepare the delegated cgroup; jobs' CPU and memory limits may not be enforced", "err", err)
+		}
+	}
 	a, err := agent.New(cfg, log)
 	if err != nil {
 		fmt.Fprintf(stderr, "rota agent: %v\n", err)

@@ -19,9 +19,10 @@ import (
 const usageHead = `rota: a GPU cluster scheduler
 
 Start:
-  rota up       [--data-dir DIR] [--listen ADDR] [--fake-gpus N[xMODEL]]   server and agent on this machine
+  rota up       [--data-dir DIR] [--listen ADDR] [--fake-gpus N[xMODEL] | --fake-gpus-config FILE]   server and agent on this machine
   rota server   --data-dir DIR --listen ADDR [--tls] [--store URL] [--config FILE]  the control plane
-  rota agent    --server https://HOST:PORT --join TOKEN [--name NODE] [--labels k=v,…] [--fake-gpus N[xMODEL]]
+  rota agent    --server https://HOST:PORT --join TOKEN [--name NODE] [--labels k=v,…] [--fake-gpus N[xMODEL] | --fake-gpus-config FILE]
+                [--health-check CMD] [--kill-leftovers-after DURATION] [--container-runtime podman|docker|apptainer|none]
 
 Use:
 `

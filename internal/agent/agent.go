@@ -76,15 +76,61 @@ type Config struct {
 	// KeepCheckpoints is how long a job's node-local checkpoints stay after its last
 	// attempt directory is removed; zero means 7 days.
 	KeepCheckpoints time.Duration
+	// FakeGPUsConfig, if set, is a YAML file describing fake GPUs (models, NVLink
+	// topology, metric curves); it replaces NVML like FakeGPUs, and excludes it.
+	FakeGPUsConfig string
+	// TelemetryInterval is how often the GPUs are read and faults looked for; zero means
+	// 5s.
+	TelemetryInterval time.Duration
+	// HealthCheck, if set, is a command run with /bin/sh -c every HealthCheckInterval
+	// (zero: 60s); it fails when it exits non-zero or runs past HealthCheckTimeout
+	// (zero: 30s), and its last result goes with every heartbeat.
+	HealthCheck         string
+	HealthCheckInterval time.Duration
+	HealthCheckTimeout  time.Duration
+	// KillLeftoversAfter is how long a GPU process of no live attempt may stay before the
+	// agent kills it; zero means never: leftovers are only reported.
+	KillLeftoversAfter time.Duration
+	// ContainerRuntime runs image jobs: "" finds podman, docker or apptainer; "none"
+	// runs no image jobs; anything else names the runtime or its path.
+	ContainerRuntime string
+}
+
+// check refuses the settings New cannot work with, naming each.
+func (cfg Config) check() error {
+	if cfg.CPUs < 0 || cfg.MemoryMB < 0 {
+		return fmt.Errorf("CPUs %d and memory %d MB: want 0 (the whole machine) or more", cfg.CPUs, cfg.MemoryMB)
+	}
+	if cfg.FakeGPUs != "" && cfg.FakeGPUsConfig != "" {
+		return errors.New("--fake-gpus and --fake-gpus-config: give one or the other")
+	}
+	durations := []struct {
+		name string
+		d    time.Duration
+		def  string
+	}{
+		{"telemetry interval", cfg.TelemetryInterval, "the default, 5s"},
+		{"health-check interval", cfg.HealthCheckInterval, "the default, 60s"},
+		{"health-check timeout", cfg.HealthCheckTimeout, "the default, 30s"},
+		{"kill-leftovers-after", cfg.KillLeftoversAfter, "never kill, only report"},
+	}
+	for _, d := range durations {
+		if d.d < 0 {
+			return fmt.Errorf("%s %v: want 0 (%s) or more", d.name, d.d, d.def)
+		}
+	}
+	return nil
 }
 
 // Agent runs the jobs the server places on this node.
 type Agent struct {
-	server    string
-	name      string
-	dataDir   string
-	interval  time.Duration
-	logger    *slog.Logger
+	server   string
+	name     string
+	dataDir  string
+	interval time.Duration
+	logger   *slog.Logger
+	// inventory is read and changed under mu. When a GPU turns unhealthy its GPU list is
+	// replaced, never changed in place: a heartbeat encodes its copy after letting go.
 	inventory api.Inventory
 	runner    *runner
 	shipper   *logShipper
@@ -97,6 +143,14 @@ type Agent struct {
 	keepCheckpoints  time.Duration
 	// wake asks the loop for an early heartbeat, when a task changes state.
 	wake chan struct{}
+	// devices reads the GPUs; mon is the telemetry goroutine's own state.
+	devices        Devices
+	telemetryEvery time.Duration
+	mon            *monitor
+	// healthCmd is the node's health-check command, "" for none.
+	healthCmd     string
+	healthEvery   time.Duration
+	healthTimeout time.Duration
 
 	// client is set by New, or by Run once the node has joined; a renewed certificate
 	// replaces it.
@@ -124,6 +178,12 @@ type Agent struct {
 	// ctx and bg are Run's, for the log shippers reconcile starts.
 	ctx context.Context
 	bg  *sync.WaitGroup
+	// telemetry is the latest reading not yet sent; healthCheck the last health-check
+	// result, sent with every heartbeat.
+	telemetry   *api.Telemetry
+	healthCheck *api.HealthCheck
+	// notices holds, per live attempt, the notice text last written to its notice file.
+	notices map[attemptKey]string
 }
 
 // New checks cfg, takes the data directory, discovers the GPUs and loads or prepares the
@@ -153,8 +213,8 @@ func New(cfg Config, logger *slog.Logger) (*Agent, error) {
 	if err := os.MkdirAll(dataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("data directory: %w", err)
 	}
-	if cfg.CPUs < 0 || cfg.MemoryMB < 0 {
-		return nil, fmt.Errorf("CPUs %d and memory %d MB: want 0 (the whole machine) or more", cfg.CPUs, cfg.MemoryMB)
+	if err := cfg.check(); err != nil {
+		return nil, err
 	}
 	supervisor := cfg.SupervisorCommand
 	if len(supervisor) == 0 {
@@ -184,12 +244,15 @@ func New(cfg Config, logger *slog.Logger) (*Agent, error) {
 		return nil, err
 	}
 
-	var devices Devices = NVMLDevices{}
-	if cfg.FakeGPUs != "" {
-		if devices, err = ParseFakeGPUs(cfg.FakeGPUs, name); err != nil {
-			return nil, err
-		}
+	devices, err := openDevices(cfg, name, dataDir, logger)
+	if err != nil {
+		return nil, err
 	}
+	defer func() {
+		if !keep {
+			closeDevices(devices)
+		}
+	}()
 	disc, err := devices.Discover()
 	if err != nil {
 		return nil, fmt.Errorf("discover GPUs: %w", err)
@@ -211,6 +274,12 @@ func New(cfg Config, logger *slog.Logger) (*Agent, error) {
 	if cfg.MemoryMB > 0 {
 		inv.MemoryMB = cfg.MemoryMB
 	}
+	rt, err := containerRuntimeFor(cfg.ContainerRuntime, logger)
+	if err != nil {
+		return nil, err
+	}
+	inv.ContainerRuntime = rt.Name
+	inv.Limits = limitsMode()
 
 	interval := cmp(cfg.HeartbeatInterval, defaultHeartbeat)
 	logger = logger.With("node", name)
@@ -229,7 +298,14 @@ func New(cfg Config, logger *slog.Logger) (*Agent, error) {
 		keepFinished:     cmp(cfg.KeepFinished, defaultKeepFinished),
 		keepCheckpoints:  cmp(cfg.KeepCheckpoints, defaultKeepCheckpoints),
 		wake:             make(chan struct{}, 1),
+		devices:          devices,
+		telemetryEvery:   cmp(cfg.TelemetryInterval, defaultTelemetryInterval),
+		mon:              newMonitor(cfg.KillLeftoversAfter, disc.Source == SourceNVML),
+		healthCmd:        strings.TrimSpace(cfg.HealthCheck),
+		healthEvery:      cmp(cfg.HealthCheckInterval, defaultHealthCheckInterval),
+		healthTimeout:    cmp(cfg.HealthCheckTimeout, defaultHealthCheckTimeout),
 		attempts:         map[attemptKey]*attempt{},
+		notices:          map[attemptKey]string{},
 		cluster:          creds.clusterID(),
 	}
 	a.confirmed = a.cluster != ""
@@ -244,6 +320,11 @@ func New(cfg Config, logger *slog.Logger) (*Agent, error) {
 		flushWait:     logFlushWait,
 		poll:          runnerPoll,
 		onChange:      a.poke,
+		runtime:       rt,
+	}
+	if fake, ok := devices.(*FakeDevices); ok {
+		// Jobs see their fake GPUs the way the fake layer says (its directory, say).
+		a.runner.jobEnv = fake.JobEnv()
 	}
 	a.shipper = &logShipper{client: a.httpClient, server: server, node: name, poll: min(interval, maxLogPoll)}
 	if cfg.HTTPClient != nil {
@@ -257,9 +338,55 @@ func New(cfg Config, logger *slog.Logger) (*Agent, error) {
 	}
 	logger.Info("agent ready", "gpus", len(inv.GPUs), "device_source", inv.DeviceSource,
 		"cpus", inv.CPUs, "memory_mb", inv.MemoryMB, "data_dir", dataDir, "cluster", a.cluster,
-		"instance", instance, "previous_instance", previous)
+		"instance", instance, "previous_instance", previous, "container_runtime", inv.ContainerRuntime,
+		"limits", inv.Limits)
 	keep = true
 	return a, nil
+}
+
+// openDevices picks the device layer: a fake one from a config file or a --fake-gpus
+// spec, else NVML. A fake layer keeps its processes and faults under the data directory,
+// where tests and demos drop them.
+func openDevices(cfg Config, name, dataDir string, logger *slog.Logger) (Devices, error) {
+	var fake *FakeDevices
+	var err error
+	switch {
+	case cfg.FakeGPUsConfig != "":
+		if fake, err = LoadFakeGPUs(cfg.FakeGPUsConfig, name); err != nil {
+			return nil, fmt.Errorf("--fake-gpus-config: %w", err)
+		}
+	case cfg.FakeGPUs != "":
+		if fake, err = ParseFakeGPUs(cfg.FakeGPUs, name); err != nil {
+			return nil, err
+		}
+	default:
+		return OpenNVML(logger), nil
+	}
+	fake.Dir = filepath.Join(dataDir, "fake-gpus")
+	fake.Logger = logger
+	return fake, nil
+}
+
+// closeDevices releases a device layer that holds something (NVML).
+func closeDevices(d Devices) {
+	if c, ok := d.(io.Closer); ok {
+		_ = c.Close()
+	}
+}
+
+// containerRuntimeFor finds the runtime image jobs run through. Finding none where none was
+// asked for is normal (the node takes no image jobs, and says why once); a runtime asked
+// for by name that is not there is an error.
+func containerRuntimeFor(setting string, logger *slog.Logger) (containerRuntime, error) {
+	rt, why := detectContainerRuntime(setting)
+	if rt.Name != "" {
+		return rt, nil
+	}
+	if setting != "" && setting != "none" {
+		return rt, fmt.Errorf("--container-runtime: %s", why)
+	}
+	logger.Info("no container runtime: " + why + "; image jobs are not placed on this node")
+	return rt, nil
 }
 
 func cmp(d, def time.Duration) time.Duration {
@@ -273,9 +400,12 @@ func (a *Agent) setClient(c *http.Client) { a.client.Store(c) }
 
 func (a *Agent) httpClient() *http.Client { return a.client.Load() }
 
-// Close releases the data directory. The end of the process releases it as well; Close
-// is for a process that goes on after its agent has stopped.
-func (a *Agent) Close() error { return a.lock.Close() }
+// Close releases the data directory and the GPUs' library. The end of the process
+// releases them as well; Close is for a process that goes on after its agent has stopped.
+func (a *Agent) Close() error {
+	closeDevices(a.devices)
+	return a.lock.Close()
+}
 
 // poke asks for a heartbeat now; one pending request is enough.
 func (a *Agent) poke() {
@@ -325,6 +455,10 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	bg.Go(func() { a.housekeeping(ctx) })
 	bg.Go(func() { a.watch(ctx) })
+	bg.Go(func() { a.monitorLoop(ctx) })
+	if a.healthCmd != "" {
+		bg.Go(func() { a.healthChecks(ctx) })
+	}
 	if a.creds.renewable() {
 		bg.Go(func() { a.renewals(ctx) })
 	}
@@ -596,6 +730,7 @@ func (a *Agent) beat(ctx context.Context) (*api.HeartbeatResponse, error) {
 	hb := api.Heartbeat{
 		Node: a.name, Inventory: a.inventory, Tasks: make([]api.TaskStatus, 0, len(keys)), AgentTime: time.Now().UTC(),
 		ClusterID: a.cluster, Instance: a.instance, PreviousInstance: a.previousInstance, PID: os.Getpid(), Version: Version,
+		Telemetry: a.telemetry, HealthCheck: a.healthCheck,
 	}
 	carried := map[attemptKey]sent{}
 	stops := map[attemptKey]*attempt{}
@@ -624,6 +759,10 @@ func (a *Agent) beat(ctx context.Context) (*api.HeartbeatResponse, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.sentSynced = hb.Synced
+	// A reading goes once; a newer one taken meanwhile waits for the next heartbeat.
+	if a.telemetry == hb.Telemetry {
+		a.telemetry = nil
+	}
 	for _, s := range carried {
 		s.att.events.drop(s.events)
 	}
@@ -758,6 +897,8 @@ func (a *Agent) reconcile(desired []api.Task) {
 		if att, ok := a.attempts[k]; ok {
 			if t.Stop {
 				att.stop(stopReasonOf(t))
+			} else {
+				a.deliverNotice(att, t.Notice)
 			}
 			continue
 		}
@@ -781,6 +922,11 @@ func (a *Agent) reconcile(desired []api.Task) {
 		att.stop(api.ReasonCancelled)
 		if att.stopped == nil {
 			a.reportStopped(att, api.StoppedNotListed, fmt.Sprintf("node %s ran this attempt but the server does not list it; stopped", a.name))
+		}
+	}
+	for k := range a.notices {
+		if att, ok := a.attempts[k]; !ok || isClosed(att.exited) {
+			delete(a.notices, k)
 		}
 	}
 	a.settle()

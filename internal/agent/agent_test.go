@@ -8,9 +8,11 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -227,6 +229,13 @@ func (s *fakeServer) lastBeat() (api.Heartbeat, bool) {
 		return api.Heartbeat{}, false
 	}
 	return s.beats[len(s.beats)-1], true
+}
+
+// heartbeats is a copy of every heartbeat heard so far.
+func (s *fakeServer) heartbeats() []api.Heartbeat {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]api.Heartbeat(nil), s.beats...)
 }
 
 // lastReported is the task's status in the latest heartbeat, if it was there.
@@ -453,6 +462,10 @@ func TestAgentKeepsTasksThroughServerOutage(t *testing.T) {
 
 func TestNewRejectsBadConfig(t *testing.T) {
 	dir := t.TempDir()
+	badYAML := filepath.Join(dir, "fake.yaml")
+	if err := os.WriteFile(badYAML, []byte("count: [oops\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		name string
 		cfg  Config
@@ -464,6 +477,14 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		{"bad fake gpus", Config{ServerURL: "http://x", DataDir: dir, FakeGPUs: "abc"}, "--fake-gpus"},
 		{"https without joining", Config{ServerURL: "https://x:8443", DataDir: dir}, "pass --join with a token from `rota admin join-token`"},
 		{"bad join token", Config{ServerURL: "https://x:8443", DataDir: dir, Join: "rotajoin1.nope"}, "--join"},
+		{"both fake flags", Config{ServerURL: "http://x", DataDir: dir, FakeGPUs: "2", FakeGPUsConfig: badYAML}, "--fake-gpus and --fake-gpus-config"},
+		{"bad fake config", Config{ServerURL: "http://x", DataDir: dir, FakeGPUsConfig: badYAML}, "--fake-gpus-config: fake GPU config " + badYAML},
+		{"missing fake config", Config{ServerURL: "http://x", DataDir: dir, FakeGPUsConfig: filepath.Join(dir, "nope.yaml")}, "--fake-gpus-config"},
+		{"negative telemetry interval", Config{ServerURL: "http://x", DataDir: dir, TelemetryInterval: -time.Second}, "telemetry interval -1s: want 0"},
+		{"negative health interval", Config{ServerURL: "http://x", DataDir: dir, HealthCheckInterval: -time.Second}, "health-check interval -1s"},
+		{"negative health timeout", Config{ServerURL: "http://x", DataDir: dir, HealthCheckTimeout: -time.Second}, "health-check timeout -1s"},
+		{"negative leftover grace", Config{ServerURL: "http://x", DataDir: dir, KillLeftoversAfter: -time.Minute}, "kill-leftovers-after -1m0s"},
+		{"unknown container runtime", Config{ServerURL: "http://x", DataDir: dir, ContainerRuntime: "lxc"}, `--container-runtime: container runtime "lxc": must be podman`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -520,5 +541,125 @@ func TestNewWithoutGPUs(t *testing.T) {
 	}
 	if n := strings.Count(logs.String(), "no NVIDIA GPUs: NVML not available"); n != 1 {
 		t.Errorf("the missing GPUs were logged %d times, want once:\n%s", n, logs)
+	}
+}
+
+// A notice from the server reaches the job's notice file once per text, is taken back
+// when the server drops it, and never replaces a stop notice.
+func TestAgentWritesNotices(t *testing.T) {
+	s := newFakeServer(t)
+	logs := &lockedBuffer{}
+	task := api.Task{JobID: 3, Attempt: 1, GraceSeconds: 1, Command: []string{"sh", "-c",
+		`echo "$ROTA_NOTICE_FILE" > "$1"; while :; do sleep 0.05; done`, "job", filepath.Join(t.TempDir(), "notice-path")}}
+	s.setDesired(task)
+	a := startAgent(t, s, testLoggerTo(t, logs))
+	k := taskKey{3, 1}
+	eventually(t, 10*time.Second, "the task to run", func() bool {
+		st, ok := s.lastReported(k)
+		return ok && st.State == api.StateRunning
+	})
+	path := noticePath(attemptDir(a.dataDir, k.in(testCluster)))
+	eventually(t, 10*time.Second, "the job to say where its notice file is", func() bool {
+		data, _ := os.ReadFile(task.Command[4])
+		return strings.HasSuffix(string(data), "\n")
+	})
+	if got := strings.TrimSpace(readFile(t, task.Command[4])); got != path {
+		t.Fatalf("ROTA_NOTICE_FILE = %q, want %q", got, path)
+	}
+
+	notice := func(text string) {
+		task.Notice = text
+		s.setDesired(task)
+	}
+	readNotice := func() (jobNotice, bool) {
+		var n jobNotice
+		ok, err := readJSON(path, &n)
+		return n, ok && err == nil
+	}
+	notice("idle for 30m: GPUs below 5% (stop in 1h)")
+	eventually(t, 10*time.Second, "the notice file", func() bool {
+		n, ok := readNotice()
+		return ok && n == jobNotice{Reason: noticeReasonIdle, Message: "idle for 30m: GPUs below 5% (stop in 1h)"}
+	})
+	// Many heartbeats list the same notice; it is written once.
+	n := s.beatCount()
+	eventually(t, 10*time.Second, "more heartbeats", func() bool { return s.beatCount() > n+5 })
+	if c := strings.Count(logs.String(), "notice written to the job"); c != 1 {
+		t.Errorf("notice written %d times for one text, want once", c)
+	}
+
+	notice("idle for 45m")
+	eventually(t, 10*time.Second, "the new text", func() bool {
+		n, ok := readNotice()
+		return ok && n.Message == "idle for 45m"
+	})
+	notice("")
+	eventually(t, 10*time.Second, "the notice to be taken back", func() bool { return !exists(path) })
+}
+
+func TestNoticeNeverReplacesStopNotice(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.Mkdir(filepath.Join(dir, dirJob), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	newAttempt := func() *attempt {
+		return &attempt{key: taskKey{1, 1}.in(testCluster), dir: dir, logger: testLogger(t), exited: make(chan struct{}),
+			status: api.TaskStatus{State: api.StateRunning}}
+	}
+	a := &Agent{logger: testLogger(t), notices: map[attemptKey]string{}}
+	stop := notice{Reason: api.ReasonTimeout, Deadline: time.Now().Add(time.Minute).UTC()}
+	if err := writeNotice(filepath.Join(dir, dirJob), stop); err != nil {
+		t.Fatal(err)
+	}
+	before := readFile(t, noticePath(dir))
+	a.deliverNotice(newAttempt(), "idle")
+	a.deliverNotice(newAttempt(), "")
+	if got := readFile(t, noticePath(dir)); got != before {
+		t.Errorf("notice file = %s, want the stop notice %s left alone", got, before)
+	}
+
+	// One the agent is stopping is not warned either, whatever the file says.
+	os.Remove(noticePath(dir))
+	att := newAttempt()
+	att.stopReason = api.ReasonPreempted
+	a.notices = map[attemptKey]string{}
+	a.deliverNotice(att, "idle")
+	if exists(noticePath(dir)) {
+		t.Error("a notice was written to a task being stopped")
+	}
+
+	// A job may have put anything there: a FIFO is replaced, never waited on.
+	if err := syscall.Mkfifo(noticePath(dir), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	a.deliverNotice(newAttempt(), "idle")
+	var n jobNotice
+	if ok, err := readJSON(noticePath(dir), &n); !ok || err != nil || n.Message != "idle" {
+		t.Errorf("notice over a FIFO: %+v, %v, %v; want the idle notice", n, ok, err)
+	}
+}
+
+// A fake GPU config replaces NVML; the inventory says how the node limits jobs and that,
+// told so, it runs no images.
+func TestNewWithFakeGPUConfig(t *testing.T) {
+	dir := t.TempDir()
+	config := filepath.Join(t.TempDir(), "fake.yaml")
+	if err := os.WriteFile(config, []byte("count: 3\nmodel: NVIDIA A100-SXM4-40GB\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	a, err := New(Config{ServerURL: "http://127.0.0.1:1", DataDir: dir, Name: "n1", FakeGPUsConfig: config, ContainerRuntime: "none"}, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	inv := a.inventory
+	if len(inv.GPUs) != 3 || inv.GPUs[2].Model != "NVIDIA A100-SXM4-40GB" || inv.DeviceSource != SourceFake {
+		t.Errorf("inventory GPUs %+v from %q, want the config's three A100s", inv.GPUs, inv.DeviceSource)
+	}
+	if inv.ContainerRuntime != "" || !slices.Contains([]string{"cgroup2", "cgroup1", "none"}, inv.Limits) {
+		t.Errorf("container runtime %q and limits %q, want none and one of cgroup2, cgroup1, none", inv.ContainerRuntime, inv.Limits)
+	}
+	if want := filepath.Join(dir, "fake-gpus"); a.runner.jobEnv[EnvFakeGPUDir] != want || fakeDir(t, a) != want {
+		t.Errorf("jobs are told %v, want the fake GPUs' directory %s", a.runner.jobEnv, want)
 	}
 }

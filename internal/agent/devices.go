@@ -18,7 +18,8 @@ import (
 // interchangeable.
 type Devices interface {
 	// Discover enumerates the GPUs with their topology (NVLink peers, NUMA node, PCI bus
-	// id, MIG mode as it is).
+	// id, MIG mode as it is). A GPU reported vanished by HealthEvents is left out of
+	// later Discover and Sample results; indices of the others do not change.
 	Discover() (Discovery, error)
 	// Sample reads every GPU's utilisation, memory, power and temperature and lists the
 	// processes holding memory on them (GPU, PID, memory; the agent maps them to jobs).
@@ -54,6 +55,25 @@ const (
 	HealthECC      = "ecc"
 	HealthVanished = "vanished"
 )
+
+// applicationXIDs are the XIDs NVIDIA documents as faults of the application (a bad
+// memory access, an illegal instruction, a watchdog on its kernel, a preemptive clean-up
+// after one): the GPU itself is fine and can take the next job. Every other XID leaves it
+// suspect until someone looks.
+var applicationXIDs = map[uint64]bool{13: true, 31: true, 43: true, 45: true, 68: true, 69: true, 109: true}
+
+// xidFatal says whether an XID makes the GPU unfit for new work.
+func xidFatal(xid uint64) bool { return !applicationXIDs[xid] }
+
+// xidEvent describes XID xid on GPU gpu.
+func xidEvent(gpu int, xid uint64) HealthEvent {
+	what := "application fault"
+	if xidFatal(xid) {
+		what = "GPU fault"
+	}
+	return HealthEvent{GPU: gpu, Kind: HealthXID, Code: xid, Fatal: xidFatal(xid),
+		Message: fmt.Sprintf("XID %d (%s)", xid, what)}
+}
 
 // Discovery is what a Devices found.
 type Discovery struct {

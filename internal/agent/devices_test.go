@@ -104,7 +104,9 @@ func TestNVMLWithoutDriver(t *testing.T) {
 	if _, err := os.Stat("/dev/nvidiactl"); err == nil {
 		t.Skip("this machine has an NVIDIA driver")
 	}
-	d, err := NVMLDevices{}.Discover()
+	n := OpenNVML(nil)
+	defer n.Close()
+	d, err := n.Discover()
 	if err != nil {
 		t.Fatalf("Discover: %v", err)
 	}
@@ -113,6 +115,17 @@ func TestNVMLWithoutDriver(t *testing.T) {
 	}
 	if !strings.Contains(d.Reason, "NVML not available") {
 		t.Errorf("reason %q does not say NVML is not available", d.Reason)
+	}
+	// A layer without NVML reads nothing, and keeps reading nothing.
+	for range 3 {
+		s, err := n.Sample()
+		if err != nil || len(s.GPUs) != 0 || len(s.Processes) != 0 {
+			t.Errorf("Sample = %+v, %v; want nothing", s, err)
+		}
+		ev, err := n.HealthEvents()
+		if err != nil || len(ev) != 0 {
+			t.Errorf("HealthEvents = %v, %v; want nothing", ev, err)
+		}
 	}
 }
 

@@ -78,6 +78,8 @@ type attemptMeta struct {
 	// NoCgroup makes the supervisor track the job by process group even where it could
 	// make a cgroup, as on nodes without cgroup v2.
 	NoCgroup bool `json:"no_cgroup,omitempty"`
+	// Runtime is the node's container runtime, for a task with an image.
+	Runtime containerRuntime `json:"runtime"`
 }
 
 // stopRequest is stop.json.
@@ -101,6 +103,13 @@ type jobRecord struct {
 	StartTime time.Time `json:"start_time"`
 	Tracking  string    `json:"tracking"`
 	Cgroup    string    `json:"cgroup,omitempty"`
+	// Cgroups1 are the attempt's cgroup v1 leaves (limits and accounting where cgroup v2
+	// has no controllers).
+	Cgroups1 []string `json:"cgroups1,omitempty"`
+	// Container and ImageDigest name the container a task with an image runs in and
+	// the image's digest.
+	Container   string `json:"container,omitempty"`
+	ImageDigest string `json:"image_digest,omitempty"`
 }
 
 // endRecord is status.json: how the attempt ended.
@@ -115,6 +124,11 @@ type endRecord struct {
 	Tracking  string       `json:"tracking,omitempty"`
 	// RecordedBy is "supervisor", or "agent" for an attempt whose supervisor never ran or died.
 	RecordedBy string `json:"recorded_by"`
+	// PeakMemoryMB is the peak of the attempt's memory cgroup; Limits says which limits
+	// were enforced and how; ImageDigest is the container image that ran.
+	PeakMemoryMB int64  `json:"peak_memory_mb,omitempty"`
+	Limits       string `json:"limits,omitempty"`
+	ImageDigest  string `json:"image_digest,omitempty"`
 }
 
 func (e endRecord) taskStatus(k attemptKey) api.TaskStatus {
@@ -122,6 +136,7 @@ func (e endRecord) taskStatus(k attemptKey) api.TaskStatus {
 	return api.TaskStatus{
 		JobID: k.job, Attempt: k.attempt, State: e.State, PID: e.LeaderPID,
 		StartTime: e.StartTime, EndTime: &end, ExitCode: e.ExitCode, Reason: e.Reason, Message: e.Message,
+		PeakMemoryMB: e.PeakMemoryMB, ImageDigest: e.ImageDigest,
 	}
 }
 

@@ -42,6 +42,12 @@ type runner struct {
 	noCgroup bool
 	// onChange is called when an attempt's reported status changes.
 	onChange func()
+	// runtime is the node's container runtime for tasks with an image; none where Name
+	// is empty, and such a task then fails with start_error.
+	runtime containerRuntime
+	// jobEnv is added to every task's environment where the server did not set the same
+	// variable (the fake device layer's ROTA_FAKE_GPU_DIR).
+	jobEnv map[string]string
 
 	// ctx ends the goroutines that follow attempts; wg counts them. Ending them leaves
 	// the attempts running: their supervisors do not depend on the agent.
@@ -71,6 +77,8 @@ type attempt struct {
 
 	mu     sync.Mutex // guards the fields below
 	status api.TaskStatus
+	// job is job.json once the job has started: its cgroups and process group.
+	job jobRecord
 	// ended is set once the end may be reported: recorded, and the log shipped or given
 	// up on for now.
 	ended bool
@@ -151,15 +159,33 @@ func (r *runner) prepare(a *attempt, t api.Task) error {
 	if err := os.Mkdir(a.dir, 0o711); err != nil {
 		return fmt.Errorf("create attempt directory: %w", err)
 	}
+	t.Env = withJobEnv(t.Env, r.jobEnv)
 	// The task may hold secrets in its environment.
 	if err := writeJSONAtomic(filepath.Join(a.dir, fileTask), t, 0o600, true); err != nil {
 		return fmt.Errorf("write task: %w", err)
 	}
-	meta := attemptMeta{ClusterID: a.key.cluster, LocalCheckpointDir: localCheckpointDir(r.dataDir, a.key), NoCgroup: r.noCgroup}
+	meta := attemptMeta{ClusterID: a.key.cluster, LocalCheckpointDir: localCheckpointDir(r.dataDir, a.key), NoCgroup: r.noCgroup,
+		Runtime: r.runtime}
 	if err := writeJSONAtomic(filepath.Join(a.dir, fileMeta), meta, 0o644, true); err != nil {
 		return fmt.Errorf("write attempt: %w", err)
 	}
 	return nil
+}
+
+// withJobEnv adds the node's job variables to a task's, without overriding the server's,
+// in a copy: the task's map is the agent's desired state.
+func withJobEnv(env, add map[string]string) map[string]string {
+	if len(add) == 0 {
+		return env
+	}
+	out := make(map[string]string, len(env)+len(add))
+	for k, v := range add {
+		out[k] = v
+	}
+	for k, v := range env {
+		out[k] = v
+	}
+	return out
 }
 
 // startSupervisor starts the attempt's supervisor in a session of its own, detached from
@@ -310,6 +336,8 @@ func (a *attempt) noteStarted() bool {
 	}
 	start := job.StartTime
 	a.status.State, a.status.PID, a.status.StartTime = api.StateRunning, job.PID, &start
+	a.status.ImageDigest = job.ImageDigest
+	a.job = job
 	return true
 }
 
@@ -352,7 +380,14 @@ func killRemains(a *attempt, job jobRecord) int {
 	if data, err := os.ReadFile(filepath.Join(a.dir, fileCgroup)); err == nil && leaf == "" {
 		leaf = strings.TrimSpace(string(data))
 	}
-	if leaf != "" && exists(leaf) {
+	leaves := readCgroups1(a.dir)
+	if leaf != "" {
+		leaves = append([]string{leaf}, leaves...)
+	}
+	for _, leaf := range leaves {
+		if !exists(leaf) {
+			continue
+		}
 		for i := 0; i < 100; i++ {
 			pids, err := cgroupProcs(leaf)
 			if err != nil || len(pids) == 0 {
@@ -366,6 +401,13 @@ func killRemains(a *attempt, job jobRecord) int {
 		}
 		if err := removeCgroup(leaf); err != nil {
 			a.logger.Warn("cgroup left behind", "err", err)
+		}
+	}
+	if job.Container != "" {
+		var meta attemptMeta
+		_, _ = readJSON(filepath.Join(a.dir, fileMeta), &meta)
+		if err := removeContainer(meta.Runtime, job.Container); err != nil {
+			a.logger.Warn("container left behind", "err", err)
 		}
 	}
 

@@ -82,6 +82,19 @@ type supervisor struct {
 	stopping string
 	// leftBehind counts the processes still running when the leader exited.
 	leftBehind int
+	// spec is the job as started: for a container task, its runtime and container.
+	spec jobSpec
+
+	// The attempt's cgroup v1 leaves, and the cgroup that measures its memory (a v2 leaf,
+	// or the v1 memory leaf where memV1), once made; memEnd is what that said at the end.
+	cgroups1  []string
+	memCgroup string
+	memV1     bool
+	memEnd    memoryEnd
+	// limits says which limits were enforced, and how.
+	limits string
+	// containerKilled is set once a kill has removed the task's container.
+	containerKilled bool
 }
 
 func (s *supervisor) run() error {
@@ -116,6 +129,11 @@ func (s *supervisor) run() error {
 		return s.endUnstarted(state, reason, "stopped ("+reason+") before it started on this node")
 	}
 	spec, err := s.prepare()
+	var stopped errStopped
+	if errors.As(err, &stopped) {
+		state, reason := stopOutcome(stopped.reason)
+		return s.endUnstarted(state, reason, stopped.Error())
+	}
 	if err != nil {
 		return s.failStart(err)
 	}
@@ -135,6 +153,11 @@ type jobSpec struct {
 	env     []string
 	cred    *syscall.Credential
 	cluster string
+	// For a task with an image: the runtime, the container's name (podman, docker) and
+	// the image's digest.
+	runtime   containerRuntime
+	container string
+	digest    string
 }
 
 // prepare resolves the account, creates the job's directories and builds its environment.
@@ -195,7 +218,7 @@ func (s *supervisor) prepare() (jobSpec, error) {
 	for i, g := range t.GPUIndices {
 		gpus[i] = strconv.Itoa(g)
 	}
-	env := jobEnv(t, acct, os.Environ(), map[string]string{
+	local := map[string]string{
 		api.EnvJobID:   strconv.FormatInt(t.JobID, 10),
 		api.EnvAttempt: strconv.Itoa(t.Attempt),
 		// Empty, not unset: unset would let a CPU job see every GPU of the node.
@@ -203,12 +226,79 @@ func (s *supervisor) prepare() (jobSpec, error) {
 		api.EnvCheckpointDir:      ckpt,
 		api.EnvEventsFile:         events,
 		api.EnvNoticeFile:         noticePath(s.dir),
-	})
+	}
+	// CUDA numbers devices fastest first unless told otherwise; the node's indices are
+	// NVML's, in PCI bus order.
+	if _, set := t.Env[envCUDADeviceOrder]; !set {
+		local[envCUDADeviceOrder] = "PCI_BUS_ID"
+	}
+	env := jobEnv(t, acct, os.Environ(), local)
+	if t.Image != "" {
+		return s.prepareContainer(acct, env, local, workDir, ckpt)
+	}
 	path, err := lookPath(t.Command[0], envValue(env, "PATH"))
 	if err != nil {
 		return jobSpec{}, fmt.Errorf("cannot start %q: %w", t.Command[0], err)
 	}
 	return jobSpec{path: path, argv: t.Command, dir: workDir, env: env, cred: acct.credential(), cluster: s.meta.ClusterID}, nil
+}
+
+// envCUDADeviceOrder is how CUDA is told to number GPUs as NVML does.
+const envCUDADeviceOrder = "CUDA_DEVICE_ORDER"
+
+// prepareContainer makes the job a run of its image through the node's runtime: the image
+// pulled where missing (a stop meanwhile ends the pull), its digest recorded, the job's
+// directories mounted at the same paths and its variables passed in.
+func (s *supervisor) prepareContainer(acct account, env []string, local map[string]string, workDir, ckpt string) (jobSpec, error) {
+	t, rt := s.task, s.meta.Runtime
+	if rt.Name == "" || rt.Path == "" {
+		return jobSpec{}, fmt.Errorf("image %s: node has no container runtime", t.Image)
+	}
+	c := containerJob{
+		image: t.Image, command: t.Command, workDir: workDir,
+		mounts: []string{workDir, ckpt, s.jobDir},
+		uid:    acct.uid, gid: acct.gid, groups: acct.groups,
+		gpus: containerGPUs(t.GPUIndices, t.GPUIDs), realGPUs: nvidiaPresent("/dev", cdiDirs),
+		limits: planLimits(t.MemoryMB, t.CPUs),
+		env:    map[string]string{},
+	}
+	for k, v := range t.Env {
+		c.env[k] = v
+	}
+	for k, v := range local {
+		c.env[k] = v
+	}
+	spec := jobSpec{dir: workDir, cluster: s.meta.ClusterID, runtime: rt}
+	clientEnv := os.Environ()
+	if rt.Name == runtimeApptainer {
+		// Apptainer runs the job as a process of its caller: the job's account.
+		clientEnv, spec.cred = env, acct.credential()
+	} else {
+		c.name = containerName(s.meta.ClusterID, t.JobID, t.Attempt, t.Rank)
+		spec.container = c.name
+		if c.realGPUs && len(t.GPUIndices) > 0 {
+			// The container sees only its GPUs, numbered from 0.
+			seq := make([]string, len(t.GPUIndices))
+			for i := range seq {
+				seq[i] = strconv.Itoa(i)
+			}
+			c.env[api.EnvCUDAVisibleDevices] = strings.Join(seq, ",")
+		}
+		ref, err := s.pullImage(rt, t.Image)
+		if err != nil {
+			return jobSpec{}, err
+		}
+		// Run the very image whose digest is recorded, even if the tag moves meanwhile.
+		c.image, spec.digest = ref.id, ref.digest
+		// A container of this attempt can only be left by a supervisor that died: this
+		// attempt must not run twice.
+		if err := removeContainer(rt, c.name); err != nil {
+			s.logger.Warn("remove a stale container", "err", err)
+		}
+	}
+	spec.argv, spec.env = containerCommand(rt, c, clientEnv)
+	spec.path = rt.Path
+	return spec, nil
 }
 
 // mkdirOwned makes dir, mode 0700, for the job's account. own says the directory is the
@@ -257,8 +347,16 @@ func (s *supervisor) start(spec jobSpec) error {
 		Sys:   &syscall.SysProcAttr{Setpgid: true, Credential: spec.cred},
 	}
 
+	s.spec = spec
 	var proc *os.Process
 	leaf, cgfd, why := s.makeCgroup(spec.cluster)
+	s.limits = s.applyLimits(leaf, spec)
+	if s.limits != "" {
+		s.logger.Info("limits", "limits", s.limits)
+	}
+	// From here to leave() the supervisor is in the job's v1 leaves: nothing but the
+	// start may happen.
+	leave := s.enterCgroups1()
 	if cgfd != nil {
 		attr.Sys.UseCgroupFD, attr.Sys.CgroupFD = true, int(cgfd.Fd())
 		proc, err = os.StartProcess(spec.path, spec.argv, attr)
@@ -269,16 +367,26 @@ func (s *supervisor) start(spec jobSpec) error {
 			why = fmt.Sprintf("starting in cgroup %s failed (%v)", leaf, err)
 			_ = removeCgroup(leaf)
 			_ = os.Remove(filepath.Join(s.dir, fileCgroup))
+			if s.memCgroup == leaf {
+				s.memCgroup = ""
+			}
 			leaf = ""
 			attr.Sys.UseCgroupFD, attr.Sys.CgroupFD = false, 0
 		}
 	}
 	if proc == nil {
 		if proc, err = os.StartProcess(spec.path, spec.argv, attr); err != nil {
+			leave()
+			s.cleanCgroups(leaf)
+			if spec.runtime.Name != "" {
+				return fmt.Errorf("cannot start the container runtime %s: %w", spec.runtime.Path, err)
+			}
 			return fmt.Errorf("cannot start %q: %w", s.task.Command[0], err)
 		}
 	}
-	s.job = jobRecord{PID: proc.Pid, PGID: proc.Pid, StartTime: time.Now().UTC(), Tracking: trackProcessGroup, Cgroup: leaf}
+	leave()
+	s.job = jobRecord{PID: proc.Pid, PGID: proc.Pid, StartTime: time.Now().UTC(), Tracking: trackProcessGroup, Cgroup: leaf,
+		Cgroups1: s.cgroups1, Container: spec.container, ImageDigest: spec.digest}
 	if leaf != "" {
 		s.job.Tracking = trackCgroup
 		s.logger.Info("job started", "leader", proc.Pid, "tracking", trackCgroup, "cgroup", leaf)
@@ -293,13 +401,22 @@ func (s *supervisor) start(spec jobSpec) error {
 	return nil
 }
 
+// cleanCgroups removes the cgroups of a job that did not start.
+func (s *supervisor) cleanCgroups(leaf string) {
+	if leaf != "" {
+		_ = removeCgroup(leaf)
+	}
+	_ = removeCgroups1(s.cgroups1)
+	s.cgroups1, s.memCgroup = nil, ""
+}
+
 // makeCgroup creates the attempt's leaf under the supervisor's own cgroup and records it.
 // It returns a nil file, and why, where it cannot: no cgroup v2, no permission.
 func (s *supervisor) makeCgroup(cluster string) (string, *os.File, string) {
 	if s.meta.NoCgroup {
 		return "", nil, "the agent asked for no cgroup"
 	}
-	parent, err := ownCgroup2()
+	parent, err := attemptCgroup2Parent()
 	if err != nil {
 		return "", nil, "no cgroup v2: " + err.Error()
 	}
@@ -396,6 +513,14 @@ func (s *supervisor) beginStop(reason string) <-chan time.Time {
 // signalAll sends sig to the job's process group and to every other process of the
 // attempt: those of its cgroup and the supervisor's descendants.
 func (s *supervisor) signalAll(sig syscall.Signal) {
+	// The container runs under the runtime's monitor: its client forwards catchable
+	// signals to it, and a kill removes it, before the monitor dies with the rest.
+	if sig == syscall.SIGKILL && s.spec.container != "" && !s.containerKilled {
+		s.containerKilled = true
+		if err := removeContainer(s.spec.runtime, s.spec.container); err != nil {
+			s.logger.Warn("kill the container", "err", err)
+		}
+	}
 	if s.job.Cgroup != "" && sig == syscall.SIGKILL {
 		cgroupSignal(s.job.Cgroup, sig)
 	}
@@ -410,8 +535,8 @@ func (s *supervisor) signalAll(sig syscall.Signal) {
 // others lists the attempt's live processes outside the job's process group.
 func (s *supervisor) others() []int {
 	pids := descendants(os.Getpid())
-	if s.job.Cgroup != "" {
-		in, _ := cgroupProcs(s.job.Cgroup)
+	for _, cg := range s.cgroups() {
+		in, _ := cgroupProcs(cg)
 		pids = append(pids, in...)
 	}
 	seen := map[int]bool{}
@@ -452,6 +577,14 @@ func (s *supervisor) reap() (none bool) {
 // endAll kills whatever the leader left running and reaps it: the leader gone means the
 // attempt is over, and nothing it started survives it.
 func (s *supervisor) endAll() {
+	if s.spec.container != "" && !s.containerKilled {
+		// The client has exited. --rm removes the container, through the runtime's
+		// monitor, which is one of the processes killed next: remove it first.
+		s.containerKilled = true
+		if err := removeContainer(s.spec.runtime, s.spec.container); err != nil {
+			s.logger.Warn("container left behind", "err", err)
+		}
+	}
 	s.leftBehind = len(s.live())
 	nextLog := time.Now().Add(10 * time.Second)
 	for {
@@ -469,18 +602,33 @@ func (s *supervisor) endAll() {
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
+	if s.memCgroup != "" {
+		s.memEnd = readMemoryEnd(s.memCgroup, s.memV1)
+	}
 	if s.job.Cgroup != "" {
 		if err := removeCgroup(s.job.Cgroup); err != nil {
 			s.logger.Warn("cgroup left behind", "err", err)
 		}
 	}
+	if err := removeCgroups1(s.cgroups1); err != nil {
+		s.logger.Warn("cgroup left behind", "err", err)
+	}
+}
+
+// cgroups lists every cgroup that holds the attempt's processes.
+func (s *supervisor) cgroups() []string {
+	var out []string
+	if s.job.Cgroup != "" {
+		out = append(out, s.job.Cgroup)
+	}
+	return append(out, s.cgroups1...)
 }
 
 // live lists every live process of the attempt.
 func (s *supervisor) live() []int {
 	pids := descendants(os.Getpid())
-	if s.job.Cgroup != "" {
-		in, _ := cgroupProcs(s.job.Cgroup)
+	for _, cg := range s.cgroups() {
+		in, _ := cgroupProcs(cg)
 		for _, pid := range in {
 			if !slices.Contains(pids, pid) && processAlive(pid) {
 				pids = append(pids, pid)
@@ -491,11 +639,12 @@ func (s *supervisor) live() []int {
 }
 
 func (s *supervisor) cgroupEmpty() bool {
-	if s.job.Cgroup == "" {
-		return true
+	for _, cg := range s.cgroups() {
+		if pids, err := cgroupProcs(cg); err == nil && len(pids) > 0 {
+			return false
+		}
 	}
-	pids, err := cgroupProcs(s.job.Cgroup)
-	return err != nil || len(pids) == 0
+	return true
 }
 
 // record writes how the attempt ended, as the agent's runner decided before supervisors.
@@ -514,6 +663,10 @@ func (s *supervisor) record() error {
 	rec := endRecord{
 		State: api.StateFailed, ExitCode: &code, StartTime: &start, EndTime: time.Now().UTC(),
 		LeaderPID: s.job.PID, Tracking: s.job.Tracking, RecordedBy: "supervisor",
+		Limits: s.limits, ImageDigest: s.spec.digest,
+	}
+	if s.memEnd.known {
+		rec.PeakMemoryMB = mb(s.memEnd.peakBytes)
 	}
 	switch {
 	case s.stopping == api.ReasonTimeout:
@@ -522,6 +675,12 @@ func (s *supervisor) record() error {
 	case s.stopping != "":
 		rec.State, rec.Reason = stopOutcome(s.stopping)
 		rec.Message = "stopped (" + s.stopping + "); " + desc
+	case s.oomKilled(ws):
+		rec.Reason = api.ReasonOOM
+		rec.Message = s.oomMessage() + "; " + desc
+	case code == containerRuntimeError && s.spec.container != "":
+		rec.Reason = api.ReasonStartError
+		rec.Message = fmt.Sprintf("the container runtime %s failed (exit code %d): %s", s.spec.runtime.Name, code, s.outputTail())
 	case code == 0:
 		rec.State = api.StateSucceeded
 		if s.leftBehind > 0 {
@@ -535,6 +694,42 @@ func (s *supervisor) record() error {
 	return writeStatus(s.dir, rec)
 }
 
+// containerRuntimeError is the exit code podman and docker give when they, not the
+// container's command, failed.
+const containerRuntimeError = 125
+
+// oomKilled says whether the kernel killed a process of the attempt for want of memory:
+// its cgroup counts OOM kills, or, on a kernel that does not, the cgroup hit its limit and
+// the leader died of SIGKILL nobody sent. A job one of whose processes was OOM-killed
+// fails even where its first process exits 0: its work is likely incomplete.
+func (s *supervisor) oomKilled(ws unix.WaitStatus) bool {
+	if s.memEnd.oomKills >= 0 {
+		return s.memEnd.oomKills > 0
+	}
+	return s.memEnd.failcnt > 0 && ws.Signaled() && ws.Signal() == syscall.SIGKILL
+}
+
+func (s *supervisor) oomMessage() string {
+	limit := "none"
+	if s.task.MemoryMB > 0 {
+		limit = fmt.Sprintf("%d MB", s.task.MemoryMB)
+	}
+	peak := "unknown"
+	if s.memEnd.known {
+		peak = fmt.Sprintf("%d MB", mb(s.memEnd.peakBytes))
+	}
+	return fmt.Sprintf("killed by the kernel: out of memory (limit %s, peak %s)", limit, peak)
+}
+
+// outputTail is the end of the job's log, where a container runtime writes its errors.
+func (s *supervisor) outputTail() string {
+	data, err := os.ReadFile(filepath.Join(s.dir, fileOutput))
+	if err != nil {
+		return err.Error()
+	}
+	return tail(data, errors.New("no output"))
+}
+
 // failStart records a start error, in the log first: it is where a user looks.
 func (s *supervisor) failStart(err error) error {
 	if s.output != nil {
@@ -545,7 +740,7 @@ func (s *supervisor) failStart(err error) error {
 
 func (s *supervisor) endUnstarted(state api.JobState, reason, msg string) error {
 	s.logger.Warn("job not started", "reason", reason, "message", msg)
-	return writeStatus(s.dir, endRecord{State: state, Reason: reason, Message: msg, EndTime: time.Now().UTC(), RecordedBy: "supervisor"})
+	return writeStatus(s.dir, endRecord{State: state, Reason: reason, Message: msg, EndTime: time.Now().UTC(), RecordedBy: "supervisor", ImageDigest: s.spec.digest})
 }
 
 // readStop reads the agent's stop request, if it made one.
@@ -564,15 +759,18 @@ func (s *supervisor) readStop() (string, bool) {
 	return req.Reason, true
 }
 
-// stopOutcome is the end state of a task stopped for reason. Only the time limit and a
-// cancel have states of their own; any other stop (preemption, drain, node shutdown) is a
-// failure whose reason lets the server decide what follows.
+// stopOutcome is the end state of a task stopped for reason. The time limit has a state
+// of its own; a cancel and an idle reclaim (the job held GPUs it did not use, and was
+// told) end CANCELLED; any other stop (preemption, drain, node shutdown, a failed GPU) is
+// a failure whose reason lets the server decide what follows.
 func stopOutcome(reason string) (api.JobState, string) {
 	switch reason {
 	case api.ReasonTimeout:
 		return api.StateTimeout, api.ReasonTimeout
 	case api.ReasonCancelled, "":
 		return api.StateCancelled, api.ReasonCancelled
+	case api.ReasonIdle:
+		return api.StateCancelled, api.ReasonIdle
 	}
 	return api.StateFailed, reason
 }
@@ -580,7 +778,8 @@ func stopOutcome(reason string) (api.JobState, string) {
 // writeNotice replaces the notice in the job's own directory in one step, so a job
 // polling it never reads half. The directory belongs to the job, so the temporary file is
 // created exclusively (never through a link the job planted) and renamed over the notice.
-func writeNotice(jobDir string, n notice) error {
+// n is a stop notice, or the notice a running job is given (jobNotice).
+func writeNotice(jobDir string, n any) error {
 	data, err := jsonLine(n)
 	if err != nil {
 		return err
