@@ -533,6 +533,11 @@ const (
 	EventJoin        = "join"
 	EventReservation = "reservation"
 	EventConfig      = "config"
+	// EventHealth records a node's health changing: a GPU turned unhealthy, the node became
+	// degraded or recovered, a leftover process appeared or the last one went.
+	EventHealth = "health"
+	// EventIdle records a job warned that it holds GPUs without using them.
+	EventIdle = "idle"
 	// EventAdmin is what older servers recorded for every administrative change.
 	EventAdmin = "admin"
 )
@@ -541,7 +546,7 @@ const (
 func EventKinds() []string {
 	return []string{EventSubmit, EventTransition, EventCheckpoint, EventPreempt, EventCancel, EventHold, EventRelease,
 		EventNode, EventDrain, EventQueue, EventTeam, EventQuota, EventUser, EventToken, EventJoin, EventReservation,
-		EventConfig, EventAdmin}
+		EventConfig, EventHealth, EventIdle, EventAdmin}
 }
 
 // Queue is a class of work. Issue-2 queues carry a priority tier and time limits.

@@ -17,7 +17,10 @@ func DefaultQueues() []api.Queue {
 	return []api.Queue{
 		{Name: "batch", Tier: 20, Preemptible: true, DefaultTimeLimit: 4 * hour, MaxTimeLimit: 3 * day, Grace: 60},
 		{Name: "inference", Tier: 70, NeverPreempt: true, DefaultTimeLimit: 0, MaxTimeLimit: 0, Grace: 30, RestartPolicy: api.RestartAlways},
-		{Name: "interactive", Tier: 60, DefaultTimeLimit: hour, MaxTimeLimit: 8 * hour, Grace: 30},
+		// Debugging sessions are where GPUs sit idle longest: after 30 minutes without
+		// use the job is warned, and stopped a grace later.
+		{Name: "interactive", Tier: 60, DefaultTimeLimit: hour, MaxTimeLimit: 8 * hour, Grace: 30,
+			IdleAfter: 30 * 60, IdleAction: api.IdleStop},
 		{Name: "maintenance", Tier: 100, DefaultTimeLimit: 4 * hour, MaxTimeLimit: day, Grace: 30},
 		{Name: "train", Tier: 40, DefaultTimeLimit: day, MaxTimeLimit: 7 * day, Grace: 120},
 		{Name: "urgent", Tier: 80, DefaultTimeLimit: day, MaxTimeLimit: 3 * day, Grace: 120},

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"slices"
 	"time"
 
 	"github.com/rotahq/rota/internal/api"
@@ -44,9 +45,22 @@ func (s *State) Snapshot(now time.Time, keep func(*api.Job) bool) *sched.Snapsho
 			CPUs:          n.CPUs,
 			MemoryMB:      n.MemoryMB,
 			DriverVersion: n.DriverVersion,
+			// Only the last run counts: a node whose check passes again takes work again.
+			HealthFailed:     n.HealthCheck != nil && !n.HealthCheck.OK,
+			ContainerRuntime: n.ContainerRuntime,
+		}
+		if len(n.GPUs) > 0 {
+			sn.GPUs = make([]sched.GPU, 0, len(n.GPUs))
 		}
 		for _, g := range n.GPUs {
-			sn.GPUs = append(sn.GPUs, sched.GPU{Index: g.Index, ID: g.UUID, Model: g.Model, MemoryMB: g.MemoryMB, Healthy: g.Healthy})
+			sn.GPUs = append(sn.GPUs, sched.GPU{Index: g.Index, ID: g.UUID, Model: g.Model, MemoryMB: g.MemoryMB,
+				// A GPU that fell off the bus is not healthy, whatever its last report said.
+				Healthy: g.Healthy && !g.Missing,
+				// Leftover processes keep the GPU from new work until they are gone; the
+				// list is a handful of indices at most.
+				Held:        slices.Contains(n.HeldGPUs, g.Index),
+				NVLinkPeers: g.NVLinkPeers,
+			})
 		}
 		snap.Nodes = append(snap.Nodes, sn)
 	}
@@ -80,7 +94,7 @@ func (s *State) Snapshot(now time.Time, keep func(*api.Job) bool) *sched.Snapsho
 		}
 		snap.Pending = append(snap.Pending, sched.Job{
 			ID: id, Queue: j.Spec.Queue, Team: j.Spec.Team, User: j.Spec.User, SubmitTime: j.SubmitTime, Nice: j.Spec.Nice,
-			TimeLimit: time.Duration(j.Spec.TimeLimit) * time.Second,
+			TimeLimit: time.Duration(j.Spec.TimeLimit) * time.Second, Image: j.Spec.Image,
 			Request: sched.Request{
 				GPUs: j.Spec.GPUs, Nodes: j.Spec.Nodes, GPUsPerNode: j.Spec.GPUsPerNode, GPUModel: j.Spec.GPUModel,
 				CPUs: j.Spec.CPUs, MemoryMB: j.Spec.MemoryMB,

@@ -212,6 +212,24 @@ func (s *State) SetLastHeartbeat(name string, t time.Time) {
 	}
 }
 
+// SetNodeLive records what a node's last telemetry reading shows: the reading, the GPU
+// processes of no live attempt, and the GPUs those hold (which take no new work). They
+// change with every reading and live in memory only: a restart learns them from the next.
+func (s *State) SetNodeLive(name string, tel *api.Telemetry, leftovers []api.GPUProcess, held []int) {
+	if n, ok := s.nodes[name]; ok {
+		n.Telemetry, n.Leftovers, n.HeldGPUs = tel, leftovers, held
+	}
+}
+
+// SetNodeHealth records a node's last health check and what degrades it when only their
+// wording changed, which is not worth a write; changes of substance are stored through
+// Apply.
+func (s *State) SetNodeHealth(name string, hc *api.HealthCheck, degraded []string) {
+	if n, ok := s.nodes[name]; ok {
+		n.HealthCheck, n.Degraded = hc, degraded
+	}
+}
+
 // Team returns the named team.
 func (s *State) Team(name string) (api.Team, bool) {
 	t, ok := s.teams[name]

@@ -117,7 +117,7 @@ func (st *state) earliestSingle(d *demand) (cand, int64) {
 	}
 	if d.gpus == 0 {
 		for ni := range st.nodes {
-			if st.nodes[ni].n.CPUs >= d.cpus && st.nodes[ni].n.MemoryMB >= d.mem && st.inPools(ni, d) {
+			if st.nodes[ni].n.CPUs >= d.cpus && st.nodes[ni].n.MemoryMB >= d.mem && st.eligible(ni, d) {
 				try(cand{ni, -1})
 			}
 		}
@@ -129,7 +129,7 @@ func (st *state) earliestSingle(d *demand) (cand, int64) {
 		}
 		for _, gi := range st.models[m].groups {
 			ni := st.groups[gi].node
-			if len(st.groups[gi].index) >= d.gpus && st.nodes[ni].n.CPUs >= d.cpus && st.nodes[ni].n.MemoryMB >= d.mem && st.inPools(ni, d) {
+			if len(st.groups[gi].index) >= d.gpus && st.nodes[ni].n.CPUs >= d.cpus && st.nodes[ni].n.MemoryMB >= d.mem && st.eligible(ni, d) {
 				try(cand{ni, gi})
 			}
 		}

@@ -229,7 +229,7 @@ func (c *cycle) checkClaim(cl *Claim, j *Job) (*claim, bool) {
 	for _, a := range cl.Allocs {
 		ni, ok := st.byName[a.Node]
 		if !ok || len(a.GPUIndices) != d.gpus || a.CPUs != d.cpus || a.MemoryMB != d.mem ||
-			!st.inPools(ni, &d) || st.foreignWindow(ni, &d, st.now) {
+			!st.eligible(ni, &d) || st.foreignWindow(ni, &d, st.now) {
 			return nil, false
 		}
 		ca := claimAlloc{cand: cand{ni, -1}, alloc: a}
@@ -496,7 +496,7 @@ func (c *cycle) heldReason(d *demand) (Reason, bool) {
 			continue
 		}
 		g := &st.groups[a.group]
-		if !d.takes(g.model) || !st.inPools(a.node, d) || g.nfree >= d.gpus || g.nfree+a.took < d.gpus {
+		if !d.takes(g.model) || !st.eligible(a.node, d) || g.nfree >= d.gpus || g.nfree+a.took < d.gpus {
 			continue
 		}
 		name := st.nodes[a.node].n.Name
@@ -518,7 +518,7 @@ func (c *cycle) heldNodes(d *demand) (int, int64) {
 	for _, h := range c.holding {
 		k, a := h.claim, &h.claim.allocs[h.alloc]
 		g := &st.groups[a.group]
-		if k.placed || !d.takes(g.model) || !st.inPools(a.node, d) || g.nfree >= d.gpus || g.nfree+a.took < d.gpus {
+		if k.placed || !d.takes(g.model) || !st.eligible(a.node, d) || g.nfree >= d.gpus || g.nfree+a.took < d.gpus {
 			continue
 		}
 		if n == 0 {

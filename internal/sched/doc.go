@@ -6,7 +6,9 @@
 //   - admission against team quotas (in quota, borrowing, over the limit);
 //   - placement: whole GPUs on one node by best fit (or worst fit), NVLink-aware within a
 //     node, and gangs all-or-nothing on nodes of one model and driver, one switch or
-//     rack where possible;
+//     rack where possible; never on a node whose health check failed, a GPU that is
+//     unhealthy or held by leftover processes, nor, for a job with an image, a node
+//     without a container runtime;
 //   - EASY backfill: the highest blocked jobs get reservations, which are also their
 //     estimated starts, and lower jobs start only where they do not delay them;
 //   - preemption of borrowed or lower-tier preemptible work, losing the least, for single

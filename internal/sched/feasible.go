@@ -20,7 +20,10 @@ type demand struct {
 	team  string
 	// pools are the node pools the job's queue may use; nil: any node.
 	pools []string
-	// poolKey names the pool restriction in cache keys: the queue's name, or "".
+	// image is set for a job with a container image: it needs a node with a runtime.
+	image bool
+	// poolKey names the restriction on nodes in cache keys: the queue's name when it
+	// limits the pools, or "", followed by imageKey for an image job.
 	poolKey string
 	// deny marks models the team's quota rules out for a job that takes any model.
 	deny []bool
@@ -39,6 +42,14 @@ const (
 	noModel  = -2
 )
 
+// imageKey marks, in a poolKey, a job that needs a container runtime. Queue names
+// cannot hold a NUL, so no queue's key ends the same way.
+const imageKey = "\x00image"
+
+// restricted reports whether only some schedulable nodes may run the job at all (its
+// pools, a container runtime); such jobs search st.poolNodes where that is shorter.
+func (d *demand) restricted() bool { return d.pools != nil || d.image }
+
 // newDemand normalises a request: a gang's per-node share, one node when Nodes is unset.
 // It returns a message instead when the request cannot be read as whole GPUs per node.
 func newDemand(st *state, j *Job, q *Queue) (demand, string) {
@@ -46,6 +57,10 @@ func newDemand(st *state, j *Job, q *Queue) (demand, string) {
 	d := demand{modelName: r.GPUModel, nodes: max(r.Nodes, 1), cpus: r.CPUs, mem: r.MemoryMB, team: j.Team, dur: forever}
 	if len(q.Pools) > 0 {
 		d.pools, d.poolKey = q.Pools, q.Name
+	}
+	if j.Image != "" {
+		d.image = true
+		d.poolKey += imageKey
 	}
 	if j.TimeLimit > 0 {
 		d.dur = int64(j.TimeLimit)
@@ -84,7 +99,7 @@ type shape struct {
 	cpus  int
 	mem   int64
 	team  string // admin reservations and quotas depend on it
-	pools string // the queue's name when it limits the pools
+	pools string // the demand's poolKey: the queue's name when it limits the pools, the image mark
 }
 
 func (d *demand) shape() shape {
@@ -103,7 +118,9 @@ type capacity struct {
 
 // capacities lists the node kinds per model; the key "" holds, for each node, its
 // largest group of one model (a job that takes any model still uses one model per node).
-func capacities(nodes []Node, pools []string) map[string][]capacity {
+// Only nodes of the pools count, and only those with a container runtime for an image
+// job (image): the key "" is then empty when no such node exists.
+func capacities(nodes []Node, pools []string, image bool) map[string][]capacity {
 	type kind struct {
 		model string
 		capacity
@@ -112,7 +129,7 @@ func capacities(nodes []Node, pools []string) map[string][]capacity {
 	perModel := map[string]int{}
 	for i := range nodes {
 		n := &nodes[i]
-		if !inPoolsNode(n, pools) {
+		if !inPoolsNode(n, pools) || (image && n.ContainerRuntime == "") {
 			continue
 		}
 		if single(n.GPUs) {
@@ -163,6 +180,9 @@ func single(gpus []GPU) bool {
 // returns "" when some node could run the request one day, else a sentence naming the
 // constraint no node meets.
 func neverFits(kinds map[string][]capacity, d *demand) string {
+	if d.image && len(kinds[""]) == 0 {
+		return noRuntime
+	}
 	cs := kinds[d.modelName]
 	var (
 		largest, maxCPUs int
@@ -196,6 +216,9 @@ func neverFits(kinds map[string][]capacity, d *demand) string {
 	return ""
 }
 
+// noRuntime is the static answer for an image job where no node has a container runtime.
+const noRuntime = "no node has a container runtime for image jobs"
+
 // gpusOf names n GPUs of a model for messages, e.g. "4 GPUs of model H100"; free is
 // put before the noun when given.
 func gpusOf(n int, free, model string) string {
@@ -222,12 +245,19 @@ type nodeCheck struct {
 	lack func(st *state, c cand, d *demand) int64
 }
 
-// The chain, cheapest first: the pool is a label lookup that rules a node out for good;
-// CPUs and memory are comparisons; administrative windows are a short list per node; the
+// The chain, cheapest first: the pool is a label lookup and the container runtime a
+// field test, both ruling a node out for good; CPUs and memory are comparisons; administrative windows are a short list per node; the
 // backfill check walks the node's future events.
 var candidateChain = [...]nodeCheck{
 	{"pool", func(st *state, c cand, d *demand) int64 {
 		if st.inPools(c.node, d) {
+			return 0
+		}
+		return 1
+	}},
+	// A job with an image runs only through a container runtime: "no container runtime".
+	{"runtime", func(st *state, c cand, d *demand) int64 {
+		if !d.image || st.nodes[c.node].n.ContainerRuntime != "" {
 			return 0
 		}
 		return 1
@@ -257,6 +287,7 @@ var candidateChain = [...]nodeCheck{
 
 const (
 	checkPool = iota
+	checkRuntime
 	checkCPUs
 	checkMemory
 	checkWindow
@@ -292,6 +323,12 @@ func (st *state) inPools(ni int, d *demand) bool {
 		return true
 	}
 	return slices.Contains(d.pools, st.nodes[ni].n.Labels["pool"])
+}
+
+// eligible reports whether node ni may run the job at all, whatever is free: it is in
+// one of the job's pools, and has a container runtime if the job has an image.
+func (st *state) eligible(ni int, d *demand) bool {
+	return st.inPools(ni, d) && (!d.image || st.nodes[ni].n.ContainerRuntime != "")
 }
 
 // inPoolsNode is inPools for a node of the snapshot, schedulable or not.
@@ -348,9 +385,9 @@ func (st *state) findNode(d *demand, worst bool, dg *diag) (cand, bool) {
 	if d.model == noModel && d.gpus > 0 {
 		return cand{}, false
 	}
-	if d.pools != nil {
-		// The buckets span all pools. For a small pool, walking its own nodes beats
-		// walking the buckets past every node of the other pools.
+	if d.restricted() {
+		// The buckets span all nodes. For a small pool (or few nodes with a container
+		// runtime), walking its own nodes beats walking the buckets past all the others.
 		if nodes := st.poolNodes(d); len(nodes)*4 < len(st.nodes) {
 			return st.findInPool(nodes, d, worst, dg)
 		}
@@ -393,14 +430,15 @@ func (st *state) findNode(d *demand, worst bool, dg *diag) (cand, bool) {
 	return cand{}, false
 }
 
-// poolNodes lists, in name order, the schedulable nodes of the job's pools.
+// poolNodes lists, in name order, the schedulable nodes eligible for the job: those of
+// its pools, with a container runtime for an image job.
 func (st *state) poolNodes(d *demand) []int {
 	if nodes, ok := st.pools[d.poolKey]; ok {
 		return nodes
 	}
 	var nodes []int
 	for ni := range st.nodes {
-		if st.inPools(ni, d) {
+		if st.eligible(ni, d) {
 			nodes = append(nodes, ni)
 		}
 	}

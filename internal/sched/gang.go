@@ -173,7 +173,7 @@ func (st *state) earliestGang(d *demand) ([]cand, int64) {
 		for _, gi := range st.models[m].groups {
 			ni := st.groups[gi].node
 			n := st.nodes[ni].n
-			if len(st.groups[gi].index) < d.gpus || n.CPUs < d.cpus || n.MemoryMB < d.mem || !st.inPools(ni, d) {
+			if len(st.groups[gi].index) < d.gpus || n.CPUs < d.cpus || n.MemoryMB < d.mem || !st.eligible(ni, d) {
 				continue
 			}
 			c := cand{ni, gi}
@@ -224,8 +224,12 @@ func (c *cycle) gangShortage(d *demand, dg *diag) Reason {
 	if c.opts.Terse {
 		return r
 	}
-	r.Message = fmt.Sprintf("the job needs %d nodes with %s free each, of one model and driver; %d have them now",
-		d.nodes, gpusOf(d.gpus, "", d.modelName), dg.gangFound)
+	runtime := ""
+	if d.image {
+		runtime = ", with a container runtime"
+	}
+	r.Message = fmt.Sprintf("the job needs %d nodes with %s free each, of one model and driver%s; %d have them now",
+		d.nodes, gpusOf(d.gpus, "", d.modelName), runtime, dg.gangFound)
 	if n, job := c.heldNodes(d); n > 0 {
 		r.Message += fmt.Sprintf(", and %d more would but for the GPUs held there for job %d until the jobs preempted for it stop", n, job)
 	}

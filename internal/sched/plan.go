@@ -242,10 +242,13 @@ func (c *cycle) neverFits(d *demand) string {
 	if !ok {
 		kinds, ok := c.kinds[d.poolKey]
 		if !ok {
-			kinds = capacities(c.s.Nodes, d.pools)
+			kinds = capacities(c.s.Nodes, d.pools, d.image)
 			c.kinds[d.poolKey] = kinds
 		}
 		msg = neverFits(kinds, d)
+		if msg != "" && msg != noRuntime && d.image {
+			msg += " among the nodes with a container runtime"
+		}
 		if msg != "" && d.pools != nil {
 			msg += " in pools " + strings.Join(d.pools, ", ")
 		}

@@ -295,7 +295,7 @@ func (o *option) compare(b *option) int {
 // nodeFits reports whether node ni could hold the job if nothing ran there, GPUs aside.
 func (st *state) nodeFits(ni int, d *demand) bool {
 	ns := &st.nodes[ni]
-	return ns.n.CPUs >= d.cpus && ns.n.MemoryMB >= d.mem && st.inPools(ni, d) && !st.foreignWindow(ni, d, st.now)
+	return ns.n.CPUs >= d.cpus && ns.n.MemoryMB >= d.mem && st.eligible(ni, d) && !st.foreignWindow(ni, d, st.now)
 }
 
 // groupFits reports whether group gi (-1: none, for a CPU-only job) has the model and the

@@ -11,9 +11,10 @@ import (
 )
 
 // genCluster builds a random but realistic snapshot: nodes of two models with 8 GPUs
-// (some with 4, a few CPU-only, some unhealthy GPUs and drained nodes), about busyFrac of
+// (some with 4, a few CPU-only, some unhealthy or held GPUs, drained nodes and nodes whose
+// health check failed, a third with a container runtime), about busyFrac of
 // the GPUs held by running jobs with limits up to a day, and pending jobs asking for
-// 1, 2, 4 or 8 GPUs (some CPU-only) in four queues. rich adds a few gangs, team quotas,
+// 1, 2, 4 or 8 GPUs (some CPU-only, some with a container image) in four queues. rich adds a few gangs, team quotas,
 // and running work that preemption may touch (batch, borrowing, stopping).
 func genCluster(r *rand.Rand, nodes, pending int, busyFrac float64, rich bool) *Snapshot {
 	s := &Snapshot{Queues: queues()}
@@ -34,6 +35,13 @@ func genCluster(r *rand.Rand, nodes, pending int, busyFrac float64, rich bool) *
 			n.GPUs[r.IntN(8)].Healthy = false
 		case i%100 == 42:
 			n.Schedulable = false
+		case i%30 == 13:
+			n.HealthFailed = true
+		case i%45 == 17:
+			n.GPUs[i%8].Held = true
+		}
+		if i%3 == 0 {
+			n.ContainerRuntime = "podman"
 		}
 		s.Nodes = append(s.Nodes, n)
 	}
@@ -42,7 +50,7 @@ func genCluster(r *rand.Rand, nodes, pending int, busyFrac float64, rich bool) *
 		n := &s.Nodes[i]
 		free := make([]int, 0, 8)
 		for _, g := range n.GPUs {
-			if g.Healthy {
+			if g.Healthy && !g.Held {
 				free = append(free, g.Index)
 			}
 		}
@@ -83,6 +91,9 @@ func genCluster(r *rand.Rand, nodes, pending int, busyFrac float64, rich bool) *
 		}
 		if rich && r.IntN(10) == 0 {
 			j.Queue = []string{"urgent", "inference"}[r.IntN(2)]
+		}
+		if id%7 == 0 {
+			j.Image = "registry.example.com/ml/train:1"
 		}
 		s.Pending = append(s.Pending, j)
 		id++
@@ -159,7 +170,8 @@ next:
 		end := now.Add(j.TimeLimit)
 		for _, a := range cl.Allocs {
 			n := nodes[a.Node]
-			if n == nil || !n.Schedulable || cpus[a.Node]+a.CPUs > n.CPUs || mem[a.Node]+a.MemoryMB > n.MemoryMB {
+			if n == nil || !n.Schedulable || n.HealthFailed || (j.Image != "" && n.ContainerRuntime == "") ||
+				cpus[a.Node]+a.CPUs > n.CPUs || mem[a.Node]+a.MemoryMB > n.MemoryMB {
 				continue next
 			}
 			for _, w := range s.Reservations {
@@ -171,7 +183,7 @@ next:
 				k := gpuKey{a.Node, idx}
 				healthy := false
 				for _, g := range n.GPUs {
-					healthy = healthy || (g.Index == idx && g.Healthy)
+					healthy = healthy || (g.Index == idx && g.Healthy && !g.Held)
 				}
 				if _, dup := claimed[k]; dup || !healthy || working[k] {
 					continue next
@@ -191,8 +203,9 @@ next:
 }
 
 // checkPlan verifies what must hold of any plan: each job placed or explained once, no GPU
-// given twice or given while held, only healthy GPUs of the right model on schedulable
-// nodes, and no node's CPUs or memory overcommitted by the plan. Claims: no job is placed
+// given twice or given while held, only healthy GPUs no leftovers hold, of the right model,
+// on schedulable nodes whose health check passes (with a container runtime for a job with
+// an image), and no node's CPUs or memory overcommitted by the plan. Claims: no job is placed
 // on what a live claim of the snapshot holds for another, a claimant starts exactly on its
 // claim or waits for its victims without choosing new ones, and the plan's claims are
 // those of the jobs waiting for preemption, each on what its victims free or is free.
@@ -250,8 +263,11 @@ func checkPlanAt(t *testing.T, s *Snapshot, p Plan, now time.Time, minRuntime ti
 		total := 0
 		for _, a := range pl.Allocs {
 			n := nodes[a.Node]
-			if n == nil || !n.Schedulable {
+			if n == nil || !n.Schedulable || n.HealthFailed {
 				t.Fatalf("job %d placed on unschedulable or unknown node %q", j.ID, a.Node)
+			}
+			if j.Image != "" && n.ContainerRuntime == "" {
+				t.Fatalf("job %d with an image placed on %s, which has no container runtime", j.ID, a.Node)
 			}
 			if pools := s.Queues[j.Queue].Pools; pools != nil && !slices.Contains(pools, n.Labels["pool"]) {
 				t.Fatalf("job %d of queue %s placed on %s of pool %q", j.ID, j.Queue, a.Node, n.Labels["pool"])
@@ -271,8 +287,8 @@ func checkPlanAt(t *testing.T, s *Snapshot, p Plan, now time.Time, minRuntime ti
 						g = &n.GPUs[gi]
 					}
 				}
-				if g == nil || !g.Healthy {
-					t.Fatalf("job %d given missing or unhealthy GPU %s/%d", j.ID, a.Node, i)
+				if g == nil || !g.Healthy || g.Held {
+					t.Fatalf("job %d given missing, unhealthy or held GPU %s/%d", j.ID, a.Node, i)
 				}
 				if j.Request.GPUModel != "" && g.Model != j.Request.GPUModel {
 					t.Fatalf("job %d wants %s, got %s on %s", j.ID, j.Request.GPUModel, g.Model, a.Node)

@@ -2,6 +2,7 @@ package sched
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -116,6 +117,9 @@ func (c *cycle) gpuShortage(d *demand) Reason {
 		r := Reason{Code: ReasonResources}
 		if !c.opts.Terse {
 			r.Message = "no node is schedulable"
+			if names, n := c.failedHealth(d); n > 0 {
+				r.Message += "; " + healthNote(names, n)
+			}
 		}
 		return r
 	}
@@ -127,8 +131,8 @@ func (c *cycle) gpuShortage(d *demand) Reason {
 			continue
 		}
 		mi := &st.models[m]
-		if d.pools != nil {
-			// The buckets span all pools: count this pool's groups one by one.
+		if d.restricted() {
+			// The buckets span all nodes: count the eligible nodes' groups one by one.
 			for _, ni := range st.poolNodes(d) {
 				for _, gi := range st.nodes[ni].groups {
 					g := &st.groups[gi]
@@ -162,19 +166,33 @@ func (c *cycle) gpuShortage(d *demand) Reason {
 			break
 		}
 	}
-	if d.model == noModel || largest < d.gpus {
+	if d.model == noModel || largest < d.gpus || bestGroup < 0 {
+		// No eligible node has the GPUs however many are free (or, for a CPU-only
+		// job, no eligible node is schedulable at all).
 		r := Reason{Code: ReasonResources}
 		if !c.opts.Terse {
 			where := "schedulable node"
-			if d.pools != nil {
-				where = "schedulable node in pools " + strings.Join(d.pools, ", ")
+			if d.image {
+				where += " with a container runtime"
 			}
-			r.Message = fmt.Sprintf("no %s has %s; %s not schedulable",
-				where, gpusOf(d.gpus, "", d.modelName), plural(st.unschedulable, "node")+" "+isAre(st.unschedulable))
+			if d.pools != nil {
+				where += " in pools " + strings.Join(d.pools, ", ")
+			}
+			r.Message = fmt.Sprintf("no %s has %s", where, gpusOf(d.gpus, "", d.modelName))
+			if d.gpus == 0 {
+				r.Message = "there is no " + where
+			}
+			if note := c.unschedulableNote(d); note != "" {
+				r.Message += "; " + note
+			}
+			if note := st.heldBackAnywhere(d); note != "" {
+				r.Message += "; " + note
+			}
 		}
 		return r
 	}
-	node := st.nodes[st.groups[bestGroup].node].n.Name
+	bestNode := st.nodes[st.groups[bestGroup].node].n
+	node := bestNode.Name
 	r := Reason{Code: ReasonResources, BestNode: node, Missing: map[string]int64{"gpus": int64(d.gpus - bestFree)}}
 	if total >= d.gpus {
 		r.Code = ReasonFragmented
@@ -186,6 +204,149 @@ func (c *cycle) gpuShortage(d *demand) Reason {
 			gpusOf(total, "", d.modelName), plural(spread, "node"), bestFree, node)
 	default:
 		r.Message = fmt.Sprintf("no node has %s: best is %s with %d free", gpusOf(d.gpus, "free ", d.modelName), node, bestFree)
+		if note := heldBack(bestNode, st.models[st.groups[bestGroup].model].name).note(node); note != "" {
+			r.Message += "; " + note
+		}
+		if names, n := c.failedHealth(d); n > 0 {
+			r.Message += "; " + healthNote(names, n)
+		}
 	}
 	return r
+}
+
+// unschedulableNote counts the nodes left out of the cycle, naming those whose health
+// check failed that could run the job otherwise: "3 nodes are not schedulable (node a
+// failed its health check)".
+// It is empty when every node is schedulable.
+func (c *cycle) unschedulableNote(d *demand) string {
+	n := c.st.unschedulable
+	if n == 0 {
+		return ""
+	}
+	s := plural(n, "node") + " " + isAre(n) + " not schedulable"
+	if names, n := c.failedHealth(d); n > 0 {
+		s += " (" + healthNote(names, n) + ")"
+	}
+	return s
+}
+
+// failedHealth counts the nodes left out because their health check failed that the job
+// could use otherwise (its pools, a container runtime for an image), and names the first
+// three, which is all a note names.
+func (c *cycle) failedHealth(d *demand) ([]string, int) {
+	var names []string
+	count := 0
+	for _, i := range c.st.healthFailed {
+		n := &c.s.Nodes[i]
+		if inPoolsNode(n, d.pools) && (!d.image || n.ContainerRuntime != "") {
+			if count++; len(names) < 3 {
+				names = append(names, n.Name)
+			}
+		}
+	}
+	return names, count
+}
+
+// healthNote says that count nodes failed their health check, naming the first few.
+func healthNote(names []string, count int) string {
+	if count == 1 {
+		return "node " + names[0] + " failed its health check"
+	}
+	list := strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1]
+	if count > len(names) {
+		list = fmt.Sprintf("%s and %d more", strings.Join(names, ", "), count-len(names))
+	}
+	return "nodes " + list + " failed their health checks"
+}
+
+// unusable counts the GPUs of one model on a node that take no new work.
+type unusable struct {
+	total, held, sick int // all of the model's GPUs; held by leftovers; unhealthy
+}
+
+// heldBack counts node n's GPUs of the model that take no new work. A GPU both held and
+// unhealthy counts as unhealthy, the lasting of the two.
+func heldBack(n *Node, model string) unusable {
+	var u unusable
+	for i := range n.GPUs {
+		g := &n.GPUs[i]
+		if g.Model != model {
+			continue
+		}
+		u.total++
+		switch {
+		case !g.Healthy:
+			u.sick++
+		case g.Held:
+			u.held++
+		}
+	}
+	return u
+}
+
+// note says what of node's GPUs take no new work, e.g. "2 GPUs of node a are held by
+// leftover processes and 1 is unhealthy"; "" when all are usable.
+func (u unusable) note(node string) string {
+	var parts []string
+	if u.held > 0 {
+		parts = append(parts, fmt.Sprintf("%s of node %s %s held by leftover processes", gpusOf(u.held, "", ""), node, isAre(u.held)))
+	}
+	if u.sick > 0 {
+		what := fmt.Sprintf("%d %s unhealthy", u.sick, isAre(u.sick))
+		if len(parts) == 0 {
+			what = fmt.Sprintf("%s of node %s %s unhealthy", gpusOf(u.sick, "", ""), node, isAre(u.sick))
+		}
+		parts = append(parts, what)
+	}
+	return strings.Join(parts, " and ")
+}
+
+// heldBackAnywhere explains a job no eligible node has enough usable GPUs for, when it is
+// the held or unhealthy GPUs that make the difference: it names the first node, in name
+// order, that would have enough were they usable. It walks every GPU of the eligible
+// nodes, but only for jobs that fit nowhere, once per cycle and request (the caller's
+// answer is cached).
+func (st *state) heldBackAnywhere(d *demand) string {
+	if d.gpus == 0 {
+		return ""
+	}
+	var models []string // of one node, reused
+	check := func(ni int) string {
+		n := st.nodes[ni].n
+		models = models[:0]
+		for _, g := range n.GPUs {
+			if !slices.Contains(models, g.Model) && st.mayTake(d, g.Model) {
+				models = append(models, g.Model)
+			}
+		}
+		for _, m := range models {
+			if u := heldBack(n, m); u.total >= d.gpus && u.held+u.sick > 0 {
+				return u.note(n.Name)
+			}
+		}
+		return ""
+	}
+	if d.restricted() {
+		for _, ni := range st.poolNodes(d) {
+			if note := check(ni); note != "" {
+				return note
+			}
+		}
+		return ""
+	}
+	for ni := range st.nodes {
+		if note := check(ni); note != "" {
+			return note
+		}
+	}
+	return ""
+}
+
+// mayTake is demand.takes for a model named, which may be one no usable GPU has.
+func (st *state) mayTake(d *demand, model string) bool {
+	if d.modelName != "" {
+		return model == d.modelName
+	}
+	m, ok := st.modelByName[model]
+	return !ok || d.takes(m)
 }

@@ -48,9 +48,10 @@ var (
 	fuzzModels = []string{"H100", "A100"}
 )
 
-// decodeScenario turns fuzz bytes into a snapshot at t0 (nodes with their GPUs, health and
-// NVLink islands, running jobs and gangs, pending jobs and gangs, queues, team quotas,
-// reservation windows) and up to four later steps. Snapshots keep what the server
+// decodeScenario turns fuzz bytes into a snapshot at t0 (nodes with their GPUs, health,
+// leftovers, health checks, container runtimes and NVLink islands, running jobs and gangs,
+// pending jobs and gangs, some with images, queues, team quotas, reservation windows) and
+// up to four later steps. Snapshots keep what the server
 // guarantees of its own: unique node names, distinct GPU indices per node, no GPU held by
 // two running jobs, job IDs unique, a gang's GPUs equal to its nodes times GPUs per node.
 // Claims come from the cycles themselves, as they do in the server.
@@ -60,11 +61,14 @@ func decodeScenario(data []byte) scenario {
 	for i := range 1 + src.intn(8) {
 		flags := src.byte()
 		model := fuzzModels[flags>>3&1]
-		n := Node{Name: fmt.Sprintf("node-%02d", i), Schedulable: flags%8 != 1, CPUs: 4 + src.intn(64),
+		n := Node{Name: fmt.Sprintf("node-%02d", i), Schedulable: flags%8 != 1, HealthFailed: flags%8 == 2, CPUs: 4 + src.intn(64),
 			MemoryMB: int64(8+src.intn(512)) << 10, DriverVersion: choose(src, "550", "535"),
 			Labels: map[string]string{"pool": "train", "rack": fmt.Sprintf("r%d", i/2), "switch": fmt.Sprintf("s%d", i/4)}}
 		if flags&0x20 != 0 {
 			n.Labels["pool"] = "inference"
+		}
+		if flags&0x10 == 0 {
+			n.ContainerRuntime = "podman"
 		}
 		idx := 0
 		for g := range src.intn(9) {
@@ -72,7 +76,9 @@ func decodeScenario(data []byte) scenario {
 			if flags&0x40 != 0 && g%2 == 1 {
 				m = fuzzModels[1-flags>>3&1] // a node of mixed models
 			}
-			n.GPUs = append(n.GPUs, GPU{Index: idx, ID: fmt.Sprintf("%s-%d", n.Name, idx), Model: m, MemoryMB: 80 << 10, Healthy: src.intn(8) != 7})
+			health := src.intn(8) // 7: unhealthy; 6: held by leftover processes
+			n.GPUs = append(n.GPUs, GPU{Index: idx, ID: fmt.Sprintf("%s-%d", n.Name, idx), Model: m, MemoryMB: 80 << 10,
+				Healthy: health != 7, Held: health == 6})
 			idx += 1 + src.intn(4)/3 // now and then a gap, as when a GPU is gone
 		}
 		if flags&0x80 != 0 {
@@ -196,6 +202,9 @@ func decodeJob(src *byteSource, id int64) Job {
 	if src.intn(6) == 5 {
 		j.Request.Nodes, j.Request.GPUsPerNode = 2+src.intn(3), 1+src.intn(8)
 		j.Request.GPUs = j.Request.Nodes * j.Request.GPUsPerNode
+	}
+	if src.intn(4) == 3 {
+		j.Image = "registry.example.com/ml/train:1"
 	}
 	return j
 }

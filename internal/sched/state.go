@@ -54,7 +54,11 @@ func (b bitset) next(i int) int {
 	}
 }
 
-// group is the healthy GPUs of one model on one node: the unit a single-node job is placed
+// usable reports whether a GPU may take new work: healthy, and held by no leftover
+// processes.
+func (g *GPU) usable() bool { return g.Healthy && !g.Held }
+
+// group is the usable GPUs of one model on one node: the unit a single-node job is placed
 // on. Groups are numbered in (node name, model) order.
 type group struct {
 	node  int
@@ -124,8 +128,10 @@ type state struct {
 	modelByName map[string]int
 	// nodeBuckets[k] holds the nodes with k free GPUs in all; CPU-only jobs search them.
 	nodeBuckets []bitset
-	// unschedulable counts the nodes left out, for messages.
+	// unschedulable counts the nodes left out, for messages; healthFailed holds those
+	// of them whose health check failed, by their place in Snapshot.Nodes, in name order.
 	unschedulable int
+	healthFailed  []int
 	totalGPUs     int
 	// gpuVersion counts changes of free GPU counts, for answers cached on them.
 	gpuVersion int
@@ -158,20 +164,26 @@ func newBase(s *Snapshot) *state {
 	}
 	order := make([]int, 0, len(s.Nodes))
 	for i := range s.Nodes {
-		if s.Nodes[i].Schedulable {
+		switch n := &s.Nodes[i]; {
+		case n.HealthFailed:
+			// Named in reasons: "not schedulable" alone would hide why.
+			st.unschedulable++
+			st.healthFailed = append(st.healthFailed, i)
+		case n.Schedulable:
 			order = append(order, i)
-		} else {
+		default:
 			st.unschedulable++
 		}
 	}
 	slices.SortFunc(order, func(a, b int) int { return strings.Compare(s.Nodes[a].Name, s.Nodes[b].Name) })
+	slices.SortFunc(st.healthFailed, func(a, b int) int { return strings.Compare(s.Nodes[a].Name, s.Nodes[b].Name) })
 
 	// Model numbers first, so that groups can carry them.
 	var names []string
 	for _, i := range order {
 		for _, g := range s.Nodes[i].GPUs {
 			// Nodes are mostly of one model: skip repeats before sorting.
-			if g.Healthy && (len(names) == 0 || names[len(names)-1] != g.Model) {
+			if g.usable() && (len(names) == 0 || names[len(names)-1] != g.Model) {
 				names = append(names, g.Model)
 			}
 		}
@@ -188,7 +200,7 @@ func newBase(s *Snapshot) *state {
 	healthy := 0
 	for _, i := range order {
 		for _, g := range s.Nodes[i].GPUs {
-			if g.Healthy {
+			if g.usable() {
 				healthy++
 			}
 		}
@@ -207,7 +219,7 @@ func newBase(s *Snapshot) *state {
 		ns := nodeState{n: n, src: i, freeCPU: n.CPUs, freeMem: n.MemoryMB}
 		models = models[:0]
 		for _, g := range n.GPUs {
-			if g.Healthy {
+			if g.usable() {
 				models = append(models, st.modelByName[g.Model])
 			}
 		}
@@ -217,7 +229,7 @@ func newBase(s *Snapshot) *state {
 			gr := group{node: ni, model: m}
 			start := len(indexes)
 			for p, g := range n.GPUs {
-				if g.Healthy && st.modelByName[g.Model] == m {
+				if g.usable() && st.modelByName[g.Model] == m {
 					indexes = append(indexes, g.Index)
 					positions = append(positions, p)
 				}

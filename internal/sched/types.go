@@ -69,6 +69,13 @@ type Node struct {
 	DriverVersion string
 	// GPUs by index. Occupancy comes from Snapshot.Running, not from here.
 	GPUs []GPU
+	// ContainerRuntime names the runtime image jobs run through ("podman", "docker",
+	// "apptainer"); empty where the node has none, and a job with an image is never
+	// placed there.
+	ContainerRuntime string
+	// HealthFailed is set while the node's health-check command fails: like an
+	// unschedulable node it takes no new work, and reasons name it.
+	HealthFailed bool
 }
 
 // GPU is one device of a node.
@@ -77,7 +84,11 @@ type GPU struct {
 	ID       string
 	Model    string
 	MemoryMB int64
-	Healthy  bool
+	// Healthy is false for a GPU that reported errors or vanished: it takes no new work.
+	Healthy bool
+	// Held is set while processes of no live attempt (leftovers) hold memory on the GPU:
+	// healthy or not, it takes no new work until they are gone.
+	Held bool
 	// NVLinkPeers lists the indices of the GPUs this one reaches over NVLink; empty when
 	// the topology is unknown, in which case the lowest free indices are used.
 	NVLinkPeers []int
@@ -128,6 +139,9 @@ type Job struct {
 	// AttainedService is the GPU-seconds the job received in earlier attempts; the "las"
 	// order runs the least served first.
 	AttainedService float64
+	// Image is the container image the job runs in; empty: none. A job with an image
+	// runs only on nodes with a ContainerRuntime.
+	Image string
 }
 
 // Running is a job that holds resources.

@@ -32,6 +32,8 @@ var (
 	instanceRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 	// reasonRE is what a reason code an agent reports may be: exit_code, node_shutdown…
 	reasonRE = regexp.MustCompile(`^[a-z0-9_]{0,64}$`)
+	// digestRE is what an image digest may be (OCI: algorithm, colon, encoded digest).
+	digestRE = regexp.MustCompile(`^[a-z0-9]+(?:[.+_-][a-z0-9]+)*:[a-fA-F0-9]{32,128}$`)
 )
 
 // handleHeartbeat registers or refreshes the node, records what its tasks did, and answers
@@ -71,20 +73,30 @@ func (s *Server) handleHeartbeat(w http.ResponseWriter, r *http.Request) {
 	}
 	id := caller(r)
 	b := &store.Batch{}
-	s.refreshNode(b, name, &hb, id, now)
+	node := s.refreshNode(b, name, &hb, id, now)
 	// Tasks are of the cluster the agent names; another cluster's attempts mean nothing
-	// here, and the agent stops them once it learns this cluster from the answer.
+	// here, and the agent stops them once it learns this cluster from the answer. The
+	// reading goes in first, so a rank that ends now has it in its summary.
 	var acked []api.TaskRef
+	var rd *nodeReading
 	if hb.ClusterID == s.clusterID {
+		rd = s.readTelemetry(node, hb.Telemetry, now)
 		acked = s.recordTasks(b, name, hb.Tasks, now)
 	}
 	stoppedAcked := s.recordStopped(b, name, hb.Stopped, now)
+	if rd != nil {
+		s.recordReading(b, node, rd, now)
+	}
 	if err := s.commit(r.Context(), b); err != nil {
 		s.log.Error("heartbeat: commit failed", "node", name, "err", err)
 		commitError(w, "could not record the heartbeat", err)
 		return
 	}
 	s.state.SetLastHeartbeat(name, now)
+	s.state.SetNodeHealth(name, node.HealthCheck, node.Degraded)
+	if rd != nil {
+		s.state.SetNodeLive(name, rd.tel, rd.leftovers, rd.held)
+	}
 	if len(b.Jobs) > 0 || len(b.Nodes) > 0 {
 		s.wake()
 	}
@@ -123,7 +135,8 @@ func validateHeartbeat(hb *api.Heartbeat) *api.Error {
 		inv.DeviceSource = "none"
 	}
 	for field, v := range map[string]string{"inventory.driver_version": inv.DriverVersion, "inventory.cuda_version": inv.CUDAVersion,
-		"inventory.device_source": inv.DeviceSource, "inventory.hostname": inv.Hostname, "version": hb.Version, "cluster_id": hb.ClusterID} {
+		"inventory.device_source": inv.DeviceSource, "inventory.hostname": inv.Hostname, "version": hb.Version, "cluster_id": hb.ClusterID,
+		"inventory.container_runtime": inv.ContainerRuntime, "inventory.limits": inv.Limits} {
 		if !cleanString(v) {
 			return invalid(field, "must be at most %d printable characters", maxInvString)
 		}
@@ -140,6 +153,19 @@ func validateHeartbeat(hb *api.Heartbeat) *api.Error {
 			return invalid(f+".model", "must be 1 to %d printable characters", maxInvString)
 		case !cleanString(g.UUID) || g.UUID == "":
 			return invalid(f+".uuid", "must be 1 to %d printable characters", maxInvString)
+		case len(g.Health) > maxDescription || strings.ContainsFunc(g.Health, isControl):
+			return invalid(f+".health", "must be at most %d printable characters", maxDescription)
+		case !cleanString(g.PCIBusID) || !cleanString(g.MIGMode):
+			return invalid(f, "pci_bus_id and mig_mode must be at most %d printable characters", maxInvString)
+		case g.NUMANode != nil && (*g.NUMANode < -1 || *g.NUMANode >= maxNodeGPUs):
+			return invalid(f+".numa_node", "must be between -1 and %d", maxNodeGPUs-1)
+		case len(g.NVLinkPeers) > maxNodeGPUs:
+			return invalid(f+".nvlink_peers", "at most %d peers", maxNodeGPUs)
+		}
+		for _, peer := range g.NVLinkPeers {
+			if peer < 0 || peer >= maxNodeGPUs || peer == g.Index {
+				return invalid(f+".nvlink_peers", "must be indices of other GPUs, from 0 to %d", maxNodeGPUs-1)
+			}
 		}
 		seen[g.Index] = true
 	}
@@ -157,6 +183,12 @@ func validateHeartbeat(hb *api.Heartbeat) *api.Error {
 		}
 		if !reasonRE.MatchString(t.Reason) {
 			return invalid(fmt.Sprintf("tasks[%d].reason", i), "must be a reason code: lower-case letters, digits and _, at most 64")
+		}
+		if t.PeakMemoryMB < 0 || t.PeakMemoryMB > maxNodeMemMB {
+			return invalid(fmt.Sprintf("tasks[%d].peak_memory_mb", i), "must be between 0 and %d", int64(maxNodeMemMB))
+		}
+		if t.ImageDigest != "" && !digestRE.MatchString(t.ImageDigest) {
+			return invalid(fmt.Sprintf("tasks[%d].image_digest", i), "must be an image digest: ALGORITHM:HEX, such as sha256: and 64 hex digits")
 		}
 	}
 	for i, st := range hb.Stopped {
@@ -187,9 +219,10 @@ func (s *Server) takeOver(name string, hb *api.Heartbeat, now time.Time) *api.Er
 	return s.nodeTaken(name, hb.Instance, now)
 }
 
-// refreshNode adds a new node, or records a changed inventory, a changed agent, or a node
-// that came back. A heartbeat that changes nothing writes nothing.
-func (s *Server) refreshNode(b *store.Batch, name string, hb *api.Heartbeat, id auth.Identity, now time.Time) {
+// refreshNode adds a new node, or records a changed inventory, a changed agent, a node
+// that came back, or a change of its health. A heartbeat that changes nothing writes
+// nothing. It returns the node as the heartbeat leaves it.
+func (s *Server) refreshNode(b *store.Batch, name string, hb *api.Heartbeat, id auth.Identity, now time.Time) api.Node {
 	old, known := s.state.Node(name)
 	n := old
 	n.Name, n.Inventory, n.LastHeartbeat = name, hb.Inventory, now
@@ -220,6 +253,7 @@ func (s *Server) refreshNode(b *store.Batch, name string, hb *api.Heartbeat, id 
 	event := func(format string, args ...any) {
 		b.Events = append(b.Events, api.Event{Time: now, Actor: id.User, Kind: api.EventNode, Node: name, Source: id.Source, Message: fmt.Sprintf(format, args...)})
 	}
+	unchanged := false
 	switch {
 	case !known:
 		event("node %s registered: %d GPUs (%s), %d CPUs, %d MB; agent %s (pid %d) from %s",
@@ -231,14 +265,18 @@ func (s *Server) refreshNode(b *store.Batch, name string, hb *api.Heartbeat, id 
 	case old.Syncing && !n.Syncing:
 		event("node %s synced: nothing runs there that the server does not list; it takes new work again", name)
 	case old.Syncing == n.Syncing && reflect.DeepEqual(old.Inventory, n.Inventory) && reflect.DeepEqual(old.Agent, n.Agent):
-		return
+		unchanged = true
 	case !reflect.DeepEqual(old.Inventory, n.Inventory):
 		event("node %s inventory changed: %d GPUs, %d CPUs, %d MB", name, len(n.GPUs), n.CPUs, n.MemoryMB)
 	}
 	if n.Syncing && !old.Syncing && known {
 		event("node %s takes no new work until its agent confirms it stopped every attempt the server does not list", name)
 	}
+	if healthChanged := s.nodeHealth(b, old, known, &n, hb.HealthCheck, now); unchanged && !healthChanged {
+		return n
+	}
 	b.Nodes = append(b.Nodes, n)
+	return n
 }
 
 // recordStopped records what the agent stopped on its own (fencing) and acknowledges it.
@@ -301,6 +339,12 @@ func (s *Server) recordTasks(b *store.Batch, node string, tasks []api.TaskStatus
 			}
 		}
 		p := &a.Placements[rank]
+		// The digest of the image the rank runs is recorded with the first report that
+		// carries it.
+		newDigest := st.ImageDigest != "" && p.ImageDigest == ""
+		if newDigest {
+			p.ImageDigest = st.ImageDigest
+		}
 		switch {
 		case ended:
 			end := now
@@ -308,6 +352,14 @@ func (s *Server) recordTasks(b *store.Batch, node string, tasks []api.TaskStatus
 				end = *st.EndTime
 			}
 			p.State, p.ExitCode, p.EndTime, p.Reason, p.Message = st.State, st.ExitCode, &end, st.Reason, printable(st.Message)
+			if p.Reason == api.ReasonOOM || p.Reason == api.ReasonGPUError {
+				// Whatever state the agent gave it, such a rank failed.
+				p.State = api.StateFailed
+			}
+			if p.Reason == api.ReasonOOM && p.Message == "" {
+				p.Message = oomMessage(p.MemoryMB, st.PeakMemoryMB)
+			}
+			s.endRankUsage(p, rankKey{job.ID, a.N, rank}, st.PeakMemoryMB, now)
 			if a.StartTime == nil && st.StartTime != nil {
 				a.StartTime = st.StartTime
 			}
@@ -331,11 +383,28 @@ func (s *Server) recordTasks(b *store.Batch, node string, tasks []api.TaskStatus
 				b.Events = append(b.Events, ev)
 			}
 			b.Jobs, b.Attempts = append(b.Jobs, job), append(b.Attempts, a)
-		case checkpointed:
-			b.Jobs = append(b.Jobs, job)
+		case checkpointed || newDigest:
+			b.Jobs, b.Attempts = append(b.Jobs, job), append(b.Attempts, a)
 		}
 	}
 	return acked
+}
+
+// oomMessage says why a rank the kernel killed for its memory ended, when its agent gave
+// no message of its own.
+func oomMessage(limitMB, peakMB int64) string {
+	var figures []string
+	if limitMB > 0 {
+		figures = append(figures, fmt.Sprintf("limit %d MB", limitMB))
+	}
+	if peakMB > 0 {
+		figures = append(figures, fmt.Sprintf("peak %d MB", peakMB))
+	}
+	msg := "killed for running out of memory"
+	if len(figures) > 0 {
+		msg += " (" + strings.Join(figures, ", ") + ")"
+	}
+	return msg
 }
 
 // rankEnded moves the job on after one rank of its attempt ended: when every rank has, the
@@ -431,11 +500,14 @@ func (s *Server) desiredTasks(node string) []api.Task {
 			Env: s.taskEnv(job, a, rank), GPUIndices: p.GPUIndices, GPUIDs: p.GPUIDs,
 			CPUs: p.CPUs, MemoryMB: p.MemoryMB, Signal: job.Spec.Signal, GraceSeconds: job.Spec.Grace,
 			RunAs: runAs, AllowRoot: allowRoot, CheckpointDir: s.checkpointDir(&job),
+			Image: job.Spec.Image, Notice: s.taskNotice(&job),
 		}
 		if job.Spec.TimeLimit > 0 {
 			t.TimeLimitEnd = a.AssignTime.Add(time.Duration(job.Spec.TimeLimit) * time.Second)
 		}
 		switch {
+		case job.CancelRequested && job.Reason == api.ReasonIdle:
+			t.Stop, t.StopReason = true, api.ReasonIdle
 		case job.CancelRequested:
 			t.Stop, t.StopReason = true, api.ReasonCancelled
 		case job.PreemptRequested:

@@ -52,6 +52,9 @@ func validateQueue(q *api.Queue) *api.Error {
 		e.Message = "queue " + q.Name + ": " + e.Message
 		return e
 	}
+	if e := validateQueueIdle(*q); e != nil {
+		return e
+	}
 	for field, names := range map[string][]string{"pools": q.Pools, "users": q.Users, "teams": q.Teams} {
 		for _, n := range names {
 			if !nameRE.MatchString(n) {

@@ -289,6 +289,12 @@ func (s *Server) handleListJobs(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	mayRead := s.readRule(who)
 	jobs := s.state.Jobs(func(j *api.Job) bool { return keep(j) && mayRead(j) == nil })
+	// Usage is summed up for the page only: it costs a look at each rank's history.
+	for i := range jobs[:min(len(jobs), limit)] {
+		if a, ok := s.state.CurrentAttempt(jobs[i].ID); ok {
+			jobs[i].Usage = s.attemptUsage(&a)
+		}
+	}
 	s.mu.Unlock()
 	for i := range jobs {
 		redactEnv(who, &jobs[i])
@@ -331,6 +337,11 @@ func (s *Server) handleGetJob(w http.ResponseWriter, r *http.Request) {
 	if found {
 		e = s.mayRead(who, &job)
 		job.Checkpoints = s.checkpointsNote(&job)
+		// The current or last attempt's usage: live from memory while its ranks run,
+		// from the placements once they ended.
+		if n := len(attempts); n > 0 {
+			job.Usage = s.attemptUsage(&attempts[n-1])
+		}
 	}
 	s.mu.Unlock()
 	if !found {

@@ -299,6 +299,10 @@ func (s *Server) endAttempt(job *api.Job, a *api.Attempt, now time.Time) (api.Ev
 	case state == api.StateSucceeded && (policy != api.RestartAlways || job.CancelRequested):
 		// A job that finished before a cancel or preemption reached it did its work:
 		// the record says so.
+	case job.CancelRequested && job.Reason == api.ReasonIdle:
+		// Stopped by its queue's idle policy (see idle.go): reclaimed, not requeued.
+		to, reason = api.StateCancelled, api.ReasonIdle
+		msg = job.Message + "; " + msg
 	case job.CancelRequested:
 		to, reason = api.StateCancelled, api.ReasonCancelled
 		msg = "cancelled; " + msg
@@ -313,6 +317,22 @@ func (s *Server) endAttempt(job *api.Job, a *api.Attempt, now time.Time) (api.Ev
 	case job.PreemptRequested || reason == api.ReasonPreempted:
 		to, reason = api.StatePending, api.ReasonPreempted
 		msg = fmt.Sprintf("preempted; requeued as attempt %d with its checkpoint directory kept", job.Attempts+1)
+	case reason == api.ReasonGPUError:
+		// A GPU that failed under the job is not the job's doing: it is requeued without
+		// spending a retry (its agent reports the GPU unhealthy, so the next attempt lands
+		// elsewhere), as long as it has retries at all and is not failing every GPU it gets.
+		n := s.systemRequeues(job.ID)
+		switch {
+		case policy == api.RestartNever || job.Failures >= retries(job.Spec):
+			to = api.StateFailed
+			msg += "; not requeued: the job has no retries left"
+		case n >= maxSystemRequeues:
+			to = api.StateFailed
+			msg = fmt.Sprintf("%s; not requeued again: %d attempts were lost this way", msg, n+1)
+		default:
+			to = api.StatePending
+			msg = fmt.Sprintf("%s; requeued as attempt %d (a GPU error is not counted against retries)", msg, job.Attempts+1)
+		}
 	case state == api.StateTimeout:
 	case state == api.StateSucceeded:
 		// "always": a service that exited is started again.
@@ -347,6 +367,7 @@ func (s *Server) endAttempt(job *api.Job, a *api.Attempt, now time.Time) (api.Ev
 	}
 	if to == api.StatePending {
 		job.StartTime, job.EndTime = nil, nil
+		job.IdleSince, job.IdleWarned = nil, false
 	}
 	job.PreemptRequested, job.Borrowing, job.Stopping = false, false, ""
 	return ev, nil
@@ -358,11 +379,12 @@ func systemEnd(reason string) bool {
 	return reason == api.ReasonNodeLost || reason == api.ReasonNodeShutdown || reason == reasonNotStarted
 }
 
-// systemRequeues counts the job's attempts that ended through no doing of its own.
+// systemRequeues counts the job's attempts that ended through no doing of its own,
+// GPU errors included.
 func (s *Server) systemRequeues(id int64) int {
 	n := 0
 	for _, a := range s.state.Attempts(id) {
-		if systemEnd(a.Reason) {
+		if systemEnd(a.Reason) || a.Reason == api.ReasonGPUError {
 			n++
 		}
 	}
@@ -437,6 +459,7 @@ func (s *Server) checkNodes(ctx context.Context) {
 			}
 			end := now
 			p.EndTime = &end
+			s.endRankUsage(p, rankKey{id, a.N, rank}, 0, now)
 			changed = true
 			evs = append(evs, s.rankEnded(&job, &a, rank, now)...)
 			if job.State.Terminal() || job.State == api.StatePending {
@@ -451,6 +474,7 @@ func (s *Server) checkNodes(ctx context.Context) {
 		s.log.Error("node liveness: commit failed", "err", err)
 		return
 	}
+	s.pruneTelemetry(now)
 	for _, ev := range b.Events {
 		if ev.Kind == api.EventNode {
 			s.log.Warn(ev.Message)

@@ -126,6 +126,8 @@ type Server struct {
 	watch    nodeWatch
 	lastUsed lastUse
 	limiter  submitLimiter
+	// tel is the telemetry history, in memory only (see telemetry.go).
+	tel *telemetry
 }
 
 // New loads the state from st and returns a server ready to serve. A nil logger discards.
@@ -144,7 +146,7 @@ func New(ctx context.Context, cfg Config, st store.Store, logger *slog.Logger) (
 	if err != nil {
 		return nil, fmt.Errorf("server: open log dir: %w", err)
 	}
-	s := &Server{cfg: cfg, log: logger, store: st, kick: make(chan struct{}, 1), state: cluster.New(), logs: logs}
+	s := &Server{cfg: cfg, log: logger, store: st, kick: make(chan struct{}, 1), state: cluster.New(), logs: logs, tel: newTelemetry()}
 	s.state.HalfLife = cfg.HalfLife
 	if err := s.load(ctx); err != nil {
 		return nil, err
@@ -330,10 +332,12 @@ var routes = []route{
 	{"POST", "/api/v1/jobs/{id}/hold", ruleMember, noBody, (*Server).handleHold},
 	{"POST", "/api/v1/jobs/{id}/release", ruleMember, noBody, (*Server).handleRelease},
 	{"GET", "/api/v1/jobs/{id}/why", ruleViewer, noBody, (*Server).handleWhy},
+	{"GET", "/api/v1/jobs/{id}/telemetry", ruleViewer, noBody, (*Server).handleJobTelemetry},
 	{"POST", "/api/v1/arrays/{id}/cancel", ruleMember, noBody, (*Server).handleArrayCancel},
 	{"POST", "/api/v1/arrays/{id}/hold", ruleMember, noBody, (*Server).handleArrayHold},
 	{"POST", "/api/v1/arrays/{id}/release", ruleMember, noBody, (*Server).handleArrayRelease},
 	{"GET", "/api/v1/nodes", ruleViewer, noBody, (*Server).handleNodes},
+	{"GET", "/api/v1/nodes/{name}/telemetry", ruleViewer, noBody, (*Server).handleNodeTelemetry},
 	{"POST", "/api/v1/nodes/{name}/drain", ruleOperator, noBody, (*Server).handleDrain},
 	{"POST", "/api/v1/nodes/{name}/resume", ruleOperator, noBody, (*Server).handleResume},
 	{"DELETE", "/api/v1/nodes/{name}", ruleAdmin, noBody, (*Server).handleDeleteNode},

@@ -2,10 +2,12 @@ package server
 
 import (
 	"fmt"
+	"path"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
+	"unicode"
 
 	"github.com/rotahq/rota/internal/api"
 	"github.com/rotahq/rota/internal/cluster"
@@ -99,7 +101,150 @@ func validateSpec(spec *api.JobSpec, st *cluster.State) *api.Error {
 	if err := validateTime(spec, q); err != nil {
 		return err
 	}
+	if err := validateImage(spec.Image); err != nil {
+		return err
+	}
+	if err := allowedImage(spec.Image, q); err != nil {
+		return err
+	}
 	return checkFits(spec, st)
+}
+
+// Limits on images: a reference longer than this is no registry's, and an allow-list
+// longer than this is a list of images, not of registries.
+const (
+	maxImageLen       = 512
+	maxImageNameLen   = 255 // the distribution spec's bound on a repository name
+	maxQueueImages    = 64
+	maxImagePrefixLen = 256
+)
+
+// The parts of an OCI image reference, after the distribution project's grammar
+// (github.com/distribution/reference): [host[:port]/]path[:tag][@sha256:hex].
+var (
+	imageHostRE      = regexp.MustCompile(`^(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*(?::[0-9]{1,5})?$`)
+	imageComponentRE = regexp.MustCompile(`^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*$`)
+	imageTagRE       = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$`)
+	imageDigestRE    = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
+)
+
+// imageForms is what every refusal of an image says is allowed.
+const imageForms = "give an OCI reference [registry[:port]/]name[:tag][@sha256:<64 hex digits>] " +
+	"with a lowercase name, or the absolute path of an apptainer .sif file"
+
+// validateImage checks a job's container image: empty (no container), an OCI image
+// reference, or the absolute path of an apptainer image file. It checks the form only;
+// whether the image exists is known when the node pulls it.
+func validateImage(image string) *api.Error {
+	bad := func(format string, args ...any) *api.Error {
+		return invalid("image", "%q: "+format+"; "+imageForms, append([]any{truncateName(image)}, args...)...)
+	}
+	switch {
+	case image == "":
+		return nil
+	case len(image) > maxImageLen:
+		return invalid("image", "is %d bytes; at most %d are allowed", len(image), maxImageLen)
+	case strings.ContainsFunc(image, badImageRune):
+		return bad("holds a space or a control character")
+	case strings.HasPrefix(image, "/"):
+		if path.Clean(image) != image || !strings.HasSuffix(image, ".sif") || path.Base(image) == ".sif" {
+			return bad("a path must be absolute, clean (no .., // or trailing /) and name a .sif file")
+		}
+		return nil
+	}
+	ref, digest, hasDigest := strings.Cut(image, "@")
+	if hasDigest && !imageDigestRE.MatchString(digest) {
+		return bad("the digest must be sha256: followed by 64 lowercase hex digits")
+	}
+	name, tag := ref, ""
+	if i := strings.LastIndexByte(ref, ':'); i > strings.LastIndexByte(ref, '/') {
+		name, tag = ref[:i], ref[i+1:]
+		if !imageTagRE.MatchString(tag) {
+			return bad("the tag %q must be 1 to 128 letters, digits and _.- not starting with . or -", truncateName(tag))
+		}
+	}
+	if len(name) > maxImageNameLen {
+		return bad("the name is %d bytes; at most %d are allowed", len(name), maxImageNameLen)
+	}
+	parts := strings.Split(name, "/")
+	// The first part is a registry when it looks like a host: it has a dot or a port, or
+	// is localhost (as docker and podman read it).
+	if first := parts[0]; len(parts) > 1 && (strings.ContainsAny(first, ".:") || first == "localhost") {
+		if !imageHostRE.MatchString(first) || !validPort(first) {
+			return bad("the registry %q must be a host name with an optional :port", truncateName(first))
+		}
+		parts = parts[1:]
+	}
+	for _, c := range parts {
+		if !imageComponentRE.MatchString(c) {
+			return bad("the name part %q must be lowercase letters and digits, separated by ., _, __ or -", truncateName(c))
+		}
+	}
+	return nil
+}
+
+// validPort reports whether a registry host's port, if it has one, is 1 to 65535.
+func validPort(host string) bool {
+	_, port, ok := strings.Cut(host, ":")
+	if !ok {
+		return true
+	}
+	n, err := strconv.Atoi(port)
+	return err == nil && n >= 1 && n <= 65535
+}
+
+// badImageRune is what no image reference or allow-list prefix may hold: spaces, which a
+// runtime's command line would split on, and control characters, which would break the
+// tables the image is shown in.
+func badImageRune(r rune) bool {
+	return unicode.IsSpace(r) || unicode.IsControl(r) || r == unicode.ReplacementChar
+}
+
+// allowedImage refuses an image that starts with none of the queue's allowed prefixes.
+// The match is on the reference as written: a queue that allows
+// "registry.example.com/ml/" does not allow "ml/x" on the grounds that a node might
+// resolve it there, since which registry a short name resolves to is each node's setting.
+func allowedImage(image string, q api.Queue) *api.Error {
+	if image == "" || len(q.Images) == 0 {
+		return nil
+	}
+	for _, p := range q.Images {
+		if strings.HasPrefix(image, p) {
+			return nil
+		}
+	}
+	return invalid("image", "%q is not allowed in queue %s; its images must start with one of: %s",
+		truncateName(image), q.Name, strings.Join(q.Images, ", "))
+}
+
+// Bounds of a queue's idle policy.
+const maxIdleAfter = 30 * day
+
+// validateQueueIdle checks a queue's idle policy and image allow-list. An empty action
+// means "warn" when IdleAfter is set; IdleAfter 0 switches the policy off, whatever the
+// action says.
+func validateQueueIdle(q api.Queue) *api.Error {
+	switch {
+	case q.IdleAfter < 0 || q.IdleAfter > maxIdleAfter:
+		return invalid("idle_after_s", "queue %s: must be between 0 (off) and %d seconds (30 days), got %d", q.Name, int64(maxIdleAfter), q.IdleAfter)
+	case q.IdleAction != "" && q.IdleAction != api.IdleWarn && q.IdleAction != api.IdleStop:
+		return invalid("idle_action", "queue %s: %q is not an idle action; use warn or stop", q.Name, truncateName(q.IdleAction))
+	case !(q.IdleThresholdPct >= 0 && q.IdleThresholdPct <= 100): // NaN too
+		return invalid("idle_threshold_pct", "queue %s: must be between 0 and 100 percent, got %g", q.Name, q.IdleThresholdPct)
+	case len(q.Images) > maxQueueImages:
+		return invalid("images", "queue %s: has %d prefixes; at most %d are allowed", q.Name, len(q.Images), maxQueueImages)
+	}
+	for _, p := range q.Images {
+		switch {
+		case p == "":
+			return invalid("images", "queue %s: an empty prefix would allow every image; leave the list empty for that", q.Name)
+		case len(p) > maxImagePrefixLen:
+			return invalid("images", "queue %s: a prefix is %d bytes; at most %d are allowed", q.Name, len(p), maxImagePrefixLen)
+		case strings.ContainsFunc(p, badImageRune):
+			return invalid("images", "queue %s: the prefix %q holds a space or a control character", q.Name, truncateName(p))
+		}
+	}
+	return nil
 }
 
 func validRestartPolicy(p string) bool {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http/httptest"
 	"reflect"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -95,6 +96,25 @@ var specSeeds = []string{
 	`{"gpus":1e3,"command":["x"]}`,
 	`{"gpus":2.5,"command":["x"]}`,
 	`{"command":["x"],"bogus":1}`,
+	`{"command":["x"],"image":"registry.example.com/ml/train:2.1"}`,
+	`{"command":["x"],"image":"localhost:5000/a/b@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"}`,
+	`{"command":["x"],"image":"docker.io/library/alpine:3.20@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"}`,
+	`{"command":["x"],"image":"/shared/images/torch.sif"}`,
+	`{"command":["x"],"image":"alpine"}`,
+	`{"command":["x"],"image":"Alpine"}`,
+	`{"command":["x"],"image":"alpine:-bad"}`,
+	`{"command":["x"],"image":"alpine@sha256:abc"}`,
+	`{"command":["x"],"image":"registry:99999/x"}`,
+	`{"command":["x"],"image":"a b"}`,
+	`{"command":["x"],"image":"a\u0000b"}`,
+	`{"command":["x"],"image":"a\u009bb"}`,
+	`{"command":["x"],"image":"/shared/../etc/x.sif"}`,
+	`{"command":["x"],"image":"relative/x.sif"}`,
+	`{"command":["x"],"image":"/.sif"}`,
+	`{"command":["x"],"image":"a//b"}`,
+	`{"command":["x"],"image":"-a"}`,
+	`{"command":["x"],"queue":"batch","image":"registry.example.com/ml/x:1"}`,
+	`{"command":["x"],"queue":"batch","image":"evil.example.com/ml/x:1"}`,
 	`{"command":["x"]} {}`,
 	`{"command":["x"]`,
 	`[]`,
@@ -107,14 +127,22 @@ var specTokens = []string{
 	`"gpus":`, `"nodes":`, `"gpus_per_node":`, `"cpus":`, `"memory_mb":`, `"time_limit_s":`, `"grace_s":`,
 	`"retries":`, `"nice":`, `"array":"0-9%2",`, `"queue":"batch",`, `"env":{"A":"1"},`, `"name":"n",`,
 	`"user":"bob",`, `"team":"default",`, `"gpu_model":"A100",`, `"signal":"term",`, `"after":[1],`,
+	`"image":"registry.example.com/ml/`, `"image":"/images/`, `:latest"`, `@sha256:`, `.sif"`, `"image":"`,
 	`-1`, `0`, `64`, `4096`, `9223372036854775807`, `1e308`, `null`, `true`, `"\u0000"`, `"\u009b"`, `,`, `{`, `}`,
 }
 
-// validationState is a cluster with the default queues, one team, one job to depend on and
-// two nodes: eight H100s, and four A100s on a smaller node.
+// validationState is a cluster with the default queues (batch allowing only images of
+// registry.example.com/ml/ and /images/), one team, one job to depend on and two nodes:
+// eight H100s, and four A100s on a smaller node.
 func validationState() *cluster.State {
 	st := cluster.New()
-	b := &store.Batch{Queues: cluster.DefaultQueues(), Teams: []api.Team{{Name: "nlp", Weight: 1}},
+	queues := cluster.DefaultQueues()
+	for i := range queues {
+		if queues[i].Name == "batch" {
+			queues[i].Images = []string{"registry.example.com/ml/", "/images/"}
+		}
+	}
+	b := &store.Batch{Queues: queues, Teams: []api.Team{{Name: "nlp", Weight: 1}},
 		Jobs: []api.Job{{ID: 1, Spec: api.JobSpec{Command: []string{"x"}, User: "admin"}, State: api.StateSucceeded}}}
 	for _, n := range []struct {
 		name, model string
@@ -232,6 +260,14 @@ func checkFilledSpec(t *testing.T, body []byte, s api.JobSpec, st *cluster.State
 		fail("signal")
 	case len(s.Env) > maxEnv:
 		fail("env size")
+	case len(s.Image) > maxImageLen || strings.ContainsFunc(s.Image, badImageRune):
+		fail("image size or characters")
+	case s.Image != "" && !strings.HasPrefix(s.Image, "/") && !ociReferenceRE.MatchString(s.Image):
+		fail("image is no OCI reference")
+	case strings.HasPrefix(s.Image, "/") && (!strings.HasSuffix(s.Image, ".sif") || strings.Contains(s.Image, "/../") || strings.Contains(s.Image, "//")):
+		fail("image path")
+	case s.Image != "" && len(q.Images) > 0 && !slices.ContainsFunc(q.Images, func(p string) bool { return strings.HasPrefix(s.Image, p) }):
+		fail("image outside queue %s's allow-list", q.Name)
 	}
 	for k := range s.Env {
 		if !envKeyRE.MatchString(k) || strings.HasPrefix(k, "ROTA_") || k == api.EnvCUDAVisibleDevices {
@@ -263,6 +299,17 @@ func checkFilledSpec(t *testing.T, body []byte, s api.JobSpec, st *cluster.State
 		fail("fits %d nodes, needs %d", fits, max(s.Nodes, 1))
 	}
 }
+
+// ociReferenceRE is the distribution project's grammar of an image reference, digests
+// narrowed to sha256: what an accepted image must match, written apart from the
+// validator's own parsing.
+var ociReferenceRE = func() *regexp.Regexp {
+	domainComponent := `(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])`
+	domain := domainComponent + `(?:\.` + domainComponent + `)*(?::[0-9]+)?`
+	pathComponent := `[a-z0-9]+(?:(?:[._]|__|[-]+)[a-z0-9]+)*`
+	name := `(?:` + domain + `/)?` + pathComponent + `(?:/` + pathComponent + `)*`
+	return regexp.MustCompile(`^` + name + `(?::[\w][\w.-]{0,127})?(?:@sha256:[0-9a-f]{64})?$`)
+}()
 
 func hasTeam(st *cluster.State, name string) bool {
 	_, ok := st.Team(name)

@@ -25,9 +25,11 @@ func (s *Server) handleWhy(w http.ResponseWriter, r *http.Request) {
 	}
 	var ahead int
 	var node string
+	var hints []string
 	if found && job.State == api.StatePending {
 		ahead = s.aheadOf(job)
 		node = s.endingOn(s.reasons[id].BestNode, job.EstimatedStart)
+		hints = s.nodeHints(&job)
 	}
 	s.mu.Unlock()
 	if !found {
@@ -41,6 +43,10 @@ func (s *Server) handleWhy(w http.ResponseWriter, r *http.Request) {
 	why := explain(job, ahead)
 	if node != "" {
 		why.Reasons = append(why.Reasons[:1], append([]string{node}, why.Reasons[1:]...)...)
+	}
+	if len(hints) > 0 {
+		// Right after the reason they explain, before the priority breakdown.
+		why.Reasons = append(why.Reasons[:1], append(hints, why.Reasons[1:]...)...)
 	}
 	writeJSON(w, http.StatusOK, why)
 }
@@ -135,6 +141,114 @@ func explain(job api.Job, ahead int) api.Why {
 		add("The job ended %s: %s.", job.State, strings.TrimSuffix(job.Message, "."))
 	}
 	return why
+}
+
+// maxHints bounds the sentences about nodes that take no new work: on a large cluster
+// with many failing nodes, the first few say what the rest would.
+const maxHints = 3
+
+// nodeHints says, for a pending job that waits for resources, what keeps nodes it could
+// use from taking new work: no container runtime for its image anywhere, a failed health
+// check, GPUs held by leftover processes or unhealthy. Only nodes the job could otherwise
+// run on are named: in its queue's pools, with a runtime for an image, with GPUs of its
+// model. The scheduler's reason gives the numbers; these sentences give the causes and
+// what ends them.
+func (s *Server) nodeHints(job *api.Job) []string {
+	if !waitsForResources(job.Reason) && job.Reason != "NoNodeMatches" {
+		return nil
+	}
+	q, _ := s.state.Queue(job.Spec.Queue)
+	nodes := s.state.Nodes()
+	var hints []string
+	if job.Spec.Image != "" && !slices.ContainsFunc(nodes, func(n api.Node) bool { return n.ContainerRuntime != "" }) {
+		hints = append(hints, fmt.Sprintf("The job runs in container image %s, and no node has a container runtime "+
+			"(podman, docker or apptainer) to run it: install one on a node and restart its agent, or submit without an image.",
+			truncateName(job.Spec.Image)))
+	}
+	for i := range nodes {
+		if len(hints) >= maxHints {
+			break
+		}
+		n := &nodes[i]
+		if n.State == api.NodeLost || !mayRunOn(job, q, n) {
+			continue
+		}
+		if hc := n.HealthCheck; hc != nil && !hc.OK {
+			hints = append(hints, fmt.Sprintf("Node %s takes no new work: its health check failed (exit status %d)%s.",
+				n.Name, hc.ExitCode, outputTail(hc.Output)))
+			continue
+		}
+		if h := heldGPUsHint(job, n); h != "" {
+			hints = append(hints, h)
+		}
+	}
+	return hints
+}
+
+// mayRunOn reports whether node n could run the job were everything free: in the queue's
+// pools, with a container runtime for an image, with GPUs of the model it asks for.
+func mayRunOn(job *api.Job, q api.Queue, n *api.Node) bool {
+	if len(q.Pools) > 0 && !slices.Contains(q.Pools, n.Labels["pool"]) {
+		return false
+	}
+	if job.Spec.Image != "" && n.ContainerRuntime == "" {
+		return false
+	}
+	return job.Spec.GPUs == 0 || slices.ContainsFunc(n.GPUs, func(g api.GPU) bool {
+		return job.Spec.GPUModel == "" || g.Model == job.Spec.GPUModel
+	})
+}
+
+// heldGPUsHint names the GPUs of node n, of the job's model, that take no new work:
+// those leftover processes hold and those that are unhealthy or gone. "" when none.
+func heldGPUsHint(job *api.Job, n *api.Node) string {
+	if job.Spec.GPUs == 0 {
+		return ""
+	}
+	var held, sick []int
+	for _, g := range n.GPUs {
+		switch {
+		case job.Spec.GPUModel != "" && g.Model != job.Spec.GPUModel:
+		case !g.Healthy || g.Missing:
+			sick = append(sick, g.Index)
+		case slices.Contains(n.HeldGPUs, g.Index):
+			held = append(held, g.Index)
+		}
+	}
+	var parts []string
+	if len(held) > 0 {
+		parts = append(parts, fmt.Sprintf("%s held by processes of no live job, until they exit", gpuList(held)))
+	}
+	if len(sick) > 0 {
+		parts = append(parts, fmt.Sprintf("%s unhealthy", gpuList(sick)))
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("On node %s, %s: they take no new work.", n.Name, strings.Join(parts, ", and "))
+}
+
+// gpuList names GPUs by index: "GPU 3 is", "GPUs 0, 4 are".
+func gpuList(idx []int) string {
+	if len(idx) == 1 {
+		return fmt.Sprintf("GPU %d is", idx[0])
+	}
+	s := make([]string, len(idx))
+	for i, x := range idx {
+		s[i] = fmt.Sprint(x)
+	}
+	return "GPUs " + strings.Join(s, ", ") + " are"
+}
+
+// outputTail is ": " and the last line of a health check's output, cut short and made
+// printable, or "" when it printed nothing.
+func outputTail(out string) string {
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	last := strings.TrimSpace(lines[len(lines)-1])
+	if last == "" {
+		return ""
+	}
+	return ": " + truncateName(last)
 }
 
 // waitsForResources tells the reasons for which a start could be estimated from running

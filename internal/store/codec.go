@@ -53,7 +53,7 @@ func utcPtr(t *time.Time) *time.Time {
 }
 
 // encodeJob returns the JSON stored for j, with its times in UTC like every stored time,
-// and without Priority and Checkpoints, which are computed afresh for the API.
+// and without Priority, Checkpoints and Usage, which are computed afresh for the API.
 func encodeJob(j api.Job) ([]byte, error) {
 	j.SubmitTime = j.SubmitTime.UTC()
 	j.StartTime = utcPtr(j.StartTime)
@@ -61,7 +61,8 @@ func encodeJob(j api.Job) ([]byte, error) {
 	j.EstimatedStart = utcPtr(j.EstimatedStart)
 	j.LastCheckpoint = utcPtr(j.LastCheckpoint)
 	j.NotBefore = utcPtr(j.NotBefore)
-	j.Priority, j.Checkpoints = nil, ""
+	j.IdleSince = utcPtr(j.IdleSince)
+	j.Priority, j.Checkpoints, j.Usage = nil, "", nil
 	data, err := json.Marshal(j)
 	if err != nil {
 		return nil, fmt.Errorf("encode job %d: %w", j.ID, err)

@@ -159,7 +159,7 @@ func fullJob(id int64) api.Job {
 			GPUs:    16, GPUsPerNode: 8, Nodes: 2, GPUModel: "H100", CPUs: 64, MemoryMB: 512000,
 			TimeLimit: 86400, Signal: "SIGUSR1", Grace: 120,
 			After: []int64{3, 4}, AfterOK: []int64{5}, Array: "0-99%8", Hold: true, Nice: -5,
-			Retries: ptr(3), RestartPolicy: api.RestartOnFailure,
+			Retries: ptr(3), RestartPolicy: api.RestartOnFailure, Image: "registry.example.com/ml/torch:2.4",
 		},
 		State:            api.StateRunning,
 		Reason:           api.ReasonPreempted,
@@ -186,13 +186,24 @@ func fullJob(id int64) api.Job {
 		NotBefore:        ptr(t0.Add(4 * time.Hour)),
 		SubmittedBy:      "root",
 		Checkpoints:      "node-local",
+		IdleSince:        ptr(t0.Add(150 * time.Minute)),
+		IdleWarned:       true,
+		Usage:            fullUsage(),
 	}
 }
 
-// storedJob returns j as the store gives it back: without the API-only Priority and
-// Checkpoints.
+// fullUsage sets every field of a usage summary.
+func fullUsage() *api.Usage {
+	return &api.Usage{Samples: 120, First: t0.Add(2 * time.Minute), Last: t0.Add(50 * time.Minute),
+		GPUUtilPct: api.Stat{Mean: 71.5, P95: 98.25, Max: 100, Last: 64}, GPUMemoryMB: api.Stat{Mean: 30000, P95: 41000, Max: 42000, Last: 39000},
+		CPUPct: api.Stat{Mean: 350.5, P95: 790, Max: 800, Last: 120}, MemoryMB: api.Stat{Mean: 12000, P95: 20000, Max: 21000, Last: 18000},
+		PeakMemoryMB: 21500}
+}
+
+// storedJob returns j as the store gives it back: without the API-only Priority,
+// Checkpoints and Usage.
 func storedJob(j api.Job) api.Job {
-	j.Priority, j.Checkpoints = nil, ""
+	j.Priority, j.Checkpoints, j.Usage = nil, "", nil
 	return j
 }
 
@@ -212,9 +223,11 @@ func fullAttempt(jobID int64, n int) api.Attempt {
 		N:     n,
 		Placements: []api.Placement{
 			{Node: "gpu-01", GPUIndices: []int{4, 5, 6, 7}, GPUIDs: []string{"GPU-0a1b"}, CPUs: 32, MemoryMB: 256000,
-				State: api.StateSucceeded, ExitCode: ptr(0), EndTime: ptr(t0.Add(50 * time.Minute)), Reason: "rank_failed", Message: "stopped: rank 1 failed"},
+				State: api.StateSucceeded, ExitCode: ptr(0), EndTime: ptr(t0.Add(50 * time.Minute)), Reason: "rank_failed", Message: "stopped: rank 1 failed",
+				Usage: fullUsage(), ImageDigest: "sha256:" + strings.Repeat("ab", 32)},
 			{Node: "gpu-02", GPUIndices: []int{1, 2}, GPUIDs: []string{"GPU-2c3d"}, CPUs: 32, MemoryMB: 256000,
-				State: api.StateFailed, ExitCode: ptr(3), EndTime: ptr(t0.Add(49 * time.Minute)), Reason: api.ReasonExitCode, Message: "exited with code 3"},
+				State: api.StateFailed, ExitCode: ptr(3), EndTime: ptr(t0.Add(49 * time.Minute)), Reason: api.ReasonExitCode, Message: "exited with code 3",
+				Usage: fullUsage(), ImageDigest: "sha256:" + strings.Repeat("cd", 32)},
 		},
 		State:      api.StateFailed,
 		AssignTime: t0.Add(time.Minute),
@@ -236,10 +249,12 @@ func fullNode(name string) api.Node {
 		Inventory: api.Inventory{
 			CPUs: 128, MemoryMB: 1 << 20,
 			GPUs: []api.GPU{
-				{Index: 3, UUID: "GPU-0a1b", Model: "H100", MemoryMB: 81559, Healthy: true},
+				{Index: 3, UUID: "GPU-0a1b", Model: "H100", MemoryMB: 81559, Healthy: true, Health: "XID 48 cleared",
+					Missing: true, PCIBusID: "00000000:3B:00.0", NUMANode: ptr(1), NVLinkPeers: []int{1, 2}, MIGMode: "disabled"},
 			},
 			Labels:        map[string]string{"pool": "train", "rack": "r7"},
 			DriverVersion: "550.54.15", CUDAVersion: "12.4", DeviceSource: "nvml", Hostname: name + ".example",
+			ContainerRuntime: "podman", Limits: "cgroup2",
 		},
 		State:         api.NodeDraining,
 		LastHeartbeat: t0.Add(5 * time.Second),
@@ -248,6 +263,11 @@ func fullNode(name string) api.Node {
 		GPUsUsed:      4,
 		CPUsUsed:      16,
 		Jobs:          []int64{7, 9},
+		Degraded:      []string{"GPU 3 (GPU-0a1b) is missing: it can no longer be found"},
+		HealthCheck:   &api.HealthCheck{Time: t0.Add(4 * time.Second), ExitCode: 2, Output: "checking\nnvlink down"},
+		Telemetry:     &api.Telemetry{Time: t0},
+		Leftovers:     []api.GPUProcess{{GPU: 3, PID: 777, MemoryMB: 300, Command: "python", JobID: 4, Attempt: 1, Since: ptr(t0)}},
+		HeldGPUs:      []int{3},
 	}
 }
 
@@ -255,6 +275,7 @@ func fullNode(name string) api.Node {
 // from the live state, which are not stored.
 func storedNode(n api.Node) api.Node {
 	n.GPUsUsed, n.CPUsUsed, n.Jobs = 0, 0, nil
+	n.Telemetry, n.Leftovers, n.HeldGPUs = nil, nil, nil
 	return n
 }
 
@@ -264,6 +285,7 @@ func fullQueue(name string) api.Queue {
 		Grace: 60, MaxGrace: 600, NeverPreempt: true, Pools: []string{"train", "spot"},
 		Users: []string{"ada", "bob"}, Teams: []string{"vision"}, UserGPULimit: 32,
 		RestartPolicy: api.RestartAlways, CheckpointRoot: "/mnt/checkpoints",
+		IdleAfter: 1800, IdleAction: api.IdleStop, IdleThresholdPct: 2.5, Images: []string{"registry.example.com/ml/"},
 	}
 }
 

@@ -432,17 +432,20 @@ func appendNode(args []any, n *api.Node) ([]any, error) {
 	if err != nil {
 		return args, err
 	}
-	data, err := encodeJSON(nodeData{Agent: n.Agent, Syncing: n.Syncing})
+	data, err := encodeJSON(nodeData{Agent: n.Agent, Syncing: n.Syncing, HealthCheck: n.HealthCheck, Degraded: n.Degraded})
 	if err != nil {
 		return args, err
 	}
 	return append(args, n.Name, string(n.State), formatTime(n.LastHeartbeat), inv, data), nil
 }
 
-// nodeData is what the nodes table keeps beyond state and inventory.
+// nodeData is what the nodes table keeps beyond state and inventory. The node's telemetry,
+// leftovers and held GPUs change with every reading and are not stored.
 type nodeData struct {
-	Agent   *api.AgentInfo `json:"agent,omitempty"`
-	Syncing bool           `json:"syncing,omitempty"`
+	Agent       *api.AgentInfo   `json:"agent,omitempty"`
+	Syncing     bool             `json:"syncing,omitempty"`
+	HealthCheck *api.HealthCheck `json:"health_check,omitempty"`
+	Degraded    []string         `json:"degraded,omitempty"`
 }
 
 func appendSetting(args []any, s *Setting) ([]any, error) {
@@ -564,7 +567,7 @@ func (s *sqlStore) LoadNodes(ctx context.Context) ([]api.Node, error) {
 		}
 		var nd nodeData
 		err = decodeJSON(data, &nd)
-		n.Agent, n.Syncing = nd.Agent, nd.Syncing
+		n.Agent, n.Syncing, n.HealthCheck, n.Degraded = nd.Agent, nd.Syncing, nd.HealthCheck, nd.Degraded
 		return n, err
 	})
 	if err != nil {
