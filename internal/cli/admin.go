@@ -24,8 +24,9 @@ Commands:
   join-token revoke ID            revoke a join token
   audit [--since 24h] [--until T] [--actor U] [--kind K] [--limit N]
                                   list who changed what, when, from where
-  queue list                      list queues
+  queue list                      list queues with their idle policy and allowed images
   queue set NAME [flags]          create a queue, or change only the flags given
+                                  (--idle-after 30m --idle-action warn|stop, --images P,P)
   queue delete NAME               delete a queue
   team list                       list teams: quotas, usage, GPUs in use, members
   team set NAME [flags]           create a team, or change only the flags given

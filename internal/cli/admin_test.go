@@ -89,6 +89,12 @@ func TestQueueSet(t *testing.T) {
 	train := fixtureQueues()[1]
 	changed := train
 	changed.Tier, changed.Pools, changed.Users, changed.Preemptible, changed.MaxTimeLimit = 2, []string{"a", "b"}, nil, true, 0
+	idle := train
+	idle.IdleAfter, idle.IdleAction, idle.IdleThresholdPct, idle.Images = 1800, api.IdleStop, 7.5, []string{"registry.example.com/ml/", "ghcr.io/acme/"}
+	idleOff := train
+	idleOff.IdleAfter, idleOff.Images = 0, nil
+	slurmMinutes := train
+	slurmMinutes.IdleAfter = 90 * 60
 
 	for _, tc := range []struct {
 		name string
@@ -107,6 +113,13 @@ func TestQueueSet(t *testing.T) {
 			api.Queue{Name: "debug", Tier: 4, NeverPreempt: true, DefaultTimeLimit: 1800, MaxTimeLimit: 86400, Grace: 10, MaxGrace: 60,
 				Teams: []string{"nlp", "vision"}, UserGPULimit: 1},
 			"Created queue debug\n"},
+		{"idle policy and images",
+			[]string{"train", "--idle-after", "30m", "--idle-action", "STOP", "--idle-threshold", "7.5%", "--images", "registry.example.com/ml/, ghcr.io/acme/"},
+			idle, "Updated queue train\n"},
+		{"idle policy off, any image; the rest of the policy stays",
+			[]string{"train", "--idle-after", "off", "--images", ""}, idleOff, "Updated queue train\n"},
+		{"idle policy off with 0", []string{"train", "--idle-after", "0", "--images="}, idleOff, "Updated queue train\n"},
+		{"a bare number is minutes, as for the other times", []string{"train", "--idle-after", "90"}, slurmMinutes, "Updated queue train\n"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := newFakeServer(t)
@@ -364,6 +377,20 @@ func TestAdminUsage(t *testing.T) {
 		{[]string{"queue", "set", "x", "--preemptible", "--never-preempt"}, ExitUsage, "--preemptible and --never-preempt exclude each other"},
 		{[]string{"queue", "set", "x", "--max-time", "forever"}, ExitUsage, `--max-time: invalid duration "forever"`},
 		{[]string{"queue", "set", "x", "--user-gpu-limit", "-1"}, ExitUsage, "--user-gpu-limit: must be 0 or more, got -1"},
+		{[]string{"queue", "set", "x", "--idle-after", "soon"}, ExitUsage,
+			`rota admin queue set: --idle-after: invalid duration "soon": want e.g. 30m, 2h or 01:30:00, or 0 or off to turn the idle policy off`},
+		{[]string{"queue", "set", "x", "--idle-after", "-5m"}, ExitUsage, `--idle-after: invalid duration "-5m"`},
+		{[]string{"queue", "set", "x", "--idle-after", "never"}, ExitUsage, `--idle-after: invalid duration "never"`},
+		{[]string{"queue", "set", "x", "--idle-action", "pause"}, ExitUsage, `--idle-action: unknown action "pause": want warn or stop`},
+		{[]string{"queue", "set", "x", "--idle-action", ""}, ExitUsage, `--idle-action: unknown action "": want warn or stop`},
+		{[]string{"queue", "set", "x", "--idle-threshold", "0"}, ExitUsage,
+			`--idle-threshold: invalid percentage "0": want a number above 0 and at most 100, e.g. 5`},
+		{[]string{"queue", "set", "x", "--idle-threshold", "101"}, ExitUsage, `--idle-threshold: invalid percentage "101"`},
+		{[]string{"queue", "set", "x", "--idle-threshold", "-1"}, ExitUsage, `--idle-threshold: invalid percentage "-1"`},
+		{[]string{"queue", "set", "x", "--idle-threshold", "NaN"}, ExitUsage, `--idle-threshold: invalid percentage "NaN"`},
+		{[]string{"queue", "set", "x", "--idle-threshold", "five"}, ExitUsage, `--idle-threshold: invalid percentage "five"`},
+		{[]string{"queue", "set", "x", "--images", "ok.io/,bad image"}, ExitUsage,
+			`--images: invalid image "bad image": an image reference has no spaces or control characters`},
 		{[]string{"queue", "delete"}, ExitUsage, "want exactly one name"},
 		{[]string{"team", "set", "nlp", "--quota", "H100=8"}, ExitUsage, `invalid value "H100=8" for flag -quota: want MODEL=GUARANTEED:LIMIT`},
 		{[]string{"team", "set", "nlp", "--quota", "H100=16:8"}, ExitUsage, "the limit must be at least the guaranteed GPUs"},

@@ -89,7 +89,7 @@ func TestArrayElementChecksTheJob(t *testing.T) {
 func TestQueueFoldsArrays(t *testing.T) {
 	srv := newFakeServer(t)
 	_, out, _ := run(t, srv.URL, "queue")
-	if !strings.Contains(out, "\n60_[0-8]  lr-sweep ") || strings.Contains(out, "\n62") || !strings.Contains(out, "2 running, 2 pending, 1 succeeded") {
+	if !strings.Contains(out, "\n60_[0-8]  lr-sweep ") || strings.Contains(out, "\n62") || !strings.Contains(out, "2 running (1 idle), 2 pending, 1 succeeded") {
 		t.Errorf("array 60 is not one line:\n%s", out)
 	}
 	_, out, _ = run(t, srv.URL, "queue", "--expand")

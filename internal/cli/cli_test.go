@@ -58,6 +58,9 @@ func TestTablesGolden(t *testing.T) {
 		{"show_pending.golden", "show", []string{"43"}},
 		{"show_held.golden", "show", []string{"44"}},
 		{"nodes.golden", "nodes", nil},
+		{"node_show.golden", "nodes", []string{"node-a"}},
+		{"node_show_degraded.golden", "nodes", []string{"node-b"}},
+		{"show_oom.golden", "show", []string{"45"}},
 		{"why.golden", "why", []string{"43"}},
 		{"why_running.golden", "why", []string{"42"}},
 		{"queue_list.golden", "admin", []string{"queue", "list"}},
@@ -183,6 +186,11 @@ func TestSubmitPrintsIDLast(t *testing.T) {
 		t.Errorf("last line %q, want the ID alone", lastLine(out))
 	}
 
+	code, out, _ = run(t, srv.URL, "submit", "--image", "nvcr.io/nvidia/pytorch:24.05-py3", "--", "python", "t.py")
+	if code != ExitOK || !strings.HasPrefix(out, "Submitted job 46 (queue train, no GPUs, image nvcr.io/nvidia/pytorch:24.05-py3)\n") {
+		t.Errorf("submit --image: exit %d, stdout %q", code, out)
+	}
+
 	code, out, _ = run(t, srv.URL, "submit", "-o", "json", "--", "true")
 	var job api.Job
 	if err := json.Unmarshal([]byte(out), &job); code != ExitOK || err != nil || job.ID != 46 {
@@ -263,6 +271,8 @@ env:
   B: "2"
 command: [python, file.py]
 `), 0o644)
+	imageFile := filepath.Join(dir, "image.yaml")
+	os.WriteFile(imageFile, []byte("image: registry.example.com/ml/train:1.2\ncommand: [python, t.py]\n"), 0o644)
 
 	for _, tc := range []struct {
 		name string
@@ -297,6 +307,15 @@ command: [python, file.py]
 		{"restart policy, on behalf of",
 			[]string{"--restart-policy", "on-failure", "--retries", "5", "--user", "carol", "--", "train.sh"},
 			api.JobSpec{User: "carol", Command: []string{"train.sh"}, WorkDir: "/home/alice/proj", RestartPolicy: api.RestartOnFailure, Retries: intp(5)}},
+		{"image",
+			[]string{"--image", "registry.example.com/ml/train:1.2", "--", "python", "t.py"},
+			api.JobSpec{Command: []string{"python", "t.py"}, WorkDir: "/home/alice/proj", Image: "registry.example.com/ml/train:1.2"}},
+		{"image from the file",
+			[]string{"-f", imageFile},
+			api.JobSpec{Command: []string{"python", "t.py"}, WorkDir: "/home/alice/proj", Image: "registry.example.com/ml/train:1.2"}},
+		{"--image overrides the file's; empty runs on the node",
+			[]string{"-f", imageFile, "--image", ""},
+			api.JobSpec{Command: []string{"python", "t.py"}, WorkDir: "/home/alice/proj"}},
 		{"multi-node",
 			[]string{"--gpus", "16", "--nodes", "2", "--gpus-per-node", "8", "--retries", "0", "--", "torchrun", "t.py"},
 			api.JobSpec{Command: []string{"torchrun", "t.py"}, WorkDir: "/home/alice/proj", GPUs: 16, Nodes: 2, GPUsPerNode: 8, Retries: intp(0)}},
@@ -320,6 +339,8 @@ func TestSubmitUsageErrors(t *testing.T) {
 	os.WriteFile(bad, []byte("name: x\ngpus: 1\ngpu: 2\ncommand: [true]\n"), 0o644)
 	badType := filepath.Join(dir, "badtype.yaml")
 	os.WriteFile(badType, []byte("gpus: many\ncommand: [true]\n"), 0o644)
+	badImage := filepath.Join(dir, "badimage.yaml")
+	os.WriteFile(badImage, []byte("image: \"ubuntu\\n:22.04\"\ncommand: [true]\n"), 0o644)
 
 	for _, tc := range []struct {
 		name string
@@ -346,6 +367,9 @@ func TestSubmitUsageErrors(t *testing.T) {
 		{"bad array", []string{"--array", "9-0", "--", "true"}, `--array: invalid array "9-0": "9-0": the range runs backwards`},
 		{"huge array", []string{"--array", "0-999999", "--", "true"}, "more than 10000 jobs"},
 		{"bad nice", []string{"--nice", "low", "--", "true"}, `invalid value "low" for flag -nice`},
+		{"image with a space", []string{"--image", "ubuntu 22.04", "--", "true"},
+			`rota submit: --image: invalid image "ubuntu 22.04": an image reference has no spaces or control characters, e.g. registry.example.com/ml/train:1.2`},
+		{"image with a newline in the file", []string{"-f", badImage}, `--image: invalid image "ubuntu\n:22.04"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			// Nothing is sent on a usage error, so no server is needed.
@@ -460,7 +484,9 @@ func TestUsage(t *testing.T) {
 		{"cancel", nil, ExitUsage, "no job ID given"},
 		{"queue", []string{"--state", "WAITING"}, ExitUsage, `unknown state "WAITING"`},
 		{"queue", []string{"--all", "--state", "RUNNING"}, ExitUsage, "--all and --state exclude each other"},
-		{"nodes", []string{"extra"}, ExitUsage, `unexpected argument "extra"`},
+		{"nodes", []string{"node-a", "extra"}, ExitUsage, `rota nodes: unexpected argument "extra": give one node name at most`},
+		{"nodes", []string{""}, ExitUsage, "rota nodes: the node name is empty"},
+		{"nodes", []string{"node-z"}, ExitError, `rota: no node "node-z" (rota nodes lists them)`},
 		{"logs", []string{"--attempt", "-1", "42"}, ExitUsage, "--attempt must be 1 or more"},
 		{"nodes", []string{"-h"}, ExitOK, "usage: rota nodes"},
 		{"why", nil, ExitUsage, "want exactly one job ID"},

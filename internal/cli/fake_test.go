@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -38,10 +39,12 @@ func fixtureJobs() []api.Job {
 			ID: 42,
 			Spec: api.JobSpec{Name: "llama-ft", Queue: "train", Team: "nlp", User: "alice",
 				Command: []string{"torchrun", "--nproc-per-node=2", "train.py", "--lr", "3e-4 warm"},
-				WorkDir: "/home/alice/llama", GPUs: 2, GPUModel: "A100", CPUs: 16, MemoryMB: 128 << 10, TimeLimit: 24 * 3600},
+				WorkDir: "/home/alice/llama", GPUs: 2, GPUModel: "A100", CPUs: 16, MemoryMB: 128 << 10, TimeLimit: 24 * 3600,
+				Image: "registry.example.com/ml/llama:2.1"},
 			State: api.StateRunning, SubmitTime: *at(-2 * time.Hour), StartTime: at(-90*time.Minute - 7*time.Second),
 			Attempts: 2, Nodes: []string{"node-a"}, GPUIDs: []string{"GPU-aaaa-0", "GPU-aaaa-1"},
 			Borrowing: true, LastCheckpoint: at(-20 * time.Minute),
+			IdleSince: at(-34 * time.Minute), IdleWarned: true, Usage: fixtureUsage(),
 		},
 		{
 			ID:    43,
@@ -68,9 +71,22 @@ func fixtureJobs() []api.Job {
 			j.StartTime, j.EndTime, j.Nodes, j.ExitCode, j.Attempts = at(-50*time.Minute), at(-20*time.Minute), []string{"node-b"}, intp(0), 1
 		}),
 		arrayJob(61, 2, api.StateRunning, func(j *api.Job) { j.StartTime, j.Nodes, j.Attempts = at(-50*time.Minute), []string{"node-b"}, 1 }),
-		arrayJob(62, 4, api.StateRunning, func(j *api.Job) { j.StartTime, j.Nodes, j.Attempts = at(-20*time.Minute), []string{"node-a"}, 1 }),
+		arrayJob(62, 4, api.StateRunning, func(j *api.Job) {
+			j.StartTime, j.Nodes, j.Attempts, j.IdleSince = at(-20*time.Minute), []string{"node-a"}, 1, at(-10*time.Minute)
+		}),
 		arrayJob(63, 6, api.StatePending, func(j *api.Job) { j.EstimatedStart = at(40 * time.Minute) }),
 		arrayJob(64, 8, api.StatePending, func(j *api.Job) { j.EstimatedStart = at(30 * time.Minute) }),
+	}
+}
+
+// fixtureUsage is what job 42's running attempt has used so far: two A100s, busy, then
+// idle for the last half hour.
+func fixtureUsage() *api.Usage {
+	return &api.Usage{Samples: 540, First: *at(-90 * time.Minute), Last: *at(-10 * time.Second),
+		GPUUtilPct:  api.Stat{Mean: 61.4, P95: 97.2, Max: 100, Last: 0.5},
+		GPUMemoryMB: api.Stat{Mean: 101376, P95: 150528, Max: 155000, Last: 98304},
+		CPUPct:      api.Stat{Mean: 352, P95: 780, Max: 1210, Last: 95},
+		MemoryMB:    api.Stat{Mean: 40960, P95: 51200, Max: 52000, Last: 40000},
 	}
 }
 
@@ -100,6 +116,9 @@ func fixtureMultiNode() api.JobDetail {
 		SubmitTime: *at(-time.Hour), Attempts: 1, Nodes: []string{"node-a", "node-b"}, ExitCode: intp(1),
 		Failures: 1, NotBefore: at(45 * time.Second), SubmittedBy: "root",
 		Checkpoints: "/shared/ckpt/c1/47, on every node: a retry elsewhere finds them",
+		Usage: &api.Usage{Samples: 330, First: *at(-57 * time.Minute), Last: *at(-time.Minute),
+			GPUUtilPct: api.Stat{Mean: 88, P95: 99, Max: 100, Last: 91}, GPUMemoryMB: api.Stat{Mean: 600 << 10, P95: 610 << 10, Max: 620 << 10},
+			CPUPct: api.Stat{Mean: 1600, P95: 2400, Last: 1550}, MemoryMB: api.Stat{Mean: 200 << 10, P95: 210 << 10, Max: 215 << 10}},
 	}
 	eight := []int{0, 1, 2, 3, 4, 5, 6, 7}
 	return api.JobDetail{
@@ -108,7 +127,9 @@ func fixtureMultiNode() api.JobDetail {
 			StartTime: at(-57 * time.Minute), EndTime: at(-time.Minute), ExitCode: intp(1), Reason: api.ReasonExitCode,
 			Placements: []api.Placement{
 				{Node: "node-a", GPUIndices: eight, CPUs: 32, MemoryMB: 256 << 10, State: api.StateCancelled, EndTime: at(-time.Minute),
-					Reason: api.ReasonCancelled, Message: "stopped: rank 1 failed"},
+					Reason: api.ReasonCancelled, Message: "stopped: rank 1 failed", Usage: &api.Usage{Samples: 330,
+						GPUUtilPct: api.Stat{Mean: 88, P95: 99, Max: 100, Last: 91}, GPUMemoryMB: api.Stat{Mean: 600 << 10, P95: 610 << 10, Max: 620 << 10},
+						CPUPct: api.Stat{Mean: 1600, P95: 2400, Last: 1550}, MemoryMB: api.Stat{Mean: 200 << 10, P95: 210 << 10, Max: 215 << 10}}},
 				{Node: "node-b", GPUIndices: eight, CPUs: 32, MemoryMB: 256 << 10, State: api.StateFailed, ExitCode: intp(1),
 					EndTime: at(-70 * time.Second), Reason: api.ReasonExitCode, Message: "exited with status 1"},
 			}}},
@@ -119,6 +140,21 @@ func fixtureMultiNode() api.JobDetail {
 				From: api.StateRunning, To: api.StatePending, Reason: api.ReasonExitCode, Message: "rank 1 exited with status 1; retry 1 of 3"},
 		},
 	}
+}
+
+// fixtureOOM is job 45 in full: its one attempt was killed for memory, with its peak.
+func fixtureOOM() api.JobDetail {
+	j := fixtureJobs()[3]
+	j.Usage = &api.Usage{Samples: 180, First: *at(-4 * time.Hour), Last: *at(-3*time.Hour - 30*time.Minute),
+		GPUUtilPct: api.Stat{Mean: 35, P95: 80, Max: 92, Last: 12}, GPUMemoryMB: api.Stat{Mean: 20 << 10, P95: 30 << 10, Max: 31 << 10, Last: 30 << 10},
+		CPUPct: api.Stat{Mean: 100, P95: 200, Max: 250, Last: 210}, MemoryMB: api.Stat{Mean: 40 << 10, P95: 60 << 10, Max: 63 << 10, Last: 63 << 10},
+		PeakMemoryMB: 64 << 10}
+	return api.JobDetail{Job: j, AttemptList: []api.Attempt{{JobID: 45, N: 1, State: api.StateFailed, AssignTime: *at(-4 * time.Hour),
+		StartTime: j.StartTime, EndTime: j.EndTime, ExitCode: intp(137), Reason: api.ReasonOOM,
+		Message: "killed: out of memory, peak 64G of its 64G limit",
+		Placements: []api.Placement{{Node: "node-b", GPUIndices: []int{3}, GPUIDs: j.GPUIDs, CPUs: 4, MemoryMB: 64 << 10,
+			State: api.StateFailed, ExitCode: intp(137), EndTime: j.EndTime, Reason: api.ReasonOOM, Usage: j.Usage}}}},
+		Events: []api.Event{}}
 }
 
 // fixtureStopping is job 48: a running two-node attempt whose rank 1 failed while rank 0
@@ -192,7 +228,8 @@ func fixtureDetail() api.JobDetail {
 			{JobID: 42, N: 1, State: api.StatePending, AssignTime: *at(-119 * time.Minute), StartTime: at(-118 * time.Minute), EndTime: at(-95 * time.Minute), Reason: api.ReasonPreempted,
 				Placements: []api.Placement{{Node: "node-b", GPUIndices: []int{0, 1}, GPUIDs: []string{"GPU-bbbb-0", "GPU-bbbb-1"}, CPUs: 16, MemoryMB: 128 << 10}}},
 			{JobID: 42, N: 2, State: api.StateRunning, AssignTime: *at(-91 * time.Minute), StartTime: j.StartTime,
-				Placements: []api.Placement{{Node: "node-a", GPUIndices: []int{4, 5}, GPUIDs: j.GPUIDs, CPUs: 16, MemoryMB: 128 << 10}}},
+				Placements: []api.Placement{{Node: "node-a", GPUIndices: []int{4, 5}, GPUIDs: j.GPUIDs, CPUs: 16, MemoryMB: 128 << 10,
+					Usage: fixtureUsage(), ImageDigest: "sha256:9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"}}},
 		},
 		Events: []api.Event{
 			{ID: 1, Time: *at(-2 * time.Hour), Actor: "alice", Kind: api.EventSubmit, JobID: 42, To: api.StatePending},
@@ -203,21 +240,61 @@ func fixtureDetail() api.JobDetail {
 	}
 }
 
+// fixtureNodes are four nodes. node-a runs job 42 on GPUs 4 and 5 of its eight NVLinked
+// A100s; node-b, in the same pool with H100s and another driver, lost GPU 7 off the bus,
+// has a leftover process holding GPU 2 and fails its health check; ws-1 is lost; ws-2
+// has no GPUs and syncs.
 func fixtureNodes() api.NodeList {
 	gpus := func(model string, n int, memMB int64) []api.GPU {
 		var out []api.GPU
 		for i := range n {
-			out = append(out, api.GPU{Index: i, UUID: "GPU-" + model + "-" + strconv.Itoa(i), Model: model, MemoryMB: memMB, Healthy: true})
+			numa := i / 4
+			out = append(out, api.GPU{Index: i, UUID: "GPU-" + model + "-" + strconv.Itoa(i), Model: model, MemoryMB: memMB, Healthy: true,
+				PCIBusID: fmt.Sprintf("00000000:%02X:00.0", 0x07+i*0x10), NUMANode: &numa, MIGMode: "disabled"})
 		}
 		return out
 	}
+	a := gpus("A100", 8, 80<<10)
+	for i := range a {
+		// Two NVLink islands of four.
+		for j := i / 4 * 4; j < i/4*4+4; j++ {
+			if j != i {
+				a[i].NVLinkPeers = append(a[i].NVLinkPeers, j)
+			}
+		}
+	}
+	var samples []api.GPUSample
+	for i := range 8 {
+		s := api.GPUSample{Index: i, MemoryUsedMB: 0, PowerW: 62, TemperatureC: 31}
+		if i == 4 || i == 5 {
+			s = api.GPUSample{Index: i, UtilizationPct: 97 + float64(i-4), MemoryUsedMB: 76 << 10, PowerW: 392.5, TemperatureC: 71}
+		}
+		samples = append(samples, s)
+	}
 	b := gpus("H100", 8, 80<<10)
-	b[7].Healthy = false
+	b[7].Healthy, b[7].Missing, b[7].Health = false, true, "XID 79: GPU has fallen off the bus"
+	leftover := api.GPUProcess{GPU: 2, PID: 51515, MemoryMB: 12800, Command: "python eval.py", Since: at(-20 * time.Minute)}
 	return api.NodeList{Nodes: []api.Node{
-		{Name: "node-a", Inventory: api.Inventory{CPUs: 128, MemoryMB: 1 << 20, GPUs: gpus("A100", 8, 80<<10), Labels: map[string]string{"pool": "train", "rack": "r1"}, DeviceSource: "nvml"},
-			State: api.NodeReady, LastHeartbeat: *at(-3 * time.Second), GPUsUsed: 2, CPUsUsed: 16, Jobs: []int64{42}},
-		{Name: "node-b", Inventory: api.Inventory{CPUs: 96, MemoryMB: 768 << 10, GPUs: b, DeviceSource: "nvml"},
-			State: api.NodeDraining, LastHeartbeat: *at(-75 * time.Second), GPUsUsed: 0, CPUsUsed: 0},
+		{Name: "node-a", Inventory: api.Inventory{CPUs: 128, MemoryMB: 1 << 20, GPUs: a, Labels: map[string]string{"pool": "train", "rack": "r1"},
+			DeviceSource: "nvml", DriverVersion: "550.54.15", CUDAVersion: "12.4", Hostname: "node-a.example", ContainerRuntime: "podman", Limits: "cgroup2"},
+			State: api.NodeReady, LastHeartbeat: *at(-3 * time.Second), GPUsUsed: 2, CPUsUsed: 16, Jobs: []int64{42},
+			Telemetry: &api.Telemetry{Time: *at(-5 * time.Second), GPUs: samples, Processes: []api.GPUProcess{
+				{GPU: 4, PID: 3101, MemoryMB: 76 << 10, Command: "python train.py", JobID: 42, Attempt: 2},
+				{GPU: 5, PID: 3102, MemoryMB: 76 << 10, Command: "python train.py", JobID: 42, Attempt: 2},
+			}},
+			HealthCheck: &api.HealthCheck{Time: *at(-time.Minute), OK: true}},
+		{Name: "node-b", Inventory: api.Inventory{CPUs: 96, MemoryMB: 768 << 10, GPUs: b, Labels: map[string]string{"pool": "train"},
+			DeviceSource: "nvml", DriverVersion: "535.104.05", CUDAVersion: "12.2", Limits: "none"},
+			State: api.NodeDraining, LastHeartbeat: *at(-75 * time.Second), GPUsUsed: 0, CPUsUsed: 0,
+			Degraded: []string{"GPU 7 (GPU-H100-7) is missing: it can no longer be found (XID 79: GPU has fallen off the bus)",
+				"the health check failed with exit code 1: GPU 3: 2 uncorrectable errors"},
+			HealthCheck: &api.HealthCheck{Time: *at(-2 * time.Minute), ExitCode: 1, Output: "ECC check:\n\x1b[31mGPU 3: 2 uncorrectable errors\x1b[0m\n"},
+			Telemetry: &api.Telemetry{Time: *at(-80 * time.Second), GPUs: []api.GPUSample{
+				{Index: 0, PowerW: 70, TemperatureC: 30}, {Index: 1, PowerW: 70, TemperatureC: 30}, {Index: 2, MemoryUsedMB: 12800, PowerW: 90, TemperatureC: 35},
+				{Index: 3, PowerW: 70, TemperatureC: 30}, {Index: 4, PowerW: 70, TemperatureC: 30}, {Index: 5, PowerW: 70, TemperatureC: 30},
+				{Index: 6, PowerW: 70, TemperatureC: 30},
+			}, Processes: []api.GPUProcess{leftover}},
+			Leftovers: []api.GPUProcess{leftover}, HeldGPUs: []int{2}},
 		{Name: "ws-1", Inventory: api.Inventory{CPUs: 8, MemoryMB: 1536, DeviceSource: "none"}, State: api.NodeLost},
 		{Name: "ws-2", Inventory: api.Inventory{CPUs: 8, MemoryMB: 1536, DeviceSource: "none"}, State: api.NodeReady, Syncing: true,
 			LastHeartbeat: *at(-time.Second)},
@@ -226,8 +303,10 @@ func fixtureNodes() api.NodeList {
 
 func fixtureQueues() []api.Queue {
 	return []api.Queue{
-		{Name: "interactive", Tier: 3, DefaultTimeLimit: 3600, MaxTimeLimit: 8 * 3600, Grace: 30, Pools: []string{"dev"}, UserGPULimit: 2},
-		{Name: "train", Tier: 1, DefaultTimeLimit: 86400, MaxTimeLimit: 7 * 86400, Grace: 300, MaxGrace: 1800, Pools: []string{"train", "dev"}},
+		{Name: "interactive", Tier: 3, DefaultTimeLimit: 3600, MaxTimeLimit: 8 * 3600, Grace: 30, Pools: []string{"dev"}, UserGPULimit: 2,
+			IdleAfter: 1800, IdleAction: api.IdleStop},
+		{Name: "train", Tier: 1, DefaultTimeLimit: 86400, MaxTimeLimit: 7 * 86400, Grace: 300, MaxGrace: 1800, Pools: []string{"train", "dev"},
+			IdleAfter: 3600, IdleAction: api.IdleWarn, IdleThresholdPct: 2.5, Images: []string{"registry.example.com/ml/", "nvcr.io/nvidia/pytorch:"}},
 		{Name: "batch", Tier: 0, Preemptible: true, DefaultTimeLimit: 4 * 3600, MaxTimeLimit: 2 * 86400, Grace: 60},
 		{Name: "urgent", Tier: 5, DefaultTimeLimit: 86400, Grace: 300, Users: []string{"alice"}, Teams: []string{"release"}},
 		{Name: "inference", Tier: 4, NeverPreempt: true, Grace: 30, Pools: []string{"inference"}},
@@ -362,6 +441,8 @@ func newFakeServerWith(t *testing.T, start func(*httptest.Server)) *fakeServer {
 			writeJSON(w, http.StatusOK, api.JobDetail{Job: j, AttemptList: []api.Attempt{}, Events: []api.Event{
 				{ID: 6, Time: j.SubmitTime, Actor: "carol", Kind: api.EventSubmit, JobID: 44, To: api.StateHeld, Reason: "Dependency"},
 			}})
+		case "45":
+			writeJSON(w, http.StatusOK, fixtureOOM())
 		case "47":
 			writeJSON(w, http.StatusOK, fixtureMultiNode())
 		case "48":

@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"math"
 	"sort"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
 
 	"github.com/rotahq/rota/internal/api"
 )
@@ -97,20 +99,71 @@ func describeRequest(s api.JobSpec) string {
 	return strings.Join(parts, ", ")
 }
 
+// unitOf is the largest unit that mb fills at least once: its size in megabytes and its
+// letter.
+func unitOf(mb int64) (int64, string) {
+	switch {
+	case mb >= 1<<20:
+		return 1 << 20, "T"
+	case mb >= 1<<10:
+		return 1 << 10, "G"
+	}
+	return 1, "M"
+}
+
 // formatMB prints megabytes in the largest unit that keeps one decimal: 512M, 1.5G, 2T.
 func formatMB(mb int64) string {
-	units := []struct {
-		size float64
-		name string
-	}{{1 << 20, "T"}, {1 << 10, "G"}}
-	for _, u := range units {
-		if float64(mb) >= u.size {
-			v := float64(mb) / u.size
-			return strconv.FormatFloat(float64(int64(v*10+0.5))/10, 'f', -1, 64) + u.name
+	unit, name := unitOf(mb)
+	return inUnit(mb, unit) + name
+}
+
+// formatMBOf prints a part and its whole in the whole's unit, "410/640G", so the two
+// read together.
+func formatMBOf(part, whole int64) string {
+	unit, name := unitOf(whole)
+	return inUnit(part, unit) + "/" + inUnit(whole, unit) + name
+}
+
+// inUnit prints mb in units of unit megabytes, to one decimal at most.
+func inUnit(mb, unit int64) string {
+	v := float64(mb) / float64(unit)
+	return strconv.FormatFloat(math.Round(v*10)/10, 'f', -1, 64)
+}
+
+// formatPct prints a percentage rounded to a whole number: 71%.
+func formatPct(p float64) string { return strconv.FormatFloat(math.Round(p), 'f', 0, 64) + "%" }
+
+// clean makes text from an agent, a job or a node (model names, health messages,
+// command lines) safe to print in a table or on one line: runs of whitespace, newlines
+// and tabs included, become one space, and control and format characters are shown
+// escaped (\x1b, \u202e), so that no text relayed by the server can break a table,
+// start a line of its own, colour the terminal or reorder what a person reads.
+func clean(s string) string {
+	var b strings.Builder
+	pendingSpace := false
+	for _, r := range strings.TrimSpace(s) {
+		switch {
+		case unicode.IsSpace(r):
+			pendingSpace = true
+			continue
+		case pendingSpace:
+			b.WriteByte(' ')
+			pendingSpace = false
+		}
+		switch {
+		case r < 0x80 && unicode.IsControl(r):
+			fmt.Fprintf(&b, "\\x%02x", r)
+		case unicode.IsControl(r) || unicode.Is(unicode.Cf, r):
+			fmt.Fprintf(&b, "\\u%04x", r)
+		default:
+			b.WriteRune(r)
 		}
 	}
-	return strconv.FormatInt(mb, 10) + "M"
+	return b.String()
 }
+
+// cleanCell is clean cut to at most n runes, for a table cell of text from elsewhere.
+func cleanCell(s string, n int) string { return truncate(clean(s), n) }
 
 // formatDuration prints a duration compactly with two units at most: 42s, 12m05s, 3h04m,
 // 2d03h. Negative durations (clock skew) print as 0s.

@@ -16,7 +16,9 @@ const queueUsage = `rota queue [--all] [--expand] [--state S,S...] [--queue Q] [
 
 Lists jobs that have not ended (--all: every job). TIME is how long a running job has
 run, a pending job has waited, or an ended job ran. START is when a waiting job is
-estimated to start, "-" when that is unknown. REASON says why a job waits.
+estimated to start, "-" when that is unknown. REASON says why a job waits. A running
+job whose GPUs have all stayed below its queue's idle threshold shows for how long in
+STATE, e.g. "RUNNING (idle 34m00s)"; rota show says whether it has been warned.
 The jobs of an array share one line: its ID as ID_[FIRST-LAST] over the indices listed,
 and in STATE how many of them are in each state; TIME is the longest of theirs, START
 the soonest, REASON that of the first that waits. --expand lists them one a line, each
@@ -70,7 +72,7 @@ func runQueue(ctx context.Context, cfg Config, args []string) int {
 		}
 		j := row[0]
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n",
-			displayID(j), orDash(truncate(j.Spec.Name, 32)), orDash(j.Spec.User), orDash(j.Spec.Queue), j.State,
+			displayID(j), orDash(truncate(j.Spec.Name, 32)), orDash(j.Spec.User), orDash(j.Spec.Queue), jobState(j, now),
 			j.Spec.GPUs, joinOrDash(j.Nodes), formatDuration(jobTime(j, now)), jobStart(j, now), jobReason(j))
 	}
 	if err := tw.Flush(); err != nil {
@@ -146,20 +148,42 @@ func printArrayRow(tw io.Writer, jobs []api.Job, now time.Time) {
 var stateOrder = []api.JobState{api.StateRunning, api.StateAssigned, api.StatePending, api.StateHeld,
 	api.StateSucceeded, api.StateFailed, api.StateCancelled, api.StateTimeout}
 
-// countStates says how many jobs are in each state: "3 running, 5 pending, 92 succeeded".
+// countStates says how many jobs are in each state: "3 running (1 idle), 5 pending, 92
+// succeeded".
 func countStates(jobs []api.Job) string {
 	n := map[api.JobState]int{}
+	idle := 0
 	for _, j := range jobs {
 		n[j.State]++
+		if isIdle(j) {
+			idle++
+		}
 	}
 	var parts []string
 	for _, s := range stateOrder {
-		if n[s] > 0 {
-			parts = append(parts, fmt.Sprintf("%d %s", n[s], strings.ToLower(stateWord(s))))
+		if n[s] == 0 {
+			continue
 		}
+		part := fmt.Sprintf("%d %s", n[s], strings.ToLower(stateWord(s)))
+		if s == api.StateRunning && idle > 0 {
+			part += fmt.Sprintf(" (%d idle)", idle)
+		}
+		parts = append(parts, part)
 	}
 	return strings.Join(parts, ", ")
 }
+
+// jobState is the STATE column: the state, with how long a running job has held its GPUs
+// without using them.
+func jobState(j api.Job, now time.Time) string {
+	if !isIdle(j) {
+		return string(j.State)
+	}
+	return fmt.Sprintf("%s (idle %s)", j.State, formatDuration(now.Sub(*j.IdleSince)))
+}
+
+// isIdle reports whether j runs with GPUs its queue's idle policy counts as unused.
+func isIdle(j api.Job) bool { return j.IdleSince != nil && j.State == api.StateRunning }
 
 // jobTime is what the TIME column shows: run time for a job that started, waiting time
 // for one that has not; an ended job's clock stops at its end.
@@ -192,7 +216,7 @@ func jobReason(j api.Job) string {
 	if j.CancelRequested && !j.State.Terminal() {
 		r = "cancel requested"
 	}
-	return orDash(r)
+	return orDash(clean(r))
 }
 
 // truncate shortens s to n runes, marking the cut.

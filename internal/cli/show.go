@@ -15,9 +15,14 @@ const showUsage = `rota show JOB
 Shows one job (an ID, or ARRAY_INDEX for a job of an array): its request, state and
 reason, times, attempts and events. Lines for a user hold, dependencies, the job's
 array, its restart policy and failures, a retry's backoff, its priority while it waits,
-borrowing, its checkpoints and who submitted it for its user appear only when they
-apply. A multi-node attempt's ranks are listed with how each ended. -o json prints the
-job with attempt_list and events.`
+borrowing, its checkpoints, who submitted it for its user, its container image and the
+digest that ran, and since when its GPUs have sat idle appear only when they apply.
+Usage is what the current or last attempt used by its nodes' telemetry: GPU utilisation
+(mean over its GPUs), GPU memory, CPUs busy and memory, each as mean, 95th percentile and
+last or peak; for a multi-node attempt also rank by rank. An attempt that ended with a
+message (out of memory, a GPU error) shows it under the attempts. A multi-node attempt's
+ranks are listed with how each ended. -o json prints the job with attempt_list and
+events.`
 
 func runShow(ctx context.Context, cfg Config, args []string) int {
 	fs, g := newFlagSet(cfg, "show", showUsage)
@@ -85,12 +90,15 @@ func printJobDetail(cfg Config, d api.JobDetail) {
 		{"Queue", orDash(j.Spec.Queue)},
 		{"State", state},
 		{"Stopping", stopping},
+		{"Idle", describeIdle(j, now, loc)},
 		{"Hold", describeHold(j)},
 		{"Reason", orDash(j.Reason)},
-		{"Message", orDash(j.Message)},
+		{"Message", orDash(clean(j.Message))},
 		{"Command", shellQuote(j.Spec.Command)},
 		{"Workdir", orDash(j.Spec.WorkDir)},
 		{"Request", describeRequest(j.Spec)},
+		{"Image", clean(j.Spec.Image)},
+		{"Image digest", imageDigests(d.AttemptList)},
 		{"Time limit", timeLimit},
 		{"Depends on", describeDependencies(j.Spec)},
 		{"Array", describeArray(j)},
@@ -114,6 +122,7 @@ func printJobDetail(cfg Config, d api.JobDetail) {
 		}
 	}
 	tw.Flush()
+	printUsage(cfg, j)
 
 	if len(d.AttemptList) > 0 {
 		fmt.Fprintln(cfg.Stdout, "\nAttempts:")
@@ -132,7 +141,10 @@ func printJobDetail(cfg Config, d api.JobDetail) {
 				formatTime(a.StartTime, loc), formatTime(a.EndTime, loc), formatExitCode(a.ExitCode), orDash(a.Reason))
 		}
 		tw.Flush()
-		printRanks(cfg, d.AttemptList[len(d.AttemptList)-1])
+		printAttemptMessages(cfg, d.AttemptList)
+		last := d.AttemptList[len(d.AttemptList)-1]
+		printRanks(cfg, last)
+		printRankUsage(cfg, j.Spec, last)
 	}
 
 	if len(d.Events) > 0 {
@@ -174,9 +186,29 @@ func rankState(a api.Attempt, p api.Placement) string {
 // rankMessage says how a rank ended: the sentence, else the reason code.
 func rankMessage(p api.Placement) string {
 	if p.Message != "" {
-		return p.Message
+		return clean(p.Message)
 	}
 	return orDash(p.Reason)
+}
+
+// printAttemptMessages says how each attempt that ended with a message ended, under
+// the attempts table, whose REASON column has room for the code only: "attempt 1, oom:
+// killed: out of memory, peak 70G of its 64G".
+func printAttemptMessages(cfg Config, attempts []api.Attempt) {
+	for _, a := range attempts {
+		msg := a.Message
+		if msg == "" && len(a.Placements) == 1 {
+			msg = a.Placements[0].Message
+		}
+		if msg == "" {
+			continue
+		}
+		note := "  attempt " + strconv.Itoa(a.N)
+		if a.Reason != "" {
+			note += ", " + a.Reason
+		}
+		fmt.Fprintf(cfg.Stdout, "%s: %s\n", note, cleanCell(msg, problemWidth))
+	}
 }
 
 // describeRestart is the Restart line: the restart policy and the failures charged to
@@ -320,7 +352,7 @@ func eventNote(e api.Event) string {
 		if note != "" {
 			note += ": "
 		}
-		note += e.Message
+		note += clean(e.Message)
 	}
 	if e.Source != "" {
 		if note != "" {

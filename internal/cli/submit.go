@@ -36,6 +36,10 @@ override the spec file; a command after -- overrides the file's command.
   --restart-policy says when an attempt that ended is followed by another: never,
   on-failure (after a non-zero exit or a failed start, up to --retries times, with
   backoff) or always (services: after any end but a cancel or the time limit).
+  --image runs the job in that OCI container image (image: in a spec file), through
+  the container runtime of the node it lands on, with its GPUs, working directory and
+  ROTA_* variables; only nodes with a runtime take it, and the queue may limit which
+  images its jobs run.
 The job runs as the user you are logged in as; only an admin may give --user.
 Should the connection break while submitting, the submit is sent once more with the
 same Idempotency-Key, so the job is never created twice.`
@@ -67,6 +71,7 @@ type submitFlags struct {
 	mem, timeLimit, grace                   string
 	queue, name, team, workdir, gpuModel    string
 	signal, file, user, restartPolicy       string
+	image                                   string
 	after, afterOK, array                   string
 	hold                                    bool
 	nice                                    int
@@ -98,6 +103,7 @@ func runSubmit(ctx context.Context, cfg Config, args []string) int {
 	fs.StringVar(&f.array, "array", "", "submit one job per index of `SPEC`, e.g. 0-99%8")
 	fs.BoolVar(&f.hold, "hold", false, "submit the job held, until rota release")
 	fs.IntVar(&f.nice, "nice", 0, "lower the job's priority score by `N` points")
+	fs.StringVar(&f.image, "image", "", "run the job in this container `IMAGE`, e.g. registry.example.com/ml/train:1.2")
 	fs.StringVar(&f.file, "f", "", "YAML job spec `file`")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -128,7 +134,11 @@ func runSubmit(ctx context.Context, cfg Config, args []string) int {
 	if spec.Array != "" {
 		fmt.Fprintln(cfg.Stdout, describeArraySubmit(job.ID, spec.Array))
 	} else {
-		fmt.Fprintf(cfg.Stdout, "Submitted job %d (queue %s, %s)\n", job.ID, orDash(job.Spec.Queue), describeGPUs(job.Spec))
+		image := ""
+		if job.Spec.Image != "" {
+			image = ", image " + clean(job.Spec.Image)
+		}
+		fmt.Fprintf(cfg.Stdout, "Submitted job %d (queue %s, %s%s)\n", job.ID, orDash(job.Spec.Queue), describeGPUs(job.Spec), image)
 	}
 	fmt.Fprintln(cfg.Stdout, job.ID)
 	return ExitOK
@@ -233,6 +243,8 @@ func applyFlag(spec *api.JobSpec, f submitFlags, name string) error {
 		spec.Hold = f.hold
 	case "nice":
 		spec.Nice = f.nice
+	case "image":
+		spec.Image = strings.TrimSpace(f.image)
 	case "env":
 		if spec.Env == nil {
 			spec.Env = map[string]string{}
@@ -291,6 +303,9 @@ func checkSpec(spec api.JobSpec) error {
 		if _, _, err := parseArray(spec.Array); err != nil {
 			return fmt.Errorf("--array: %w", err)
 		}
+	}
+	if err := checkImageRef(spec.Image); err != nil {
+		return fmt.Errorf("--image: %w", err)
 	}
 	return nil
 }

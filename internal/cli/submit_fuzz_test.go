@@ -49,6 +49,8 @@ var submitArgSeeds = []string{
 	"--gpus\n99999999999999999999\n--\nx",
 	"--nice\nlow\n--\nx",
 	"--server\nhttp://example.com\n--\nx",
+	"--image\nregistry.example.com/ml/train:1.2\n--\npython\nt.py",
+	"--image\nubuntu 22.04\n--\nx",
 	"-o\nyaml\n--\nx",
 	"-h",
 	"--bogus\n--\nx",
@@ -78,6 +80,8 @@ var specFileSeeds = []string{
 	"command: !!binary AAAA\n",
 	"- x\n- y\n",
 	"command: [x]\n---\ngpus: 1\n",
+	"image: registry.example.com/ml/train:1.2\ncommand: [x]\n",
+	"image: \"a\\tb\"\ncommand: [x]\n",
 }
 
 // submitTokens are what the mutator inserts into argument lists and spec files.
