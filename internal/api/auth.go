@@ -49,6 +49,9 @@ type User struct {
 	Created   time.Time `json:"created"`
 	// Teams the user belongs to (API only, from the teams' members).
 	Teams []string `json:"teams,omitempty"`
+	// Notify lists webhooks told of the events of every job of the user; the user may set
+	// them (PUT /api/v1/users/{name}/notify), as may an admin.
+	Notify []Notify `json:"notify,omitempty"`
 }
 
 // UserList is the answer to GET /api/v1/users.

@@ -103,6 +103,8 @@ type JobSpec struct {
 	// policy; nil means the default (0 under "never", 3 otherwise). Node loss and
 	// preemption never count against it: they are not the job's doing.
 	Retries *int `json:"retries,omitempty" yaml:"retries"`
+	// Notify lists webhooks told of the job's events, besides its user's and team's.
+	Notify []Notify `json:"notify,omitempty" yaml:"notify"`
 	// Image runs the job in this OCI container image through the node's container
 	// runtime (podman, docker or apptainer), with its GPUs, working directory, ROTA_*
 	// variables and checkpoint directory. Empty: the job runs on the node directly.
@@ -237,6 +239,8 @@ type Team struct {
 	Weight float64 `json:"weight" yaml:"weight"`
 	// Members are the users whose jobs default to this team.
 	Members []string `json:"members,omitempty" yaml:"members"`
+	// Notify lists webhooks told of the events of every job of the team.
+	Notify []Notify `json:"notify,omitempty" yaml:"notify"`
 	// Usage is the team's decayed GPU-hours (API only, not stored).
 	UsageGPUHours float64 `json:"usage_gpu_hours" yaml:"-"`
 	// GPUsInUse by model (API only).
@@ -650,6 +654,8 @@ type Config struct {
 	// Execution and Limits, when given, replace the current settings whole.
 	Execution *Execution `json:"execution,omitempty" yaml:"execution"`
 	Limits    *Limits    `json:"limits,omitempty" yaml:"limits"`
+	// Notifications, when given, replace the webhook settings whole.
+	Notifications *Notifications `json:"notifications,omitempty" yaml:"notifications"`
 }
 
 // Execution holds cluster-wide settings of how jobs run.

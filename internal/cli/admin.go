@@ -72,6 +72,9 @@ var adminCommands = []struct {
 	{"reservations", runReservations},
 	{"unreserve", runUnreserve},
 	{"apply", runApply},
+	{"price set", runPriceSet},
+	{"price list", runPriceList},
+	{"price delete", runPriceDelete},
 }
 
 func runAdmin(ctx context.Context, cfg Config, args []string) int {

@@ -279,5 +279,8 @@ func normalSpec(s api.JobSpec) api.JobSpec {
 	if len(s.AfterOK) == 0 {
 		s.AfterOK = nil
 	}
+	if len(s.Notify) == 0 {
+		s.Notify = nil
+	}
 	return s
 }

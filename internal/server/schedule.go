@@ -23,6 +23,7 @@ import (
 func (s *Server) Cycle(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	defer s.observeCycle(time.Now())
 	now := s.cfg.Clock.Now()
 	b := &store.Batch{}
 	s.releaseHeld(b, now)

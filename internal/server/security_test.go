@@ -113,6 +113,13 @@ func TestAccessTable(t *testing.T) {
 		"POST /api/v1/join-tokens":                        "admin",
 		"DELETE /api/v1/join-tokens/{id}":                 "admin",
 		"GET /api/v1/audit":                               "admin",
+		"GET /api/v1/usage":                               "viewer",
+		"GET /api/v1/prices":                              "viewer",
+		"PUT /api/v1/prices/{model}":                      "admin",
+		"DELETE /api/v1/prices/{model}":                   "admin",
+		"PUT /api/v1/users/{name}/notify":                 "viewer",
+		"POST /api/v1/ui/links":                           "viewer",
+		"POST /api/v1/ui/session":                         "public",
 		"POST /api/v1/join":                               "public",
 		"POST /api/v1/agents/{node}/heartbeat":            "agent",
 		"GET /api/v1/agents/{node}/watch":                 "agent",
@@ -127,7 +134,7 @@ func TestAccessTable(t *testing.T) {
 		"viewer":   h.addUser("vic", "viewer"),
 	}
 	rank := map[string]int{"viewer": 1, "member": 2, "operator": 3, "admin": 4}
-	fill := strings.NewReplacer("{id}", "999", "{name}", "ghost", "{node}", "n1", "{job}", "999", "{attempt}", "1")
+	fill := strings.NewReplacer("{id}", "999", "{name}", "ghost", "{model}", "H100", "{node}", "n1", "{job}", "999", "{attempt}", "1")
 	for _, rt := range routes {
 		key := rt.method + " " + rt.path
 		least, ok := want[key]

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/rotahq/rota/internal/api"
 	"github.com/rotahq/rota/internal/auth"
 	"github.com/rotahq/rota/internal/cluster"
@@ -50,6 +52,9 @@ type Config struct {
 	// Policy configures the scheduling core; the zero value is rota's default policy.
 	Policy sched.Options
 	Clock  Clock
+	// Registry receives the server's Prometheus metrics and is what /metrics serves; nil
+	// means a registry of the server's own.
+	Registry *prometheus.Registry
 	// AssignTimeout is how long an attempt may stay ASSIGNED on a node whose agent is
 	// heard from but does not report it, before it is requeued (default 2m).
 	AssignTimeout time.Duration
@@ -128,6 +133,9 @@ type Server struct {
 	limiter  submitLimiter
 	// tel is the telemetry history, in memory only (see telemetry.go).
 	tel *telemetry
+	// metrics are what /metrics serves (metrics.go); notifier delivers webhooks (notify.go).
+	metrics  *serverMetrics
+	notifier *notifier
 }
 
 // New loads the state from st and returns a server ready to serve. A nil logger discards.
@@ -166,11 +174,16 @@ func New(ctx context.Context, cfg Config, st store.Store, logger *slog.Logger) (
 			return nil, fmt.Errorf("server: config %s: %s", cfg.ConfigFile, apiErr.Message)
 		}
 	}
+	s.metrics = newServerMetrics(s)
+	s.notifier = newNotifier(s)
 	return s, nil
 }
 
 // Close releases what the server holds open. The store is the caller's to close.
-func (s *Server) Close() error { return s.logs.Close() }
+func (s *Server) Close() error {
+	s.notifier.close()
+	return s.logs.Close()
+}
 
 // load reads the whole state from the store into a fresh memory state. It runs at start
 // and again after a commit whose outcome was unknown.
@@ -238,6 +251,7 @@ func (s *Server) commit(ctx context.Context, b *store.Batch) error {
 	if err := s.resync(ctx); err != nil {
 		return err
 	}
+	start := time.Now()
 	if err := s.store.Commit(ctx, b); err != nil {
 		s.suspect = true
 		if rerr := s.resync(ctx); rerr != nil {
@@ -245,8 +259,10 @@ func (s *Server) commit(ctx context.Context, b *store.Batch) error {
 		}
 		return err
 	}
+	s.observeCommit(b, time.Since(start))
 	s.state.Apply(b)
 	s.watch.bump(b)
+	s.notifyCommitted(b)
 	return nil
 }
 
@@ -363,6 +379,13 @@ var routes = []route{
 	{"POST", "/api/v1/join-tokens", ruleAdmin, jsonBody, (*Server).handleCreateJoinToken},
 	{"DELETE", "/api/v1/join-tokens/{id}", ruleAdmin, noBody, (*Server).handleRevokeJoinToken},
 	{"GET", "/api/v1/audit", ruleAdmin, noBody, (*Server).handleAudit},
+	{"GET", "/api/v1/usage", ruleViewer, noBody, (*Server).handleUsage},
+	{"GET", "/api/v1/prices", ruleViewer, noBody, (*Server).handlePrices},
+	{"PUT", "/api/v1/prices/{model}", ruleAdmin, jsonBody, (*Server).handlePutPrice},
+	{"DELETE", "/api/v1/prices/{model}", ruleAdmin, noBody, (*Server).handleDeletePrice},
+	{"PUT", "/api/v1/users/{name}/notify", ruleAnyone, jsonBody, (*Server).handlePutUserNotify},
+	{"POST", "/api/v1/ui/links", ruleAnyone, noBody, (*Server).handleUILink},
+	{"POST", "/api/v1/ui/session", rulePublic, jsonBody, (*Server).handleUISession},
 	{"POST", "/api/v1/join", rulePublic, jsonBody, (*Server).handleJoin},
 	{"POST", "/api/v1/agents/{node}/heartbeat", ruleAgent, jsonBody, (*Server).handleHeartbeat},
 	{"GET", "/api/v1/agents/{node}/watch", ruleAgent, noBody, (*Server).handleWatch},
@@ -376,8 +399,10 @@ func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
 	for _, rt := range routes {
-		mux.HandleFunc(rt.method+" "+rt.path, func(w http.ResponseWriter, r *http.Request) { s.serve(rt, w, r) })
+		mux.HandleFunc(rt.method+" "+rt.path, s.instrument(rt, func(w http.ResponseWriter, r *http.Request) { s.serve(rt, w, r) }))
 	}
+	s.mountMetrics(mux)
+	s.mountUI(mux)
 	mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, &api.Error{Code: api.CodeNotFound, Message: "no such API route: " + r.Method + " " + r.URL.Path})
 	})
