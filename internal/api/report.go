@@ -24,12 +24,18 @@ func UsageGroupings() []string {
 
 // UsageRow is one group of a usage report: what the attempts of the group used inside the
 // report's window. An attempt's GPU time is split by the window and, for day and
-// hour-of-week, by the bucket its seconds fall in; per node and model by its ranks.
+// hour-of-week, by the bucket its seconds fall in; per node and model by its ranks. What
+// happens at an instant (a wait at the assignment; an end, with its preemption and the
+// waste) lands in the group of that instant and of the attempt's first rank. So the
+// GPU-hours, costs and counts of the rows add up to the total's.
 type UsageRow struct {
 	// Key is the group: a team, user, queue, GPU model, node, day ("2026-11-30", UTC) or
 	// hour of week ("Mon 14", UTC). The total row's key is "total".
 	Key string `json:"key"`
 	// Jobs counts distinct jobs with an attempt in the group; Attempts their attempts.
+	// A job in several groups (a run across midnight, a gang on two nodes) counts in
+	// each, and once in the total: for team, user and queue the rows add up to the
+	// total, for the other groupings they may add up to more.
 	Jobs     int `json:"jobs"`
 	Attempts int `json:"attempts"`
 	// GPUHours is allocated: GPUs held × time held (assigned to end, or now).
@@ -41,7 +47,9 @@ type UsageRow struct {
 	EffectiveGPUHours float64  `json:"effective_gpu_hours"`
 	MeasuredGPUHours  float64  `json:"measured_gpu_hours"`
 	UtilizationPct    *float64 `json:"utilization_pct,omitempty"`
-	// IdleGPUHours is allocated GPU time while the job was flagged idle (IdleSince).
+	// IdleGPUHours is allocated GPU time while the job was flagged idle (IdleSince). The
+	// server keeps only a job's current flag, so this is known for the current or last
+	// attempt of each job and its last idle spell only: a lower bound.
 	IdleGPUHours float64 `json:"idle_gpu_hours"`
 	// Succeeded and Failed count attempts that ended in the window (Failed: any end but
 	// success; preemptions and cancels are counted apart in Failures' categories too).
@@ -51,16 +59,22 @@ type UsageRow struct {
 	// Failures counts ended attempts by reason category (exit_code, oom, gpu_error,
 	// node_lost, timeout, idle_reclaimed, preempted, cancelled, start_error, ...).
 	Failures map[string]int `json:"failures,omitempty"`
-	// WaitP50Seconds and WaitP95Seconds are of the waits (submit, or previous attempt's
-	// end, to assignment) of attempts assigned in the window.
+	// Assigned counts the group's attempts assigned in the window; WaitP50Seconds and
+	// WaitP95Seconds are of their waits (submit, or previous attempt's end, to
+	// assignment), both zero when Assigned is.
+	Assigned       int     `json:"assigned"`
 	WaitP50Seconds float64 `json:"wait_p50_s"`
 	WaitP95Seconds float64 `json:"wait_p95_s"`
 	// Preemptions counts preempted attempts; PreemptionWasteGPUHours the GPU time they had
 	// run since their last checkpoint (or since they started, without one).
 	Preemptions             int     `json:"preemptions"`
 	PreemptionWasteGPUHours float64 `json:"preemption_waste_gpu_hours"`
-	// CapacityGPUHours is the GPUs of the ready nodes × the window's hours (for day and
-	// hour-of-week, the bucket's); IdleCapacityGPUHours is capacity nobody held.
+	// CapacityGPUHours is the GPUs of the nodes known now, lost ones excepted, × the
+	// hours of the window up to now (for day and hour-of-week, of the bucket; for node and
+	// gpu-model, of its GPUs only). Rows carry it for node, gpu-model, day and
+	// hour-of-week, the total for every grouping. IdleCapacityGPUHours is the capacity
+	// nobody held. Capacity is today's inventory: nodes added or removed during the
+	// window are not tracked.
 	CapacityGPUHours     float64 `json:"capacity_gpu_hours,omitempty"`
 	IdleCapacityGPUHours float64 `json:"idle_capacity_gpu_hours,omitempty"`
 	// Cost is GPU-hours × the price of the GPU model, where prices are set; nil when no
@@ -162,7 +176,11 @@ type NotificationJob struct {
 // the caller (what `rota ui` opens).
 type UILink struct {
 	// Path is the page to open on the server, with the one-time code in its fragment.
-	Path    string    `json:"path"`
+	Path string `json:"path"`
+	// URL is the whole link, when the server knows an address browsers reach it at (the
+	// one it was told it listens on, or the one the request came in on); empty otherwise,
+	// e.g. for a request on the local socket of a server not told its address.
+	URL     string    `json:"url,omitempty"`
 	Expires time.Time `json:"expires"`
 }
 
