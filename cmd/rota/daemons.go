@@ -16,6 +16,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
 	"github.com/rotahq/rota/internal/agent"
 	"github.com/rotahq/rota/internal/auth"
 	"github.com/rotahq/rota/internal/cli"
@@ -41,7 +44,7 @@ type serverFlags struct {
 	dataDir, listen, storeURL, config, policy       string
 	heartbeat, notReady, lost, halfLife, minRuntime time.Duration
 	assignTimeout                                   time.Duration
-	tls, insecureHTTP                               bool
+	tls, insecureHTTP, metricsPublic                bool
 	tlsSANs                                         string
 }
 
@@ -57,6 +60,7 @@ func (f *serverFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.notReady, "node-not-ready-after", 15*time.Second, "silence after which a node takes no new work")
 	fs.DurationVar(&f.lost, "node-lost-after", 5*time.Minute, "silence after which a node's jobs are requeued")
 	fs.DurationVar(&f.assignTimeout, "assign-timeout", 2*time.Minute, "how long a live node's agent may take to start an attempt before it is requeued")
+	fs.BoolVar(&f.metricsPublic, "metrics-public", false, "serve /metrics without credentials (else a token of any role, or the local socket)")
 	fs.BoolVar(&f.tls, "tls", false, "serve TLS on --listen with a certificate from the cluster CA (agents need it; clients pin the CA fingerprint)")
 	fs.StringVar(&f.tlsSANs, "tls-san", "", "extra host names and IPs for the server's certificate, comma-separated (it always has localhost, the host name and the --listen address)")
 	fs.BoolVar(&f.insecureHTTP, "insecure-http", false, "allow plain HTTP on a non-loopback --listen address (tokens and job secrets then cross the network in clear)")
@@ -306,9 +310,13 @@ func serve(ctx context.Context, sf serverFlags, scfg server.Config, log *slog.Lo
 	scfg.Policy, scfg.DataDir, scfg.ConfigFile = policy, sf.dataDir, sf.config
 	scfg.HeartbeatInterval, scfg.NotReadyAfter, scfg.LostAfter = sf.heartbeat, sf.notReady, sf.lost
 	scfg.HalfLife, scfg.AssignTimeout = sf.halfLife, sf.assignTimeout
+	scfg.MetricsPublic = sf.metricsPublic
 	if sf.tls {
 		scfg.AdvertiseURL = "https://" + advertised(sf.listen)
 	}
+	// /metrics shows the Go runtime and the process (memory, CPU, open files) beside rota's own.
+	scfg.Registry = prometheus.NewRegistry()
+	scfg.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	srv, err := server.New(ctx, scfg, st, log)
 	if err != nil {
 		return err
@@ -329,6 +337,8 @@ func serve(ctx context.Context, sf serverFlags, scfg server.Config, log *slog.Lo
 		ln = tls.NewListener(ln, auth.ServerTLSConfig(srv.CA(), cert))
 		scheme = "https"
 	}
+	// What `rota ui` links to when it asks over the local socket.
+	srv.SetURL(scheme + "://" + advertised(ln.Addr().String()))
 	sock, err := listenSocket(socketPath(sf.dataDir))
 	if err != nil {
 		ln.Close()

@@ -139,4 +139,6 @@ type Whoami struct {
 	// TokenID is set when the caller used an API token.
 	TokenID string   `json:"token_id,omitempty"`
 	Teams   []string `json:"teams,omitempty"`
+	// Notify is the caller's default webhooks (rota notify list).
+	Notify []Notify `json:"notify,omitempty"`
 }

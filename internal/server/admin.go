@@ -137,9 +137,21 @@ func (s *Server) handleTeams(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handlePutTeam(w http.ResponseWriter, r *http.Request) {
-	putNamed(s, w, r, api.EventTeam, func(t *api.Team) *string { return &t.Name }, validateTeam,
+	putNamed(s, w, r, api.EventTeam, func(t *api.Team) *string { return &t.Name }, s.validateTeamNotify,
 		func(name string) (any, bool) { t, ok := s.state.Team(name); return t, ok },
 		func(b *store.Batch, t api.Team) { b.Teams = append(b.Teams, t) })
+}
+
+// validateTeamNotify is validateTeam, and the team's webhooks checked against the cluster's
+// allowed prefixes.
+func (s *Server) validateTeamNotify(t *api.Team) *api.Error {
+	if e := validateTeam(t); e != nil {
+		return e
+	}
+	s.mu.Lock()
+	prefixes := notifySettings(s.state).URLPrefixes
+	s.mu.Unlock()
+	return validateNotify("notify", t.Notify, prefixes)
 }
 
 func (s *Server) handleDeleteTeam(w http.ResponseWriter, r *http.Request) {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/url"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -131,6 +132,42 @@ func validateLimits(l api.Limits) *api.Error {
 	return nil
 }
 
+// Limits on the notification settings.
+const (
+	maxURLPrefixes  = 64
+	maxNotifySecret = 1024
+)
+
+// validateNotifications checks the cluster's webhook settings. A prefix must end its host
+// with a path ("https://hooks.example.com/", not "https://hooks.example.com"), or it would
+// also allow https://hooks.example.com.attacker.net.
+func validateNotifications(n api.Notifications) *api.Error {
+	if len(n.Secret) > maxNotifySecret {
+		return invalid("notifications.secret", "is %d bytes long; at most %d are allowed", len(n.Secret), maxNotifySecret)
+	}
+	if len(n.URLPrefixes) > maxURLPrefixes {
+		return invalid("notifications.url_prefixes", "has %d prefixes; at most %d are allowed", len(n.URLPrefixes), maxURLPrefixes)
+	}
+	for i, p := range n.URLPrefixes {
+		field := fmt.Sprintf("notifications.url_prefixes[%d]", i)
+		if e := validateWebhookURL(field, p); e != nil {
+			return e
+		}
+		if u, _ := url.Parse(p); !strings.HasPrefix(u.Path, "/") {
+			return invalid(field, "%q must end its host with a path, at least /, like https://hooks.example.com/ (else it also allows hosts that merely begin the same)", truncateName(p))
+		}
+	}
+	return nil
+}
+
+// redactSecret hides the webhook secret from the audit trail, saying only whether one is set.
+func redactSecret(n api.Notifications) api.Notifications {
+	if n.Secret != "" {
+		n.Secret = "(set)"
+	}
+	return n
+}
+
 // applyConfig validates a YAML (or JSON) configuration whole and commits it in one batch, or
 // changes nothing and names the line at fault. Every change it makes is an audit event
 // carrying who (from by: actor, role, source) and the value before and after. Callers hold
@@ -141,7 +178,7 @@ func (s *Server) applyConfig(ctx context.Context, data []byte, by api.Event) (ap
 	dec.KnownFields(true)
 	if err := dec.Decode(&cfg); err != nil {
 		if errors.Is(err, io.EOF) {
-			return cfg, invalid("config", "the configuration is empty: give queues, teams, execution or limits")
+			return cfg, invalid("config", "the configuration is empty: give queues, teams, execution, limits or notifications")
 		}
 		return cfg, invalid("config", "%s", strings.TrimPrefix(err.Error(), "yaml: "))
 	}
@@ -176,9 +213,19 @@ func (s *Server) applyConfig(ctx context.Context, data []byte, by api.Event) (ap
 		}
 		event(api.EventQueue, "set queue "+q.Name, before, *q)
 	}
+	notifications := notifySettings(s.state)
+	if cfg.Notifications != nil {
+		if e := validateNotifications(*cfg.Notifications); e != nil {
+			return cfg, e
+		}
+		notifications = *cfg.Notifications
+	}
 	for i := range cfg.Teams {
 		t := &cfg.Teams[i]
 		if e := validateTeam(t); e != nil {
+			return cfg, atLine(e, lines["teams"], i)
+		}
+		if e := validateNotify("notify", t.Notify, notifications.URLPrefixes); e != nil {
 			return cfg, atLine(e, lines["teams"], i)
 		}
 		if seen["t/"+t.Name] {
@@ -211,6 +258,12 @@ func (s *Server) applyConfig(ctx context.Context, data []byte, by api.Event) (ap
 		data, _ := json.Marshal(cfg.Limits)
 		b.Settings = append(b.Settings, store.Setting{Name: cluster.SettingLimits, Data: data})
 		event(api.EventConfig, "set limits", s.state.Limits(), cfg.Limits.OrDefaults())
+	}
+	if cfg.Notifications != nil {
+		data, _ := json.Marshal(cfg.Notifications)
+		b.Settings = append(b.Settings, store.Setting{Name: settingNotifications, Data: data})
+		old := notifySettings(s.state)
+		event(api.EventConfig, "set notification settings", redactSecret(old), redactSecret(*cfg.Notifications))
 	}
 	if err := s.commit(ctx, b); err != nil {
 		code := api.CodeInternal

@@ -156,8 +156,10 @@ func (s *Server) handleWhoami(w http.ResponseWriter, r *http.Request) {
 	id := caller(r)
 	s.mu.Lock()
 	teams := s.state.TeamsOf(id.User)
+	u, _ := s.state.User(id.User)
 	s.mu.Unlock()
-	writeJSON(w, http.StatusOK, api.Whoami{User: id.User, Role: string(id.Role), Kind: id.Kind, Node: id.Node, TokenID: id.TokenID, Teams: teams})
+	writeJSON(w, http.StatusOK, api.Whoami{User: id.User, Role: string(id.Role), Kind: id.Kind, Node: id.Node, TokenID: id.TokenID,
+		Teams: teams, Notify: u.Notify})
 }
 
 func (s *Server) handleUsers(w http.ResponseWriter, r *http.Request) {
@@ -201,6 +203,10 @@ func (s *Server) handlePutUser(w http.ResponseWriter, r *http.Request) {
 	}
 	if u.UnixUser != "" && !unixNameRE.MatchString(u.UnixUser) {
 		writeError(w, http.StatusBadRequest, invalid("unix_user", "%q is not a Unix account name: lower-case letters, digits, _ . - and at most 32 characters", u.UnixUser))
+		return
+	}
+	if e := validateNotify("notify", u.Notify, notifySettings(s.state).URLPrefixes); e != nil {
+		writeError(w, http.StatusBadRequest, e)
 		return
 	}
 	now := s.cfg.Clock.Now()

@@ -53,8 +53,10 @@ type Config struct {
 	Policy sched.Options
 	Clock  Clock
 	// Registry receives the server's Prometheus metrics and is what /metrics serves; nil
-	// means a registry of the server's own.
-	Registry *prometheus.Registry
+	// means a registry of the server's own. MetricsPublic serves /metrics without
+	// credentials (else it needs a token of any role, or the local socket).
+	Registry      *prometheus.Registry
+	MetricsPublic bool
 	// AssignTimeout is how long an attempt may stay ASSIGNED on a node whose agent is
 	// heard from but does not report it, before it is requeued (default 2m).
 	AssignTimeout time.Duration
@@ -136,6 +138,8 @@ type Server struct {
 	// metrics are what /metrics serves (metrics.go); notifier delivers webhooks (notify.go).
 	metrics  *serverMetrics
 	notifier *notifier
+	// ui holds the web UI's one-time login links (ui.go).
+	ui *uiLinkStore
 }
 
 // New loads the state from st and returns a server ready to serve. A nil logger discards.
@@ -154,7 +158,7 @@ func New(ctx context.Context, cfg Config, st store.Store, logger *slog.Logger) (
 	if err != nil {
 		return nil, fmt.Errorf("server: open log dir: %w", err)
 	}
-	s := &Server{cfg: cfg, log: logger, store: st, kick: make(chan struct{}, 1), state: cluster.New(), logs: logs, tel: newTelemetry()}
+	s := &Server{cfg: cfg, log: logger, store: st, kick: make(chan struct{}, 1), state: cluster.New(), logs: logs, tel: newTelemetry(), ui: newUILinkStore()}
 	s.state.HalfLife = cfg.HalfLife
 	if err := s.load(ctx); err != nil {
 		return nil, err

@@ -2,6 +2,7 @@ package server
 
 import (
 	"fmt"
+	"net/url"
 	"path"
 	"regexp"
 	"slices"
@@ -107,7 +108,74 @@ func validateSpec(spec *api.JobSpec, st *cluster.State) *api.Error {
 	if err := allowedImage(spec.Image, q); err != nil {
 		return err
 	}
+	if err := validateNotify("notify", spec.Notify, notifySettings(st).URLPrefixes); err != nil {
+		return err
+	}
 	return checkFits(spec, st)
+}
+
+// Limits on webhooks (docs/notifications.md).
+const (
+	maxNotify       = 8
+	maxNotifyURLLen = 2048
+)
+
+// validateNotify checks the webhooks of a job, a user or a team: at most maxNotify, each an
+// http or https URL with a host and without credentials (a URL is logged and shown; a
+// password in it would leak), under one of the cluster's prefixes when it has some, with
+// events from api.NotifyEvents. field names the list in errors, e.g. "notify[0].url".
+func validateNotify(field string, list []api.Notify, prefixes []string) *api.Error {
+	if len(list) > maxNotify {
+		return invalid(field, "has %d webhooks; at most %d are allowed", len(list), maxNotify)
+	}
+	for i, n := range list {
+		at := fmt.Sprintf("%s[%d]", field, i)
+		if e := validateWebhookURL(at+".url", n.URL); e != nil {
+			return e
+		}
+		if !allowedURL(n.URL, prefixes) {
+			return invalid(at+".url", "%q is not under a prefix this cluster allows webhooks to: %s", truncateName(n.URL), strings.Join(prefixes, " "))
+		}
+		for j, other := range list[:i] {
+			if other.URL == n.URL {
+				return invalid(at+".url", "repeats %s[%d]'s URL; give each URL once, with all its events", field, j)
+			}
+		}
+		for j, e := range n.Events {
+			if !slices.Contains(api.NotifyEvents(), e) {
+				return invalid(fmt.Sprintf("%s.events[%d]", at, j), "%q is not an event; use %s", truncateName(e), strings.Join(api.NotifyEvents(), ", "))
+			}
+			if slices.Contains(n.Events[:j], e) {
+				return invalid(fmt.Sprintf("%s.events[%d]", at, j), "%s is listed twice", e)
+			}
+		}
+	}
+	return nil
+}
+
+// validateWebhookURL checks one URL a webhook goes to, or a prefix such URLs must start with.
+func validateWebhookURL(field, raw string) *api.Error {
+	const allowed = "give an http or https URL with a host, like https://hooks.example.com/rota"
+	if len(raw) > maxNotifyURLLen {
+		return invalid(field, "is %d bytes long; at most %d are allowed", len(raw), maxNotifyURLLen)
+	}
+	u, err := url.Parse(raw)
+	switch {
+	case raw == "":
+		return invalid(field, "is empty; %s", allowed)
+	case err != nil:
+		return invalid(field, "%q is not a URL; %s", truncateName(raw), allowed)
+	case u.Scheme != "http" && u.Scheme != "https":
+		return invalid(field, "%q: the scheme must be http or https; %s", truncateName(raw), allowed)
+	case u.Hostname() == "":
+		return invalid(field, "%q has no host; %s", truncateName(raw), allowed)
+	case u.User != nil:
+		return invalid(field, "%q holds credentials (user:password@), which would show in logs and listings; "+
+			"let the receiver check the Rota-Signature header instead", truncateName(u.Redacted()))
+	case u.Fragment != "" || strings.Contains(raw, "#"):
+		return invalid(field, "%q has a fragment (#...), which is never sent; leave it out", truncateName(raw))
+	}
+	return nil
 }
 
 // Limits on images: a reference longer than this is no registry's, and an allow-list

@@ -160,6 +160,7 @@ func fullJob(id int64) api.Job {
 			TimeLimit: 86400, Signal: "SIGUSR1", Grace: 120,
 			After: []int64{3, 4}, AfterOK: []int64{5}, Array: "0-99%8", Hold: true, Nice: -5,
 			Retries: ptr(3), RestartPolicy: api.RestartOnFailure, Image: "registry.example.com/ml/torch:2.4",
+			Notify: []api.Notify{{URL: "https://hooks.example.com/j", Events: []string{api.NotifyFailed}}},
 		},
 		State:            api.StateRunning,
 		Reason:           api.ReasonPreempted,
@@ -298,6 +299,7 @@ func fullTeam(name string) api.Team {
 		Quotas:        map[string]api.Quota{"H100": {Guaranteed: 16, Limit: 64}, "*": {Guaranteed: 2, Limit: 8}},
 		Weight:        1.7,
 		Members:       []string{"ada", "bob"},
+		Notify:        []api.Notify{{URL: "https://hooks.example.com/vision", Events: []string{api.NotifyEnded}}},
 		UsageGPUHours: 812.25,
 		GPUsInUse:     map[string]int{"H100": 24},
 	}
@@ -988,7 +990,8 @@ func testSurvivesKill(t *testing.T, url string) {
 }
 
 func testIdentity(t *testing.T, url string) {
-	user := api.User{Name: "ada", Role: "admin", UnixUser: "ada2", AllowRoot: true, Created: t0, Teams: []string{"vision"}}
+	user := api.User{Name: "ada", Role: "admin", UnixUser: "ada2", AllowRoot: true, Created: t0, Teams: []string{"vision"},
+		Notify: []api.Notify{{URL: "https://hooks.example.com/ada", Events: []string{api.NotifyStarted}}}}
 	tok := TokenRecord{TokenInfo: api.TokenInfo{ID: "abcd1234", User: "ada", Description: "laptop", Created: t0,
 		Expires: ptr(t0.Add(time.Hour)), Revoked: ptr(t0.Add(time.Minute)), LastUsed: ptr(t0.Add(time.Second))}, Hash: "ff00"}
 	join := JoinTokenRecord{JoinTokenInfo: api.JoinTokenInfo{ID: "j1", Created: t0, Expires: t0.Add(time.Hour), Uses: 3, Used: 1, Node: "gpu-01"}, Hash: "aa11"}
