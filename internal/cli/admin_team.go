@@ -21,13 +21,14 @@ idle GPUs and that work may be preempted. USAGE is the team's decayed GPU-hours,
 fair share weighs against WEIGHT. IN-USE counts the GPUs its jobs hold now, by model.
 -o json prints an api.TeamList.`
 
-const teamSetUsage = `rota admin team set NAME [--quota MODEL=G:L]... [--weight W] [--members u1,u2]
+const teamSetUsage = `rota admin team set NAME [--quota MODEL=G:L]... [--weight W] [--members u1,u2] [--notify URL[#EVENTS]]...
 
 Creates team NAME from the flags (weight 1 unless given), or changes only the flags
 given of an existing one. --quota sets one model's guaranteed and limit GPUs and leaves
 the other models as they are; MODEL "*" means any model not named, and MODEL=none
-removes that model's quota. --members "" clears the members. -o json prints the team
-as stored.`
+removes that model's quota. --members "" clears the members. --notify replaces the
+team's webhooks, told of the events of every job of the team (the events after #, as
+in rota submit --notify); --notify "" clears them. -o json prints the team as stored.`
 
 const teamDeleteUsage = `rota admin team delete NAME
 
@@ -150,6 +151,7 @@ type teamFlags struct {
 	quotas  quotaFlag
 	weight  float64
 	members string
+	notify  notifyFlag
 }
 
 func runTeamSet(ctx context.Context, cfg Config, args []string) int {
@@ -159,6 +161,7 @@ func runTeamSet(ctx context.Context, cfg Config, args []string) int {
 	fs.Var(f.quotas, "quota", "`MODEL=G:L` guaranteed and limit GPUs of a model, * for any (repeatable)")
 	fs.Float64Var(&f.weight, "weight", 1, "fair-share `weight`")
 	fs.StringVar(&f.members, "members", "", "`users` whose jobs default to this team, comma-separated")
+	fs.Var(&f.notify, "notify", "webhook `URL[#EVENTS]` told of the team's jobs' events (repeatable)")
 	pos, code, ok := parseFlags(fs, g, args)
 	if !ok {
 		return code
@@ -204,6 +207,8 @@ func runTeamSet(ctx context.Context, cfg Config, args []string) int {
 			t.Weight = f.weight
 		case "members":
 			t.Members = splitList(f.members)
+		case "notify":
+			t.Notify = f.notify.list
 		}
 	})
 	t, err = c.SetTeam(ctx, t)

@@ -40,6 +40,10 @@ override the spec file; a command after -- overrides the file's command.
   the container runtime of the node it lands on, with its GPUs, working directory and
   ROTA_* variables; only nodes with a runtime take it, and the queue may limit which
   images its jobs run.
+  --notify URL or URL#EVENT,EVENT (repeatable) adds a webhook told of the job's events:
+  started, succeeded, failed, ended, preempted, idle_warning, node_lost (default:
+  started, ended, preempted, idle_warning and node_lost). Given, it replaces the spec
+  file's notify list. Your own and your team's webhooks are told as well (rota notify).
 The job runs as the user you are logged in as; only an admin may give --user.
 Should the connection break while submitting, the submit is sent once more with the
 same Idempotency-Key, so the job is never created twice.`
@@ -76,6 +80,7 @@ type submitFlags struct {
 	hold                                    bool
 	nice                                    int
 	env                                     envFlag
+	notify                                  notifyFlag
 }
 
 func runSubmit(ctx context.Context, cfg Config, args []string) int {
@@ -104,6 +109,7 @@ func runSubmit(ctx context.Context, cfg Config, args []string) int {
 	fs.BoolVar(&f.hold, "hold", false, "submit the job held, until rota release")
 	fs.IntVar(&f.nice, "nice", 0, "lower the job's priority score by `N` points")
 	fs.StringVar(&f.image, "image", "", "run the job in this container `IMAGE`, e.g. registry.example.com/ml/train:1.2")
+	fs.Var(&f.notify, "notify", "webhook `URL[#EVENTS]` told of the job's events (repeatable)")
 	fs.StringVar(&f.file, "f", "", "YAML job spec `file`")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -245,6 +251,8 @@ func applyFlag(spec *api.JobSpec, f submitFlags, name string) error {
 		spec.Nice = f.nice
 	case "image":
 		spec.Image = strings.TrimSpace(f.image)
+	case "notify":
+		spec.Notify = f.notify.list
 	case "env":
 		if spec.Env == nil {
 			spec.Env = map[string]string{}

@@ -1,7 +1,477 @@
 package cli
 
-import "context"
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
 
-// rota top (issue 10): placeholder.
+	"github.com/rotahq/rota/internal/api"
+)
 
-func runTop(ctx context.Context, cfg Config, args []string) int { return notBuiltVerb(cfg, "top") }
+const topUsage = `rota top [--interval 2s] [--once]
+
+A live view of the pool and the queue, like nvtop for the cluster. Every interval it
+reads the nodes and the jobs that have not ended and redraws the screen:
+
+  - a header: GPUs in use of the total, mean GPU utilisation and GPU memory used of the
+    total by the nodes' latest telemetry, jobs running, pending and held;
+  - one line per node: its state (marked degraded or syncing), one cell per GPU, GPUs in
+    use, mean utilisation, GPU memory used of the total, power drawn and its jobs;
+  - the running jobs with their latest GPU utilisation and memory, run time and how long
+    they have held their GPUs idle, then the jobs that wait, those soonest to start
+    first, with their estimated start and why they wait.
+
+The GPU cells:
+  █  in use and busy (utilisation 50% or more)
+  ▓  in use (utilisation between, or not measured)
+  ░  in use but idle (utilisation below 5%)
+  ·  free
+  x  unhealthy or missing
+  h  held from new work by leftover processes
+
+A GPU counts as in use when a listed job holds it or a process of a live job runs on
+it. Every line is cut to the terminal's width ($COLUMNS, else 120). When the server
+cannot be reached the view says so and keeps trying.
+
+With --once, or when standard output is not a terminal, it prints one frame and exits:
+non-zero, with the error, when the server cannot be read. -o json prints the nodes and
+jobs it read, once. Ctrl-C ends it.`
+
+// Limits of the view: a frame should fit a screen, so long lists are cut with a count
+// of what is left out, and text from the server is cut before the line is.
+const (
+	topRows      = 10 // running jobs, and waiting jobs, shown at most
+	topNameWidth = 32
+	topUserWidth = 16
+	defaultWidth = 120
+	minInterval  = 100 * time.Millisecond
+)
+
+// ANSI sequences for redrawing a terminal in place.
+const (
+	clearHome  = "\x1b[H\x1b[2J"
+	hideCursor = "\x1b[?25l"
+	showCursor = "\x1b[?25h"
+)
+
+// topSnapshot is what one refresh reads from the server, and what -o json prints.
+type topSnapshot struct {
+	Time  time.Time  `json:"time"`
+	Nodes []api.Node `json:"nodes"`
+	Jobs  []api.Job  `json:"jobs"`
+}
+
+func runTop(ctx context.Context, cfg Config, args []string) int {
+	flags, g := newFlagSet(cfg, "top", topUsage)
+	interval := flags.Duration("interval", 2*time.Second, "redraw every `duration`")
+	once := flags.Bool("once", false, "print one frame and exit")
+	if code, ok := cfg.parseNoArgs("top", flags, g, args); !ok {
+		return code
+	}
+	if *interval < minInterval {
+		return cfg.usageError("top", "--interval %s: want %s or more", *interval, minInterval)
+	}
+	c, err := cfg.client(g)
+	if err != nil {
+		return cfg.fail(ctx, err)
+	}
+	fetch := func(ctx context.Context) (topSnapshot, error) {
+		// A server that stops answering must not freeze the view: each read gets a while
+		// longer than one interval.
+		ctx, cancel := context.WithTimeout(ctx, *interval+10*time.Second)
+		defer cancel()
+		return readTop(ctx, c, cfg.Now)
+	}
+	if *once || g.output == "json" || !isTerminal(cfg.Stdout) {
+		snap, err := fetch(ctx)
+		if err != nil {
+			return cfg.fail(ctx, err)
+		}
+		if g.output == "json" {
+			return cfg.printJSON(snap)
+		}
+		if _, err := io.WriteString(cfg.Stdout, cfg.topFrame(&snap, nil, *interval)); err != nil {
+			return cfg.fail(ctx, err)
+		}
+		return ExitOK
+	}
+	ticks := time.NewTicker(*interval)
+	defer ticks.Stop()
+	return cfg.watchTop(ctx, ticks.C, *interval, fetch)
+}
+
+// watchTop redraws the frame at each tick until ctx ends, showing a failed read in the
+// frame over the last data that was read, and leaves the cursor visible.
+func (cfg Config) watchTop(ctx context.Context, ticks <-chan time.Time, interval time.Duration,
+	fetch func(context.Context) (topSnapshot, error)) int {
+	fmt.Fprint(cfg.Stdout, hideCursor)
+	defer fmt.Fprint(cfg.Stdout, showCursor)
+	var last *topSnapshot
+	for {
+		snap, err := fetch(ctx)
+		if ctx.Err() != nil {
+			return ExitOK
+		}
+		if err == nil {
+			last = &snap
+		}
+		fmt.Fprint(cfg.Stdout, clearHome+cfg.topFrame(last, err, interval))
+		select {
+		case <-ctx.Done():
+			return ExitOK
+		case <-ticks:
+		}
+	}
+}
+
+// readTop reads the nodes and every page of the jobs that have not ended.
+func readTop(ctx context.Context, c *Client, now func() time.Time) (topSnapshot, error) {
+	nodes, err := c.Nodes(ctx)
+	if err != nil {
+		return topSnapshot{}, err
+	}
+	jobs, err := c.AllJobs(ctx, ListOptions{})
+	if err != nil {
+		return topSnapshot{}, err
+	}
+	if nodes.Nodes == nil {
+		nodes.Nodes = []api.Node{}
+	}
+	return topSnapshot{Time: now(), Nodes: nodes.Nodes, Jobs: jobs}, nil
+}
+
+// isTerminal reports whether w is a character device, where redrawing in place works.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&fs.ModeCharDevice != 0
+}
+
+// termWidth is $COLUMNS, else defaultWidth.
+func (cfg Config) termWidth() int {
+	if n, err := strconv.Atoi(strings.TrimSpace(cfg.Getenv("COLUMNS"))); err == nil && n > 0 {
+		return n
+	}
+	return defaultWidth
+}
+
+// topFrame is the whole screen: header, the error of the last read if it failed, nodes,
+// legend, running and waiting jobs; each line cut to the terminal's width. snap is the
+// last data read, nil when none has been yet.
+func (cfg Config) topFrame(snap *topSnapshot, readErr error, interval time.Duration) string {
+	loc := cfg.location()
+	var b strings.Builder
+	if snap == nil {
+		fmt.Fprintf(&b, "rota top  %s\n", cfg.Now().In(loc).Format("15:04:05"))
+	} else {
+		b.WriteString(topHeader(*snap, loc) + "\n")
+	}
+	if readErr != nil {
+		msg := "error: " + clean(readErr.Error()) + "; retrying every " + interval.String()
+		if snap != nil {
+			msg += ", showing what was read at " + snap.Time.In(loc).Format("15:04:05")
+		}
+		b.WriteString(msg + "\n")
+	}
+	if snap != nil {
+		b.WriteString("\n")
+		writeTopNodes(&b, *snap)
+		b.WriteString("\n")
+		writeTopRunning(&b, *snap)
+		b.WriteString("\n")
+		writeTopWaiting(&b, *snap)
+	}
+	return cutLines(b.String(), cfg.termWidth())
+}
+
+// cutLines cuts every line of s to width runes, marking each cut.
+func cutLines(s string, width int) string {
+	lines := strings.SplitAfter(s, "\n")
+	for i, l := range lines {
+		body := strings.TrimSuffix(l, "\n")
+		lines[i] = truncate(body, max(width, 2)) + l[len(body):]
+	}
+	return strings.Join(lines, "")
+}
+
+// topHeader is the cluster in one line: "rota top  12:00:00  GPUs 3/16 in use  util 24%
+// GPU memory 164.5/1200G  2 running  3 pending  1 held".
+func topHeader(snap topSnapshot, loc *time.Location) string {
+	var used, total int
+	var sum nodeLoad
+	for _, n := range snap.Nodes {
+		used += n.GPUsUsed
+		total += len(n.GPUs)
+		sum.add(loadOf(n))
+	}
+	var running, pending, held int
+	for _, j := range snap.Jobs {
+		switch {
+		case j.State.Active():
+			running++
+		case j.State == api.StatePending:
+			pending++
+		case j.State == api.StateHeld:
+			held++
+		}
+	}
+	return fmt.Sprintf("rota top  %s  GPUs %d/%d in use  util %s  GPU memory %s  %d running  %d pending  %d held",
+		snap.Time.In(loc).Format("15:04:05"), used, total, sum.util(), sum.clusterMemory(), running, pending, held)
+}
+
+// nodeLoad sums what a node's latest telemetry says its GPUs do. A lost node has none:
+// its last reading no longer says what its GPUs do.
+type nodeLoad struct {
+	samples           int
+	utilSum, powerW   float64
+	memUsed, memTotal int64
+}
+
+func loadOf(n api.Node) nodeLoad {
+	var l nodeLoad
+	if n.Telemetry == nil || n.State == api.NodeLost {
+		return l
+	}
+	for _, s := range n.Telemetry.GPUs {
+		l.samples++
+		l.utilSum += s.UtilizationPct
+		l.powerW += s.PowerW
+		l.memUsed += s.MemoryUsedMB
+		if g, ok := gpuByIndex(n.GPUs, s.Index); ok {
+			l.memTotal += g.MemoryMB
+		}
+	}
+	return l
+}
+
+func (l *nodeLoad) add(o nodeLoad) {
+	l.samples += o.samples
+	l.utilSum += o.utilSum
+	l.powerW += o.powerW
+	l.memUsed += o.memUsed
+	l.memTotal += o.memTotal
+}
+
+func (l nodeLoad) util() string {
+	if l.samples == 0 {
+		return "-"
+	}
+	return formatPct(l.utilSum / float64(l.samples))
+}
+
+func (l nodeLoad) memory() string {
+	switch {
+	case l.samples == 0:
+		return "-"
+	case l.memTotal == 0:
+		return formatMB(l.memUsed)
+	}
+	return formatMBOf(l.memUsed, l.memTotal)
+}
+
+// clusterMemory is memory() with each figure in its own unit: a cluster's terabytes
+// would round its used gigabytes away.
+func (l nodeLoad) clusterMemory() string {
+	if l.samples == 0 || l.memTotal == 0 {
+		return l.memory()
+	}
+	return formatMB(l.memUsed) + "/" + formatMB(l.memTotal)
+}
+
+func (l nodeLoad) power() string {
+	if l.samples == 0 {
+		return "-"
+	}
+	return strconv.FormatFloat(l.powerW, 'f', 0, 64) + "W"
+}
+
+// topLegend explains the GPU cells, under the nodes.
+const topLegend = "█ busy ≥50%  ▓ in use  ░ idle <5%  · free  x unhealthy/missing  h held by leftovers"
+
+// writeTopNodes writes one line per node and the legend.
+func writeTopNodes(w io.Writer, snap topSnapshot) {
+	if len(snap.Nodes) == 0 {
+		fmt.Fprintln(w, "no nodes have joined")
+		return
+	}
+	inUse := gpusInUse(snap.Jobs)
+	ids := map[int64]string{}
+	for _, j := range snap.Jobs {
+		ids[j.ID] = displayID(j)
+	}
+	tw := newTable(w)
+	fmt.Fprintln(tw, "NODE\tSTATE\tGPUS\tUSED\tUTIL\tGMEM\tPOWER\tJOBS")
+	for _, n := range snap.Nodes {
+		l := loadOf(n)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d/%d\t%s\t%s\t%s\t%s\n",
+			cleanCell(n.Name, topNameWidth), nodeState(n), gpuBar(n, inUse), n.GPUsUsed, len(n.GPUs),
+			l.util(), l.memory(), l.power(), nodeJobs(n.Jobs, ids))
+	}
+	tw.Flush()
+	fmt.Fprintln(w, topLegend)
+}
+
+// nodeJobs lists a node's jobs as the job lists below name them: ARRAY_INDEX for a job
+// of an array.
+func nodeJobs(jobs []int64, ids map[int64]string) string {
+	out := make([]string, len(jobs))
+	for i, id := range jobs {
+		if out[i] = ids[id]; out[i] == "" {
+			out[i] = strconv.FormatInt(id, 10)
+		}
+	}
+	return orDash(strings.Join(out, ","))
+}
+
+// gpusInUse is the UUIDs of the GPUs the listed active jobs hold.
+func gpusInUse(jobs []api.Job) map[string]bool {
+	in := map[string]bool{}
+	for _, j := range jobs {
+		if j.State.Active() {
+			for _, id := range j.GPUIDs {
+				in[id] = true
+			}
+		}
+	}
+	return in
+}
+
+// gpuBar is one cell per GPU of the node, in index order; see topUsage for the cells.
+func gpuBar(n api.Node, inUse map[string]bool) string {
+	if len(n.GPUs) == 0 {
+		return "-"
+	}
+	// A process of a live job on a GPU marks it in use even where the job is not listed
+	// (a viewer may not read every job).
+	live := map[int]bool{}
+	if n.Telemetry != nil {
+		for _, p := range n.Telemetry.Processes {
+			if p.JobID != 0 {
+				live[p.GPU] = true
+			}
+		}
+	}
+	gpus := slices.SortedFunc(slices.Values(n.GPUs), func(a, b api.GPU) int { return cmp.Compare(a.Index, b.Index) })
+	var b strings.Builder
+	for _, g := range gpus {
+		b.WriteRune(gpuCell(n, g, inUse[g.UUID] || live[g.Index]))
+	}
+	return b.String()
+}
+
+func gpuCell(n api.Node, g api.GPU, used bool) rune {
+	s, measured := latestSample(n.Telemetry, g.Index)
+	measured = measured && n.State != api.NodeLost
+	switch {
+	case !g.Healthy || g.Missing:
+		return 'x'
+	case slices.Contains(n.HeldGPUs, g.Index):
+		return 'h'
+	case !used:
+		return '·'
+	case !measured:
+		return '▓'
+	case s.UtilizationPct >= 50:
+		return '█'
+	case s.UtilizationPct < 5:
+		return '░'
+	}
+	return '▓'
+}
+
+// writeTopRunning writes the running jobs: what their GPUs do by the latest reading of
+// their attempt, how long they have run, and how long they have held their GPUs idle.
+func writeTopRunning(w io.Writer, snap topSnapshot) {
+	var running []api.Job
+	for _, j := range snap.Jobs {
+		if j.State.Active() {
+			running = append(running, j)
+		}
+	}
+	if len(running) == 0 {
+		fmt.Fprintln(w, "no running jobs")
+		return
+	}
+	tw := newTable(w)
+	fmt.Fprintln(tw, "RUNNING\tUSER\tQUEUE\tGPUS\tUTIL\tGMEM\tTIME\tIDLE\tNODES")
+	for _, j := range running[:min(len(running), topRows)] {
+		util, gmem := "-", "-"
+		if u := j.Usage; u != nil && u.Samples > 0 {
+			util, gmem = formatPct(u.GPUUtilPct.Last), statMB(u.GPUMemoryMB.Last)
+		}
+		idle := "-"
+		if isIdle(j) {
+			idle = formatDuration(snap.Time.Sub(*j.IdleSince))
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n",
+			displayID(j), orDash(cleanCell(j.Spec.User, topUserWidth)), orDash(cleanCell(j.Spec.Queue, topUserWidth)),
+			j.Spec.GPUs, util, gmem, formatDuration(jobTime(j, snap.Time)), idle, orDash(clean(strings.Join(j.Nodes, ","))))
+	}
+	tw.Flush()
+	if more := len(running) - topRows; more > 0 {
+		fmt.Fprintf(w, "… and %d more running (rota queue lists them all)\n", more)
+	}
+}
+
+// writeTopWaiting writes the jobs that wait: pending before held, each soonest to start
+// first, then in the order listed; the reason last, where the line's cut falls.
+func writeTopWaiting(w io.Writer, snap topSnapshot) {
+	var waiting []api.Job
+	for _, j := range snap.Jobs {
+		if j.State == api.StatePending || j.State == api.StateHeld {
+			waiting = append(waiting, j)
+		}
+	}
+	if len(waiting) == 0 {
+		fmt.Fprintln(w, "no waiting jobs")
+		return
+	}
+	slices.SortStableFunc(waiting, func(a, b api.Job) int {
+		return cmp.Or(cmp.Compare(rankWaiting(a), rankWaiting(b)), compareEstimates(a.EstimatedStart, b.EstimatedStart))
+	})
+	tw := newTable(w)
+	fmt.Fprintln(tw, "WAITING\tUSER\tQUEUE\tGPUS\tWAITED\tSTART\tREASON")
+	for _, j := range waiting[:min(len(waiting), topRows)] {
+		reason := jobReason(j)
+		if j.State == api.StateHeld {
+			reason = "held: " + reason
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n",
+			displayID(j), orDash(cleanCell(j.Spec.User, topUserWidth)), orDash(cleanCell(j.Spec.Queue, topUserWidth)),
+			j.Spec.GPUs, formatDuration(jobTime(j, snap.Time)), jobStart(j, snap.Time), reason)
+	}
+	tw.Flush()
+	if more := len(waiting) - topRows; more > 0 {
+		fmt.Fprintf(w, "… and %d more waiting (rota queue lists them all)\n", more)
+	}
+}
+
+func rankWaiting(j api.Job) int {
+	if j.State == api.StateHeld {
+		return 1
+	}
+	return 0
+}
+
+// compareEstimates orders known estimates soonest first, before unknown ones.
+func compareEstimates(a, b *time.Time) int {
+	switch {
+	case a == nil && b == nil:
+		return 0
+	case a == nil:
+		return 1
+	case b == nil:
+		return -1
+	}
+	return a.Compare(*b)
+}
