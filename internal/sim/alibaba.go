@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -18,20 +19,29 @@ var alibabaEpoch = time.Unix(0, 0).UTC()
 // deletion_time, scheduled_time. Times are seconds from an anonymised origin.
 //
 //   - Submit is creation_time. The run time is deletion_time − scheduled_time, or
-//     deletion_time − creation_time for pods that were never scheduled (phase Pending).
-//   - A fractional request (num_gpu 1, gpu_milli below 1000) is rounded up to one whole GPU,
-//     since rota places whole GPUs; the count is given in Trace.Notes.
-//   - CPUs are rounded up to whole cores; memory in MiB is taken as MB.
-//   - gpu_spec with one model constrains the model; with several ("A|B") the job may use any
-//     model, since a request names at most one (counted in Notes).
+//     deletion_time − creation_time for pods that were never scheduled (phase Pending). A
+//     list without creation_time and deletion_time is read as untimed (Trace.Untimed): only
+//     --fill, which never reads times, can use it.
+//   - A fractional request (num_gpu 1, gpu_milli below 1000) is kept in Job.GPUMilli: --fill
+//     places it as a share of one GPU, a replay rounds it up to one whole GPU (the count is
+//     given in Trace.Notes).
+//   - CPUs are rounded up to whole cores (Job.CPUMilli keeps the request); memory in MiB is
+//     taken as MB.
+//   - gpu_spec with one model constrains the model; with several ("A|B") they are kept in
+//     Job.GPUModels, which --fill honours and a replay does not (counted in Notes).
 //   - The trace names no users or groups; the QoS class (LS, BE, Burstable, Guaranteed) is
 //     the closest grouping and becomes the team.
 func readAlibabaPods(r io.Reader, strict bool) (*Trace, error) {
 	t := &Trace{}
-	rr, err := newRowReader(r, t, strict, "name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli",
-		"creation_time", "deletion_time", "scheduled_time")
+	rr, err := newRowReader(r, t, strict, "name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")
 	if err != nil {
 		return nil, err
+	}
+	switch created, deleted := rr.has("creation_time"), rr.has("deletion_time"); {
+	case !created && !deleted:
+		t.Untimed = true
+	case !created || !deleted:
+		return nil, errors.New("trace header has one of creation_time and deletion_time: want both, or neither for --fill")
 	}
 	var fractional, multiModel int
 	err = readRows(rr, func(rec []string) (Job, error) {
@@ -46,7 +56,7 @@ func readAlibabaPods(r io.Reader, strict bool) (*Trace, error) {
 		if cpuMilli > maxTraceCPUs*1000 {
 			return Job{}, rowErrorf("cpu_milli %d: at most %d", cpuMilli, maxTraceCPUs*1000)
 		}
-		j.CPUs = int((cpuMilli + 999) / 1000)
+		j.CPUs, j.CPUMilli = int((cpuMilli+999)/1000), cpuMilli
 		if j.MemoryMB, err = parseCount(rr, rec, "memory_mib"); err != nil {
 			return Job{}, err
 		}
@@ -66,6 +76,7 @@ func readAlibabaPods(r io.Reader, strict bool) (*Trace, error) {
 			return Job{}, rowErrorf("gpu_milli %d without num_gpu", milli)
 		case n == 1 && milli > 0 && milli < 1000:
 			fractional++
+			j.GPUMilli = int(milli)
 		}
 		j.GPUs = int(n)
 		if spec := rr.field(rec, "gpu_spec"); spec != "" {
@@ -73,8 +84,13 @@ func readAlibabaPods(r io.Reader, strict bool) (*Trace, error) {
 			if len(models) == 1 {
 				j.GPUModel = models[0]
 			} else {
+				j.GPUModels = models
 				multiModel++
 			}
+		}
+		if t.Untimed {
+			j.Submit = alibabaEpoch
+			return j, nil
 		}
 		created, err := parseOffset(rr, rec, "creation_time")
 		if err != nil {
@@ -101,10 +117,10 @@ func readAlibabaPods(r io.Reader, strict bool) (*Trace, error) {
 		return nil, err
 	}
 	if fractional > 0 {
-		t.Notes = append(t.Notes, fmt.Sprintf("%d fractional GPU requests rounded up to 1 whole GPU", fractional))
+		t.Notes = append(t.Notes, fmt.Sprintf("%d fractional GPU requests rounded up to 1 whole GPU (--fill keeps them fractional)", fractional))
 	}
 	if multiModel > 0 {
-		t.Notes = append(t.Notes, fmt.Sprintf("%d tasks allowed several GPU models and may use any", multiModel))
+		t.Notes = append(t.Notes, fmt.Sprintf("%d tasks allowed several GPU models and may use any (--fill keeps to them)", multiModel))
 	}
 	return t, nil
 }

@@ -40,10 +40,13 @@
 //
 //   - alibaba-gpu2023: an openb pod list of the Alibaba GPU trace v2023 (FGD, ATC'23).
 //     Submit is creation_time; the run time is deletion_time − scheduled_time (or −
-//     creation_time for pods never scheduled). Fractional GPU requests are rounded up to one
-//     whole GPU and counted in a note; CPUs are rounded up to whole cores; the QoS class is
-//     the team. Without --cluster, openb_node_list_all_node.csv next to the trace is the
-//     cluster; --cluster may name any openb node list.
+//     creation_time for pods never scheduled). A task list without creation_time and
+//     deletion_time loads for --fill only. Fractional GPU requests (gpu_milli below 1000)
+//     are rounded up to one whole GPU in a replay and kept as shares by --fill; CPUs are
+//     rounded up to whole cores (--fill keeps milli-CPUs); gpu_spec "A|B" binds --fill to
+//     those models and lets a replay use any; the QoS class is the team. Without
+//     --cluster, openb_node_list_all_node.csv next to the trace is the cluster; --cluster
+//     may name any openb node list (the FGD paper's cluster is openb_node_list_gpu_node.csv).
 //
 //   - rota: rota's own format, which `rota history export` writes (WriteRotaTrace). A CSV
 //     file with a header; columns may come in any order, and only submit and gpus are
@@ -66,7 +69,8 @@
 //
 // A rota trace needs --cluster; --add-nodes 4xH100 asks "what if we bought four more nodes".
 //
-// Bad rows (missing or malformed fields, bad timestamps, negative durations, requests that
+// Each line is one row: a quoted field may not span lines, so a stray quote spoils its own
+// line only. Bad rows (malformed CSV, a wrong number of fields, missing or malformed fields, bad timestamps, negative durations, requests that
 // no node or set of nodes can ever satisfy, unknown queues) are skipped and listed by line
 // with the reason; --strict makes the first one fatal. A header that lacks a required
 // column is always fatal.
@@ -101,10 +105,20 @@
 // none: "hour" (default; the duration rounded up to a whole hour, at least one hour: a user
 // who roughly knows the run time), "exact" (perfect estimates) or a duration for every job.
 // --node-mtbf and --node-repair model node failures (exponential, per node, from --seed).
-// --fill X runs the FGD paper's experiment instead of a replay in trace time (FillWorkload):
-// jobs drawn with replacement (from --seed) until their GPU requests reach X times the
-// cluster's GPUs, one a second, never ending; the report's allocation rows then measure how
-// much of the cluster a policy manages to allocate as demand passes capacity.
+// --fill X runs the FGD paper's experiment instead of a replay in trace time (FillWorkload,
+// RunFill): every job of the trace once, topped up with draws with replacement, in an order
+// fixed by --seed, arriving one by one until their GPU requests (milli-GPU, fractions kept)
+// reach X times the cluster's GPU capacity, and never ending. Each is placed at once or never;
+// nothing queues, so the columns are placements (--placement), not policies (--policy is
+// refused): fgd (fragmentation gradient descent, Weng et al., ATC'23: the node and GPU that
+// least increase the node's expected fragmentation, the free GPU capacity each kind of task
+// of the workload's mix could not use, weighted by the kind's share), bestfit (least CPU and
+// GPU left, as the FGD simulator's BestFit) and packing (partly used GPUs first, as its
+// GpuPacking); all three by default. A fractional task takes a share of one GPU, a
+// multi-GPU task whole free GPUs. Ties go to the first node of the cluster. The report's
+// allocation rows then measure how much GPU capacity a placement allocates as demand passes
+// capacity; the progress bar counts GPUs requested. The paper's protocol over its workloads
+// and seeds, next to its published results, is TestFGDProtocol (ROTA_FGD_PROTOCOL=1).
 // Policies are sched's (PolicyNames); the default set is default, fifo, sjf (oracle
 // durations), las (least attained service, as in Tiresias) and worstfit (spread); the
 // default policy places best-fit. Names combine with "+", e.g. fifo+worstfit.

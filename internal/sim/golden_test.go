@@ -19,7 +19,7 @@ var goldenRuns = []struct {
 }{
 	{"philly_excerpt.txt", "--trace testdata/philly_excerpt.csv --format philly"},
 	{"alibaba_excerpt.json", "--trace testdata/alibaba_pods.csv --format alibaba-gpu2023 --cluster testdata/alibaba_nodes.csv -o json"},
-	{"alibaba_fill.txt", "--trace testdata/alibaba_pods.csv --format alibaba-gpu2023 --cluster testdata/alibaba_nodes.csv --fill 1.3 --seed 42 --policy default,worstfit"},
+	{"alibaba_fill.txt", "--trace testdata/alibaba_pods.csv --format alibaba-gpu2023 --cluster testdata/alibaba_nodes.csv --fill 1.3 --seed 42"},
 	{"philly_failures.csv", "--trace testdata/philly_excerpt.csv --format philly --cluster testdata/cluster.yaml --node-mtbf 24h --node-repair 2h --seed 7 -o csv"},
 	{"fifo_sjf.txt", "--trace testdata/scenarios/fifo_sjf.csv --format rota --cluster testdata/scenarios/one_gpu.yaml --policy fifo,sjf"},
 	{"backfill.txt", "--trace testdata/scenarios/backfill.csv --format rota --cluster testdata/scenarios/four_gpus.yaml --policy fifo,fifo+greedy"},

@@ -47,7 +47,8 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		repair      = fs.Duration("node-repair", def.NodeRepair, "mean time to repair a failed node")
 		retries     = fs.Int("retries", def.Retries, "requeues of a job lost to a node failure before it fails")
 		halfLife    = fs.Duration("half-life", def.HalfLife, "half-life of the GPU usage behind fair share")
-		fill        = fs.Float64("fill", 0, "FGD-style run: draw jobs until their GPU requests reach `X` times the cluster's GPUs, one a second, never ending")
+		fill        = fs.Float64("fill", 0, "FGD paper's run: jobs in a random order until their GPU requests reach `X` times the cluster's GPUs, never ending, placed by --placement")
+		placement   = fs.String("placement", "", "with --fill, placements to compare, comma-separated, from: "+strings.Join(PlacementNames(), ", ")+" (default all)")
 		progress    = fs.Bool("progress", false, "show a progress bar on stderr even when it is not a terminal")
 	)
 	if err := fs.Parse(args); err != nil {
@@ -76,6 +77,31 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case *checkpoint < 0 || *mtbf < 0 || *repair <= 0 || *retries < 0 || *halfLife <= 0:
 		return usage("--checkpoint, --node-mtbf and --retries must not be negative; --node-repair and --half-life must be positive")
 	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	switch {
+	case set["placement"] && *fill == 0:
+		return usage("--placement needs --fill (a replay places as its --policy does)")
+	case set["policy"] && *fill > 0:
+		return usage("--fill compares placements (--placement), not policies: its jobs never wait")
+	}
+	var places []Placement
+	if *fill > 0 {
+		if *placement == "" {
+			*placement = strings.Join(PlacementNames(), ",")
+		}
+		for p := range strings.SplitSeq(*placement, ",") {
+			if p = strings.TrimSpace(p); p != "" {
+				if _, err := placementFor(Placement(p), nil, &Cluster{}); err != nil {
+					return usage("--placement: %v", err)
+				}
+				places = append(places, Placement(p))
+			}
+		}
+		if len(places) == 0 {
+			return usage("--placement names no placement")
+		}
+	}
 	if _, err := timeLimitRule(*timeLimit); err != nil {
 		return usage("--%v", err)
 	}
@@ -102,6 +128,9 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	tr, err := LoadTrace(*tracePath, *format, *strict)
 	if err != nil {
 		return fail(fmt.Errorf("%s: %w", *tracePath, err))
+	}
+	if tr.Untimed && *fill == 0 {
+		return fail(fmt.Errorf("%s: no creation_time and deletion_time columns: only --fill, which reads no times, can use it", *tracePath))
 	}
 	c, err := clusterFor(*clusterPath, *tracePath, *format)
 	if err != nil {
@@ -130,12 +159,37 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	cfg := def
 	cfg.Scale, cfg.TimeLimit, cfg.Checkpoint, cfg.Seed = *scale, *timeLimit, *checkpoint, *seed
 	cfg.NodeMTBF, cfg.NodeRepair, cfg.Retries, cfg.HalfLife = *mtbf, *repair, *retries, *halfLife
-	var bar *progressBar
-	if *progress || isTerminal(stderr) {
-		bar = startProgress(stderr, len(w.Jobs)*len(names))
-		cfg.Progress = bar.add
+	showBar := *progress || isTerminal(stderr)
+	var (
+		bar     *progressBar
+		results []*Result
+	)
+	if *fill > 0 {
+		// A fill run's jobs never end: progress is the GPU capacity requested so far.
+		var requested int64
+		for _, j := range w.Jobs {
+			requested += gpuRequest(j)
+		}
+		var add func(int64)
+		if showBar {
+			bar = startProgress(stderr, int(requested/milliGPU)*len(places), "GPUs requested")
+			var milli atomic.Int64
+			add = func(m int64) {
+				// Whole GPUs to the bar, the fractions carried.
+				if n := milli.Add(m); n >= milliGPU {
+					milli.Add(-n / milliGPU * milliGPU)
+					bar.add(int(n / milliGPU))
+				}
+			}
+		}
+		results, err = RunFill(ctx, w, places, add)
+	} else {
+		if showBar {
+			bar = startProgress(stderr, len(w.Jobs)*len(names), "jobs")
+			cfg.Progress = bar.add
+		}
+		results, err = Run(ctx, w, cfg, names)
 	}
-	results, err := Run(ctx, w, cfg, names)
 	bar.stop()
 	if err != nil {
 		return fail(err)
@@ -207,9 +261,11 @@ func isTerminal(w io.Writer) bool {
 	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }
 
-// progressBar draws the share of jobs replayed (over all policies) on one stderr line.
+// progressBar draws the share of the work done (over all policies or placements) on one
+// stderr line: jobs replayed, or GPUs requested in a --fill run.
 type progressBar struct {
 	w     io.Writer
+	unit  string
 	total int
 	done  atomic.Int64
 	quit  chan struct{}
@@ -217,8 +273,8 @@ type progressBar struct {
 	start time.Time
 }
 
-func startProgress(w io.Writer, total int) *progressBar {
-	b := &progressBar{w: w, total: max(total, 1), quit: make(chan struct{}), start: time.Now()}
+func startProgress(w io.Writer, total int, unit string) *progressBar {
+	b := &progressBar{w: w, unit: unit, total: max(total, 1), quit: make(chan struct{}), start: time.Now()}
 	b.wg.Go(func() {
 		t := time.NewTicker(200 * time.Millisecond)
 		defer t.Stop()
@@ -242,8 +298,8 @@ func (b *progressBar) draw() {
 	const width = 30
 	d := min(int(b.done.Load()), b.total)
 	fill := d * width / b.total
-	fmt.Fprintf(b.w, "\r[%s%s] %3d%% %d/%d jobs %-8s", strings.Repeat("#", fill), strings.Repeat(".", width-fill),
-		d*100/b.total, d, b.total, time.Since(b.start).Round(100*time.Millisecond))
+	fmt.Fprintf(b.w, "\r[%s%s] %3d%% %d/%d %s %-8s", strings.Repeat("#", fill), strings.Repeat(".", width-fill),
+		d*100/b.total, d, b.total, b.unit, time.Since(b.start).Round(100*time.Millisecond))
 }
 
 // stop draws the final state and ends the line; a nil bar does nothing.

@@ -96,14 +96,29 @@ type row struct {
 	values     []float64
 }
 
+// fillMetrics are the rows of a --fill report, whose columns are placements: its jobs
+// arrive, are placed at once or never, and never end.
+// The value is the row's label there where it differs.
+var fillMetrics = map[string]string{"jobs": "jobs arrived", "never_started": "jobs that found no room", "unfinished": "jobs placed",
+	"fill_alloc_100": "", "fill_alloc_end": ""}
+
 func (rep *Report) rows() []row {
 	var out []row
+	fill := rep.Workload.fill > 0
 	for _, m := range metrics {
 		r := row{key: m.key, label: m.label, unit: m.unit}
+		if label, ok := fillMetrics[m.key]; fill && !ok {
+			continue
+		} else if fill && label != "" {
+			r.label = label
+		}
 		for _, res := range rep.Results {
 			r.values = append(r.values, m.value(res))
 		}
 		out = append(out, r)
+	}
+	if fill {
+		return out
 	}
 	for _, team := range rep.teams() {
 		for _, m := range teamMetrics {
@@ -147,8 +162,8 @@ func (rep *Report) header() []string {
 			orDefault(rep.Config.TimeLimit, "hour"), rep.Config.Checkpoint, rep.Config.Seed, failureText(rep.Config)),
 	}
 	if w.fill > 0 {
-		lines = append(lines, fmt.Sprintf("fill:    %d jobs drawn from the trace until their GPU requests reached %s× the cluster's GPUs; they never end",
-			len(w.Jobs), strconv.FormatFloat(w.fill, 'g', -1, 64)))
+		lines = append(lines, fmt.Sprintf("fill:    %d jobs in a random order (seed %d) until their GPU requests reached %s× the cluster's GPUs; they never end; columns are placements",
+			len(w.Jobs), rep.Config.Seed, strconv.FormatFloat(w.fill, 'g', -1, 64)))
 	}
 	for _, n := range t.Notes {
 		lines = append(lines, "note:    "+n)

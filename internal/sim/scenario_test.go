@@ -234,8 +234,9 @@ func TestScale(t *testing.T) {
 	}
 }
 
-// TestFill: the FGD-style workload draws jobs until their GPU requests reach the target,
-// the same jobs for the same seed, and they never end.
+// TestFill: the FGD paper's workload takes every job once, topped up with draws until the
+// GPU requests (fractions kept) reach the target, in an order fixed by the seed, and the jobs
+// never end; each placement allocates no more than the cluster has.
 func TestFill(t *testing.T) {
 	tr := mustLoad(t, "testdata/alibaba_pods.csv", "alibaba-gpu2023")
 	c, err := LoadCluster("testdata/alibaba_nodes.csv")
@@ -251,23 +252,31 @@ func TestFill(t *testing.T) {
 		t.Fatal(err)
 	}
 	b, _ := FillWorkload(w, 1.3, 42)
-	gpus := 0
+	var milli int64
+	names := map[string]bool{}
 	for i, j := range a.Jobs {
-		gpus += j.GPUs
+		milli += gpuRequest(j)
+		names[j.Name] = true
 		if j.Name != b.Jobs[i].Name || j.Duration != 0 || j.Submit != a.Jobs[0].Submit.Add(time.Duration(i)*time.Second) {
 			t.Fatalf("job %d: %+v (other draw %s)", i, j, b.Jobs[i].Name)
 		}
 	}
-	// 30 GPUs × 1.3 = 39: the last job drawn is the one that reaches it.
-	if last := a.Jobs[len(a.Jobs)-1].GPUs; gpus < 39 || gpus-last >= 39 {
-		t.Errorf("drew %d GPUs, last job %d; want the first draw to reach 39", gpus, last)
+	// 30 GPUs × 1.3 = 39,000 milli-GPU: the last job is the one that reaches it.
+	if last := gpuRequest(a.Jobs[len(a.Jobs)-1]); milli < 39000 || milli-last >= 39000 {
+		t.Errorf("requested %d milli-GPU, last job %d; want the last to reach 39000", milli, last)
 	}
-	res, err := Run(context.Background(), a, DefaultConfig(), []string{"default"})
+	// The trace's 19 jobs request less than 39 GPUs: all of them come, and draws on top.
+	if len(names) != 19 {
+		t.Errorf("%d distinct jobs of 19", len(names))
+	}
+	res, err := RunFill(context.Background(), a, []Placement{PlacementFGD, PlacementBestFit, PlacementPacking}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := res[0]
-	if r.Succeeded != 0 || r.NeverStarted+r.Unfinished != len(a.Jobs) || r.FillAllocEnd <= 0 || r.FillAllocEnd > 1 || r.FillAlloc100 > r.FillAllocEnd {
-		t.Errorf("fill result %+v", r)
+	for _, r := range res {
+		if r.Jobs != len(a.Jobs) || r.NeverStarted+r.Unfinished != len(a.Jobs) || r.FillAllocEnd <= 0 || r.FillAllocEnd > 1 ||
+			r.FillAlloc100 > r.FillAllocEnd {
+			t.Errorf("%s: fill result %+v", r.Policy, r)
+		}
 	}
 }

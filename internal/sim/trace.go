@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"bufio"
 	"encoding/csv"
 	"errors"
 	"fmt"
@@ -35,6 +36,17 @@ type Job struct {
 	CPUs     int
 	MemoryMB int64
 
+	// GPUMilli is the share of one GPU a fractional request asks for, in thousandths of a
+	// GPU (1–999, with GPUs 1); 0 for whole GPUs. A replay rounds it up to the whole GPU;
+	// --fill keeps it.
+	GPUMilli int
+	// GPUModels lists the models a job accepts where the trace names several (GPUModel is
+	// then empty): --fill keeps to them; a replay lets the job use any model.
+	GPUModels []string
+	// CPUMilli is the CPU request in thousandths of a core where the trace gives it (CPUs is
+	// it rounded up); 0 means CPUs × 1000.
+	CPUMilli int64
+
 	Queue string
 	Team  string
 	User  string
@@ -52,6 +64,10 @@ type Trace struct {
 	// Notes say where the loader had to adapt the trace to what rota can schedule, e.g.
 	// fractional GPU requests rounded up. Each is one sentence with its count.
 	Notes []string
+	// Untimed is set for a trace without time columns (an Alibaba task list without
+	// creation_time and deletion_time): its jobs have no submit times or durations, so only
+	// --fill, which reads neither, can use it.
+	Untimed bool
 }
 
 // BadRow is a trace row the loader (or the check against the cluster) refused.
@@ -119,8 +135,12 @@ func numberJobs(jobs []Job) {
 
 // rowReader reads a CSV file with a header, finds columns by name and tracks line numbers so
 // that every row error can name its line.
+//
+// Each physical line is one row: a quoted field may hold commas and doubled quotes but not a
+// line break. Trace rows never need one, and a stray or unterminated quote then costs its own
+// line, not every line after it (as encoding/csv, reading on to the next quote, would make it).
 type rowReader struct {
-	r    *csv.Reader
+	r    *bufio.Reader
 	cols map[string]int
 	// width is the header's number of fields; every row must have as many.
 	width  int
@@ -129,20 +149,26 @@ type rowReader struct {
 	line   int
 }
 
+// maxLineBytes bounds one line of a trace: longer lines are bad rows, so that a file without
+// line breaks cannot make the reader hold all of it.
+const maxLineBytes = 1 << 20
+
 // newRowReader reads the header and checks that the required columns are there. A missing
 // column is fatal whatever the strictness: no row could be read without it.
 func newRowReader(r io.Reader, t *Trace, strict bool, required ...string) (*rowReader, error) {
-	cr := csv.NewReader(r)
-	cr.FieldsPerRecord = -1
-	cr.ReuseRecord = true
-	head, err := cr.Read()
+	rr := &rowReader{r: bufio.NewReader(r), cols: map[string]int{}, strict: strict, trace: t}
+	text, err := rr.readLine()
 	if err == io.EOF {
 		return nil, errors.New("empty trace: no header row")
 	}
 	if err != nil {
 		return nil, fmt.Errorf("reading header: %w", err)
 	}
-	rr := &rowReader{r: cr, cols: map[string]int{}, width: len(head), strict: strict, trace: t}
+	head, err := splitLine(text)
+	if err != nil {
+		return nil, fmt.Errorf("reading header: %w", err)
+	}
+	rr.width = len(head)
 	for i, name := range head {
 		name = strings.TrimSpace(strings.TrimPrefix(name, "\ufeff"))
 		if _, dup := rr.cols[name]; dup && name != "" {
@@ -162,33 +188,86 @@ func newRowReader(r io.Reader, t *Trace, strict bool, required ...string) (*rowR
 	return rr, nil
 }
 
+// has reports whether the header names the column.
+func (rr *rowReader) has(col string) bool {
+	_, ok := rr.cols[col]
+	return ok
+}
+
+// errLongLine is the reason a line over maxLineBytes is bad.
+var errLongLine = fmt.Errorf("line longer than %d bytes", maxLineBytes)
+
+// readLine returns the next physical line without its line break and counts it. A line
+// over maxLineBytes is read to its end and returned empty with errLongLine.
+func (rr *rowReader) readLine() (string, error) {
+	var b []byte
+	long := false
+	for {
+		chunk, err := rr.r.ReadSlice('\n')
+		if !long {
+			b = append(b, chunk...)
+			if len(b) > maxLineBytes {
+				long, b = true, nil
+			}
+		}
+		if err == bufio.ErrBufferFull {
+			continue
+		}
+		// The last line may lack its line break.
+		if err != nil && (err != io.EOF || (len(b) == 0 && !long)) {
+			return "", err
+		}
+		rr.line++
+		if long {
+			return "", errLongLine
+		}
+		return strings.TrimRight(string(b), "\r\n"), nil
+	}
+}
+
+// splitLine parses one line as a CSV record.
+func splitLine(text string) ([]string, error) {
+	cr := csv.NewReader(strings.NewReader(text))
+	cr.FieldsPerRecord = -1
+	rec, err := cr.Read()
+	if err == io.EOF {
+		return []string{""}, nil
+	}
+	var pe *csv.ParseError
+	if errors.As(err, &pe) {
+		return nil, pe.Err
+	}
+	return rec, err
+}
+
 // next returns the next data row, skipping blank lines. It returns io.EOF at the end.
 func (rr *rowReader) next() ([]string, error) {
 	for {
-		rec, err := rr.r.Read()
+		text, err := rr.readLine()
 		if err == io.EOF {
 			return nil, io.EOF
 		}
-		if err == nil {
-			// Only a record read whole has positions: asking a malformed one panics.
-			rr.line, _ = rr.r.FieldPos(0)
+		if err == errLongLine {
+			rr.trace.Rows++
+			if ferr := rr.bad("%v", err); ferr != nil {
+				return nil, ferr
+			}
+			continue
 		}
 		if err != nil {
-			var pe *csv.ParseError
-			if errors.As(err, &pe) {
-				rr.line = pe.StartLine
-				rr.trace.Rows++
-				if ferr := rr.bad("malformed CSV: %v", pe.Err); ferr != nil {
-					return nil, ferr
-				}
-				continue
-			}
 			return nil, err
 		}
-		if len(rec) == 1 && strings.TrimSpace(rec[0]) == "" {
+		if strings.TrimSpace(text) == "" {
 			continue
 		}
 		rr.trace.Rows++
+		rec, err := splitLine(text)
+		if err != nil {
+			if ferr := rr.bad("malformed CSV: %v", err); ferr != nil {
+				return nil, ferr
+			}
+			continue
+		}
 		if len(rec) != rr.width {
 			if ferr := rr.bad("has %d fields, header has %d", len(rec), rr.width); ferr != nil {
 				return nil, ferr

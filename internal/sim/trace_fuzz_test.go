@@ -34,6 +34,8 @@ var traceSeeds = map[string][]string{
 		"name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time\np0,12000,16384,1,460,V100M16|V100M32,LS,Running,0,12537496,0\np1,88000,327680,8,1000,A100,BE,Pending,10001278,10001403,\n",
 		"name,cpu_milli,memory_mib,num_gpu,gpu_milli,creation_time,deletion_time,scheduled_time\np,-1,0,0,0,0,0,0\np,0,0,0,5,0,0,0\np,0,0,1,0,10,5,\np,0,0,1,0,0,10,20\np,315360000001,0,0,0,0,0,0\np,0,0,0,0,9223372036854775807,0,0\n",
 		"name,cpu_milli,memory_mib,num_gpu,gpu_milli,qos,creation_time,deletion_time,scheduled_time\np,1,1,2,1000,,0,1,0\n",
+		"name,cpu_milli,memory_mib,num_gpu,gpu_milli,qos,creation_time,deletion_time,scheduled_time\n\"p,1,1,1,500,,0,1,0\np,1,1,1,500,,0,1,0\r\n",
+		"name,cpu_milli,memory_mib,num_gpu,gpu_milli\np,1000,1024,1,500\np,1000,1024,2,1000\n",
 	},
 	"rota": {
 		"id,submit,start,end,duration_s,time_limit_s,gpus,nodes,gpu_model,cpus,memory_mb,queue,team,user,state\n1,2025-01-06T00:00:00Z,2025-01-06T00:05:00Z,2025-01-06T01:05:00Z,,3600,1,,A100,4,16384,train,vision,ann,SUCCEEDED\n2,2025-01-06T00:00:00Z,,,600.5,,16,2,,64,1024,batch,nlp,bo,FAILED\n",
@@ -75,6 +77,8 @@ func FuzzReadPhilly(f *testing.F) {
 	f.Add([]byte("timestamp,duration,num_gpus,gpu_time,cluster\n2017-10-09 07:01:55,66.0,9223372036854775807,66.0,11cb48\n"))
 	f.Add([]byte("timestamp,duration,num_gpus,gpu_time,cluster\nx\"\n"))
 	f.Add([]byte("timestamp,timestamp,duration,num_gpus,cluster\nx,2017-10-09 07:01:55,1,1\n"))
+	// An unterminated quote took every line after it into one bad row.
+	f.Add([]byte("timestamp,duration,num_gpus,gpu_time,cluster\n\"2017-10-09 07:01:55,66,1,66,a\n2017-10-09 07:01:55,66,1,66,a\n"))
 	f.Fuzz(func(t *testing.T, data []byte) { checkTrace(t, "philly", data) })
 }
 
@@ -87,6 +91,8 @@ func FuzzReadAlibabaPods(f *testing.F) {
 	// parseCount, so a pod loads with more CPUs than maxTraceCPUs, which the rota reader
 	// refuses (here 1,048,577).
 	f.Add([]byte("name,cpu_milli,memory_mib,num_gpu,gpu_milli,creation_time,deletion_time,scheduled_time\np,1048577000,0,0,0,0,0,0\n"))
+	// An unterminated quote (see FuzzReadPhilly).
+	f.Add([]byte("name,cpu_milli,memory_mib,num_gpu,gpu_milli,creation_time,deletion_time,scheduled_time\n\"p,0,0,1,500,0,10,0\np,0,0,1,500,0,10,0\n"))
 	f.Fuzz(func(t *testing.T, data []byte) { checkTrace(t, "alibaba-gpu2023", data) })
 }
 

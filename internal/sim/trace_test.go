@@ -92,6 +92,54 @@ func TestPhillyBadRows(t *testing.T) {
 	}
 }
 
+// TestMalformedRows: rows that are not CSV, or not of the header's width, cost their own
+// line and no other, in every format, and a strict load names the first of them. An
+// unterminated quote used to swallow the rest of the file (encoding/csv reads on to the next
+// quote) and, earlier, panicked in csv.Reader.FieldPos.
+func TestMalformedRows(t *testing.T) {
+	for _, tc := range []struct {
+		format, header, good string
+	}{
+		{"alibaba-gpu2023", "name,cpu_milli,memory_mib,num_gpu,gpu_milli,creation_time,deletion_time,scheduled_time", "p,1000,1024,1,1000,0,60,0"},
+		{"philly", "timestamp,duration,num_gpus,gpu_time,cluster", "2017-10-09 07:01:55,66,1,66,a"},
+		{"rota", "submit,gpus,duration_s", "2025-01-06T00:00:00Z,1,600"},
+	} {
+		t.Run(tc.format, func(t *testing.T) {
+			in := strings.Join([]string{
+				tc.header,
+				tc.good,                   // line 2
+				`"` + tc.good,             // 3: an unterminated quote
+				tc.good,                   // 4
+				"x\x00\xff\"y," + tc.good, // 5: stray bytes and a bare quote
+				tc.good + ",extra",        // 6: a field too many
+				"a,b",                     // 7: too few
+				tc.good,                   // 8, without a final line break
+			}, "\n")
+			tr, err := ReadTrace(strings.NewReader(in), tc.format, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var lines []int
+			for _, b := range tr.Skipped {
+				lines = append(lines, b.Line)
+			}
+			if want := []int{3, 5, 6, 7}; !reflect.DeepEqual(lines, want) {
+				t.Errorf("skipped %v, want lines %v", tr.Skipped, want)
+			}
+			if len(tr.Jobs) != 3 || tr.Rows != 7 {
+				t.Errorf("%d jobs of %d rows, want 3 of 7", len(tr.Jobs), tr.Rows)
+			}
+			if !strings.Contains(tr.Skipped[0].Reason, "malformed CSV") {
+				t.Errorf("line 3: %q, want malformed CSV", tr.Skipped[0].Reason)
+			}
+			_, err = ReadTrace(strings.NewReader(in), tc.format, true)
+			if !errors.Is(err, ErrBadRow) || !strings.Contains(err.Error(), "line 3:") {
+				t.Errorf("strict: %v, want ErrBadRow naming line 3", err)
+			}
+		})
+	}
+}
+
 func TestMissingColumn(t *testing.T) {
 	_, err := LoadTrace("testdata/philly_no_gpus_column.csv", "philly", false)
 	if err == nil || !strings.Contains(err.Error(), "lacks column(s) num_gpus") {
@@ -110,7 +158,7 @@ func TestAlibabaExcerpt(t *testing.T) {
 	if tr.Rows != 19 || len(tr.Jobs) != 19 || len(tr.Skipped) != 0 {
 		t.Fatalf("rows %d, jobs %d, skipped %v", tr.Rows, len(tr.Jobs), tr.Skipped)
 	}
-	if want := []string{"3 fractional GPU requests rounded up to 1 whole GPU"}; !reflect.DeepEqual(tr.Notes, want) {
+	if want := []string{"3 fractional GPU requests rounded up to 1 whole GPU (--fill keeps them fractional)"}; !reflect.DeepEqual(tr.Notes, want) {
 		t.Errorf("notes %q, want %q", tr.Notes, want)
 	}
 	byName := map[string]Job{}
@@ -121,16 +169,17 @@ func TestAlibabaExcerpt(t *testing.T) {
 		name string
 		want Job
 	}{
-		// Fractional (460 milli-GPU): one whole GPU. Runs from scheduled to deletion time.
-		{"openb-pod-0001", Job{GPUs: 1, CPUs: 6, MemoryMB: 12288, Team: "LS",
+		// Fractional (460 milli-GPU): one whole GPU in a replay, 460 milli-GPU with --fill.
+		// Runs from scheduled to deletion time.
+		{"openb-pod-0001", Job{GPUs: 1, GPUMilli: 460, CPUs: 6, CPUMilli: 6000, MemoryMB: 12288, Team: "LS",
 			Submit: alibabaEpoch.Add(427061 * time.Second), Duration: (12902960 - 427061) * time.Second}},
 		// CPU only; scheduled 2 s after creation.
-		{"openb-pod-0005", Job{GPUs: 0, CPUs: 20, MemoryMB: 65536, Team: "LS",
+		{"openb-pod-0005", Job{GPUs: 0, CPUs: 20, CPUMilli: 20000, MemoryMB: 65536, Team: "LS",
 			Submit: alibabaEpoch.Add(2759674 * time.Second), Duration: (12902960 - 2759676) * time.Second}},
 		// Never scheduled: runs from creation to deletion. 11908 milli-CPUs round up to 12.
-		{"openb-pod-0061", Job{GPUs: 1, CPUs: 12, MemoryMB: 47104, Team: "BE",
+		{"openb-pod-0061", Job{GPUs: 1, CPUs: 12, CPUMilli: 11908, MemoryMB: 47104, Team: "BE",
 			Submit: alibabaEpoch.Add(10001278 * time.Second), Duration: 125 * time.Second}},
-		{"openb-pod-0017", Job{GPUs: 8, CPUs: 88, MemoryMB: 327680, Team: "Burstable",
+		{"openb-pod-0017", Job{GPUs: 8, CPUs: 88, CPUMilli: 88000, MemoryMB: 327680, Team: "Burstable",
 			Submit: alibabaEpoch.Add(9437497 * time.Second), Duration: (10769854 - 9437497) * time.Second}},
 	}
 	for _, c := range cases {
@@ -161,11 +210,30 @@ func TestAlibabaExcerpt(t *testing.T) {
 	if !reflect.DeepEqual(tr.Skipped, wantSkipped) {
 		t.Errorf("skipped %v\nwant %v", tr.Skipped, wantSkipped)
 	}
-	if len(tr.Jobs) != 2 || tr.Jobs[0].GPUModel != "V100M16" || tr.Jobs[1].GPUModel != "" {
+	if len(tr.Jobs) != 2 || tr.Jobs[0].GPUModel != "V100M16" || tr.Jobs[1].GPUModel != "" ||
+		!reflect.DeepEqual(tr.Jobs[1].GPUModels, []string{"V100M16", "T4"}) {
 		t.Errorf("jobs %+v: want p1 constrained to V100M16, p2 to any model", tr.Jobs)
 	}
-	if want := []string{"1 tasks allowed several GPU models and may use any"}; !reflect.DeepEqual(tr.Notes, want) {
+	if want := []string{"1 tasks allowed several GPU models and may use any (--fill keeps to them)"}; !reflect.DeepEqual(tr.Notes, want) {
 		t.Errorf("notes %q, want %q", tr.Notes, want)
+	}
+}
+
+// TestAlibabaUntimed: a task list without time columns loads as untimed, for --fill; one
+// with half of them is refused.
+func TestAlibabaUntimed(t *testing.T) {
+	in := "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\np1,1500,10,1,250,\np2,1000,10,2,1000,T4\n"
+	tr, err := ReadTrace(strings.NewReader(in), "alibaba-gpu2023", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !tr.Untimed || len(tr.Jobs) != 2 || tr.Jobs[0].GPUMilli != 250 || tr.Jobs[0].CPUMilli != 1500 ||
+		tr.Jobs[1].GPUModel != "T4" || tr.Jobs[0].Duration != 0 {
+		t.Errorf("untimed %v, jobs %+v", tr.Untimed, tr.Jobs)
+	}
+	half := "name,cpu_milli,memory_mib,num_gpu,gpu_milli,creation_time\np1,1500,10,1,250,0\n"
+	if _, err := ReadTrace(strings.NewReader(half), "alibaba-gpu2023", false); err == nil || !strings.Contains(err.Error(), "deletion_time") {
+		t.Errorf("creation_time without deletion_time: err %v", err)
 	}
 }
 
