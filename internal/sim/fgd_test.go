@@ -58,18 +58,24 @@ func TestFrag(t *testing.T) {
 }
 
 // TestPlacements: a half-GPU task and two nodes, n = [1000, 300] and m = [600, 1000].
-// FGD: on n it takes GPU 0 → [500, 300], F 300 → 550 (+250); on m GPU 0 → [100, 1000],
-// F 300 → 100 (−200), GPU 1 → [600, 500], F → 550 (+250): m, GPU 0. Best-fit: n keeps 800
+// FGD: on n it takes GPU 0 → [500, 300], F 300 → 550 (+250, score ⌊100·σ(−0.25)⌋ = 43); on
+// m GPU 0 → [100, 1000], F 300 → 100 (−200, score ⌊100·σ(0.2)⌋ = 54), GPU 1 → [600, 500],
+// F → 550 (+250, 43): m, GPU 0; the cost is the score negated. Best-fit: n keeps 800
 // milli, m 1100: n. Packing: m's GPU 0 is partly used, n would need its free GPU 0: m.
 func TestPlacements(t *testing.T) {
+	for growth, want := range map[float64]float64{0: 50, 250: 43, -200: 54, 1e6: 0, -1e6: 100} {
+		if got := fgdScore(growth); got != want {
+			t.Errorf("fgdScore(%v) = %v, want %v", growth, got, want)
+		}
+	}
 	mix := handMix()
 	c := &Cluster{Nodes: []NodeSpec{{GPUs: 2, CPUs: 8}, {GPUs: 2, CPUs: 8}}}
 	fgd, _ := placementFor(PlacementFGD, mix, c)
-	if cost, gpus := fgd.rank(node(8000, 1000, 300), halfGPU); cost != 250 || !reflect.DeepEqual(gpus, []int{0}) {
-		t.Errorf("fgd on n: %v %v, want 250 [0]", cost, gpus)
+	if cost, gpus := fgd.rank(node(8000, 1000, 300), halfGPU); cost != -43 || !reflect.DeepEqual(gpus, []int{0}) {
+		t.Errorf("fgd on n: %v %v, want -43 [0]", cost, gpus)
 	}
-	if cost, gpus := fgd.rank(node(8000, 600, 1000), halfGPU); cost != -200 || !reflect.DeepEqual(gpus, []int{0}) {
-		t.Errorf("fgd on m: %v %v, want -200 [0]", cost, gpus)
+	if cost, gpus := fgd.rank(node(8000, 600, 1000), halfGPU); cost != -54 || !reflect.DeepEqual(gpus, []int{0}) {
+		t.Errorf("fgd on m: %v %v, want -54 [0]", cost, gpus)
 	}
 	for _, tc := range []struct {
 		p    Placement
