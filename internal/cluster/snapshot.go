@@ -14,6 +14,9 @@ import (
 //
 // Pending jobs that keep is false for are left out: the server uses it for rules the core
 // does not know (array and per-user limits).
+//
+// Every job carries the service it has received (serviceOf): GPU-seconds over its attempts,
+// the current one up to now, for the "las" order and the default policy's service factor.
 func (s *State) Snapshot(now time.Time, keep func(*api.Job) bool) *sched.Snapshot {
 	snap := &sched.Snapshot{Queues: map[string]sched.Queue{}, Teams: map[string]sched.Team{}}
 	usage := s.TeamUsage(now)
@@ -74,8 +77,10 @@ func (s *State) Snapshot(now time.Time, keep func(*api.Job) bool) *sched.Snapsho
 		if !ok {
 			continue
 		}
+		sv := s.serviceOf(id, now)
 		r := sched.Running{ID: id, Queue: j.Spec.Queue, Team: j.Spec.Team, User: j.Spec.User, Start: a.AssignTime,
-			Borrowing: j.Borrowing, Preempting: j.PreemptRequested || j.CancelRequested || j.Stopping != ""}
+			Borrowing: j.Borrowing, Preempting: j.PreemptRequested || j.CancelRequested || j.Stopping != "",
+			AttainedService: sv.attained, LastRun: sv.lastRun, Requeued: sv.requeued}
 		if j.LastCheckpoint != nil {
 			r.LastCheckpoint = *j.LastCheckpoint
 		}
@@ -92,9 +97,11 @@ func (s *State) Snapshot(now time.Time, keep func(*api.Job) bool) *sched.Snapsho
 		if keep != nil && !keep(j) {
 			continue
 		}
+		sv := s.serviceOf(id, now)
 		snap.Pending = append(snap.Pending, sched.Job{
 			ID: id, Queue: j.Spec.Queue, Team: j.Spec.Team, User: j.Spec.User, SubmitTime: j.SubmitTime, Nice: j.Spec.Nice,
 			TimeLimit: time.Duration(j.Spec.TimeLimit) * time.Second, Image: j.Spec.Image,
+			AttainedService: sv.attained, LastRun: sv.lastRun, Requeued: sv.requeued,
 			Request: sched.Request{
 				GPUs: j.Spec.GPUs, Nodes: j.Spec.Nodes, GPUsPerNode: j.Spec.GPUsPerNode, GPUModel: j.Spec.GPUModel,
 				CPUs: j.Spec.CPUs, MemoryMB: j.Spec.MemoryMB,

@@ -75,3 +75,32 @@ func (s *State) TeamUsage(now time.Time) map[string]float64 {
 	}
 	return out
 }
+
+// service is what one job has received, for the scheduler's least-attained-service order
+// and service factor (sched.Job.AttainedService and its neighbours).
+type service struct {
+	// attained is GPU-seconds over all attempts, the current one up to now.
+	attained float64
+	// lastRun and requeued are the run time and end of the latest attempt that ended.
+	lastRun  time.Duration
+	requeued time.Time
+}
+
+// serviceOf sums job id's attempts at now. Attempts are few per job, so it reads them all
+// rather than keeping a running total that every transition would have to maintain.
+func (s *State) serviceOf(id int64, now time.Time) service {
+	var sv service
+	for _, a := range s.attempts[id] {
+		if a.EndTime == nil {
+			sv.attained += gpuSeconds(a, now)
+			continue
+		}
+		sv.attained += gpuSeconds(a, *a.EndTime)
+		start := a.AssignTime
+		if a.StartTime != nil {
+			start = *a.StartTime
+		}
+		sv.lastRun, sv.requeued = max(a.EndTime.Sub(start), 0), *a.EndTime
+	}
+	return sv
+}

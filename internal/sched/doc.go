@@ -2,7 +2,8 @@
 // out (Schedule, ScheduleWith). It owns the policy:
 //
 //   - the order of pending jobs: queue tier, then a Slurm-like multifactor score (fair
-//     share, age, size, nice), or a research baseline for the simulator (Options.Order);
+//     share, age, size, service, nice), least attained service (Tiresias), or a research
+//     baseline for the simulator (Options.Order);
 //   - admission against team quotas (in quota, borrowing, over the limit);
 //   - placement: whole GPUs on one node by best fit (or worst fit), NVLink-aware within a
 //     node, and gangs all-or-nothing on nodes of one model and driver, one switch or
@@ -11,10 +12,42 @@
 //     without a container runtime;
 //   - EASY backfill: the highest blocked jobs get reservations, which are also their
 //     estimated starts, and lower jobs start only where they do not delay them;
-//   - preemption of borrowed or lower-tier preemptible work, losing the least, for single
+//   - preemption of borrowed, lower-tier or (under LAS) more-served preemptible work of
+//     the same tier, losing the least, for single
 //     jobs and gangs alike, with a claim on what the victims free that the caller carries
 //     to the next cycles until the job starts (Claim);
 //   - a structured reason for every job that stays pending.
+//
+// # Policies
+//
+// Options select a policy; OptionsFor names them for rota sim and the server's --policy,
+// combined with "+":
+//
+//   - default: tier, then the multifactor score; EASY backfill; preemption by tier and by
+//     reclaiming borrowed GPUs.
+//   - las: Tiresias' discretised 2D least attained service (las.go). Within a tier, jobs
+//     of preemptible queues fall into LAS queues by the GPU-seconds they have received
+//     over all attempts (Job.AttainedService, Running.AttainedService; the caller sums
+//     them): below 3250 GPU-seconds queue 0, below 7200 queue 1, else queue 2
+//     (Options.LASThresholds). A lower LAS queue goes first, then submit order. A waiting
+//     job may preempt running jobs of its own tier that sank to a higher LAS queue, with
+//     the usual machinery: claims, signal and grace, requeue, MinRuntime protection, never
+//     a queue that is not preemptible, never across tiers against the tier order. The
+//     starvation guard (Options.LASStarveLimit, default 8) promotes a job that has waited
+//     since its last attempt longer than 8 times that attempt's run to queue 0. Tiers,
+//     quotas and the other preemption rights stay above LAS. Plan.Recheck says when the
+//     queues next shift, for callers that plan only on events.
+//   - service: the default policy with the service factor on (Weights.Service): a job of a
+//     preemptible queue that has had GPU time in earlier attempts loses up to 500 points
+//     (half at Options.ServiceHalf, 8 GPU-hours), so short experiments do not queue behind
+//     requeued week-long training of their tier. Off by default, because it changes who
+//     resumes first after a preemption (a fresh small job may take the node a requeued
+//     victim needs back).
+//   - fifo, sjf: research baselines (submit order; shortest true duration, an oracle);
+//     they backfill and never preempt. fifo-strict (fifo+nobackfill): head-of-line
+//     blocking, no backfill, as YARN's capacity scheduler: nothing starts behind the first
+//     job that waits for resources.
+//   - worstfit, bestfit, greedy, nopreempt, nobackfill change one thing each.
 //
 // One cycle (plan.go) builds a state from the snapshot (state.go), orders the jobs
 // (order.go) and runs each through admission (quota.go), the feasibility chain

@@ -1,7 +1,9 @@
 package sched
 
 import (
+	"reflect"
 	"testing"
+	"time"
 )
 
 func TestOptionsFor(t *testing.T) {
@@ -18,13 +20,15 @@ func TestOptionsFor(t *testing.T) {
 		name string
 		want func(Options) bool
 	}{
-		{"default", func(o Options) bool { return o == DefaultOptions() }},
+		{"default", func(o Options) bool { return reflect.DeepEqual(o, DefaultOptions()) }},
 		{"fifo", func(o Options) bool { return o.Order == OrderFIFO && o.Placement == PlacementBestFit }},
 		{"sjf", func(o Options) bool { return o.Order == OrderSJF }},
 		{"las", func(o Options) bool { return o.Order == OrderLAS }},
 		{"worstfit", func(o Options) bool { return o.Order == OrderPriority && o.Placement == PlacementWorstFit }},
 		{"fifo+worstfit", func(o Options) bool { return o.Order == OrderFIFO && o.Placement == PlacementWorstFit }},
 		{"greedy", func(o Options) bool { return o.ReservationDepth < 0 }},
+		{"fifo-strict", func(o Options) bool { return o.Order == OrderFIFO && o.NoBackfill }},
+		{"las+nobackfill", func(o Options) bool { return o.Order == OrderLAS && o.NoBackfill }},
 	}
 	for _, tt := range tests {
 		o, err := OptionsFor(tt.name)
@@ -37,5 +41,8 @@ func TestOptionsFor(t *testing.T) {
 	}
 	if _, err := ScheduleWith(snapshot(nil, nil), t0, Options{Order: "random"}); err == nil {
 		t.Error("ScheduleWith accepted an unknown order")
+	}
+	if _, err := ScheduleWith(snapshot(nil, nil), t0, Options{LASThresholds: []time.Duration{time.Hour, time.Minute}}); err == nil {
+		t.Error("ScheduleWith accepted descending LAS thresholds")
 	}
 }

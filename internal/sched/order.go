@@ -46,7 +46,7 @@ func order(s *Snapshot, st *state, opts *Options, now int64, buf *orderBuf) []*r
 		j := &s.Pending[i]
 		q, ok := s.Queues[j.Queue]
 		r := ranked{job: j, queue: q, hasQueue: ok}
-		r.prio = priority(j, q.Tier, shares, st.totalGPUs, opts, now)
+		r.prio = priority(j, q, shares, st.totalGPUs, opts, now)
 		switch opts.Order {
 		case OrderSJF:
 			r.key = math.Inf(1)
@@ -56,7 +56,8 @@ func order(s *Snapshot, st *state, opts *Options, now int64, buf *orderBuf) []*r
 				r.key = float64(j.TimeLimit)
 			}
 		case OrderLAS:
-			r.key = j.AttainedService
+			r.prio.LASQueue = opts.pendingLASQueue(j, q, now)
+			r.key = float64(r.prio.LASQueue)
 		}
 		out[i] = r
 	}
@@ -64,20 +65,26 @@ func order(s *Snapshot, st *state, opts *Options, now int64, buf *orderBuf) []*r
 	// records dominated the sort.
 	keys := slices.Grow(buf.keys[:0], len(out))[:len(out)]
 	buf.keys = keys
+	// Both the priority order and LAS keep the tier order above their own.
 	byPriority := opts.Order == OrderPriority
+	byTier := byPriority || opts.Order == OrderLAS
 	for i := range out {
 		r := &out[i]
 		keys[i] = orderKey{score: r.key, job: r.job, at: i}
+		if byTier {
+			keys[i].tier = r.prio.Tier
+		}
 		if byPriority {
-			keys[i].tier, keys[i].score = r.prio.Tier, r.prio.Score
+			keys[i].score = r.prio.Score
 		}
 	}
 	slices.SortFunc(keys, func(a, b orderKey) int {
+		// Higher tier first.
+		if c := cmp.Compare(b.tier, a.tier); byTier && c != 0 {
+			return c
+		}
 		if byPriority {
-			// Higher first.
-			if c := cmp.Compare(b.tier, a.tier); c != 0 {
-				return c
-			}
+			// Higher score first.
 			if c := cmp.Compare(b.score, a.score); c != 0 {
 				return c
 			}
@@ -137,8 +144,11 @@ func fairShares(teams map[string]Team) map[string]float64 {
 //   - age: the wait so far over MaxAge, capped at 1.
 //   - size: the job's GPUs over the cluster's, capped at 1 (favours large jobs, which
 //     otherwise wait longest for room).
-func priority(j *Job, tier int, shares map[string]float64, clusterGPUs int, opts *Options, now int64) Priority {
-	p := Priority{Tier: tier, Nice: float64(j.Nice)}
+//   - service, subtracted like nice: 1 - 2^(-attained/ServiceHalf) for jobs of
+//     preemptible queues, 0 for the others and for jobs that never ran: work that has had
+//     much GPU time in earlier attempts goes after work that has had little.
+func priority(j *Job, q Queue, shares map[string]float64, clusterGPUs int, opts *Options, now int64) Priority {
+	p := Priority{Tier: q.Tier, Nice: float64(j.Nice)}
 	f := 1.0
 	if shares != nil {
 		f = shares[j.Team] // 0 for a team without a share
@@ -155,7 +165,10 @@ func priority(j *Job, tier int, shares map[string]float64, clusterGPUs int, opts
 		}
 		p.Size = opts.Weights.Size * min(float64(gpus)/float64(clusterGPUs), 1)
 	}
-	p.Score = p.FairShare + p.Age + p.Size - p.Nice
+	if opts.Weights.Service != 0 && j.AttainedService > 0 && lasQueue(q) {
+		p.Service = opts.Weights.Service * (1 - math.Exp2(-j.AttainedService/opts.ServiceHalf.Seconds()))
+	}
+	p.Score = p.FairShare + p.Age + p.Size - p.Service - p.Nice
 	return p
 }
 

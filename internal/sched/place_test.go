@@ -141,7 +141,9 @@ func TestOrder(t *testing.T) {
 		{OrderFIFO, []int64{1, 4, 5, 2, 3}},
 		// job 4's duration is unknown, so its one-hour limit stands in.
 		{OrderSJF, []int64{2, 5, 1, 4, 3}},
-		{OrderLAS, []int64{5, 2, 4, 3, 1}},
+		// LAS keeps the tier order, and train is not preemptible, so its jobs stay in LAS
+		// queue 0 in submit order (las_test.go orders by service).
+		{OrderLAS, []int64{3, 4, 5, 2, 1}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.order, func(t *testing.T) {

@@ -71,6 +71,8 @@ func (c *cycle) run() Plan {
 	for _, r := range jobs {
 		c.schedule(r)
 	}
+	// 3. Under LAS, say when the queues shift with nothing else happening.
+	c.plan.Recheck = c.recheck()
 	return c.plan
 }
 
@@ -111,6 +113,9 @@ type cycle struct {
 	blockedGPU     int // all GPU jobs
 	blockedCPU     int // CPU-only jobs
 	reservations   int
+	// head is the first job left waiting for resources: under Options.NoBackfill no job
+	// behind it starts. Zero while none waits.
+	head int64
 	// demand is the request of the job being scheduled.
 	demand demand
 	// orderBuf lends order its arrays from a Planner's previous cycle; nil: fresh ones.
@@ -198,6 +203,12 @@ func (c *cycle) schedule(r *ranked) {
 	if !ok {
 		pj.Reason = c.quotaReason(j.Team, v, d.gpus*d.nodes)
 		c.plan.Pending = append(c.plan.Pending, pj)
+		return
+	}
+
+	// Strict order: nothing starts behind a job that waits for resources.
+	if c.opts.NoBackfill && c.head != 0 {
+		c.behindHead(pj, d)
 		return
 	}
 
@@ -356,6 +367,22 @@ func (c *cycle) wait(r *ranked, pj PendingJob, d *demand, reason Reason, inQuota
 			}
 			c.plan.Reservations = append(c.plan.Reservations, res)
 		}
+	}
+	c.block(d)
+	if c.head == 0 {
+		c.head = pj.JobID
+	}
+	c.plan.Pending = append(c.plan.Pending, pj)
+}
+
+// behindHead leaves a job waiting behind the head of a strict order (Options.NoBackfill),
+// whether or not it would fit.
+func (c *cycle) behindHead(pj PendingJob, d *demand) {
+	ahead := c.blockedGPU + c.blockedCPU
+	pj.Reason = Reason{Code: ReasonPriority, Ahead: ahead}
+	if !c.opts.Terse {
+		pj.Reason.Message = fmt.Sprintf("%s of higher priority %s ahead; in strict order nothing starts behind job %d, which waits for resources",
+			plural(ahead, "job"), isAre(ahead), c.head)
 	}
 	c.block(d)
 	c.plan.Pending = append(c.plan.Pending, pj)

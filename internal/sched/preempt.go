@@ -11,7 +11,9 @@ import (
 // Preemption, when a job cannot start: it may stop running work it has a right over, in
 // this order of right (DESIGN.md, "The scheduling core"):
 //   - an in-quota job reclaims GPUs from other teams' jobs that borrow;
-//   - a job of a higher tier takes from a lower tier whose queue is preemptible.
+//   - a job of a higher tier takes from a lower tier whose queue is preemptible;
+//   - under the "las" order, a job of a preemptible queue takes from jobs of its own tier,
+//     also of preemptible queues, that have sunk to a lower-priority LAS queue (las.go).
 // Queues marked NeverPreempt are never touched. Jobs inside Options.MinRuntime are
 // protected, to avoid thrashing. Among the nodes where enough can be freed, the victims
 // chosen lose the least: lowest tier first, then the fewest GPU-seconds since their last
@@ -33,6 +35,8 @@ type victim struct {
 	tier     int
 	byTier   bool    // its queue yields to higher tiers
 	reclaim  bool    // it borrows beyond its team's guarantee
+	las      bool    // its queue yields to jobs of its tier in a lower LAS queue
+	level    int     // its LAS queue
 	stopping bool    // already told to stop
 	gpus     int     // in all
 	cost     float64 // GPU-seconds lost if stopped now
@@ -57,6 +61,7 @@ type preemptor struct {
 	nodes []nodeLoss
 	// What rights could find anything, so that most jobs skip the search.
 	lowestTier  int
+	highestLAS  int // the highest LAS queue of a victim; -1 without LAS victims
 	anyBorrower bool
 	anyStopping bool
 	failed      map[preemptKey]bool
@@ -68,12 +73,14 @@ type preemptKey struct {
 	shape
 	tier    int
 	inQuota bool
+	level   int
 }
 
 // newPreemptor lists the running jobs that some right could stop, in ID order.
 func newPreemptor(c *cycle) *preemptor {
 	st := c.st
-	p := &preemptor{holds: make([][]hold, len(st.nodes)), lowestTier: int(^uint(0) >> 1), failed: map[preemptKey]bool{}}
+	p := &preemptor{holds: make([][]hold, len(st.nodes)), lowestTier: int(^uint(0) >> 1), highestLAS: -1, failed: map[preemptKey]bool{}}
+	byLAS := c.opts.Order == OrderLAS
 	// Filter first and sort what is left: on most clusters few running jobs may be stopped.
 	for i := range c.s.Running {
 		r := &c.s.Running[i]
@@ -81,7 +88,8 @@ func newPreemptor(c *cycle) *preemptor {
 		if q.NeverPreempt {
 			continue
 		}
-		v := victim{r: r, tier: q.Tier, byTier: ok && q.Preemptible, reclaim: r.Borrowing, stopping: r.Preempting}
+		v := victim{r: r, tier: q.Tier, byTier: ok && q.Preemptible, reclaim: r.Borrowing, stopping: r.Preempting,
+			las: byLAS && ok && lasQueue(q)}
 		if !v.stopping && c.opts.MinRuntime > 0 && st.now-nanos(r.Start) < int64(c.opts.MinRuntime) {
 			continue
 		}
@@ -103,6 +111,10 @@ func newPreemptor(c *cycle) *preemptor {
 		}
 		if since < st.now {
 			v.cost = float64(v.gpus) * float64(st.now-since) / 1e9
+		}
+		if v.las {
+			v.level = c.opts.lasLevel(c.opts.runningService(r, v.gpus, st.now))
+			p.highestLAS = max(p.highestLAS, v.level)
 		}
 		for _, a := range r.Allocs {
 			ni, ok := st.byName[a.Node]
@@ -196,23 +208,28 @@ type nodeLoss struct {
 	age      float64
 }
 
-// mayStop reports whether a job of the given tier and team, in quota or not, has a right
-// over the victim.
-func (v *victim) mayStop(tier int, team string, inQuota bool) bool {
+// mayStop reports whether a job of the given tier, team and LAS queue (noLAS where LAS
+// does not apply to it), in quota or not, has a right over the victim.
+func (v *victim) mayStop(tier int, team string, inQuota bool, level int) bool {
 	if v.taken {
 		return false
 	}
-	return v.stopping || (v.byTier && v.tier < tier) || (v.reclaim && inQuota && v.r.Team != team)
+	return v.stopping || (v.byTier && v.tier < tier) || (v.reclaim && inQuota && v.r.Team != team) ||
+		(v.las && v.tier == tier && v.level > level)
 }
+
+// noLAS is the LAS queue of a job that LAS gives no right to preempt.
+const noLAS = maxTier
 
 // preempt looks for the node, or for a gang the nodes, where stopping the fewest-loss
 // victims lets the job start. On success it takes the victims, claims what the job will
 // take there, and returns the victims' IDs and the nodes.
 func (c *cycle) preempt(r *ranked, d *demand, inQuota bool) ([]int64, []string, bool) {
-	// Preemption rests on the tier order: under the research orders (fifo, sjf, las) a
-	// victim could be placed again ahead of the job it made room for, losing work for
-	// nothing, so they do not preempt.
-	if c.opts.NoPreemption || c.opts.Order != OrderPriority || len(c.s.Running) == 0 {
+	// Preemption rests on the order: the victims must come after the job they make room
+	// for, or they could be placed again ahead of it, losing work for nothing. The tier
+	// order and LAS (tier, then LAS queue) keep that; the research orders (fifo, sjf) do
+	// not preempt.
+	if c.opts.NoPreemption || (c.opts.Order != OrderPriority && c.opts.Order != OrderLAS) || len(c.s.Running) == 0 {
 		return nil, nil, false
 	}
 	if c.pre == nil {
@@ -220,18 +237,22 @@ func (c *cycle) preempt(r *ranked, d *demand, inQuota bool) ([]int64, []string, 
 	}
 	p := c.pre
 	tier := r.queue.Tier
-	if !(tier > p.lowestTier || (inQuota && p.anyBorrower) || p.anyStopping) {
+	level := noLAS
+	if c.opts.Order == OrderLAS && lasQueue(r.queue) {
+		level = r.prio.LASQueue
+	}
+	if !(tier > p.lowestTier || (inQuota && p.anyBorrower) || p.anyStopping || level < p.highestLAS) {
 		return nil, nil, false
 	}
-	key := preemptKey{d.shape(), tier, inQuota}
+	key := preemptKey{d.shape(), tier, inQuota, level}
 	if p.failed[key] {
 		return nil, nil, false
 	}
 	var picks []pick
 	if d.nodes == 1 {
-		picks = p.single(c.st, d, tier, inQuota)
+		picks = p.single(c.st, d, tier, inQuota, level)
 	} else {
-		picks = p.gang(c.st, d, tier, inQuota)
+		picks = p.gang(c.st, d, tier, inQuota, level)
 	}
 	if picks == nil {
 		p.failed[key] = true
@@ -253,9 +274,15 @@ func (c *cycle) preempt(r *ranked, d *demand, inQuota bool) ([]int64, []string, 
 			if v.stopping {
 				continue
 			}
-			why := fmt.Sprintf("preempted on %s by job %d of higher tier (queue %s)", node, r.job.ID, r.queue.Name)
-			if !(v.byTier && v.tier < tier) {
+			var why string
+			switch {
+			case v.byTier && v.tier < tier:
+				why = fmt.Sprintf("preempted on %s by job %d of higher tier (queue %s)", node, r.job.ID, r.queue.Name)
+			case v.reclaim && inQuota && v.r.Team != d.team:
 				why = fmt.Sprintf("borrowed GPUs on %s reclaimed by team %s's in-quota job %d", node, d.team, r.job.ID)
+			default:
+				why = fmt.Sprintf("preempted on %s by job %d, which has had less GPU time (LAS queue %d, this job's %d)",
+					node, r.job.ID, level, v.level)
 			}
 			c.plan.Preemptions = append(c.plan.Preemptions, Preemption{JobID: v.r.ID, ForJob: r.job.ID, Reason: why})
 		}
@@ -306,7 +333,7 @@ func (st *state) groupFits(gi int, d *demand) bool {
 
 // single picks the one node where the cheapest victims let a single-node job start; among
 // equal options, the first in name order.
-func (p *preemptor) single(st *state, d *demand, tier int, inQuota bool) []pick {
+func (p *preemptor) single(st *state, d *demand, tier int, inQuota bool, level int) []pick {
 	var best option
 	found := false
 	noGroup := [1]int{-1}
@@ -340,7 +367,7 @@ func (p *preemptor) single(st *state, d *demand, tier int, inQuota bool) []pick 
 			if !found {
 				bound = nil
 			}
-			o, ok := p.cheapest(st, cand{ni, gi}, d, tier, inQuota, bound)
+			o, ok := p.cheapest(st, cand{ni, gi}, d, tier, inQuota, level, bound)
 			if !ok || len(o.victims) == 0 {
 				continue
 			}
@@ -359,7 +386,7 @@ func (p *preemptor) single(st *state, d *demand, tier int, inQuota bool) []pick 
 // gang picks d.nodes nodes of one class where the gang fits once the cheapest victims on
 // each have stopped: in each class, the nodes whose worst tier stopped is lowest, and
 // among those the cheapest; then the class that loses least.
-func (p *preemptor) gang(st *state, d *demand, tier int, inQuota bool) []pick {
+func (p *preemptor) gang(st *state, d *demand, tier int, inQuota bool, level int) []pick {
 	var opts []option
 	for m := range st.models {
 		if !d.takes(m) {
@@ -375,7 +402,7 @@ func (p *preemptor) gang(st *state, d *demand, tier int, inQuota bool) []pick {
 			if !st.groupFits(gi, d) || !st.nodeFits(g.node, d) {
 				continue
 			}
-			if o, ok := p.cheapest(st, cand{g.node, gi}, d, tier, inQuota, nil); ok {
+			if o, ok := p.cheapest(st, cand{g.node, gi}, d, tier, inQuota, level, nil); ok {
 				o.victims = slices.Clone(o.victims)
 				opts = append(opts, o)
 			}
@@ -442,7 +469,7 @@ func (p *preemptor) gang(st *state, d *demand, tier int, inQuota bool) []pick {
 // when stopping every job it may stop there is not enough, or, given a bound, as soon as
 // the victims would lose more than it. The victims it returns live in scratch memory
 // until the next call.
-func (p *preemptor) cheapest(st *state, cd cand, d *demand, tier int, inQuota bool, bound *option) (option, bool) {
+func (p *preemptor) cheapest(st *state, cd cand, d *demand, tier int, inQuota bool, level int, bound *option) (option, bool) {
 	ni, gi := cd.node, cd.group
 	ns := &st.nodes[ni]
 	gpus := 0
@@ -457,7 +484,7 @@ func (p *preemptor) cheapest(st *state, cd cand, d *demand, tier int, inQuota bo
 		if gpus >= d.gpus && cpus >= d.cpus && mem >= d.mem {
 			break
 		}
-		if !(h.group == gi || h.group == -1 || gi == -1) || !p.victims[h.victim].mayStop(tier, d.team, inQuota) {
+		if !(h.group == gi || h.group == -1 || gi == -1) || !p.victims[h.victim].mayStop(tier, d.team, inQuota, level) {
 			continue
 		}
 		// Stop only what helps: a CPU-only job frees no GPUs.

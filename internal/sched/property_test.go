@@ -68,6 +68,13 @@ func genCluster(r *rand.Rand, nodes, pending int, busyFrac float64, rich bool) *
 				if r.IntN(2) == 0 {
 					run.LastCheckpoint = t0.Add(-time.Duration(r.IntN(3600)) * time.Second)
 				}
+				// Service from earlier attempts, so that LAS has queues to sort.
+				run.AttainedService = float64(k) * t0.Sub(run.Start).Seconds()
+				if r.IntN(2) == 0 {
+					run.LastRun = time.Duration(1+r.IntN(180)) * time.Minute
+					run.Requeued = run.Start.Add(-time.Duration(r.IntN(24*60)) * time.Minute)
+					run.AttainedService += float64(k) * run.LastRun.Seconds()
+				}
 			}
 			free = free[k:]
 			s.Running = append(s.Running, run)
@@ -94,6 +101,11 @@ func genCluster(r *rand.Rand, nodes, pending int, busyFrac float64, rich bool) *
 		}
 		if id%7 == 0 {
 			j.Image = "registry.example.com/ml/train:1"
+		}
+		if r.IntN(3) == 0 { // requeued after earlier attempts
+			j.LastRun = time.Duration(1+r.IntN(600)) * time.Minute
+			j.Requeued = t0.Add(-time.Duration(r.IntN(24*60)) * time.Minute)
+			j.AttainedService = float64(j.Request.GPUs) * j.LastRun.Seconds() * float64(1+r.IntN(3))
 		}
 		s.Pending = append(s.Pending, j)
 		id++
@@ -332,8 +344,13 @@ func checkPlanAt(t *testing.T, s *Snapshot, p Plan, now time.Time, minRuntime ti
 		}
 	}
 	victims := map[int64]bool{}
+	pendingQueue := map[int64]string{}
+	for _, j := range s.Pending {
+		pendingQueue[j.ID] = j.Queue
+	}
 	for _, pr := range p.Preemptions {
 		v := running[pr.JobID]
+		vq, fq := s.Queues[v.Queue], s.Queues[pendingQueue[pr.ForJob]]
 		switch {
 		case v == nil:
 			t.Fatalf("preemption of job %d, which is not running", pr.JobID)
@@ -349,6 +366,12 @@ func checkPlanAt(t *testing.T, s *Snapshot, p Plan, now time.Time, minRuntime ti
 			t.Fatalf("job %d preempted for job %d, which does not wait for it", pr.JobID, pr.ForJob)
 		case now.Sub(v.Start) < minRuntime:
 			t.Fatalf("job %d preempted inside its minimum runtime", pr.JobID)
+		// Only reclaiming borrowed GPUs goes against the tier order; within a tier only
+		// LAS preempts, and only among preemptible queues.
+		case !v.Borrowing && vq.Tier > fq.Tier:
+			t.Fatalf("job %d of tier %d preempted for job %d of tier %d", pr.JobID, vq.Tier, pr.ForJob, fq.Tier)
+		case !v.Borrowing && vq.Tier == fq.Tier && !(lasQueue(vq) && lasQueue(fq)):
+			t.Fatalf("job %d preempted for job %d of its own tier outside preemptible queues", pr.JobID, pr.ForJob)
 		}
 		victims[pr.JobID] = true
 		if live[pr.ForJob] != nil {
@@ -423,7 +446,8 @@ func TestRandomSnapshots(t *testing.T) {
 	for seed := range uint64(40) {
 		r := rand.New(rand.NewPCG(seed, 0x5eed))
 		s := genCluster(r, 5+r.IntN(60), r.IntN(300), r.Float64(), true)
-		for _, opts := range []Options{{}, {Placement: PlacementWorstFit}, {Order: OrderFIFO, ReservationDepth: -1}, {ReservationDepth: 3}} {
+		for _, opts := range []Options{{}, {Placement: PlacementWorstFit}, {Order: OrderFIFO, ReservationDepth: -1}, {ReservationDepth: 3},
+			{Order: OrderLAS}, {Order: OrderFIFO, NoBackfill: true}, {Weights: Weights{FairShare: 1, Service: 1}}} {
 			t.Run(fmt.Sprintf("seed%d/%s-%s-%d", seed, opts.Order, opts.Placement, opts.ReservationDepth), func(t *testing.T) {
 				p := mustSchedule(s, opts)
 				checkPlan(t, s, p)

@@ -120,6 +120,17 @@ func decodeScenario(data []byte) scenario {
 		if c := src.intn(64); c > 0 {
 			r.LastCheckpoint = t0.Add(-time.Duration(c) * time.Minute)
 		}
+		// Service, in GPU-seconds, from this attempt and perhaps earlier ones; now and then
+		// an attempt the starvation guard started.
+		gpus := 0
+		for _, a := range allocs {
+			gpus += len(a.GPUIndices)
+		}
+		r.AttainedService = float64(gpus) * t0.Sub(r.Start).Seconds() * float64(1+src.intn(4))
+		if l := src.intn(16); l > 0 {
+			r.LastRun = time.Duration(l) * 10 * time.Minute
+			r.Requeued = r.Start.Add(-time.Duration(src.intn(256)) * 10 * time.Minute)
+		}
 		id++
 		return r
 	}
@@ -199,6 +210,10 @@ func decodeJob(src *byteSource, id int64) Job {
 			CPUs: src.intn(17), MemoryMB: int64(src.intn(129)) << 10},
 		Nice: choose(src, 0, 5, -5, 100, -100), Duration: time.Duration(src.intn(256)) * time.Minute,
 		AttainedService: float64(src.intn(256)) * 3600}
+	if l := src.intn(8); l > 0 && j.AttainedService > 0 {
+		j.LastRun = time.Duration(l) * 15 * time.Minute
+		j.Requeued = t0.Add(-time.Duration(src.intn(256)) * 10 * time.Minute)
+	}
 	if src.intn(6) == 5 {
 		j.Request.Nodes, j.Request.GPUsPerNode = 2+src.intn(3), 1+src.intn(8)
 		j.Request.GPUs = j.Request.Nodes * j.Request.GPUsPerNode

@@ -136,9 +136,16 @@ type Job struct {
 	// Duration is the job's true runtime, known only to the simulator; the "sjf" order
 	// uses it as an oracle. Zero: unknown (the time limit stands in).
 	Duration time.Duration
-	// AttainedService is the GPU-seconds the job received in earlier attempts; the "las"
-	// order runs the least served first.
+	// AttainedService is the GPU-seconds the job received over all its attempts so far
+	// (GPUs × time run, summed). The "las" order queues by it, and the default policy's
+	// service factor weighs it; both only in preemptible queues.
 	AttainedService float64
+	// LastRun is how long the job's latest attempt ran, and Requeued when that attempt
+	// ended; both zero for a job that never ran. The "las" order's starvation guard
+	// promotes a job that has waited since Requeued longer than Options.LASStarveLimit
+	// times LastRun.
+	LastRun  time.Duration
+	Requeued time.Time
 	// Image is the container image the job runs in; empty: none. A job with an image
 	// runs only on nodes with a ContainerRuntime.
 	Image string
@@ -164,6 +171,14 @@ type Running struct {
 	// free and it is never chosen as a victim again. What it holds that a claim names goes
 	// to the claiming job; the rest may go to any job.
 	Preempting bool
+	// AttainedService is the GPU-seconds the job received over all its attempts, the
+	// current one up to now included; the "las" order demotes and preempts by it.
+	AttainedService float64
+	// LastRun and Requeued are those of the attempt before the current one (zero if there
+	// was none), as Job's: an attempt the starvation guard started counts its service
+	// from its own start.
+	LastRun  time.Duration
+	Requeued time.Time
 }
 
 // Alloc is what a job holds, or is given, on one node.
@@ -192,6 +207,12 @@ type Plan struct {
 	// when each is expected to start. Lower jobs were placed only where they do not delay
 	// these.
 	Reservations []JobReservation
+	// Recheck is the earliest time after now at which the same state could be planned
+	// differently without any event: under the "las" order, a running job crossing into a
+	// lower-priority queue or leaving its MinRuntime protection, or a waiting job reaching
+	// the starvation limit, while jobs wait. Zero: none. A caller that plans only on
+	// events (the simulator) plans again then; the server's periodic cycle covers it.
+	Recheck time.Time
 }
 
 // Preemption asks for a running job to be stopped.
@@ -250,15 +271,20 @@ type PendingJob struct {
 }
 
 // Priority shows how a job's order was decided: first the queue tier, then Score, the sum
-// of the weighted factors below (each already multiplied by its weight).
+// of the weighted factors below (each already multiplied by its weight). Under the "las"
+// order, LASQueue decides before Score.
 type Priority struct {
 	Tier      int
 	Score     float64
 	FairShare float64
 	Age       float64
 	Size      float64
-	// Nice is subtracted: Score = FairShare + Age + Size - Nice.
-	Nice float64
+	// Service and Nice are subtracted: Score = FairShare + Age + Size - Service - Nice.
+	// Service holds back jobs of preemptible queues that have had much GPU time.
+	Service float64
+	Nice    float64
+	// LASQueue is the job's queue under the "las" order: 0 is served first.
+	LASQueue int
 }
 
 // ReasonCode says, in a word, why a job waits.

@@ -120,8 +120,12 @@
 // capacity; the progress bar counts GPUs requested. The paper's protocol over its workloads
 // and seeds, next to its published results, is TestFGDProtocol (ROTA_FGD_PROTOCOL=1).
 // Policies are sched's (PolicyNames); the default set is default, fifo, sjf (oracle
-// durations), las (least attained service, as in Tiresias) and worstfit (spread); the
-// default policy places best-fit. Names combine with "+", e.g. fifo+worstfit.
+// durations), las (Tiresias' discretised least attained service: queues by GPU-seconds
+// received, preempting jobs of the same tier that sank to a lower queue, with a starvation
+// guard; only preemptible queues take part) and worstfit (spread); fifo-strict is the
+// papers' YARN-like baseline: head-of-line blocking, no backfill. The default policy
+// places best-fit. Names combine with "+", e.g. fifo+worstfit. docs/scheduling.md says
+// more, with the Philly comparison.
 //
 // METRICS.md defines every number of the report.
 package sim

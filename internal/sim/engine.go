@@ -166,8 +166,12 @@ type jobRun struct {
 	arrive, firstStart, start, end int64
 	// progress is the work saved: completed attempts and checkpoints.
 	progress time.Duration
-	// attained is GPU-seconds received in all attempts so far (least attained service).
+	// attained is GPU-seconds received in the attempts that ended (least attained
+	// service); lastRun and requeued are the run time and end of the latest of them
+	// (requeued is -1 before any), for the LAS order's starvation guard.
 	attained float64
+	lastRun  time.Duration
+	requeued int64
 }
 
 // teamAcct accounts one team's GPU use over virtual time.
@@ -326,7 +330,7 @@ func newEngine(w *Workload, cfg Config, policy string, plan planFunc) (*engine, 
 		e.arrivals[i] = at
 		e.jobs[i] = jobRun{
 			state: api.StatePending, pendPos: -1, runPos: -1, gpus: j.GPUs, team: ti,
-			limit: limit, arrive: at, firstStart: -1,
+			limit: limit, arrive: at, firstStart: -1, requeued: -1,
 		}
 	}
 	return e, nil
@@ -454,8 +458,16 @@ func (e *engine) addPending(i int) {
 		ID: wj.ID, Queue: wj.Queue, Team: wj.Team, User: wj.User, SubmitTime: e.t(j.arrive),
 		TimeLimit: j.limit, Request: req,
 		Duration:        wj.Duration - j.progress,
-		AttainedService: j.attained,
+		AttainedService: j.attained, LastRun: j.lastRun, Requeued: e.requeuedAt(j),
 	})
+}
+
+// requeuedAt is when job j's latest attempt ended, zero if none did.
+func (e *engine) requeuedAt(j *jobRun) time.Time {
+	if j.requeued < 0 {
+		return time.Time{}
+	}
+	return e.t(j.requeued)
 }
 
 func (e *engine) removePending(i int) {
@@ -513,7 +525,7 @@ func (e *engine) schedule() error {
 			}
 		}
 		e.claims = p.Claims
-		e.scheduleWake(p.Pending)
+		e.scheduleWake(p.Pending, p.Recheck)
 		if len(p.Preemptions) == 0 {
 			break
 		}
@@ -530,14 +542,15 @@ func (e *engine) snapshot() *sched.Snapshot {
 		e.accrue(t)
 		e.snapT[t.name] = sched.Team{Name: t.name, Quota: t.quota, Weight: t.weight, Usage: t.usage}
 	}
-	if ck := int64(e.cfg.Checkpoint); ck > 0 {
-		for k := range e.running {
-			r := &e.running[k]
-			st := e.jobs[r.ID-1].start
-			if n := (e.now - st) / ck; n > 0 {
-				r.LastCheckpoint = e.t(st + n*ck)
-			}
+	ck := int64(e.cfg.Checkpoint)
+	for k := range e.running {
+		r := &e.running[k]
+		j := &e.jobs[r.ID-1]
+		if n := (e.now - j.start) / max(ck, 1); ck > 0 && n > 0 {
+			r.LastCheckpoint = e.t(j.start + n*ck)
 		}
+		// As the server counts it: earlier attempts, and this one up to now.
+		r.AttainedService = j.attained + float64(j.gpus)*float64(e.now-j.start)/1e9
 	}
 	// A plan claims only for jobs it leaves pending, and nothing but a plan starts a job,
 	// so this drops nothing today; it keeps the rule the server follows.
@@ -565,9 +578,15 @@ func (e *engine) addTeamGPUs(ti int32, n int) {
 }
 
 // scheduleWake makes sure the scheduler is asked again at the earliest estimated start of a
-// pending job, in case nothing else happens then (a protected victim becoming preemptible).
-func (e *engine) scheduleWake(pending []sched.PendingJob) {
+// pending job, in case nothing else happens then (a protected victim becoming preemptible),
+// or at the plan's recheck (LAS queues shifting), whichever comes first.
+func (e *engine) scheduleWake(pending []sched.PendingJob, recheck time.Time) {
 	first := int64(math.MaxInt64)
+	if !recheck.IsZero() {
+		if at := int64(recheck.Sub(e.base)); at > e.now {
+			first = at
+		}
+	}
 	for k := range pending {
 		est := pending[k].EstimatedStart
 		if est.IsZero() {
@@ -639,6 +658,7 @@ func (e *engine) start(pl sched.Placement) error {
 	r := sched.Running{
 		ID: wj.ID, Queue: wj.Queue, Team: wj.Team, User: wj.User, Start: e.t(e.now),
 		Allocs: pl.Allocs, Borrowing: pl.Borrowing,
+		AttainedService: j.attained, LastRun: j.lastRun, Requeued: e.requeuedAt(j),
 	}
 	if j.limit > 0 {
 		r.End = e.t(e.now + int64(j.limit))
@@ -694,6 +714,7 @@ func (e *engine) release(i int) float64 {
 	e.addTeamGPUs(j.team, -j.gpus)
 	gpuSec := float64(j.gpus) * float64(e.now-j.start) / 1e9
 	j.attained += gpuSec
+	j.lastRun, j.requeued = time.Duration(e.now-j.start), e.now
 	return gpuSec
 }
 
