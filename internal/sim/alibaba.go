@@ -117,7 +117,7 @@ func readAlibabaPods(r io.Reader, strict bool) (*Trace, error) {
 		return nil, err
 	}
 	if fractional > 0 {
-		t.Notes = append(t.Notes, fmt.Sprintf("%d fractional GPU requests rounded up to 1 whole GPU (--fill keeps them fractional)", fractional))
+		t.Notes = append(t.Notes, fmt.Sprintf("%d tasks ask for a fraction of a GPU: a replay rounds each up to 1 whole GPU, --fill keeps them fractional", fractional))
 	}
 	if multiModel > 0 {
 		t.Notes = append(t.Notes, fmt.Sprintf("%d tasks allowed several GPU models and may use any (--fill keeps to them)", multiModel))

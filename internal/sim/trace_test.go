@@ -158,7 +158,7 @@ func TestAlibabaExcerpt(t *testing.T) {
 	if tr.Rows != 19 || len(tr.Jobs) != 19 || len(tr.Skipped) != 0 {
 		t.Fatalf("rows %d, jobs %d, skipped %v", tr.Rows, len(tr.Jobs), tr.Skipped)
 	}
-	if want := []string{"3 fractional GPU requests rounded up to 1 whole GPU (--fill keeps them fractional)"}; !reflect.DeepEqual(tr.Notes, want) {
+	if want := []string{"3 tasks ask for a fraction of a GPU: a replay rounds each up to 1 whole GPU, --fill keeps them fractional"}; !reflect.DeepEqual(tr.Notes, want) {
 		t.Errorf("notes %q, want %q", tr.Notes, want)
 	}
 	byName := map[string]Job{}
