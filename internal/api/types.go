@@ -68,6 +68,9 @@ type JobSpec struct {
 	Env     map[string]string `json:"env,omitempty" yaml:"env"`
 
 	// GPUs is the total number of whole GPUs. With Nodes > 1 it is Nodes*GPUsPerNode.
+	// GPUModel is the model the job needs ("" any), or a comma-separated list of models
+	// it accepts ("A100,H100": whichever starts first, all its GPUs of one model). The
+	// server stores each name resolved to the full name the nodes report.
 	GPUs        int    `json:"gpus" yaml:"gpus"`
 	GPUsPerNode int    `json:"gpus_per_node,omitempty" yaml:"gpus_per_node"`
 	Nodes       int    `json:"nodes,omitempty" yaml:"nodes"`

@@ -28,6 +28,9 @@ override the spec file; a command after -- overrides the file's command.
   --time takes Go durations (90m, 2h30m) or Slurm's MM, MM:SS, HH:MM:SS, D-HH,
   D-HH:MM and D-HH:MM:SS; 0 means the queue's default.
   --grace takes a Go duration (30s, 2m) or a number of seconds.
+  --gpu-model takes one model or up to 8 separated by commas: A100,H100 runs on A100s
+  or H100s (all of one model), whichever starts first, the first listed when both
+  fit as well. A short name matches the one model whose full name contains it.
   --after and --after-ok take job IDs separated by commas.
   --array takes indices and ranges separated by commas, each range with an optional
   step, and an optional limit of jobs active at once after %: 0-99, 0-99%8, 1,3,5,
@@ -89,7 +92,7 @@ func runSubmit(ctx context.Context, cfg Config, args []string) int {
 	fs.IntVar(&f.gpus, "gpus", 0, "total number of whole `GPUs`")
 	fs.IntVar(&f.gpusPerNode, "gpus-per-node", 0, "GPUs on each node of a multi-node job")
 	fs.IntVar(&f.nodes, "nodes", 0, "number of `nodes` (default 1)")
-	fs.StringVar(&f.gpuModel, "gpu-model", "", "GPU `model` the job needs, e.g. A100")
+	fs.StringVar(&f.gpuModel, "gpu-model", "", "GPU `model` the job needs, e.g. A100, or several it accepts, e.g. A100,H100")
 	fs.IntVar(&f.cpus, "cpus", 0, "number of `CPUs` (default: the server's)")
 	fs.StringVar(&f.mem, "mem", "", "memory `SIZE`, e.g. 64G")
 	fs.StringVar(&f.timeLimit, "time", "", "time limit `DURATION`, e.g. 4h or 1-00:00:00")

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/rotahq/rota/internal/api"
@@ -104,9 +105,19 @@ func (s *State) Snapshot(now time.Time, keep func(*api.Job) bool) *sched.Snapsho
 			AttainedService: sv.attained, LastRun: sv.lastRun, Requeued: sv.requeued,
 			Request: sched.Request{
 				GPUs: j.Spec.GPUs, Nodes: j.Spec.Nodes, GPUsPerNode: j.Spec.GPUsPerNode, GPUModel: j.Spec.GPUModel,
-				CPUs: j.Spec.CPUs, MemoryMB: j.Spec.MemoryMB,
+				GPUModels: GPUModels(j.Spec.GPUModel), CPUs: j.Spec.CPUs, MemoryMB: j.Spec.MemoryMB,
 			},
 		})
 	}
 	return snap
+}
+
+// GPUModels reads a job's gpu_model as a list of models ("A100,H100": either), or nil
+// when it names one model or none. The server stores the list as validated: full
+// names, no spaces, no repeats.
+func GPUModels(spec string) []string {
+	if !strings.Contains(spec, ",") {
+		return nil
+	}
+	return strings.Split(spec, ",")
 }

@@ -106,12 +106,12 @@ func (st *state) release(c cand, gpus int, d *demand) {
 }
 
 // earliestSingle finds the candidate where a single-node job can start soonest, ties to
-// name order; forever when none.
+// the job's preferred model (of a list), then name order; forever when none.
 func (st *state) earliestSingle(d *demand) (cand, int64) {
 	best, bestT := cand{}, int64(forever)
 	try := func(c cand) {
 		// Only a start no later than the best so far can win.
-		if t := st.earliestWithWindows(c, d, bestT); t < bestT || (t == bestT && t != forever && c.node < best.node) {
+		if t := st.earliestWithWindows(c, d, bestT); t < bestT || (t == bestT && t != forever && st.before(d, c, best)) {
 			best, bestT = c, t
 		}
 	}
@@ -135,4 +135,15 @@ func (st *state) earliestSingle(d *demand) (cand, int64) {
 		}
 	}
 	return best, bestT
+}
+
+// before orders candidates of equal start: the job's preferred model first (for a list),
+// then name order.
+func (st *state) before(d *demand, a, b cand) bool {
+	if d.prefer != nil && a.group >= 0 && b.group >= 0 {
+		if ra, rb := d.rank(st.groups[a.group].model), d.rank(st.groups[b.group].model); ra != rb {
+			return ra < rb
+		}
+	}
+	return a.node < b.node
 }

@@ -7,7 +7,9 @@
 //   - admission against team quotas (in quota, borrowing, over the limit);
 //   - placement: whole GPUs on one node by best fit (or worst fit), NVLink-aware within a
 //     node, and gangs all-or-nothing on nodes of one model and driver, one switch or
-//     rack where possible; never on a node whose health check failed, a GPU that is
+//     rack where possible; a job that lists several models (Request.GPUModels) runs on
+//     one of them, whichever has room first, the first listed at equal fit, and is
+//     admitted by and charged to the quota of the model it lands on; never on a node whose health check failed, a GPU that is
 //     unhealthy or held by leftover processes, nor, for a job with an image, a node
 //     without a container runtime;
 //   - EASY backfill: the highest blocked jobs get reservations, which are also their

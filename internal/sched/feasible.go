@@ -4,13 +4,23 @@ import (
 	"cmp"
 	"fmt"
 	"slices"
+	"strings"
 )
 
 // demand is a job's request in the form the checks use.
 type demand struct {
+	// modelName names the requested model for messages and cache keys: "" for any model,
+	// "A100 or H100" for a list.
 	modelName string
+	// models is the list of acceptable models of a job that names several
+	// (Request.GPUModels), in its order of preference; nil otherwise.
+	models []string
+	// prefer numbers the listed models schedulable nodes have, in the list's order: the
+	// order a placement tries them in at equal fit. nil without a list.
+	prefer []int
 	// model is the number of the requested model in state.models; anyModel when the job
-	// takes any model, noModel when no schedulable node has the model.
+	// takes any model, or any of a list (those deny does not mark), noModel when no
+	// schedulable node has the model (or any listed one).
 	model int
 	gpus  int // per node
 	nodes int
@@ -25,8 +35,18 @@ type demand struct {
 	// poolKey names the restriction on nodes in cache keys: the queue's name when it
 	// limits the pools, or "", followed by imageKey for an image job.
 	poolKey string
-	// deny marks models the team's quota rules out for a job that takes any model.
+	// deny marks the models a job that takes any model, or any of a list, may not use:
+	// those its list leaves out and those its team's quota rules out.
 	deny []bool
+}
+
+// rank is model m's place in the job's order of preference: its position in the list,
+// or 0 for every model without a list.
+func (d *demand) rank(m int) int {
+	if i := slices.Index(d.prefer, m); i >= 0 {
+		return i
+	}
+	return 0
 }
 
 // takes reports whether the job may use GPUs of model m.
@@ -79,8 +99,18 @@ func newDemand(st *state, j *Job, q *Queue) (demand, string) {
 	default:
 		d.gpus = r.GPUs / d.nodes
 	}
-	switch m, ok := st.modelByName[r.GPUModel]; {
-	case r.GPUModel == "":
+	model := r.GPUModel
+	switch len(r.GPUModels) {
+	case 0:
+	case 1:
+		model = r.GPUModels[0]
+	default:
+		d.listModels(st, r.GPUModels)
+		return d, ""
+	}
+	d.modelName = model
+	switch m, ok := st.modelByName[model]; {
+	case model == "":
 		d.model = anyModel
 	case ok:
 		d.model = m
@@ -90,10 +120,32 @@ func newDemand(st *state, j *Job, q *Queue) (demand, string) {
 	return d, ""
 }
 
+// listModels sets the demand of a job that accepts any of several models: every model
+// the list leaves out is denied.
+func (d *demand) listModels(st *state, models []string) {
+	d.models = models
+	d.modelName = strings.Join(models, " or ")
+	d.model = noModel
+	for _, name := range models {
+		if m, ok := st.modelByName[name]; ok && !slices.Contains(d.prefer, m) {
+			d.prefer = append(d.prefer, m)
+			d.model = anyModel
+		}
+	}
+	if d.model == noModel {
+		return
+	}
+	d.deny = make([]bool, len(st.models))
+	for m := range d.deny {
+		d.deny[m] = !slices.Contains(d.prefer, m)
+	}
+}
+
 // shape is what makes two requests identical for the scheduler: a request that failed to
 // fit is not tried again in the same cycle by a job of the same shape.
 type shape struct {
 	model string
+	list  bool // model is a list's modelName, not one model's name
 	gpus  int
 	nodes int
 	cpus  int
@@ -103,7 +155,7 @@ type shape struct {
 }
 
 func (d *demand) shape() shape {
-	return shape{model: d.modelName, gpus: d.gpus, nodes: d.nodes, cpus: d.cpus, mem: d.mem, team: d.team, pools: d.poolKey}
+	return shape{model: d.modelName, list: d.models != nil, gpus: d.gpus, nodes: d.nodes, cpus: d.cpus, mem: d.mem, team: d.team, pools: d.poolKey}
 }
 
 // capacity is a kind of node: its GPUs of one model, CPUs and memory, and how many nodes
@@ -183,24 +235,35 @@ func neverFits(kinds map[string][]capacity, d *demand) string {
 	if d.image && len(kinds[""]) == 0 {
 		return noRuntime
 	}
-	cs := kinds[d.modelName]
 	var (
 		largest, maxCPUs int
 		maxMem           int64
-		enough           int // nodes with everything the request needs on one node
+		// enough counts the nodes with everything the request needs on one node, of the
+		// listed model that has most of them: a gang runs on one model.
+		enough int
+		found  int // kinds of node with GPUs of the model (of a listed one)
 	)
 	for _, c := range kinds[""] {
 		maxCPUs = max(maxCPUs, c.cpus)
 		maxMem = max(maxMem, c.mem)
 	}
-	for _, c := range cs {
-		largest = max(largest, c.gpus)
-		if c.gpus >= d.gpus && c.cpus >= d.cpus && c.mem >= d.mem {
-			enough += c.count
+	models := d.models
+	if models == nil {
+		models = []string{d.modelName}
+	}
+	for _, m := range models {
+		n := 0
+		for _, c := range kinds[m] {
+			largest = max(largest, c.gpus)
+			if c.gpus >= d.gpus && c.cpus >= d.cpus && c.mem >= d.mem {
+				n += c.count
+			}
 		}
+		found += len(kinds[m])
+		enough = max(enough, n)
 	}
 	switch {
-	case d.gpus > 0 && len(cs) == 0:
+	case d.gpus > 0 && found == 0:
 		return fmt.Sprintf("no node has GPUs of model %s", d.modelName)
 	case d.gpus > largest:
 		return fmt.Sprintf("no node has %s; the largest has %d", gpusOf(d.gpus, "", d.modelName), largest)
@@ -407,19 +470,21 @@ func (st *state) findNode(d *demand, worst bool, dg *diag) (cand, bool) {
 			k = hi - step
 		}
 		best := -1
-		for m := range st.models {
-			if !d.takes(m) {
-				continue
+		if d.prefer != nil {
+			// A list: at equal fit, the first listed model that has a candidate.
+			for _, m := range d.prefer {
+				if d.takes(m) {
+					if best = st.firstIn(m, k, d, dg, -1); best >= 0 {
+						break
+					}
+				}
 			}
-			mi := &st.models[m]
-			if k >= len(mi.buckets) || mi.counts[k] == 0 {
-				continue
-			}
-			b := mi.buckets[k]
-			for gi := b.next(0); gi >= 0 && (best < 0 || gi < best); gi = b.next(gi + 1) {
-				if st.passes(cand{st.groups[gi].node, gi}, d, dg) {
-					best = gi
-					break
+		} else {
+			for m := range st.models {
+				if d.takes(m) {
+					if gi := st.firstIn(m, k, d, dg, best); gi >= 0 {
+						best = gi
+					}
 				}
 			}
 		}
@@ -428,6 +493,22 @@ func (st *state) findNode(d *demand, worst bool, dg *diag) (cand, bool) {
 		}
 	}
 	return cand{}, false
+}
+
+// firstIn returns the first group, in name order, of model m with k free GPUs that passes
+// the chain, looking only below group below when that is not negative; -1 when none.
+func (st *state) firstIn(m, k int, d *demand, dg *diag, below int) int {
+	mi := &st.models[m]
+	if k >= len(mi.buckets) || mi.counts[k] == 0 {
+		return -1
+	}
+	b := mi.buckets[k]
+	for gi := b.next(0); gi >= 0 && (below < 0 || gi < below); gi = b.next(gi + 1) {
+		if st.passes(cand{st.groups[gi].node, gi}, d, dg) {
+			return gi
+		}
+	}
+	return -1
 }
 
 // poolNodes lists, in name order, the schedulable nodes eligible for the job: those of
@@ -452,24 +533,25 @@ func (st *state) findInPool(nodes []int, d *demand, worst bool, dg *diag) (cand,
 	type option struct {
 		c    cand
 		free int
+		rank int // of the group's model in the job's list
 	}
 	var opts []option
 	for _, ni := range nodes {
 		if d.gpus == 0 {
-			opts = append(opts, option{cand{ni, -1}, st.nodes[ni].freeGPUs})
+			opts = append(opts, option{cand{ni, -1}, st.nodes[ni].freeGPUs, 0})
 			continue
 		}
 		for _, gi := range st.nodes[ni].groups {
 			if g := &st.groups[gi]; d.takes(g.model) && g.nfree >= d.gpus {
-				opts = append(opts, option{cand{ni, gi}, g.nfree})
+				opts = append(opts, option{cand{ni, gi}, g.nfree, d.rank(g.model)})
 			}
 		}
 	}
 	slices.SortStableFunc(opts, func(a, b option) int {
 		if worst {
-			return cmp.Compare(b.free, a.free)
+			return cmp.Or(cmp.Compare(b.free, a.free), cmp.Compare(a.rank, b.rank))
 		}
-		return cmp.Compare(a.free, b.free)
+		return cmp.Or(cmp.Compare(a.free, b.free), cmp.Compare(a.rank, b.rank))
 	})
 	for _, o := range opts {
 		if st.passes(o.c, d, dg) {

@@ -44,7 +44,16 @@ func (st *state) findGang(d *demand, worst bool, dg *diag) ([]cand, bool) {
 		if worst {
 			k = hi - step
 		}
-		for m := range st.models {
+		// A list's models in its order: at equal fit, the preferred model's switch
+		// fills first.
+		for i := range st.models {
+			m := i
+			if d.prefer != nil {
+				if i >= len(d.prefer) {
+					break
+				}
+				m = d.prefer[i]
+			}
 			mi := &st.models[m]
 			if !d.takes(m) || k >= len(mi.buckets) || mi.counts[k] == 0 {
 				continue
@@ -71,8 +80,12 @@ func (st *state) findGang(d *demand, worst bool, dg *diag) ([]cand, bool) {
 			}
 		}
 	}
-	// No switch holds the gang: group the candidates by class, in name order.
-	slices.SortFunc(cands, func(a, b gangCand) int { return cmp.Or(cmp.Compare(a.class, b.class), cmp.Compare(a.group, b.group)) })
+	// No switch holds the gang: group the candidates by class, in name order, and for a
+	// list of models in its order first, so that a tie goes to the preferred model.
+	slices.SortFunc(cands, func(a, b gangCand) int {
+		return cmp.Or(cmp.Compare(d.rank(st.groups[a.group].model), d.rank(st.groups[b.group].model)),
+			cmp.Compare(a.class, b.class), cmp.Compare(a.group, b.group))
+	})
 	var best []gangCand
 	bestLevel := 3
 	for lo := 0; lo < len(cands); {

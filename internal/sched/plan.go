@@ -2,6 +2,7 @@ package sched
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 )
@@ -108,11 +109,13 @@ type cycle struct {
 	// the later identical jobs share.
 	failed map[shape]failure
 	// Jobs so far left waiting for resources, for the Ahead count of the later ones.
-	blockedByModel map[string]int
-	blockedAnyGPU  int // GPU jobs that take any model
-	blockedGPU     int // all GPU jobs
-	blockedCPU     int // CPU-only jobs
-	reservations   int
+	blockedByModel map[string]int // jobs that name one model
+	// blockedLists counts the jobs that list several models, by their modelName.
+	blockedLists  map[string]*blockedList
+	blockedAnyGPU int // GPU jobs that take any model
+	blockedGPU    int // all GPU jobs
+	blockedCPU    int // CPU-only jobs
+	reservations  int
 	// head is the first job left waiting for resources: under Options.NoBackfill no job
 	// behind it starts. Zero while none waits.
 	head int64
@@ -388,9 +391,15 @@ func (c *cycle) behindHead(pj PendingJob, d *demand) {
 	c.plan.Pending = append(c.plan.Pending, pj)
 }
 
-// ahead counts the jobs already left waiting that compete with d: GPU jobs of the same
-// model or of any model, or CPU-only jobs for a CPU-only one. Every job before this one in
-// the order is of higher priority.
+// blockedList counts the blocked jobs that list the same models.
+type blockedList struct {
+	models []string
+	jobs   int
+}
+
+// ahead counts the jobs already left waiting that compete with d: GPU jobs that may use a
+// model d may use (of any model, of one of d's, listing one of d's), or CPU-only jobs for
+// a CPU-only one. Every job before this one in the order is of higher priority.
 func (c *cycle) ahead(d *demand) int {
 	switch {
 	case d.gpus == 0:
@@ -398,20 +407,48 @@ func (c *cycle) ahead(d *demand) int {
 	case d.modelName == "":
 		return c.blockedGPU
 	}
-	return c.blockedByModel[d.modelName] + c.blockedAnyGPU
+	n := c.blockedAnyGPU
+	if d.models == nil {
+		n += c.blockedByModel[d.modelName]
+		for _, l := range c.blockedLists {
+			if slices.Contains(l.models, d.modelName) {
+				n += l.jobs
+			}
+		}
+		return n
+	}
+	for _, m := range d.models {
+		n += c.blockedByModel[m]
+	}
+	for _, l := range c.blockedLists {
+		if slices.ContainsFunc(l.models, func(m string) bool { return slices.Contains(d.models, m) }) {
+			n += l.jobs
+		}
+	}
+	return n
 }
 
 func (c *cycle) block(d *demand) {
 	switch {
 	case d.gpus == 0:
 		c.blockedCPU++
+		return
+	case d.models != nil:
+		l := c.blockedLists[d.modelName]
+		if l == nil {
+			if c.blockedLists == nil {
+				c.blockedLists = map[string]*blockedList{}
+			}
+			l = &blockedList{models: d.models}
+			c.blockedLists[d.modelName] = l
+		}
+		l.jobs++
 	case d.modelName == "":
 		c.blockedAnyGPU++
-		c.blockedGPU++
 	default:
 		c.blockedByModel[d.modelName]++
-		c.blockedGPU++
 	}
+	c.blockedGPU++
 }
 
 func plural(n int, noun string) string {

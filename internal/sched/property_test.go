@@ -11,16 +11,20 @@ import (
 )
 
 // genCluster builds a random but realistic snapshot: nodes of two models with 8 GPUs
-// (some with 4, a few CPU-only, some unhealthy or held GPUs, drained nodes and nodes whose
+// and a third on every tenth node (some with 4, a few CPU-only, some unhealthy or held GPUs, drained nodes and nodes whose
 // health check failed, a third with a container runtime), about busyFrac of
 // the GPUs held by running jobs with limits up to a day, and pending jobs asking for
-// 1, 2, 4 or 8 GPUs (some CPU-only, some with a container image) in four queues. rich adds a few gangs, team quotas,
+// 1, 2, 4 or 8 GPUs (some CPU-only, some with a container image, some listing two
+// models) in four queues. rich adds a few gangs, team quotas,
 // and running work that preemption may touch (batch, borrowing, stopping).
 func genCluster(r *rand.Rand, nodes, pending int, busyFrac float64, rich bool) *Snapshot {
 	s := &Snapshot{Queues: queues()}
 	models := []string{"H100", "A100"}
 	for i := range nodes {
 		model := models[i%2]
+		if i%10 == 9 {
+			model = "L40S"
+		}
 		n := gpuNode(fmt.Sprintf("node-%05d", i), model, 8)
 		n.Labels = map[string]string{"rack": fmt.Sprintf("r%d", i/16), "switch": fmt.Sprintf("s%d", i/64), "pool": "train"}
 		if i%20 == 5 {
@@ -92,6 +96,9 @@ func genCluster(r *rand.Rand, nodes, pending int, busyFrac float64, rich bool) *
 			j.Request.GPUs, j.Request.GPUModel = 0, ""
 		case x == 1:
 			j.Request.GPUModel = ""
+		case x == 3:
+			j.Request.GPUModel = ""
+			j.Request.GPUModels = [][]string{{"L40S", "A100"}, {"H100", "L40S"}, {"A100", "H100"}}[id%3]
 		case x == 2 && rich:
 			j.Request.Nodes, j.Request.GPUsPerNode = 2+r.IntN(3), 8
 			j.Request.GPUs = j.Request.Nodes * 8
@@ -272,7 +279,7 @@ func checkPlanAt(t *testing.T, s *Snapshot, p Plan, now time.Time, minRuntime ti
 				mem[a.Node] -= a.MemoryMB
 			}
 		}
-		total := 0
+		total, model := 0, ""
 		for _, a := range pl.Allocs {
 			n := nodes[a.Node]
 			if n == nil || !n.Schedulable || n.HealthFailed {
@@ -302,8 +309,13 @@ func checkPlanAt(t *testing.T, s *Snapshot, p Plan, now time.Time, minRuntime ti
 				if g == nil || !g.Healthy || g.Held {
 					t.Fatalf("job %d given missing, unhealthy or held GPU %s/%d", j.ID, a.Node, i)
 				}
-				if j.Request.GPUModel != "" && g.Model != j.Request.GPUModel {
-					t.Fatalf("job %d wants %s, got %s on %s", j.ID, j.Request.GPUModel, g.Model, a.Node)
+				if !takesModel(j, g.Model) {
+					t.Fatalf("job %d wants %s%v, got %s on %s", j.ID, j.Request.GPUModel, j.Request.GPUModels, g.Model, a.Node)
+				}
+				if model == "" {
+					model = g.Model
+				} else if g.Model != model {
+					t.Fatalf("job %d got GPUs of models %s and %s", j.ID, model, g.Model)
 				}
 			}
 			total += len(a.GPUIndices)
@@ -421,6 +433,14 @@ func checkPlanAt(t *testing.T, s *Snapshot, p Plan, now time.Time, minRuntime ti
 					t.Fatalf("GPU %s/%d of job %d's claim is also given to job %d", a.Node, i, cl.JobID, other)
 				}
 				taken[k] = cl.JobID
+				// What preemption frees for a job is of a model it takes.
+				if n := nodes[a.Node]; n != nil {
+					for _, g := range n.GPUs {
+						if g.Index == i && !takesModel(j, g.Model) {
+							t.Fatalf("job %d wants %s%v, its claim holds %s on %s", j.ID, j.Request.GPUModel, j.Request.GPUModels, g.Model, a.Node)
+						}
+					}
+				}
 				if other, ok := claimed[k]; ok && other != cl.JobID {
 					t.Fatalf("GPU %s/%d of job %d's claim is claimed by job %d", a.Node, i, cl.JobID, other)
 				}
@@ -487,4 +507,12 @@ func TestDeterminism(t *testing.T) {
 			t.Fatalf("seed %d: shuffling the snapshot changed the plan", seed)
 		}
 	}
+}
+
+// takesModel reports whether job j may run on GPUs of the model.
+func takesModel(j *Job, model string) bool {
+	if len(j.Request.GPUModels) > 0 {
+		return slices.Contains(j.Request.GPUModels, model)
+	}
+	return j.Request.GPUModel == "" || j.Request.GPUModel == model
 }

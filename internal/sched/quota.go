@@ -102,22 +102,23 @@ func named(quota map[string]Quota, model string) bool {
 }
 
 // admitDemand runs admission for a job. A job that names its model is checked against
-// that model's quota. A job that takes any model may use only the models whose quota
-// admits it, so it cannot slip past a per-model limit; d.deny records the others. The
-// verdict returned is the one that refused, when every model refuses.
+// that model's quota. A job that takes any model, or any of a list, may use only the
+// models whose quota admits it, so it cannot slip past a per-model limit, and is refused
+// only when none does; d.deny records the others. The verdict returned is the one that
+// refused (for a list, its most preferred model's), when every model refuses.
 func (c *cycle) admitDemand(d *demand) (verdict, bool) {
 	if c.quotas.teams == nil || d.gpus == 0 {
 		return verdict{ok: true}, true
 	}
 	total := d.gpus * d.nodes
-	if d.model != anyModel {
+	if d.model != anyModel && d.models == nil {
 		v := c.quotas.admit(d.team, d.modelName, total)
 		return v, v.ok
 	}
 	var refused, admitted verdict
-	allowed := 0
-	for m := range c.st.models {
-		v := c.quotas.admit(d.team, c.st.models[m].name, total)
+	allowed, denied := 0, 0
+	try := func(m int, name string) {
+		v := c.quotas.admit(d.team, name, total)
 		if v.ok {
 			// The verdict returned is the most favourable admitting one: in quota where
 			// some model allows it, so the job keeps its right to reclaim borrowed GPUs.
@@ -125,15 +126,34 @@ func (c *cycle) admitDemand(d *demand) (verdict, bool) {
 				admitted = v
 			}
 			allowed++
-			continue
+			return
+		}
+		if denied == 0 {
+			refused = v
+		}
+		denied++
+		if m < 0 {
+			return // a listed model no schedulable node has: nothing to deny
 		}
 		if d.deny == nil {
 			d.deny = make([]bool, len(c.st.models))
-			refused = v
 		}
 		d.deny[m] = true
 	}
-	if allowed == 0 && len(c.st.models) > 0 {
+	if d.models != nil {
+		for _, name := range d.models {
+			m, ok := c.st.modelByName[name]
+			if !ok {
+				m = -1
+			}
+			try(m, name)
+		}
+	} else {
+		for m := range c.st.models {
+			try(m, c.st.models[m].name)
+		}
+	}
+	if allowed == 0 && denied > 0 {
 		return refused, false
 	}
 	admitted.ok = true

@@ -344,7 +344,10 @@ func (st *state) heldBackAnywhere(d *demand) string {
 
 // mayTake is demand.takes for a model named, which may be one no usable GPU has.
 func (st *state) mayTake(d *demand, model string) bool {
-	if d.modelName != "" {
+	switch {
+	case d.models != nil && !slices.Contains(d.models, model):
+		return false
+	case d.models == nil && d.modelName != "":
 		return model == d.modelName
 	}
 	m, ok := st.modelByName[model]

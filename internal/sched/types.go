@@ -115,7 +115,16 @@ type Request struct {
 	// Nodes and GPUsPerNode describe a gang; zero Nodes means one node.
 	Nodes       int
 	GPUsPerNode int
-	GPUModel    string
+	// GPUModel names the one GPU model the job runs on; "" takes any model.
+	GPUModel string
+	// GPUModels, when it holds two or more names, lists the models the job accepts
+	// instead ("A100 or H100, whichever starts first"), in the job's order of preference;
+	// GPUModel is then ignored, and one name means what GPUModel would. A job runs on one
+	// model (a gang's nodes included) and is charged to that model's quota. Placement
+	// prefers a model where the job starts now, then best fit as for any job; list order
+	// only breaks ties (with both free, "A100,H100" takes the A100 that fits as tightly as
+	// the H100), since the scheduler knows no speed per model.
+	GPUModels []string
 	// CPUs and MemoryMB are per node.
 	CPUs     int
 	MemoryMB int64

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/rotahq/rota/internal/api"
+	"github.com/rotahq/rota/internal/cluster"
 	"github.com/rotahq/rota/internal/store"
 )
 
@@ -123,6 +124,10 @@ func (s *Server) handleTeams(w http.ResponseWriter, r *http.Request) {
 			inUse[j.Spec.Team] = map[string]int{}
 		}
 		model := j.Spec.GPUModel
+		if len(cluster.GPUModels(model)) > 1 {
+			// A job that takes any of several models counts under the one it holds.
+			model = s.heldModel(id)
+		}
 		if model == "" {
 			model = "*"
 		}
@@ -134,6 +139,27 @@ func (s *Server) handleTeams(w http.ResponseWriter, r *http.Request) {
 		teams[i].GPUsInUse = inUse[teams[i].Name]
 	}
 	writeJSON(w, http.StatusOK, api.TeamList{Teams: teams})
+}
+
+// heldModel is the GPU model of the GPUs the job's current attempt holds ("" when it holds
+// none, or its node is gone). Callers hold s.mu.
+func (s *Server) heldModel(id int64) string {
+	a, ok := s.state.CurrentAttempt(id)
+	if !ok {
+		return ""
+	}
+	for _, p := range a.Placements {
+		n, ok := s.state.Node(p.Node)
+		if !ok || len(p.GPUIndices) == 0 {
+			continue
+		}
+		for _, g := range n.GPUs {
+			if g.Index == p.GPUIndices[0] {
+				return g.Model
+			}
+		}
+	}
+	return ""
 }
 
 func (s *Server) handlePutTeam(w http.ResponseWriter, r *http.Request) {

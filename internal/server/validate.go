@@ -96,6 +96,9 @@ func validateSpec(spec *api.JobSpec, st *cluster.State) *api.Error {
 	if err := validateResources(spec); err != nil {
 		return err
 	}
+	if err := validateModels(spec); err != nil {
+		return err
+	}
 	if err := validateRestart(spec, q); err != nil {
 		return err
 	}
@@ -429,40 +432,100 @@ func validateTime(spec *api.JobSpec, q api.Queue) *api.Error {
 	return nil
 }
 
-// checkFits refuses a request that no registered node could ever hold, and resolves a short
-// GPU model name ("H100") to the full name the nodes report. With no node registered yet it
-// cannot judge, and the job waits with a reason instead.
+// Limits on gpu_model: a list of at most maxModels names ("A100,H100"), each a short
+// printable name.
+const (
+	maxModels   = 8
+	maxModelLen = 128
+)
+
+// validateModels checks the form of gpu_model, a model name or a comma-separated list of
+// models the job accepts, before any node is consulted (so an empty cluster refuses a
+// malformed list too): no empty element, no repeats, at most maxModels names, each at
+// most maxModelLen printable characters. A list is stored without the spaces around its
+// names (a single name is kept as given); checkFits then resolves the names against the
+// nodes.
+func validateModels(job *api.JobSpec) *api.Error {
+	spec := job.GPUModel
+	if spec == "" {
+		return nil
+	}
+	names := strings.Split(spec, ",")
+	if len(names) > maxModels {
+		return invalid("gpu_model", "lists %d models; at most %d are allowed", len(names), maxModels)
+	}
+	for i, name := range names {
+		name = strings.TrimSpace(name)
+		switch {
+		case name == "":
+			return invalid("gpu_model", "%q has an empty model name; list models as A100,H100", spec)
+		case len(name) > maxModelLen:
+			return invalid("gpu_model", "model names are at most %d characters, got %d", maxModelLen, len(name))
+		case strings.ContainsFunc(name, func(r rune) bool { return !unicode.IsPrint(r) }):
+			return invalid("gpu_model", "%q is not a printable model name", name)
+		}
+		if slices.ContainsFunc(names[:i], func(other string) bool { return strings.EqualFold(other, name) }) {
+			return invalid("gpu_model", "lists %s twice", name)
+		}
+		names[i] = name
+	}
+	if len(names) > 1 {
+		job.GPUModel = strings.Join(names, ",")
+	}
+	return nil
+}
+
+// checkFits refuses a request that no registered node could ever hold, and resolves each
+// GPU model name ("H100") to the full name the nodes report. A list of models
+// ("a100, h100") is stored resolved and without spaces ("NVIDIA A100,NVIDIA H100"); every
+// name in it must be one some node reports, as a single name must: a list is refused
+// whole rather than trimmed to its known models, so a typo never narrows a job silently.
+// With no node registered yet it cannot judge, and the job waits with a reason instead.
 func checkFits(spec *api.JobSpec, st *cluster.State) *api.Error {
 	nodes := st.Nodes()
 	if len(nodes) == 0 {
 		return nil
 	}
+	models := []string{""} // any model
 	if spec.GPUModel != "" {
-		model, err := resolveModel(spec.GPUModel, nodes)
-		if err != nil {
-			return err
+		models = models[:0]
+		for _, name := range strings.Split(spec.GPUModel, ",") {
+			model, err := resolveModel(name, nodes)
+			if err != nil {
+				return err
+			}
+			if slices.Contains(models, model) {
+				return invalid("gpu_model", "lists %s twice (as %s)", model, name)
+			}
+			models = append(models, model)
 		}
-		spec.GPUModel = model
+		spec.GPUModel = strings.Join(models, ",")
 	}
 	perNode := spec.GPUs
 	if spec.Nodes > 1 {
 		perNode = spec.GPUsPerNode
 	}
+	// A job runs on one model, a gang's nodes included: count the fitting nodes per model
+	// and judge by the model with most.
 	best, fitting := 0, 0
-	for _, n := range nodes {
-		if n.State == api.NodeLost {
-			continue
-		}
-		gpus := 0
-		for _, g := range n.GPUs {
-			if spec.GPUModel == "" || g.Model == spec.GPUModel {
-				gpus++
+	for _, model := range models {
+		n := 0
+		for _, node := range nodes {
+			if node.State == api.NodeLost {
+				continue
+			}
+			gpus := 0
+			for _, g := range node.GPUs {
+				if model == "" || g.Model == model {
+					gpus++
+				}
+			}
+			best = max(best, gpus)
+			if gpus >= perNode && node.CPUs >= spec.CPUs && node.MemoryMB >= spec.MemoryMB {
+				n++
 			}
 		}
-		best = max(best, gpus)
-		if gpus >= perNode && n.CPUs >= spec.CPUs && n.MemoryMB >= spec.MemoryMB {
-			fitting++
-		}
+		fitting = max(fitting, n)
 	}
 	want := max(spec.Nodes, 1)
 	if fitting >= want {
@@ -470,7 +533,7 @@ func checkFits(spec *api.JobSpec, st *cluster.State) *api.Error {
 	}
 	what := "GPUs"
 	if spec.GPUModel != "" {
-		what = spec.GPUModel + " GPUs"
+		what = strings.Join(models, " or ") + " GPUs"
 	}
 	switch {
 	case perNode > best:
@@ -479,6 +542,12 @@ func checkFits(spec *api.JobSpec, st *cluster.State) *api.Error {
 		return invalid("cpus", "no node has %d GPUs together with %d CPUs and %d MB of memory", perNode, spec.CPUs, spec.MemoryMB)
 	}
 	return invalid("nodes", "the job needs %d nodes with %d %s each; only %d such nodes exist", want, perNode, what, fitting)
+}
+
+// takesModel reports whether a job's gpu_model, as stored (one full name, a list of them
+// or "" for any), accepts GPUs of the model.
+func takesModel(spec, model string) bool {
+	return spec == "" || spec == model || slices.Contains(cluster.GPUModels(spec), model)
 }
 
 func resolveModel(want string, nodes []api.Node) (string, *api.Error) {

@@ -287,7 +287,7 @@ func checkFilledSpec(t *testing.T, body []byte, s api.JobSpec, st *cluster.State
 	for _, n := range st.Nodes() {
 		gpus := 0
 		for _, g := range n.GPUs {
-			if s.GPUModel == "" || g.Model == s.GPUModel {
+			if takesModel(s.GPUModel, g.Model) {
 				gpus++
 			}
 		}

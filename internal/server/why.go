@@ -195,7 +195,7 @@ func mayRunOn(job *api.Job, q api.Queue, n *api.Node) bool {
 		return false
 	}
 	return job.Spec.GPUs == 0 || slices.ContainsFunc(n.GPUs, func(g api.GPU) bool {
-		return job.Spec.GPUModel == "" || g.Model == job.Spec.GPUModel
+		return takesModel(job.Spec.GPUModel, g.Model)
 	})
 }
 
@@ -208,7 +208,7 @@ func heldGPUsHint(job *api.Job, n *api.Node) string {
 	var held, sick []int
 	for _, g := range n.GPUs {
 		switch {
-		case job.Spec.GPUModel != "" && g.Model != job.Spec.GPUModel:
+		case !takesModel(job.Spec.GPUModel, g.Model):
 		case !g.Healthy || g.Missing:
 			sick = append(sick, g.Index)
 		case slices.Contains(n.HeldGPUs, g.Index):
