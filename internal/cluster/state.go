@@ -33,8 +33,9 @@ type State struct {
 	// waiting counts each user's jobs that have not started (pending or held), for the
 	// per-user limit a submit checks.
 	waiting map[string]int
-	// usage is every team's fair-share usage, kept up to date as attempts end.
-	usage map[string]*decayed
+	// usage is every team's fair-share usage, kept up to date as attempts start and end;
+	// made on first use (fairShare).
+	usage *FairShare
 	// HalfLife is how fast fair-share usage decays. Set it before Load.
 	HalfLife time.Duration
 
@@ -54,7 +55,6 @@ func New() *State {
 		active:   map[int64]struct{}{},
 		held:     map[int64]struct{}{},
 		waiting:  map[string]int{},
-		usage:    map[string]*decayed{},
 		HalfLife: 7 * 24 * time.Hour,
 		id:       newIdentity(),
 	}
@@ -92,11 +92,11 @@ func (s *State) Apply(b *store.Batch) {
 		for len(list) < a.N {
 			list = append(list, api.Attempt{})
 		}
-		wasOpen := list[a.N-1].EndTime == nil
+		prev := list[a.N-1]
 		list[a.N-1] = a
 		s.attempts[a.JobID] = list
-		if wasOpen && a.EndTime != nil {
-			s.chargeUsage(a)
+		if prev.EndTime == nil {
+			s.chargeUsage(prev, a)
 		}
 	}
 	for i := range b.Nodes {

@@ -53,17 +53,19 @@ func TestUsageDecaysByHalfLife(t *testing.T) {
 	a := api.Attempt{JobID: 1, N: 1, AssignTime: start, StartTime: &start, EndTime: &end,
 		Placements: []api.Placement{{Node: "n1", GPUIndices: []int{0, 1}}}}
 	s.Apply(&store.Batch{Jobs: []api.Job{job}, Attempts: []api.Attempt{a}})
-	// Two GPUs for an hour is 7200 GPU-seconds at the end; one half-life later, half.
-	if got := s.TeamUsage(end)["vision"]; math.Abs(got-7200) > 1e-6 {
-		t.Errorf("usage at the end %v; want 7200", got)
+	// Two GPUs for one half-life, each GPU-second decayed from when it was used, is
+	// 2·h/(2 ln 2) = 3600/ln 2 GPU-seconds at the end (FairShare); one half-life later, half.
+	want := 3600 / math.Ln2
+	if got := s.TeamUsage(end)["vision"]; math.Abs(got-want) > 1e-6 {
+		t.Errorf("usage at the end %v; want %v", got, want)
 	}
-	if got := s.TeamUsage(end.Add(time.Hour))["vision"]; math.Abs(got-3600) > 1e-6 {
-		t.Errorf("usage one half-life later %v; want 3600", got)
+	if got := s.TeamUsage(end.Add(time.Hour))["vision"]; math.Abs(got-want/2) > 1e-6 {
+		t.Errorf("usage one half-life later %v; want %v", got, want/2)
 	}
 	// Re-applying the same ended attempt (a duplicate report) does not charge it twice.
 	s.Apply(&store.Batch{Attempts: []api.Attempt{a}})
-	if got := s.TeamUsage(end)["vision"]; math.Abs(got-7200) > 1e-6 {
-		t.Errorf("usage after a duplicate %v; want 7200", got)
+	if got := s.TeamUsage(end)["vision"]; math.Abs(got-want) > 1e-6 {
+		t.Errorf("usage after a duplicate %v; want %v", got, want)
 	}
 }
 

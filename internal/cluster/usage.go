@@ -1,79 +1,73 @@
 package cluster
 
 import (
-	"math"
 	"time"
 
 	"github.com/rotahq/rota/internal/api"
 )
 
-// decayed is a sum that halves every half-life: value as of at.
-type decayed struct {
-	value float64
-	at    time.Time
-}
-
-// valueAt returns the sum decayed to t.
-func (d decayed) valueAt(t time.Time, halfLife time.Duration) float64 {
-	if halfLife <= 0 || !t.After(d.at) {
-		return d.value
-	}
-	return d.value * math.Exp2(-float64(t.Sub(d.at))/float64(halfLife))
-}
-
 // gpuSeconds is what an attempt used: its GPUs times the time it ran.
 func gpuSeconds(a api.Attempt, end time.Time) float64 {
-	start := a.AssignTime
-	if a.StartTime != nil {
-		start = *a.StartTime
-	}
+	start := attemptStart(a)
 	if !end.After(start) {
 		return 0
 	}
+	return float64(attemptGPUs(a)) * end.Sub(start).Seconds()
+}
+
+// attemptStart is when an attempt began to use its GPUs: when its agent started it, else
+// when it was assigned.
+func attemptStart(a api.Attempt) time.Time {
+	if a.StartTime != nil {
+		return *a.StartTime
+	}
+	return a.AssignTime
+}
+
+// attemptGPUs counts the GPUs an attempt holds over all its nodes.
+func attemptGPUs(a api.Attempt) int {
 	gpus := 0
 	for _, p := range a.Placements {
 		gpus += len(p.GPUIndices)
 	}
-	return float64(gpus) * end.Sub(start).Seconds()
+	return gpus
 }
 
-// chargeUsage adds an ended attempt's GPU-seconds to its team, decayed from when it ended,
-// so fair share remembers recent use more than old use.
-func (s *State) chargeUsage(a api.Attempt) {
+// fairShare returns the teams' usage, made on first use so that it decays by the HalfLife
+// set before Load.
+func (s *State) fairShare() *FairShare {
+	if s.usage == nil {
+		s.usage = NewFairShare(s.HalfLife)
+	}
+	return s.usage
+}
+
+// chargeUsage brings fair share up to date with attempt a, whose record was prev until
+// now (a zero Attempt if a is new); prev had not ended. What prev held is taken back and
+// what a holds is recorded afresh, from its start to its end if it has one, so a start time
+// reported late or a placement that changed is counted once, as it is now. An attempt that
+// had already ended is never charged again (a duplicate report).
+func (s *State) chargeUsage(prev, a api.Attempt) {
 	j, ok := s.jobs[a.JobID]
-	if !ok || a.EndTime == nil {
+	if !ok {
 		return
 	}
-	gs := gpuSeconds(a, *a.EndTime)
-	if gs == 0 {
+	fs := s.fairShare()
+	fs.Hold(j.Spec.Team, -attemptGPUs(prev), attemptStart(prev))
+	start, gpus := attemptStart(a), attemptGPUs(a)
+	if a.EndTime != nil && !a.EndTime.After(start) {
 		return
 	}
-	d := s.usage[j.Spec.Team]
-	if d == nil {
-		d = &decayed{at: *a.EndTime}
-		s.usage[j.Spec.Team] = d
-	}
-	// Bring both to the later of the two times before adding.
-	if a.EndTime.After(d.at) {
-		d.value, d.at = d.valueAt(*a.EndTime, s.HalfLife), *a.EndTime
-		d.value += gs
-	} else {
-		d.value += (decayed{value: gs, at: *a.EndTime}).valueAt(d.at, s.HalfLife)
+	fs.Hold(j.Spec.Team, gpus, start)
+	if a.EndTime != nil {
+		fs.Hold(j.Spec.Team, -gpus, *a.EndTime)
 	}
 }
 
-// TeamUsage returns each team's decayed GPU-seconds at now, counting running attempts so far.
+// TeamUsage returns each team's decayed GPU-seconds at now (FairShare), running attempts
+// included up to now.
 func (s *State) TeamUsage(now time.Time) map[string]float64 {
-	out := map[string]float64{}
-	for team, d := range s.usage {
-		out[team] = d.valueAt(now, s.HalfLife)
-	}
-	for id := range s.active {
-		if a, ok := s.CurrentAttempt(id); ok {
-			out[s.jobs[id].Spec.Team] += gpuSeconds(a, now)
-		}
-	}
-	return out
+	return s.fairShare().Usages(now)
 }
 
 // service is what one job has received, for the scheduler's least-attained-service order
@@ -96,11 +90,7 @@ func (s *State) serviceOf(id int64, now time.Time) service {
 			continue
 		}
 		sv.attained += gpuSeconds(a, *a.EndTime)
-		start := a.AssignTime
-		if a.StartTime != nil {
-			start = *a.StartTime
-		}
-		sv.lastRun, sv.requeued = max(a.EndTime.Sub(start), 0), *a.EndTime
+		sv.lastRun, sv.requeued = max(a.EndTime.Sub(attemptStart(a)), 0), *a.EndTime
 	}
 	return sv
 }

@@ -25,6 +25,9 @@
 // PENDING as a new attempt; a job lost more than --retries times FAILs. The replay stops
 // when no job can arrive, run or be unblocked by a node coming back; jobs still waiting
 // then are counted as never started.
+// Teams' fair-share usage is kept by cluster.FairShare, the server's own accumulator
+// (--half-life), so a replay of `rota history export` orders the queue as the server did;
+// TestReplayServerHistory checks it on a recorded server history.
 //
 // Determinism: the only randomness is node failures (--node-mtbf), drawn per node from
 // --seed, so the same trace, flags and seed give byte-identical output. Policies replay

@@ -180,8 +180,7 @@ type teamAcct struct {
 	weight float64
 	quota  map[string]sched.Quota
 	gpus   int     // GPUs held now
-	at     int64   // when usage and gpuSec were last brought up to date
-	usage  float64 // decayed GPU-seconds, for fair share
+	at     int64   // when gpuSec was last brought up to date
 	gpuSec float64 // GPU-seconds held, all attempts
 }
 
@@ -196,7 +195,8 @@ type engine struct {
 	policy       string
 	base         time.Time // virtual time zero: the first submit
 	now          int64
-	halfS        float64 // half-life in seconds
+	// share is the teams' fair-share usage, kept as the server keeps it.
+	share *cluster.FairShare
 
 	nodes    []sched.Node
 	nodeIdx  map[string]int
@@ -267,7 +267,7 @@ func newEngine(w *Workload, cfg Config, policy string, plan planFunc) (*engine, 
 	}
 	e := &engine{nodesVersion: 1,
 		w: w, cfg: cfg, plan: plan, policy: policy,
-		halfS: cfg.HalfLife.Seconds(), nodeIdx: map[string]int{},
+		share: cluster.NewFairShare(cfg.HalfLife), nodeIdx: map[string]int{},
 		queues: map[string]sched.Queue{}, snapT: map[string]sched.Team{},
 		maxPlansPerInstance: 4, alloc100: -1,
 	}
@@ -537,10 +537,10 @@ func (e *engine) schedule() error {
 // returns it. Nodes, pending and running lists are kept current as events apply, so this
 // costs O(teams + running), not O(jobs).
 func (e *engine) snapshot() *sched.Snapshot {
+	nowT := e.t(e.now)
 	for ti := range e.teams {
 		t := &e.teams[ti]
-		e.accrue(t)
-		e.snapT[t.name] = sched.Team{Name: t.name, Quota: t.quota, Weight: t.weight, Usage: t.usage}
+		e.snapT[t.name] = sched.Team{Name: t.name, Quota: t.quota, Weight: t.weight, Usage: e.share.Usage(t.name, nowT)}
 	}
 	ck := int64(e.cfg.Checkpoint)
 	for k := range e.running {
@@ -558,23 +558,22 @@ func (e *engine) snapshot() *sched.Snapshot {
 	return &sched.Snapshot{Nodes: e.nodes, NodesVersion: e.nodesVersion, Queues: e.queues, Teams: e.snapT, Running: e.running, Pending: e.pending, Claims: e.claims}
 }
 
-// accrue brings a team's usage up to now: usage decays by half every half-life while the
-// GPUs it holds add to it, usage(t+dt) = usage·d + gpus·(h/ln 2)·(1−d) with d = 2^(−dt/h).
+// accrue brings a team's GPU-seconds up to now.
 func (e *engine) accrue(t *teamAcct) {
 	if e.now <= t.at {
 		return
 	}
-	dt := float64(e.now-t.at) / 1e9
-	d := math.Exp2(-dt / e.halfS)
-	t.usage = t.usage*d + float64(t.gpus)*e.halfS/math.Ln2*(1-d)
-	t.gpuSec += float64(t.gpus) * dt
+	t.gpuSec += float64(t.gpus) * float64(e.now-t.at) / 1e9
 	t.at = e.now
 }
 
+// addTeamGPUs changes what team ti holds from now on, for its GPU-seconds and its fair
+// share.
 func (e *engine) addTeamGPUs(ti int32, n int) {
 	t := &e.teams[ti]
 	e.accrue(t)
 	t.gpus += n
+	e.share.Hold(t.name, n, e.t(e.now))
 }
 
 // scheduleWake makes sure the scheduler is asked again at the earliest estimated start of a
