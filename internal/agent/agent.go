@@ -170,8 +170,10 @@ type Agent struct {
 	// answered is set by the first answer; listed holds the attempts the last one listed.
 	answered bool
 	listed   map[attemptKey]bool
-	// sentSynced is what the last heartbeat that got an answer said of Synced.
+	// sentSynced is what the last heartbeat that got an answer said of Synced;
+	// syncEpoch is the last answer's sync epoch, which the next heartbeat echoes.
 	sentSynced bool
+	syncEpoch  uint64
 	// warnedNoCluster keeps a server that names no cluster from filling the log.
 	warnedNoCluster bool
 	running         bool
@@ -748,7 +750,7 @@ func (a *Agent) beat(ctx context.Context) (*api.HeartbeatResponse, error) {
 			stops[k] = att
 		}
 	}
-	hb.Synced = a.synced()
+	hb.Synced, hb.SyncEpoch = a.synced(), a.syncEpoch
 	a.mu.Unlock()
 
 	resp, err := a.post(ctx, hb)
@@ -792,6 +794,7 @@ func (a *Agent) beat(ctx context.Context) (*api.HeartbeatResponse, error) {
 		}
 	}
 	a.answered = true
+	a.syncEpoch = resp.SyncEpoch
 	a.listed = map[attemptKey]bool{}
 	if a.cluster != "" {
 		for _, t := range resp.Tasks {

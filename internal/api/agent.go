@@ -58,6 +58,11 @@ type Heartbeat struct {
 	// attempt of another cluster, or one the server had given up when the node was
 	// lost), until the server acknowledges them in StoppedAcked.
 	Stopped []StoppedTask `json:"stopped,omitempty"`
+	// SyncEpoch is the sync_epoch of the answer Synced speaks of. The server clears a
+	// node's syncing only for the current epoch, so a heartbeat composed before the node
+	// was lost or its agent replaced (delayed in flight, or sent by a process frozen and
+	// resumed) cannot let new work in early. Zero: an agent that predates epochs.
+	SyncEpoch uint64 `json:"sync_epoch,omitempty"`
 	// Telemetry is the node's latest reading, when one was taken since the last heartbeat.
 	Telemetry *Telemetry `json:"telemetry,omitempty"`
 	// HealthCheck is the last result of the node's health-check command, if it has one.
@@ -132,6 +137,9 @@ type HeartbeatResponse struct {
 	ClusterID string `json:"cluster_id"`
 	// HeartbeatSeconds is how often the server wants to hear from the agent.
 	HeartbeatSeconds float64 `json:"heartbeat_s"`
+	// SyncEpoch counts the times the node started syncing; the agent echoes it with
+	// Synced (see Heartbeat.SyncEpoch).
+	SyncEpoch uint64 `json:"sync_epoch,omitempty"`
 }
 
 // TaskRef names one attempt of one job, of the server's cluster unless ClusterID says

@@ -435,6 +435,9 @@ type Node struct {
 	// on the node that the server does not list as live; the node takes no new work
 	// meanwhile, so a returning node can never run an old attempt beside a new one.
 	Syncing bool `json:"syncing,omitempty"`
+	// SyncEpoch counts the times the node started syncing; only a heartbeat that speaks
+	// of the current one ends it.
+	SyncEpoch uint64 `json:"sync_epoch,omitempty"`
 	// Filled in by the API from the live state; not stored.
 	GPUsUsed int `json:"gpus_used"`
 	CPUsUsed int `json:"cpus_used"`

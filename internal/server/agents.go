@@ -105,7 +105,7 @@ func (s *Server) handleHeartbeat(w http.ResponseWriter, r *http.Request) {
 	}
 	writeJSON(w, http.StatusOK, api.HeartbeatResponse{
 		Tasks: s.desiredTasks(name), Acked: acked, StoppedAcked: stoppedAcked, ClusterID: s.clusterID,
-		HeartbeatSeconds: s.cfg.HeartbeatInterval.Seconds(),
+		HeartbeatSeconds: s.cfg.HeartbeatInterval.Seconds(), SyncEpoch: node.SyncEpoch,
 	})
 }
 
@@ -234,6 +234,9 @@ func (s *Server) refreshNode(b *store.Batch, name string, hb *api.Heartbeat, id 
 	}
 	n.Agent = agent
 	newAgent := !known || old.Agent == nil || old.Agent.Instance != hb.Instance
+	if !known {
+		n.SyncEpoch = 1 // every answer carries an epoch the agent can echo
+	}
 	switch {
 	case known && old.Agent != nil && old.Agent.Instance != hb.Instance,
 		known && old.State == api.NodeLost,
@@ -242,7 +245,11 @@ func (s *Server) refreshNode(b *store.Batch, name string, hb *api.Heartbeat, id 
 		// cluster's attempts: its Synced speaks of an earlier answer than the one it is
 		// about to get, which may not list what it runs.
 		n.Syncing = true
-	case hb.Synced:
+		n.SyncEpoch++
+	case hb.Synced && (hb.SyncEpoch == n.SyncEpoch || hb.SyncEpoch == 0):
+		// Only a heartbeat about the current epoch's answers ends syncing: one composed
+		// before the node was lost (held up in flight, or sent by a frozen agent) says
+		// nothing of what the node was told since. Zero is an agent from before epochs.
 		n.Syncing = false
 	case !known:
 		n.Syncing = true

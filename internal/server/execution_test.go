@@ -166,6 +166,51 @@ func TestReturningNodeSyncsBeforeNewWork(t *testing.T) {
 	}
 }
 
+// A heartbeat composed before the node was lost (held up in flight, or sent by an agent
+// process that was frozen and resumed) says Synced of the answers it had then. Arriving
+// after the node started syncing again, it must not let new work in: only a heartbeat
+// about the current sync epoch ends syncing.
+func TestStaleSyncedHeartbeatKeepsNodeSyncing(t *testing.T) {
+	h := newHarness(t)
+	_, first, _ := h.beatAs("n1", api.Heartbeat{Instance: "aaa", Synced: true})
+	if first.SyncEpoch == 0 {
+		t.Fatal("a registering node got no sync epoch")
+	}
+	j := h.submit(api.JobSpec{GPUs: 1, Command: []string{"train"}})
+	h.cycle()
+	running := []api.TaskStatus{{JobID: j.ID, Attempt: 1, State: api.StateRunning}}
+	_, before, _ := h.beatAs("n1", api.Heartbeat{Instance: "aaa", Synced: true, SyncEpoch: first.SyncEpoch, Tasks: running})
+
+	h.clock.Add(2 * time.Minute) // past LostAfter
+	h.srv.checkNodes(context.Background())
+	// The agent is back and told the node is syncing, with a new epoch.
+	_, back, _ := h.beatAs("n1", api.Heartbeat{Instance: "aaa", Synced: false, SyncEpoch: before.SyncEpoch, Tasks: running})
+	if back.SyncEpoch <= before.SyncEpoch {
+		t.Fatalf("sync epoch %d after the node returned; want above %d", back.SyncEpoch, before.SyncEpoch)
+	}
+	// A heartbeat composed before the loss arrives late: synced, of the old epoch.
+	h.beatAs("n1", api.Heartbeat{Instance: "aaa", Synced: true, SyncEpoch: before.SyncEpoch, Tasks: running})
+	h.cycle()
+	if n := h.node("n1"); !n.Syncing {
+		t.Fatal("a stale heartbeat ended syncing")
+	}
+	if got := h.job(j.ID); got.State != api.StatePending {
+		t.Fatalf("attempt 2 placed while the node may still run attempt 1: %s on %v", got.State, got.Nodes)
+	}
+	// The agent stopped attempt 1 and says so about the current epoch: now it takes work.
+	code := 143
+	h.beatAs("n1", api.Heartbeat{Instance: "aaa", Synced: true, SyncEpoch: back.SyncEpoch,
+		Tasks:   []api.TaskStatus{{JobID: j.ID, Attempt: 1, State: api.StateCancelled, ExitCode: &code}},
+		Stopped: []api.StoppedTask{{JobID: j.ID, Attempt: 1, Reason: api.StoppedNotListed}}})
+	h.cycle()
+	if n := h.node("n1"); n.Syncing {
+		t.Fatal("a heartbeat about the current epoch did not end syncing")
+	}
+	if got := h.job(j.ID); got.State != api.StateAssigned || got.Attempts != 2 {
+		t.Fatalf("after the node synced: %s attempt %d; want ASSIGNED attempt 2", got.State, got.Attempts)
+	}
+}
+
 // A multi-node attempt succeeds only when every rank has exited 0; one failed rank stops
 // the others, and the job fails naming the rank, node and exit code.
 func TestGangEndsTogether(t *testing.T) {

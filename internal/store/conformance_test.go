@@ -261,6 +261,7 @@ func fullNode(name string) api.Node {
 		LastHeartbeat: t0.Add(5 * time.Second),
 		Agent:         &api.AgentInfo{Instance: "9f2c", PID: 4242, Address: "10.0.0.7:51234", Version: "v1.2.3", CertSerial: "ab12"},
 		Syncing:       true,
+		SyncEpoch:     3,
 		GPUsUsed:      4,
 		CPUsUsed:      16,
 		Jobs:          []int64{7, 9},

@@ -432,7 +432,7 @@ func appendNode(args []any, n *api.Node) ([]any, error) {
 	if err != nil {
 		return args, err
 	}
-	data, err := encodeJSON(nodeData{Agent: n.Agent, Syncing: n.Syncing, HealthCheck: n.HealthCheck, Degraded: n.Degraded})
+	data, err := encodeJSON(nodeData{Agent: n.Agent, Syncing: n.Syncing, SyncEpoch: n.SyncEpoch, HealthCheck: n.HealthCheck, Degraded: n.Degraded})
 	if err != nil {
 		return args, err
 	}
@@ -444,6 +444,7 @@ func appendNode(args []any, n *api.Node) ([]any, error) {
 type nodeData struct {
 	Agent       *api.AgentInfo   `json:"agent,omitempty"`
 	Syncing     bool             `json:"syncing,omitempty"`
+	SyncEpoch   uint64           `json:"sync_epoch,omitempty"`
 	HealthCheck *api.HealthCheck `json:"health_check,omitempty"`
 	Degraded    []string         `json:"degraded,omitempty"`
 }
@@ -567,7 +568,7 @@ func (s *sqlStore) LoadNodes(ctx context.Context) ([]api.Node, error) {
 		}
 		var nd nodeData
 		err = decodeJSON(data, &nd)
-		n.Agent, n.Syncing, n.HealthCheck, n.Degraded = nd.Agent, nd.Syncing, nd.HealthCheck, nd.Degraded
+		n.Agent, n.Syncing, n.SyncEpoch, n.HealthCheck, n.Degraded = nd.Agent, nd.Syncing, nd.SyncEpoch, nd.HealthCheck, nd.Degraded
 		return n, err
 	})
 	if err != nil {
