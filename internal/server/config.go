@@ -173,18 +173,9 @@ func redactSecret(n api.Notifications) api.Notifications {
 // carrying who (from by: actor, role, source) and the value before and after. Callers hold
 // s.mu.
 func (s *Server) applyConfig(ctx context.Context, data []byte, by api.Event) (api.Config, *api.Error) {
-	var cfg api.Config
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.KnownFields(true)
-	if err := dec.Decode(&cfg); err != nil {
-		if errors.Is(err, io.EOF) {
-			return cfg, invalid("config", "the configuration is empty: give queues, teams, execution, limits or notifications")
-		}
-		return cfg, invalid("config", "%s", strings.TrimPrefix(err.Error(), "yaml: "))
-	}
-	var extra yaml.Node
-	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
-		return cfg, invalid("config", "the file holds more than one YAML document; put queues, teams, execution and limits in one")
+	cfg, e := decodeConfig(data)
+	if e != nil {
+		return cfg, e
 	}
 	var doc yaml.Node
 	yaml.Unmarshal(data, &doc)
@@ -273,6 +264,47 @@ func (s *Server) applyConfig(ctx context.Context, data []byte, by api.Event) (ap
 		return cfg, &api.Error{Code: code, Message: "the configuration could not be stored: " + err.Error()}
 	}
 	s.wake()
+	return cfg, nil
+}
+
+// configFile is a configuration as a file or PUT /config carries it. A team may also hold
+// what GET /api/v1/teams answers with (its usage and GPUs in use), so that a configuration
+// built from the API's answers goes back as it is: those fields are read and ignored.
+type configFile struct {
+	Queues        []api.Queue        `yaml:"queues"`
+	Teams         []configTeam       `yaml:"teams"`
+	Execution     *api.Execution     `yaml:"execution"`
+	Limits        *api.Limits        `yaml:"limits"`
+	Notifications *api.Notifications `yaml:"notifications"`
+}
+
+type configTeam struct {
+	api.Team      `yaml:",inline"`
+	UsageGPUHours float64        `yaml:"usage_gpu_hours"`
+	GPUsInUse     map[string]int `yaml:"gpus_in_use"`
+}
+
+// decodeConfig reads exactly one YAML (or JSON) document holding a configuration, with no
+// unknown fields: an empty body, or a second document that would be silently dropped, is
+// refused.
+func decodeConfig(data []byte) (api.Config, *api.Error) {
+	var file configFile
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&file); err != nil {
+		if errors.Is(err, io.EOF) {
+			return api.Config{}, invalid("config", "the configuration is empty: give queues, teams, execution, limits or notifications")
+		}
+		return api.Config{}, invalid("config", "%s", strings.TrimPrefix(err.Error(), "yaml: "))
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
+		return api.Config{}, invalid("config", "the file holds more than one YAML document; put queues, teams, execution and limits in one")
+	}
+	cfg := api.Config{Queues: file.Queues, Execution: file.Execution, Limits: file.Limits, Notifications: file.Notifications}
+	for _, t := range file.Teams {
+		cfg.Teams = append(cfg.Teams, t.Team)
+	}
 	return cfg, nil
 }
 

@@ -1,14 +1,20 @@
 package server
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"mime"
 	"net/http"
+	"net/url"
+	"reflect"
 	"slices"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/rotahq/rota/internal/api"
 )
@@ -72,19 +78,24 @@ func (s *Server) decodeJSON(w http.ResponseWriter, r *http.Request, v any) (int,
 	return decodeJSON(w, r, v, limit)
 }
 
-// decodeJSON reads one JSON value into v, refusing unknown fields, trailing data and bodies
-// over limit bytes, with an error that names the field at fault.
+// decodeJSON reads one JSON value into v, refusing unknown fields, trailing data, null
+// where the Go type holds no null, required fields left out, and bodies over limit bytes,
+// with an error that names the field at fault. Every JSON route decodes through it.
 func decodeJSON(w http.ResponseWriter, r *http.Request, v any, limit int64) (int, *api.Error) {
-	body := http.MaxBytesReader(w, r.Body, limit)
-	dec := json.NewDecoder(body)
+	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			return http.StatusRequestEntityTooLarge, &api.Error{Code: api.CodeTooLarge, Message: fmt.Sprintf("request body is larger than the %d-byte limit", limit)}
+		}
+		return http.StatusBadRequest, invalid("", "reading the request body: %v", err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		var tooBig *http.MaxBytesError
 		var typeErr *json.UnmarshalTypeError
 		var syntaxErr *json.SyntaxError
 		switch {
-		case errors.As(err, &tooBig):
-			return http.StatusRequestEntityTooLarge, &api.Error{Code: api.CodeTooLarge, Message: fmt.Sprintf("request body is larger than the %d-byte limit", limit)}
 		case errors.As(err, &typeErr):
 			return http.StatusBadRequest, invalid(typeErr.Field, "must be of type %s, not %s", typeErr.Type, typeErr.Value)
 		case errors.As(err, &syntaxErr):
@@ -97,10 +108,144 @@ func decodeJSON(w http.ResponseWriter, r *http.Request, v any, limit int64) (int
 		}
 		return http.StatusBadRequest, invalid("", "bad JSON: %v", err)
 	}
-	if dec.More() {
-		return http.StatusBadRequest, invalid("", "unexpected data after the JSON object")
+	// Decoder.More misses a stray closing bracket, so look at what is left instead.
+	if rest := bytes.TrimLeft(data[dec.InputOffset():], " \t\r\n"); len(rest) > 0 {
+		return http.StatusBadRequest, invalid("", "unexpected data after the JSON value at byte %d", dec.InputOffset())
+	}
+	if e := checkPresence(data, reflect.TypeOf(v), ""); e != nil {
+		return http.StatusBadRequest, e
 	}
 	return 0, nil
+}
+
+// requiredFields lists, per request type, the fields api/openapi.yaml marks required that
+// a body must carry (a test holds each to the spec). The spec's other required fields of
+// request bodies take their zero value when left out, as the Go clients send them.
+var requiredFields = map[reflect.Type][]string{
+	reflect.TypeFor[api.JobSpec]():          {"command"},
+	reflect.TypeFor[api.Heartbeat]():        {"node", "inventory"},
+	reflect.TypeFor[api.JoinRequest]():      {"token", "node", "csr"},
+	reflect.TypeFor[api.RenewRequest]():     {"csr"},
+	reflect.TypeFor[api.UISessionRequest](): {"code"},
+	reflect.TypeFor[api.Notify]():           {"url"},
+}
+
+var unmarshalerType = reflect.TypeFor[json.Unmarshaler]()
+
+// checkPresence walks a decoded body alongside its Go type t and refuses null where t
+// cannot hold one (encoding/json would leave the zero value, so `"gpus": null` would read
+// as 0), and a required field (requiredFields) that is missing or null. path names the
+// value in errors, like "inventory.gpus[0].model".
+func checkPresence(data []byte, t reflect.Type, path string) *api.Error {
+	null := bytes.Equal(bytes.TrimSpace(data), []byte("null"))
+	for t.Kind() == reflect.Pointer {
+		if null {
+			return nil
+		}
+		t = t.Elem()
+	}
+	if null {
+		switch t.Kind() {
+		case reflect.Slice, reflect.Map, reflect.Interface:
+			return nil
+		}
+		return invalid(path, "must not be null: leave the field out or give %s", jsonKind(t))
+	}
+	if reflect.PointerTo(t).Implements(unmarshalerType) {
+		return nil // a type that reads itself, like time.Time
+	}
+	switch t.Kind() {
+	case reflect.Struct:
+		var obj map[string]json.RawMessage
+		if json.Unmarshal(data, &obj) != nil {
+			return nil
+		}
+		fields := jsonFields(t)
+		for _, name := range requiredFields[t] {
+			if raw, ok := obj[name]; !ok || bytes.Equal(bytes.TrimSpace(raw), []byte("null")) {
+				return invalid(joinPath(path, name), "is required and must not be null")
+			}
+		}
+		for key, raw := range obj {
+			ft, ok := fields[key]
+			if !ok {
+				continue // matched case-insensitively by encoding/json; its value was checked then
+			}
+			if e := checkPresence(raw, ft, joinPath(path, key)); e != nil {
+				return e
+			}
+		}
+	case reflect.Slice, reflect.Array:
+		var list []json.RawMessage
+		if json.Unmarshal(data, &list) != nil {
+			return nil
+		}
+		for i, raw := range list {
+			if e := checkPresence(raw, t.Elem(), fmt.Sprintf("%s[%d]", path, i)); e != nil {
+				return e
+			}
+		}
+	case reflect.Map:
+		var obj map[string]json.RawMessage
+		if json.Unmarshal(data, &obj) != nil {
+			return nil
+		}
+		for key, raw := range obj {
+			if e := checkPresence(raw, t.Elem(), joinPath(path, key)); e != nil {
+				return e
+			}
+		}
+	}
+	return nil
+}
+
+// jsonFields maps the JSON names of a struct's fields to their types, with embedded
+// untagged structs flattened as encoding/json does.
+func jsonFields(t reflect.Type) map[string]reflect.Type {
+	out := map[string]reflect.Type{}
+	for f := range t.Fields() {
+		tag := f.Tag.Get("json")
+		if !f.IsExported() || tag == "-" {
+			continue
+		}
+		name, _, _ := strings.Cut(tag, ",")
+		if f.Anonymous && name == "" && f.Type.Kind() == reflect.Struct {
+			for k, v := range jsonFields(f.Type) {
+				out[k] = v
+			}
+			continue
+		}
+		if name == "" {
+			name = f.Name
+		}
+		out[name] = f.Type
+	}
+	return out
+}
+
+// jsonKind names what JSON value a Go type takes, for errors.
+func jsonKind(t reflect.Type) string {
+	if t == reflect.TypeFor[time.Time]() {
+		return "an RFC 3339 time"
+	}
+	switch t.Kind() {
+	case reflect.Bool:
+		return "true or false"
+	case reflect.String:
+		return "a string"
+	case reflect.Struct:
+		return "an object"
+	case reflect.Array:
+		return "an array"
+	}
+	return "a number"
+}
+
+func joinPath(path, key string) string {
+	if path == "" {
+		return key
+	}
+	return path + "." + key
 }
 
 // validName checks a name of a user, team, queue or node against the pattern and the
@@ -120,4 +265,36 @@ func truncateName(v string) string {
 		return v[:64] + "…"
 	}
 	return v
+}
+
+// queryInt reads an integer query parameter that api/openapi.yaml bounds to lo..hi,
+// answering def when it is absent. The error names the parameter and its bounds.
+func queryInt(q url.Values, name string, lo, hi, def int64) (int64, *api.Error) {
+	v := q.Get(name)
+	if v == "" {
+		return def, nil
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < lo || n > hi {
+		if hi == math.MaxInt64 {
+			return 0, invalid(name, "%q is not a whole number of %d or more", truncateName(v), lo)
+		}
+		return 0, invalid(name, "%q is not a whole number from %d to %d", truncateName(v), lo, hi)
+	}
+	return n, nil
+}
+
+// querySeconds reads a wait in seconds (a number, fractions allowed) from 0 to max,
+// answering 0 when it is absent. NaN and infinities are refused like any other value out
+// of bounds.
+func querySeconds(q url.Values, name string, max time.Duration) (time.Duration, *api.Error) {
+	v := q.Get(name)
+	if v == "" {
+		return 0, nil
+	}
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil || !(f >= 0 && f <= max.Seconds()) {
+		return 0, invalid(name, "%q is not a number of seconds from 0 to %d", truncateName(v), int(max.Seconds()))
+	}
+	return time.Duration(f * float64(time.Second)), nil
 }

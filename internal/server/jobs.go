@@ -251,15 +251,12 @@ func (s *Server) handleListJobs(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	limit := defaultPage
-	if v := q.Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > maxPage {
-			writeError(w, http.StatusBadRequest, invalid("limit", "must be a number from 1 to %d", maxPage))
-			return
-		}
-		limit = n
+	limit64, e := queryInt(q, "limit", 1, maxPage, defaultPage)
+	if e != nil {
+		writeError(w, http.StatusBadRequest, e)
+		return
 	}
+	limit := int(limit64)
 	var after int64
 	if v := q.Get("after"); v != "" {
 		n, err := strconv.ParseInt(v, 10, 64)
@@ -361,7 +358,26 @@ func (s *Server) handleGetJob(w http.ResponseWriter, r *http.Request) {
 	if attempts == nil {
 		attempts = []api.Attempt{}
 	}
+	for i := range attempts {
+		attempts[i].Placements = wirePlacements(attempts[i].Placements)
+	}
 	writeJSON(w, http.StatusOK, api.JobDetail{Job: job, AttemptList: attempts, Events: events})
+}
+
+// wirePlacements gives a rank without GPUs empty GPU lists, not null, as the spec has
+// them: placements are made, and stored, with nil lists. It copies, since ps is shared
+// with the state.
+func wirePlacements(ps []api.Placement) []api.Placement {
+	out := slices.Clone(ps)
+	for i := range out {
+		if out[i].GPUIndices == nil {
+			out[i].GPUIndices = []int{}
+		}
+		if out[i].GPUIDs == nil {
+			out[i].GPUIDs = []string{}
+		}
+	}
+	return out
 }
 
 func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request) {

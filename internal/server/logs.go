@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math"
 	"net/http"
 	"os"
 	"path"
@@ -100,33 +101,30 @@ func (s *Server) handleGetLogs(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	q := r.URL.Query()
-	offset, err := parseNonNeg(q.Get("offset"))
-	if err != nil {
-		writeError(w, http.StatusBadRequest, invalid("offset", "must be a non-negative number of bytes"))
+	offset, e := queryInt(q, "offset", 0, math.MaxInt64, 0)
+	if e != nil {
+		writeError(w, http.StatusBadRequest, e)
 		return
 	}
-	wantAttempt, err := parseNonNeg(q.Get("attempt"))
-	if err != nil || (q.Get("attempt") != "" && wantAttempt < 1) {
-		writeError(w, http.StatusBadRequest, invalid("attempt", "must be an attempt number, 1 or more"))
+	wantAttempt, e := queryInt(q, "attempt", 1, math.MaxInt32, 0) // 0: the current one
+	if e != nil {
+		writeError(w, http.StatusBadRequest, e)
 		return
 	}
-	waitS, err := strconv.ParseFloat(orZero(q.Get("wait")), 64)
-	if err != nil || waitS < 0 || waitS > maxLogWait.Seconds() {
-		writeError(w, http.StatusBadRequest, invalid("wait", "must be a number of seconds from 0 to %d", int(maxLogWait.Seconds())))
+	wait, e := querySeconds(q, "wait", maxLogWait)
+	if e != nil {
+		writeError(w, http.StatusBadRequest, e)
 		return
 	}
-	wantRank := -1
-	if v := q.Get("rank"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 0 {
-			writeError(w, http.StatusBadRequest, invalid("rank", "must be a rank number, 0 or more"))
-			return
-		}
-		wantRank = n
+	wantRank64, e := queryInt(q, "rank", 0, math.MaxInt32, -1) // -1: by node, else rank 0
+	if e != nil {
+		writeError(w, http.StatusBadRequest, e)
+		return
 	}
+	wantRank := int(wantRank64)
 	wantNode := q.Get("node")
 	who := caller(r)
-	deadline := time.Now().Add(time.Duration(waitS * float64(time.Second)))
+	deadline := time.Now().Add(wait)
 	for {
 		s.mu.Lock()
 		job, found := s.state.Job(id)
@@ -218,14 +216,6 @@ func (s *Server) readLog(name string, offset int64) ([]byte, int64) {
 	buf := make([]byte, min(fi.Size()-offset, maxLogChunk))
 	n, _ := f.ReadAt(buf, offset)
 	return buf[:n], fi.Size()
-}
-
-func parseNonNeg(v string) (int64, error) {
-	n, err := strconv.ParseInt(orZero(v), 10, 64)
-	if err == nil && n < 0 {
-		err = fmt.Errorf("negative")
-	}
-	return n, err
 }
 
 func orZero(v string) string {

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -402,8 +403,17 @@ var routes = []route{
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
+	allowed := map[string][]string{} // path → its methods, in the routes' order
 	for _, rt := range routes {
 		mux.HandleFunc(rt.method+" "+rt.path, s.instrument(rt, func(w http.ResponseWriter, r *http.Request) { s.serve(rt, w, r) }))
+		allowed[rt.path] = append(allowed[rt.path], rt.method)
+		if rt.method == "GET" {
+			allowed[rt.path] = append(allowed[rt.path], "HEAD") // served by the GET route
+		}
+	}
+	// A pattern without a method matches what the routes of its path leave over.
+	for path, methods := range allowed {
+		mux.HandleFunc(path, methodNotAllowed(methods))
 	}
 	s.mountMetrics(mux)
 	s.mountUI(mux)
@@ -411,6 +421,20 @@ func (s *Server) Handler() http.Handler {
 		writeError(w, http.StatusNotFound, &api.Error{Code: api.CodeNotFound, Message: "no such API route: " + r.Method + " " + r.URL.Path})
 	})
 	return mux
+}
+
+// codeMethodNotAllowed is the Error.code of a 405.
+const codeMethodNotAllowed = "method_not_allowed"
+
+// methodNotAllowed answers a known path called with a method it does not take: 405 with
+// the methods it does take in Allow, where a catch-all 404 would say the path is unknown.
+func methodNotAllowed(methods []string) http.HandlerFunc {
+	allow := strings.Join(methods, ", ")
+	return func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Allow", allow)
+		writeError(w, http.StatusMethodNotAllowed, &api.Error{Code: codeMethodNotAllowed,
+			Message: fmt.Sprintf("%s %s is not supported; this path takes %s", r.Method, r.URL.Path, allow)})
+	}
 }
 
 // serve authenticates and authorizes a request for rt, checks its content type, and only

@@ -620,7 +620,7 @@ const (
 // "0-99%8" is a hundred jobs, eight at a time.
 func parseArray(spec string) ([]int, int, *api.Error) {
 	bad := func(format string, args ...any) ([]int, int, *api.Error) {
-		return nil, 0, invalid("array", "%q: "+format+" (forms: 0-99, 0-99%8, 1,3,5, 0-10:2)", append([]any{spec}, args...)...)
+		return nil, 0, invalid("array", "%q: %s (forms: 0-99, 0-99%%8, 1,3,5, 0-10:2)", spec, fmt.Sprintf(format, args...))
 	}
 	body, limitStr, hasLimit := strings.Cut(spec, "%")
 	limit := 0

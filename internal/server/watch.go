@@ -76,12 +76,12 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, invalid("version", "must be the version from the previous answer"))
 		return
 	}
-	waitS, err := strconv.ParseFloat(orZero(q.Get("wait")), 64)
-	if err != nil || waitS < 0 || waitS > maxWatch.Seconds() {
-		writeError(w, http.StatusBadRequest, invalid("wait", "must be a number of seconds from 0 to %d", int(maxWatch.Seconds())))
+	wait, e := querySeconds(q, "wait", maxWatch)
+	if e != nil {
+		writeError(w, http.StatusBadRequest, e)
 		return
 	}
-	timeout := time.NewTimer(time.Duration(waitS * float64(time.Second)))
+	timeout := time.NewTimer(wait)
 	defer timeout.Stop()
 	for {
 		v, changed := s.watch.current(node)

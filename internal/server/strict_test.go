@@ -1,0 +1,419 @@
+package server
+
+import (
+	"encoding/json"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/rotahq/rota/internal/api"
+	"github.com/rotahq/rota/internal/cluster"
+)
+
+// rawCall sends body as it is, with the admin's token, and returns the status, the
+// decoded error (if any) and the response headers.
+func (h *harness) rawCall(method, path, contentType, body string) (int, api.Error, http.Header) {
+	h.t.Helper()
+	req, _ := http.NewRequest(method, h.http.URL+path, strings.NewReader(body))
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	req.Header.Set("Authorization", "Bearer "+h.token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	var e api.Error
+	json.Unmarshal(data, &e)
+	return resp.StatusCode, e, resp.Header
+}
+
+// Every refusal of a JSON body answers 400 naming the field, and stores nothing.
+func TestStrictJSONDecoding(t *testing.T) {
+	h := newHarness(t)
+	h.beat("n1", 2)
+	for _, tc := range []struct {
+		name, path, body, field string
+	}{
+		{"trailing bracket", "/api/v1/jobs", `{"command":["true"]}}`, ""},
+		{"trailing value", "/api/v1/jobs", `{"command":["true"]} {}`, ""},
+		{"unknown field", "/api/v1/jobs", `{"command":["true"],"gpu":1}`, "gpu"},
+		{"command missing", "/api/v1/jobs", `{"gpus":1}`, "command"},
+		{"command null", "/api/v1/jobs", `{"command":null}`, "command"},
+		{"null number", "/api/v1/jobs", `{"command":["true"],"gpus":null}`, "gpus"},
+		{"null string", "/api/v1/jobs", `{"command":["true"],"queue":null}`, "queue"},
+		{"null bool", "/api/v1/jobs", `{"command":["true"],"preemptible":null}`, "preemptible"},
+		{"null in a list", "/api/v1/jobs", `{"command":["true",null]}`, "command[1]"},
+		{"null in a map", "/api/v1/jobs", `{"command":["true"],"env":{"A":null}}`, "env.A"},
+		{"wrong type", "/api/v1/jobs", `{"command":"true"}`, "command"},
+		{"nested null", "/api/v1/queues/q1", `{"name":"q1","tier":null}`, "tier"},
+		{"webhook without url", "/api/v1/users/admin/notify", `[{"events":["end"]}]`, "[0].url"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			method := "POST"
+			if !strings.HasSuffix(tc.path, "/jobs") {
+				method = "PUT"
+			}
+			code, e, _ := h.rawCall(method, tc.path, "application/json", tc.body)
+			if code != http.StatusBadRequest || e.Code != api.CodeInvalid || e.Field != tc.field {
+				t.Errorf("%s: %d %+v, want 400 naming field %q", tc.body, code, e, tc.field)
+			}
+		})
+	}
+	var list api.JobList
+	if h.do("GET", "/api/v1/jobs?state=all", nil, &list); len(list.Jobs) != 0 {
+		t.Errorf("%d jobs stored by refused requests", len(list.Jobs))
+	}
+	var queues api.QueueList
+	h.do("GET", "/api/v1/queues", nil, &queues)
+	if slices.ContainsFunc(queues.Queues, func(q api.Queue) bool { return q.Name == "q1" }) {
+		t.Error("a refused queue was stored")
+	}
+	// What a Go client sends for nil slices and maps, and pointers left nil, still passes.
+	if code, e, _ := h.rawCall("POST", "/api/v1/jobs", "application/json", `{"command":["true"],"env":null,"after":null,"retries":null}`); code != http.StatusCreated {
+		t.Errorf("null for nillable fields: %d %+v", code, e)
+	}
+}
+
+// The agent's heartbeat needs its node and inventory, and holds no null in them.
+func TestStrictHeartbeatDecoding(t *testing.T) {
+	h := newHarness(t)
+	for _, tc := range []struct{ body, field string }{
+		{`{}`, "node"},
+		{`{"node":"n1"}`, "inventory"},
+		{`{"node":"n1","inventory":null}`, "inventory"},
+		{`{"node":"n1","inventory":{"cpus":null}}`, "inventory.cpus"},
+		{`{"node":"n1","inventory":{"cpus":4,"gpus":[{"index":0,"model":null}]}}`, "inventory.gpus[0].model"},
+		{`{"node":"n1","inventory":{"cpus":4},"agent_time":null}`, "agent_time"},
+	} {
+		req, _ := http.NewRequest("POST", "http://rota-up/api/v1/agents/n1/heartbeat", strings.NewReader(tc.body))
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := h.agent.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var e api.Error
+		json.NewDecoder(resp.Body).Decode(&e)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest || e.Field != tc.field {
+			t.Errorf("%s: %d %+v, want 400 naming %q", tc.body, resp.StatusCode, e, tc.field)
+		}
+	}
+	var nodes api.NodeList
+	if h.do("GET", "/api/v1/nodes", nil, &nodes); len(nodes.Nodes) != 0 {
+		t.Errorf("refused heartbeats registered %d nodes", len(nodes.Nodes))
+	}
+}
+
+// requiredFields asks for no field the spec does not mark required.
+func TestRequiredFieldsAreTheSpecs(t *testing.T) {
+	schemas := readSpec(t).Components.Schemas
+	for typ, fields := range requiredFields {
+		s, ok := schemas[typ.Name()]
+		if !ok {
+			t.Errorf("api/openapi.yaml has no schema %s", typ.Name())
+			continue
+		}
+		for _, f := range fields {
+			if !slices.Contains(s.Required, f) {
+				t.Errorf("the server requires %s.%s, which api/openapi.yaml does not mark required", typ.Name(), f)
+			}
+		}
+	}
+}
+
+func TestPutConfigDecoding(t *testing.T) {
+	h := newHarness(t)
+	for _, tc := range []struct {
+		name, body string
+		want       int
+	}{
+		{"empty", "", http.StatusBadRequest},
+		{"blank", "\n  \n", http.StatusBadRequest},
+		{"comment only", "# nothing\n", http.StatusBadRequest},
+		{"two documents", "queues:\n- name: a\n---\nqueues:\n- name: b\n", http.StatusBadRequest},
+		{"an empty second document", "queues:\n- name: a\n---\n", http.StatusBadRequest},
+		{"unknown field", "queues:\n- name: a\n  priority: 3\n", http.StatusBadRequest},
+		{"teams as GET /teams answers", "teams:\n- name: t1\n  weight: 2\n  usage_gpu_hours: 3.5\n  gpus_in_use: {H100: 2}\n", http.StatusOK},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, e, _ := h.rawCall("PUT", "/api/v1/config", "application/yaml", tc.body)
+			if code != tc.want {
+				t.Errorf("%q: %d %+v, want %d", tc.body, code, e, tc.want)
+			}
+			if code == http.StatusBadRequest && e.Field != "config" {
+				t.Errorf("%q: field %q, want config", tc.body, e.Field)
+			}
+		})
+	}
+	var queues api.QueueList
+	h.do("GET", "/api/v1/queues", nil, &queues)
+	for _, q := range queues.Queues {
+		if q.Name == "a" || q.Name == "b" {
+			t.Errorf("a refused configuration stored queue %s", q.Name)
+		}
+	}
+	var teams api.TeamList
+	h.do("GET", "/api/v1/teams", nil, &teams)
+	if i := slices.IndexFunc(teams.Teams, func(t api.Team) bool { return t.Name == "t1" }); i < 0 || teams.Teams[i].Weight != 2 || teams.Teams[i].UsageGPUHours != 0 {
+		t.Errorf("teams after the config: %+v", teams.Teams)
+	}
+}
+
+// A known path called with a method it lacks answers 405 with Allow; an unknown path 404.
+func TestMethodNotAllowed(t *testing.T) {
+	h := newHarness(t)
+	for _, tc := range []struct{ method, path, allow string }{
+		{"DELETE", "/api/v1/jobs", "POST, GET, HEAD"},
+		{"PUT", "/api/v1/jobs/1", "GET, HEAD"},
+		{"GET", "/api/v1/jobs/1/cancel", "POST"},
+		{"POST", "/api/v1/nodes/n1", "DELETE"},
+		{"PATCH", "/api/v1/config", "PUT"},
+	} {
+		code, e, hdr := h.rawCall(tc.method, tc.path, "", "")
+		if code != http.StatusMethodNotAllowed || hdr.Get("Allow") != tc.allow || e.Code != codeMethodNotAllowed || e.Message == "" {
+			t.Errorf("%s %s: %d Allow %q %+v, want 405 Allow %q", tc.method, tc.path, code, hdr.Get("Allow"), e, tc.allow)
+		}
+	}
+	for _, path := range []string{"/api/v1/nope", "/api/v1/jobs/1/nope", "/api/v2/jobs"} {
+		if code, e, _ := h.rawCall("GET", path, "", ""); code != http.StatusNotFound || e.Code != api.CodeNotFound {
+			t.Errorf("GET %s: %d %+v, want 404", path, code, e)
+		}
+	}
+	// Every method of every route is still served, not answered 405.
+	for _, rt := range routes {
+		path := strings.NewReplacer("{id}", "1", "{name}", "x", "{node}", "n1", "{job}", "1", "{attempt}", "1", "{model}", "H100").Replace(rt.path)
+		if code, _, _ := h.rawCall(rt.method, path, "", ""); code == http.StatusMethodNotAllowed {
+			t.Errorf("%s %s answered 405", rt.method, rt.path)
+		}
+	}
+}
+
+// The query limits api/openapi.yaml states are enforced, naming the parameter.
+func TestQueryLimits(t *testing.T) {
+	h := newHarness(t)
+	h.beat("n1", 1)
+	j := h.submit(api.JobSpec{Command: []string{"true"}})
+	logs := "/api/v1/jobs/" + strconv.FormatInt(j.ID, 10) + "/logs?"
+	for _, tc := range []struct{ path, field string }{
+		{logs + "attempt=0", "attempt"},
+		{logs + "attempt=-1", "attempt"},
+		{logs + "rank=-1", "rank"},
+		{logs + "offset=-1", "offset"},
+		{logs + "wait=61", "wait"},
+		{logs + "wait=NaN", "wait"},
+		{logs + "wait=-0.5", "wait"},
+		{"/api/v1/jobs?limit=0", "limit"},
+		{"/api/v1/jobs?limit=5001", "limit"},
+		{"/api/v1/jobs?limit=x", "limit"},
+	} {
+		if code, e, _ := h.rawCall("GET", tc.path, "", ""); code != http.StatusBadRequest || e.Field != tc.field || strings.Contains(e.Message, "%!") {
+			t.Errorf("GET %s: %d %+v, want 400 naming %s", tc.path, code, e, tc.field)
+		}
+	}
+	for _, q := range []string{"wait=61", "wait=NaN", "wait=Inf", "version=-1"} {
+		req, _ := http.NewRequest("GET", "http://rota-up/api/v1/agents/n1/watch?"+q, nil)
+		resp, err := h.agent.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest {
+			t.Errorf("watch?%s: %d, want 400", q, resp.StatusCode)
+		}
+	}
+	if code, e, _ := h.rawCall("GET", "/api/v1/jobs?limit=5000", "", ""); code != http.StatusOK {
+		t.Errorf("limit=5000: %d %+v", code, e)
+	}
+}
+
+// No error message carries a format-string accident (%!d, %!(MISSING), %!(EXTRA ...)).
+func TestErrorTextsAreClean(t *testing.T) {
+	var msgs []string
+	for _, a := range []string{"", "%", "0-9%", "0-9%0", "0-9%x", "x", "-1", "5-2", "0-10:0", "1:2", "1,1", "0-999999999", "0-20000", "1,,2", "%%%", "%d"} {
+		if _, _, e := parseArray(a); e != nil {
+			msgs = append(msgs, e.Message)
+		} else if a != "" {
+			t.Errorf("array %q was accepted", a)
+		}
+	}
+	for _, img := range []string{"UPPER/x", "a b", "/x/../y.sif", "x@sha256:00", "x:-bad", "%d/x", "reg:99999/x", strings.Repeat("a", 600)} {
+		if e := validateImage(img); e != nil {
+			msgs = append(msgs, e.Message)
+		} else {
+			t.Errorf("image %q was accepted", img)
+		}
+	}
+	st := cluster.New()
+	for _, spec := range []api.JobSpec{
+		{}, {Command: []string{"true"}, Name: "%s"}, {Command: []string{"true"}, Queue: "%d"},
+		{Command: []string{"true"}, Nice: 20000}, {Command: []string{"true"}, GPUs: -1},
+		{Command: []string{"true"}, Env: map[string]string{"%x": "1"}}, {Command: []string{"true"}, RestartPolicy: "%v"},
+	} {
+		if e := validateSpec(&spec, st); e != nil {
+			msgs = append(msgs, e.Message)
+		}
+	}
+	for _, q := range []api.Queue{{Name: "%"}, {Name: "q", Tier: -1}, {Name: "q", Grace: -1}, {Name: "q", IdleAction: "%d"}} {
+		if e := validateQueue(&q); e != nil {
+			msgs = append(msgs, e.Message)
+		}
+	}
+	if len(msgs) < 20 {
+		t.Fatalf("only %d error messages were produced; the table no longer reaches the error paths", len(msgs))
+	}
+	for _, m := range msgs {
+		if strings.Contains(m, "%!") {
+			t.Errorf("garbled message: %s", m)
+		}
+	}
+}
+
+// Every event kind the server records is one api/openapi.yaml lists: the kinds of
+// api.EventKinds, and every constant or literal given as a Kind in the server's code.
+func TestEventKindsAreInTheSpec(t *testing.T) {
+	enum := readSpec(t).Components.Schemas["EventKind"].Enum
+	for _, k := range api.EventKinds() {
+		if !slices.Contains(enum, k) {
+			t.Errorf("event kind %q is not in api/openapi.yaml's EventKind enum", k)
+		}
+	}
+	consts := apiStringConsts(t)
+	files, _ := filepath.Glob("*.go")
+	fset := token.NewFileSet()
+	used := 0
+	for _, name := range files {
+		if strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, name, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ast.Inspect(f, func(n ast.Node) bool {
+			kv, ok := n.(*ast.KeyValueExpr)
+			if !ok {
+				return true
+			}
+			if key, ok := kv.Key.(*ast.Ident); !ok || key.Name != "Kind" {
+				return true
+			}
+			var kind string
+			switch v := kv.Value.(type) {
+			case *ast.BasicLit:
+				kind, _ = strconv.Unquote(v.Value)
+			case *ast.SelectorExpr:
+				if x, ok := v.X.(*ast.Ident); !ok || x.Name != "api" {
+					return true
+				}
+				kind = consts[v.Sel.Name]
+			default:
+				return true
+			}
+			used++
+			if !slices.Contains(enum, kind) {
+				t.Errorf("%s: event kind %q is not in api/openapi.yaml's EventKind enum", fset.Position(kv.Pos()), kind)
+			}
+			return true
+		})
+	}
+	if used < 10 {
+		t.Errorf("found only %d event kinds in the server's code; the scan misses them", used)
+	}
+}
+
+// apiStringConsts maps the names of internal/api's string constants to their values.
+func apiStringConsts(t *testing.T) map[string]string {
+	out := map[string]string{}
+	files, _ := filepath.Glob("../api/*.go")
+	fset := token.NewFileSet()
+	for _, name := range files {
+		f, err := parser.ParseFile(fset, name, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range f.Decls {
+			g, ok := d.(*ast.GenDecl)
+			if !ok || g.Tok != token.CONST {
+				continue
+			}
+			for _, spec := range g.Specs {
+				vs := spec.(*ast.ValueSpec)
+				for i, id := range vs.Names {
+					if i < len(vs.Values) {
+						if lit, ok := vs.Values[i].(*ast.BasicLit); ok && lit.Kind == token.STRING {
+							out[id.Name], _ = strconv.Unquote(lit.Value)
+						}
+					}
+				}
+			}
+		}
+	}
+	return out
+}
+
+// specDoc is the part of api/openapi.yaml these tests read.
+type specDoc struct {
+	Paths      map[string]specPath `yaml:"paths"`
+	Components struct {
+		Schemas   map[string]*specSchema `yaml:"schemas"`
+		Responses map[string]specResp    `yaml:"responses"`
+	} `yaml:"components"`
+}
+
+type specPath struct {
+	Get    *specOp `yaml:"get"`
+	Post   *specOp `yaml:"post"`
+	Put    *specOp `yaml:"put"`
+	Delete *specOp `yaml:"delete"`
+}
+
+type specOp struct {
+	Responses map[string]specResp `yaml:"responses"`
+}
+
+type specResp struct {
+	Ref     string `yaml:"$ref"`
+	Content map[string]struct {
+		Schema *specSchema `yaml:"schema"`
+	} `yaml:"content"`
+}
+
+type specSchema struct {
+	Ref                  string                 `yaml:"$ref"`
+	Type                 string                 `yaml:"type"`
+	Nullable             bool                   `yaml:"nullable"`
+	Required             []string               `yaml:"required"`
+	Properties           map[string]*specSchema `yaml:"properties"`
+	AdditionalProperties any                    `yaml:"additionalProperties"`
+	Items                *specSchema            `yaml:"items"`
+	Enum                 []string               `yaml:"enum"`
+	AllOf                []*specSchema          `yaml:"allOf"`
+	OneOf                []*specSchema          `yaml:"oneOf"`
+	AnyOf                []*specSchema          `yaml:"anyOf"`
+}
+
+func readSpec(t *testing.T) specDoc {
+	t.Helper()
+	data, err := os.ReadFile("../../api/openapi.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc specDoc
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		t.Fatalf("api/openapi.yaml: %v", err)
+	}
+	return doc
+}
