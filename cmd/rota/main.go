@@ -14,6 +14,7 @@ import (
 	"github.com/rotahq/rota/internal/agent"
 	"github.com/rotahq/rota/internal/cli"
 	"github.com/rotahq/rota/internal/sim"
+	"github.com/rotahq/rota/internal/store"
 )
 
 const usageHead = `rota: a GPU cluster scheduler
@@ -37,7 +38,8 @@ Every client verb takes -o json, and --server URL, --token and --ca-fingerprint.
 is --server, else $ROTA_SERVER, else what 'rota login' saved, else the local socket of
 'rota up' in $ROTA_DATA_DIR (default ~/.rota), where no token is needed, else
 http://127.0.0.1:7070. The token is --token, else $ROTA_TOKEN, else the saved login.
-Run 'rota VERB -h' for a verb's flags.
+Run 'rota VERB -h' for a verb's flags, 'rota help' for the topics: the job contract, the
+spec format, exit codes.
 `
 
 func usage() string {
@@ -48,6 +50,20 @@ func usage() string {
 	}
 	b.WriteString(usageTail)
 	return b.String()
+}
+
+// ownVerbs are the verbs run here rather than by internal/cli, for `rota completion`.
+var ownVerbs = []cli.Verb{{Name: "up"}, {Name: "server"}, {Name: "agent"}, {Name: "sim"}, {Name: "history"}, {Name: "bench"}}
+
+// binary tells the client verbs what only this package knows: the store schema this
+// binary migrates to (internal/cli may not import the store) and the verbs above.
+func binary() cli.Binary {
+	schema, err := store.SchemaVersion()
+	if err != nil {
+		// rota version then says "unknown"; store's tests keep the embedded migrations valid.
+		schema = 0
+	}
+	return cli.Binary{StoreSchema: schema, OtherVerbs: ownVerbs}
 }
 
 func main() {
@@ -64,7 +80,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	verb, rest := args[0], args[1:]
 	for _, v := range cli.Verbs() {
 		if v.Name == verb {
-			return cli.Main(ctx, verb, rest, stdout, stderr)
+			return cli.Main(ctx, verb, rest, stdout, stderr, binary())
 		}
 	}
 	switch verb {
@@ -83,7 +99,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case "supervise":
 		// Not in the usage: the agent starts one per job attempt (see internal/agent).
 		return agent.SuperviseMain(rest, stderr)
-	case "-h", "--help", "help":
+	case "-h", "--help":
 		fmt.Fprint(stdout, usage())
 		return 0
 	}

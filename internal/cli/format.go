@@ -2,12 +2,16 @@ package cli
 
 import (
 	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math"
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"text/tabwriter"
 	"time"
 	"unicode"
@@ -277,4 +281,125 @@ func joinOrDash(s []string) string {
 		return "-"
 	}
 	return strings.Join(s, ",")
+}
+
+// Error codes of the CLI's own errors under -o json; errors from the server keep its
+// codes (api.CodeNotFound, ...).
+const (
+	codeUsage       = "usage"       // bad flags or arguments; nothing was sent
+	codeUnreachable = "unreachable" // no connection to the server could be made
+	codeInterrupted = "interrupted"
+	codeError       = "error" // anything else
+)
+
+// jsonError is an error as -o json prints it on stderr: the API's error shape, so a
+// script reads the server's refusals and the CLI's own complaints alike, and the exit code.
+type jsonError struct {
+	api.Error
+	ExitCode int `json:"exit_code"`
+}
+
+// wantsJSON reports whether args ask for -o json. It reads them before the verb parses
+// them, so that a complaint about the flags themselves is JSON too. As with the flag
+// package, the last -o wins and a "--" ends the flags.
+func wantsJSON(args []string) bool {
+	want := false
+	for i, a := range args {
+		if a == "--" {
+			break
+		}
+		if !strings.HasPrefix(a, "-") {
+			continue
+		}
+		name, value, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if name != "o" && name != "output" {
+			continue
+		}
+		if !hasValue && i+1 < len(args) {
+			value = args[i+1]
+		}
+		want = value == "json"
+	}
+	return want
+}
+
+// jsonStderr is a verb's stderr under -o json. fail and usageError print through it
+// at once, as JSON. Anything else a verb writes there (the flag package's complaints, a
+// verb's own "unknown command", notes) is held until the verb returns: written as it
+// is after a success, and after a failure folded into one JSON error unless one has been
+// printed already. So no error reaches a script as plain text.
+type jsonStderr struct {
+	out io.Writer
+
+	mu      sync.Mutex // guards the fields below
+	held    bytes.Buffer
+	printed bool
+}
+
+func (w *jsonStderr) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.held.Write(p)
+}
+
+// print writes e as one line of JSON.
+func (w *jsonStderr) print(e api.Error, exitCode int) {
+	b, err := json.Marshal(jsonError{Error: e, ExitCode: exitCode})
+	if err != nil {
+		// Only strings go into it; this cannot happen.
+		panic(err)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.printed = true
+	w.out.Write(append(b, '\n'))
+}
+
+// finish deals with the text held while the verb ran, once it has returned exitCode.
+func (w *jsonStderr) finish(exitCode int) {
+	w.mu.Lock()
+	text := w.held.String()
+	w.held.Reset()
+	printed := w.printed
+	w.mu.Unlock()
+	switch {
+	case exitCode == ExitOK:
+		io.WriteString(w.out, text)
+	case printed:
+		// The held text is what came with the error: the flags' usage, say.
+	default:
+		// Its first line is the complaint; what follows is usage.
+		msg, _, _ := strings.Cut(strings.TrimSpace(text), "\n")
+		if msg == "" {
+			return // the verb failed without a word, as a verb returning a job's exit code may
+		}
+		code := codeError
+		if exitCode == ExitUsage {
+			code = codeUsage
+		}
+		w.print(api.Error{Code: code, Message: msg}, exitCode)
+	}
+}
+
+// errorFor puts err in the API's error shape: the server's own for a refusal, a code of
+// the CLI's for the rest.
+func errorFor(ctx context.Context, err error) api.Error {
+	var apiErr *APIError
+	var unreachable *UnreachableError
+	switch {
+	case errors.As(err, &apiErr):
+		e := apiErr.Detail
+		if e.Code == "" {
+			e.Code = "http_" + strconv.Itoa(apiErr.StatusCode)
+		}
+		if err != error(apiErr) {
+			e.Message = err.Error() // the verb added what it was doing
+		}
+		return e
+	case errors.As(err, &unreachable):
+		return api.Error{Code: codeUnreachable, Message: err.Error()}
+	case ctx.Err() != nil:
+		return api.Error{Code: codeInterrupted, Message: "interrupted"}
+	}
+	return api.Error{Code: codeError, Message: err.Error()}
 }

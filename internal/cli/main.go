@@ -10,6 +10,8 @@ import (
 	"net/http"
 	"os"
 	"time"
+
+	"github.com/rotahq/rota/internal/api"
 )
 
 // Exit codes of every verb.
@@ -41,21 +43,42 @@ type Config struct {
 	ConfigDir string
 	// Getwd gives the default working directory of submitted jobs.
 	Getwd func() (string, error)
+	// Environ is the submitter's environment, which `rota submit --export` sends (ALL by
+	// default); nil sends none.
+	Environ func() []string
 	// HTTP sends the requests; nil means one built for the server (see NewClient), without
 	// an overall timeout, which `logs -f` needs for its long polls.
 	HTTP *http.Client
+	// Binary is what cmd/rota tells the verbs about the binary they run in.
+	Binary Binary
+
+	// onFlagSet, when set, is given every flag set a verb makes: `rota completion` learns
+	// the verbs' flags by running each with -h.
+	onFlagSet func(*flag.FlagSet)
+}
+
+// Binary is what this package cannot learn by itself about the binary it is part of.
+type Binary struct {
+	// StoreSchema is the store schema version the binary migrates to, for `rota version`
+	// (the CLI may not import the store).
+	StoreSchema int
+	// OtherVerbs are the verbs cmd/rota runs itself (server, agent, up, ...), which
+	// `rota completion` offers beside the client verbs.
+	OtherVerbs []Verb
 }
 
 // Main runs one client verb with the process's environment and returns its exit code.
 // cmd/rota calls it for the verbs Verbs lists; ctx should be cancelled on Ctrl-C.
-func Main(ctx context.Context, verb string, args []string, stdout, stderr io.Writer) int {
+func Main(ctx context.Context, verb string, args []string, stdout, stderr io.Writer, bin Binary) int {
 	return Config{
-		Stdout: stdout,
-		Stderr: stderr,
-		Stdin:  os.Stdin,
-		Now:    time.Now,
-		Getenv: os.Getenv,
-		Getwd:  os.Getwd,
+		Stdout:  stdout,
+		Stderr:  stderr,
+		Stdin:   os.Stdin,
+		Now:     time.Now,
+		Getenv:  os.Getenv,
+		Getwd:   os.Getwd,
+		Environ: os.Environ,
+		Binary:  bin,
 	}.Run(ctx, verb, args)
 }
 
@@ -66,27 +89,38 @@ type Verb struct {
 
 type verbFunc func(ctx context.Context, cfg Config, args []string) int
 
-var verbs = []struct {
+type verbEntry struct {
 	Verb
 	run verbFunc
-}{
-	{Verb{"submit", "submit a job: rota submit --gpus 1 -- python train.py"}, runSubmit},
-	{Verb{"queue", "list jobs with their state and why they wait"}, runQueue},
-	{Verb{"show", "show one job in full: request, times, usage, attempts, events"}, runShow},
-	{Verb{"why", "say why a job has not started, and when it may"}, runWhy},
-	{Verb{"cancel", "cancel jobs"}, runCancel},
-	{Verb{"hold", "keep jobs from starting until released"}, runHold},
-	{Verb{"release", "let held jobs start"}, runRelease},
-	{Verb{"logs", "print a job's log; -f follows it"}, runLogs},
-	{Verb{"nodes", "list nodes with their GPUs, real use and health; rota nodes NAME shows one"}, runNodes},
-	{Verb{"top", "a live view of the pool and the queue, like nvtop for the cluster"}, runTop},
-	{Verb{"usage", "GPU-hours, utilisation, waits, failures and cost by team, user, ...; usage report writes a month's pack"}, runUsage},
-	{Verb{"ui", "open the web UI, logged in as you"}, runUI},
-	{Verb{"notify", "your default webhooks for your jobs' events: rota notify set URL"}, runNotify},
-	{Verb{"login", "save a server URL and API token: rota login --server URL"}, runLogin},
-	{Verb{"logout", "forget the saved API token"}, runLogout},
-	{Verb{"whoami", "say who the server takes you for"}, runWhoami},
-	{Verb{"admin", "users and tokens, queues, teams, nodes, reservations, the audit trail"}, runAdmin},
+}
+
+// verbs is every client verb. It is filled in init because help and completion read it,
+// which an initializer referring to them could not do (an initialization cycle).
+var verbs []verbEntry
+
+func init() {
+	verbs = []verbEntry{
+		{Verb{"submit", "submit a job: rota submit --gpus 1 -- python train.py"}, runSubmit},
+		{Verb{"queue", "list jobs with their state and why they wait"}, runQueue},
+		{Verb{"show", "show one job in full: request, times, usage, attempts, events"}, runShow},
+		{Verb{"why", "say why a job has not started, and when it may"}, runWhy},
+		{Verb{"cancel", "cancel jobs"}, runCancel},
+		{Verb{"hold", "keep jobs from starting until released"}, runHold},
+		{Verb{"release", "let held jobs start"}, runRelease},
+		{Verb{"logs", "print a job's log; -f follows it"}, runLogs},
+		{Verb{"nodes", "list nodes with their GPUs, real use and health; rota nodes NAME shows one"}, runNodes},
+		{Verb{"top", "a live view of the pool and the queue, like nvtop for the cluster"}, runTop},
+		{Verb{"usage", "GPU-hours, utilisation, waits, failures and cost by team, user, ...; usage report writes a month's pack"}, runUsage},
+		{Verb{"ui", "open the web UI, logged in as you"}, runUI},
+		{Verb{"notify", "your default webhooks for your jobs' events: rota notify set URL"}, runNotify},
+		{Verb{"login", "save a server URL and API token: rota login --server URL"}, runLogin},
+		{Verb{"logout", "forget the saved API token"}, runLogout},
+		{Verb{"whoami", "say who the server takes you for"}, runWhoami},
+		{Verb{"admin", "users and tokens, queues, teams, nodes, reservations, the audit trail"}, runAdmin},
+		{Verb{"version", "print rota's version, commit, Go version and store schema"}, runVersion},
+		{Verb{"completion", "print a shell completion script: rota completion bash|zsh|fish"}, runCompletion},
+		{Verb{"help", "the job contract, the spec format and other topics: rota help TOPIC"}, runHelp},
+	}
 }
 
 // Verbs lists the verbs Main runs, in the order a person meets them.
@@ -98,8 +132,20 @@ func Verbs() []Verb {
 	return out
 }
 
-// Run runs one verb with cfg.
+// Run runs one verb with cfg. Under -o json its errors reach cfg.Stderr as JSON (see
+// jsonStderr).
 func (cfg Config) Run(ctx context.Context, verb string, args []string) int {
+	if wantsJSON(args) {
+		js := &jsonStderr{out: cfg.Stderr}
+		cfg.Stderr = js
+		code := cfg.run(ctx, verb, args)
+		js.finish(code)
+		return code
+	}
+	return cfg.run(ctx, verb, args)
+}
+
+func (cfg Config) run(ctx context.Context, verb string, args []string) int {
 	for _, v := range verbs {
 		if v.Name == verb {
 			return v.run(ctx, cfg, args)
@@ -130,6 +176,9 @@ func newFlagSet(cfg Config, verb, usage string) (*flag.FlagSet, *globalFlags) {
 	fs.Usage = func() {
 		fmt.Fprintf(cfg.Stderr, "usage: %s\n\nflags:\n", usage)
 		fs.PrintDefaults()
+	}
+	if cfg.onFlagSet != nil {
+		cfg.onFlagSet(fs)
 	}
 	g := &globalFlags{}
 	fs.StringVar(&g.Server, "server", "", "rota server `URL` (default $ROTA_SERVER, else the saved login, else the local socket, else "+DefaultServer+")")
@@ -200,8 +249,12 @@ func (cfg Config) newClient(e Endpoint) (*Client, error) {
 	return c, nil
 }
 
-// fail prints err for a person and returns the exit code for it.
+// fail prints err for a person, or as JSON under -o json, and returns the exit code for it.
 func (cfg Config) fail(ctx context.Context, err error) int {
+	if js, ok := cfg.Stderr.(*jsonStderr); ok {
+		js.print(errorFor(ctx, err), ExitError)
+		return ExitError
+	}
 	var unreachable *UnreachableError
 	switch {
 	case errors.As(err, &unreachable):
@@ -228,7 +281,12 @@ func (cfg Config) parseNoArgs(verb string, fs *flag.FlagSet, g *globalFlags, arg
 }
 
 func (cfg Config) usageError(verb, format string, args ...any) int {
-	fmt.Fprintf(cfg.Stderr, "rota %s: %s\n", verb, fmt.Sprintf(format, args...))
+	msg := fmt.Sprintf(format, args...)
+	if js, ok := cfg.Stderr.(*jsonStderr); ok {
+		js.print(api.Error{Code: codeUsage, Message: "rota " + verb + ": " + msg}, ExitUsage)
+		return ExitUsage
+	}
+	fmt.Fprintf(cfg.Stderr, "rota %s: %s\n", verb, msg)
 	return ExitUsage
 }
 

@@ -56,6 +56,17 @@ func migrations() ([]migration, error) {
 	return ms, nil
 }
 
+// SchemaVersion is the schema version this binary migrates a store to: the number of its
+// embedded migrations. `rota version` reports it, so an operator can tell which binaries a
+// database has outgrown.
+func SchemaVersion() (int, error) {
+	ms, err := migrations()
+	if err != nil {
+		return 0, err
+	}
+	return len(ms), nil
+}
+
 // migrate applies the migrations db lacks, all in one transaction, so a failure leaves the
 // schema as it was. It refuses a database whose schema is newer than this binary's: an
 // older rota writing to it could lose what the newer one stores.
