@@ -9,6 +9,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"path/filepath"
 	"regexp"
 	"sort"
 	"strconv"
@@ -21,9 +22,21 @@ import (
 )
 
 const submitUsage = `rota submit [flags] [-f spec.yaml] -- CMD ARGS...
+       rota submit [flags] SCRIPT [ARGS...]
 
 Submits a job and prints its ID on the last line of output. Flags given explicitly
 override the spec file; a command after -- overrides the file's command.
+  SCRIPT, a file here that starts with #! or ends in .sh, is sent with the job and run
+  by its #! interpreter (default /bin/bash) on the node, every attempt the same text.
+  Its #ROTA lines (#ROTA --gpus 2) and, for migration, #SBATCH lines before its first
+  command are read as flags; the command line overrides them. An #SBATCH option rota
+  does not map is a warning (an error with --strict). docs/from-slurm.md has the table.
+  -t, -J, -N, -p and -A are --time, --name, --nodes, --queue and --team, as in Slurm;
+  --gres gpu:N asks for N GPUs on each node; --dependency afterok:ID[:ID],afterany:ID
+  is --after-ok and --after.
+  --export (default ALL) sends your environment but SSH_*, DISPLAY, ROTA_*, TERM,
+  HOME, USER, PWD, TMPDIR, CUDA_VISIBLE_DEVICES and others of this session or machine;
+  NONE sends none; VAR,VAR=VALUE,... only those. --env values win over it.
   --mem takes 512M, 16G, 1T, 16GiB, 16GB or a number of megabytes.
   --time takes Go durations (90m, 2h30m) or Slurm's MM, MM:SS, HH:MM:SS, D-HH,
   D-HH:MM and D-HH:MM:SS; 0 means the queue's default.
@@ -78,21 +91,26 @@ type submitFlags struct {
 	mem, timeLimit, grace                   string
 	queue, name, team, workdir, gpuModel    string
 	signal, file, user, restartPolicy       string
-	image                                   string
+	image, gres, dependency, export         string
 	after, afterOK, array                   string
-	hold                                    bool
+	hold, strict                            bool
 	nice                                    int
 	env                                     envFlag
 	notify                                  notifyFlag
 }
 
-func runSubmit(ctx context.Context, cfg Config, args []string) int {
-	fs, g := newFlagSet(cfg, "submit", submitUsage)
-	f := submitFlags{env: envFlag{}}
+// submitAliases are Slurm's short options that rota submit takes for its own flags. -o
+// (sbatch's --output) is rota's output format and -c is not taken, so neither is here.
+var submitAliases = map[string]string{"t": "time", "J": "name", "N": "nodes", "p": "queue", "A": "team"}
+
+// register defines submit's flags on fs: on the command line (cmdline) with the Slurm
+// aliases, -f and --strict; in a script's #ROTA lines without them.
+func (f *submitFlags) register(fs *flag.FlagSet, cmdline bool) {
 	fs.IntVar(&f.gpus, "gpus", 0, "total number of whole `GPUs`")
 	fs.IntVar(&f.gpusPerNode, "gpus-per-node", 0, "GPUs on each node of a multi-node job")
 	fs.IntVar(&f.nodes, "nodes", 0, "number of `nodes` (default 1)")
 	fs.StringVar(&f.gpuModel, "gpu-model", "", "GPU `model` the job needs, e.g. A100, or several it accepts, e.g. A100,H100")
+	fs.StringVar(&f.gres, "gres", "", "Slurm's `gpu:N` or gpu:MODEL:N: N GPUs on each node")
 	fs.IntVar(&f.cpus, "cpus", 0, "number of `CPUs` (default: the server's)")
 	fs.StringVar(&f.mem, "mem", "", "memory `SIZE`, e.g. 64G")
 	fs.StringVar(&f.timeLimit, "time", "", "time limit `DURATION`, e.g. 4h or 1-00:00:00")
@@ -101,6 +119,7 @@ func runSubmit(ctx context.Context, cfg Config, args []string) int {
 	fs.StringVar(&f.team, "team", "", "`team` the job is accounted to")
 	fs.StringVar(&f.workdir, "workdir", "", "working `directory` (default: the current one)")
 	fs.Var(f.env, "env", "environment variable `K=V` (repeatable)")
+	fs.StringVar(&f.export, "export", "", "submitter's variables the job gets: ALL (default, less a deny-list), NONE or `VAR,VAR=VALUE,...`")
 	fs.StringVar(&f.signal, "signal", "", "`signal` sent first when the job must stop (default SIGTERM)")
 	fs.StringVar(&f.grace, "grace", "", "time from the stop signal to the kill, a `DURATION`")
 	fs.IntVar(&f.retries, "retries", 0, "failed attempts to retry (non-zero exit); node loss and preemption never count")
@@ -108,12 +127,27 @@ func runSubmit(ctx context.Context, cfg Config, args []string) int {
 	fs.StringVar(&f.user, "user", "", "submit on behalf of `user` (admins only; default: you)")
 	fs.StringVar(&f.after, "after", "", "start only after these `jobs` have ended, in any state")
 	fs.StringVar(&f.afterOK, "after-ok", "", "start only after these `jobs` have succeeded; fail if one does not")
+	fs.StringVar(&f.dependency, "dependency", "", "Slurm's `afterok:ID[:ID],afterany:ID`: --after-ok and --after")
 	fs.StringVar(&f.array, "array", "", "submit one job per index of `SPEC`, e.g. 0-99%8")
 	fs.BoolVar(&f.hold, "hold", false, "submit the job held, until rota release")
 	fs.IntVar(&f.nice, "nice", 0, "lower the job's priority score by `N` points")
 	fs.StringVar(&f.image, "image", "", "run the job in this container `IMAGE`, e.g. registry.example.com/ml/train:1.2")
 	fs.Var(&f.notify, "notify", "webhook `URL[#EVENTS]` told of the job's events (repeatable)")
+	fs.BoolVar(&f.strict, "strict", false, "make every warning about a batch script's directives an error")
+	if !cmdline {
+		return
+	}
 	fs.StringVar(&f.file, "f", "", "YAML job spec `file`")
+	for alias, name := range submitAliases {
+		fl := fs.Lookup(name)
+		fs.Var(fl.Value, alias, "same as --"+name)
+	}
+}
+
+func runSubmit(ctx context.Context, cfg Config, args []string) int {
+	fs, g := newFlagSet(cfg, "submit", submitUsage)
+	f := submitFlags{env: envFlag{}}
+	f.register(fs, true)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return ExitOK
@@ -123,7 +157,21 @@ func runSubmit(ctx context.Context, cfg Config, args []string) int {
 	if !checkOutput(fs, g) {
 		return ExitUsage
 	}
-	spec, err := buildSpec(cfg, fs, f, fs.Args())
+	rest := fs.Args()
+	var script *batchScript
+	// A first word after -- is always a command, as it was before scripts were read.
+	if afterDashes := len(rest) < len(args) && args[len(args)-len(rest)-1] == "--"; len(rest) > 0 && !afterDashes && isScriptArg(rest[0]) {
+		var err error
+		if script, err = readScript(rest[0]); err != nil {
+			fmt.Fprintf(cfg.Stderr, "rota submit: %v\n", err)
+			return ExitUsage
+		}
+		rest = rest[1:]
+	}
+	spec, warns, err := buildSpec(cfg, fs, f, script, rest)
+	for _, w := range warns {
+		fmt.Fprintf(cfg.Stderr, "rota submit: warning: %s\n", w)
+	}
 	if err != nil {
 		fmt.Fprintf(cfg.Stderr, "rota submit: %v\n", err)
 		return ExitUsage
@@ -170,49 +218,155 @@ func describeArraySubmit(first int64, array string) string {
 	return d
 }
 
-// buildSpec merges the spec file, the flags set explicitly and the command into a JobSpec
-// with the working directory filled in. The user is left to the server, which knows who
-// is asking.
-func buildSpec(cfg Config, fs *flag.FlagSet, f submitFlags, command []string) (api.JobSpec, error) {
-	var spec api.JobSpec
-	if f.file != "" {
-		var err error
-		if spec, err = readSpecFile(f.file); err != nil {
-			return spec, err
-		}
-	}
-	var err error
-	fs.Visit(func(fl *flag.Flag) {
-		if err != nil {
-			return
-		}
-		err = applyFlag(&spec, f, fl.Name)
-	})
-	if err != nil {
-		return spec, err
-	}
-	if len(command) > 0 {
-		spec.Command = command
-	}
-	if len(spec.Command) == 0 {
-		return spec, errors.New("no command: give it after --, e.g. rota submit --gpus 1 -- python train.py")
-	}
-	if spec.WorkDir == "" {
-		if spec.WorkDir, err = cfg.Getwd(); err != nil {
-			return spec, fmt.Errorf("--workdir not given and the current directory is unknown: %w", err)
-		}
-	}
-	return spec, checkSpec(spec)
+// specBuilder layers what a job asks for: the spec file, then a script's directives line
+// by line, then the command line, each overriding the ones before.
+type specBuilder struct {
+	spec api.JobSpec
+	// gres is the GPUs per node of the last --gres not overridden by --gpus or
+	// --gpus-per-node; it becomes a count once the number of nodes is known.
+	gres   int
+	export string
+	strict bool
 }
 
-// applyFlag copies one explicitly set flag into spec.
-func applyFlag(spec *api.JobSpec, f submitFlags, name string) error {
+// apply copies the flags set on fs into the spec.
+func (b *specBuilder) apply(fs *flag.FlagSet, f submitFlags) error {
+	set := map[string]bool{}
+	fs.Visit(func(fl *flag.Flag) {
+		name := fl.Name
+		if n, ok := submitAliases[name]; ok {
+			name = n
+		}
+		set[name] = true
+	})
+	if set["gres"] && (set["gpus"] || set["gpus-per-node"]) {
+		return errors.New("--gres gives the GPUs per node already; drop --gpus or --gpus-per-node")
+	}
+	names := make([]string, 0, len(set))
+	for n := range set {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		if err := b.applyFlag(f, name); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// buildSpec merges the spec file, a script's directives, the flags set explicitly and the
+// command into a JobSpec with the working directory and the exported environment filled
+// in. The user is left to the server, which knows who is asking. It returns warnings about
+// the script and --export even with an error.
+func buildSpec(cfg Config, fs *flag.FlagSet, f submitFlags, script *batchScript, command []string) (api.JobSpec, []string, error) {
+	var b specBuilder
+	var warns []string
+	if f.file != "" {
+		var err error
+		if b.spec, err = readSpecFile(f.file); err != nil {
+			return b.spec, nil, err
+		}
+	}
+	if script != nil {
+		for _, d := range script.directives {
+			dfs := flag.NewFlagSet(d.text, flag.ContinueOnError)
+			dfs.SetOutput(io.Discard)
+			df := submitFlags{env: envFlag{}}
+			df.register(dfs, false)
+			err := dfs.Parse(d.args)
+			if err == nil && dfs.NArg() > 0 {
+				err = fmt.Errorf("%q is not a flag; a directive holds flags only", dfs.Arg(0))
+			}
+			if err == nil {
+				err = b.apply(dfs, df)
+			}
+			if err != nil {
+				if d.opt != "" {
+					return b.spec, nil, fmt.Errorf("%s:%d: #SBATCH %s: %v", script.name, d.line, d.opt, err)
+				}
+				return b.spec, nil, fmt.Errorf("%s:%d: #ROTA: %v", script.name, d.line, err)
+			}
+		}
+	}
+	if err := b.apply(fs, f); err != nil {
+		return b.spec, nil, err
+	}
+	if script != nil {
+		for _, w := range script.warnings {
+			warns = append(warns, fmt.Sprintf("%s:%d: %s", script.name, w.line, w.msg))
+		}
+		if b.strict && len(warns) > 0 {
+			return b.spec, nil, fmt.Errorf("--strict: %s", strings.Join(warns, "; "))
+		}
+		b.spec.Command = scriptCommand(script.name, script.text, command)
+	} else if len(command) > 0 {
+		b.spec.Command = command
+	}
+	spec := &b.spec
+	if len(spec.Command) == 0 {
+		return *spec, warns, errors.New("no command: give it after --, e.g. rota submit --gpus 1 -- python train.py, or a script: rota submit train.sh")
+	}
+	if b.gres > 0 {
+		if spec.Nodes > 1 {
+			spec.GPUsPerNode, spec.GPUs = b.gres, b.gres*spec.Nodes
+		} else {
+			spec.GPUs = b.gres
+		}
+	}
+	// Slurm's --gpus is the job's total; spread it over the nodes as rota needs.
+	if spec.Nodes > 1 && spec.GPUsPerNode == 0 && spec.GPUs > 0 && spec.GPUs%spec.Nodes == 0 {
+		spec.GPUsPerNode = spec.GPUs / spec.Nodes
+	}
+	cwd, cwdErr := cfg.Getwd()
+	switch {
+	case spec.WorkDir == "" && cwdErr != nil:
+		return *spec, warns, fmt.Errorf("--workdir not given and the current directory is unknown: %w", cwdErr)
+	case spec.WorkDir == "":
+		spec.WorkDir = cwd
+	case !filepath.IsAbs(spec.WorkDir) && cwdErr == nil:
+		spec.WorkDir = filepath.Join(cwd, spec.WorkDir)
+	}
+	exported, w, err := exportEnv(b.export, cfg.environ())
+	for _, m := range w {
+		warns = append(warns, "--export: "+m)
+	}
+	if err != nil {
+		return *spec, warns, fmt.Errorf("--export: %w", err)
+	}
+	if len(exported) > 0 {
+		for k, v := range spec.Env {
+			exported[k] = v // --env and the spec file name values on purpose
+		}
+		if n := envBytes(exported); n > maxExportBytes {
+			return *spec, warns, fmt.Errorf("--export: the job's environment would be %d bytes, over the server's %d: send only what the job needs, e.g. --export PATH,CONDA_PREFIX, or --export NONE; largest: %s",
+				n, maxExportBytes, largestVars(exported, 3))
+		}
+		spec.Env = exported
+	}
+	return *spec, warns, checkSpec(*spec)
+}
+
+// applyFlag copies one explicitly set flag into the spec.
+func (b *specBuilder) applyFlag(f submitFlags, name string) error {
+	spec := &b.spec
 	var err error
 	switch name {
 	case "gpus":
-		spec.GPUs = f.gpus
+		spec.GPUs, b.gres = f.gpus, 0
 	case "gpus-per-node":
-		spec.GPUsPerNode = f.gpusPerNode
+		spec.GPUsPerNode, b.gres = f.gpusPerNode, 0
+	case "gres":
+		var model string
+		if model, b.gres, err = parseGres(f.gres); err == nil && model != "" {
+			spec.GPUModel = model
+		}
+	case "dependency":
+		spec.After, spec.AfterOK, err = parseDependency(f.dependency)
+	case "export":
+		b.export = f.export
+	case "strict":
+		b.strict = f.strict
 	case "nodes":
 		spec.Nodes = f.nodes
 	case "gpu-model":
@@ -332,6 +486,55 @@ func parseJobIDs(s string) ([]int64, error) {
 		ids = append(ids, id)
 	}
 	return ids, nil
+}
+
+// parseGres reads Slurm's GPU request, gpu, gpu:N or gpu:MODEL:N, into the model ("" any)
+// and the GPUs per node.
+func parseGres(s string) (model string, n int, err error) {
+	parts := strings.Split(s, ":")
+	if parts[0] != "gpu" || len(parts) > 3 {
+		return "", 0, fmt.Errorf("invalid GPU request %q: want gpu:N or gpu:MODEL:N", s)
+	}
+	n = 1
+	if len(parts) > 1 {
+		if n, err = strconv.Atoi(parts[len(parts)-1]); err != nil || n < 1 {
+			return "", 0, fmt.Errorf("invalid GPU request %q: want gpu:N or gpu:MODEL:N with N 1 or more", s)
+		}
+	}
+	if len(parts) == 3 {
+		if model = parts[1]; model == "" {
+			return "", 0, fmt.Errorf("invalid GPU request %q: empty model", s)
+		}
+	}
+	return model, n, nil
+}
+
+// parseDependency reads Slurm's dependency list, afterok:ID[:ID] and afterany:ID[:ID]
+// separated by commas (all must hold), into --after and --after-ok. rota has no
+// equivalent of Slurm's other kinds or of ? (any one of them).
+func parseDependency(s string) (after, afterOK []int64, err error) {
+	if strings.Contains(s, "?") {
+		return nil, nil, fmt.Errorf("invalid dependency %q: rota waits for all of them; join them with commas", s)
+	}
+	for _, item := range strings.Split(s, ",") {
+		kind, ids, ok := strings.Cut(item, ":")
+		if !ok || ids == "" {
+			return nil, nil, fmt.Errorf("invalid dependency %q: want afterok:ID[:ID] or afterany:ID[:ID]", item)
+		}
+		got, err := parseJobIDs(strings.ReplaceAll(ids, ":", ","))
+		if err != nil {
+			return nil, nil, fmt.Errorf("invalid dependency %q: %w", item, err)
+		}
+		switch kind {
+		case "afterok":
+			afterOK = append(afterOK, got...)
+		case "afterany":
+			after = append(after, got...)
+		default:
+			return nil, nil, fmt.Errorf("invalid dependency %q: rota has afterok (--after-ok) and afterany (--after), not %s", item, kind)
+		}
+	}
+	return after, afterOK, nil
 }
 
 // unknownField matches yaml.v3's complaint about a field JobSpec lacks.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"flag"
 	"io"
 	"net/http"
 	"os"
@@ -283,4 +284,54 @@ func normalSpec(s api.JobSpec) api.JobSpec {
 		s.Notify = nil
 	}
 	return s
+}
+
+// FuzzDirectives reads a fuzzed script's header. Oracle: an error starts with the number
+// of a line of the script; every directive and warning names a line of the script, each
+// directive at or before the header's end; and applying the directives never panics.
+func FuzzDirectives(f *testing.F) {
+	paths, _ := filepath.Glob("testdata/scripts/*")
+	for _, p := range paths {
+		if data, err := os.ReadFile(p); err == nil {
+			f.Add(string(data))
+		}
+	}
+	for _, s := range []string{
+		"", "#!/bin/bash\n", "#SBATCH\n", "#ROTA\n", "#SBATCH -t\n", "#SBATCH --gres=gpu:a:b:c\n",
+		"#ROTA --gpus 1 --env A=1 --\n", "#SBATCH -J \"a \\\"b\\\"\" # c\n", "#SBATCH -N2 -c4 -t1-0\n",
+		"#SBATCH --signal=B:USR1@\n", "#SBATCH --dependency=afterok:1?afterany:2\n", "\r\n#SBATCH --mem=1T\r\n",
+		"#SBATCH --array=0-9%2 --export=ALL,A=1\n", "#ROTA --strict\n#SBATCH --frob x y\n",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, text string) {
+		lines := strings.Count(text, "\n") + 1
+		ds, warns, err := parseDirectives(text)
+		if err != nil {
+			n, _, ok := strings.Cut(err.Error(), ":")
+			if l, convErr := strconv.Atoi(n); !ok || convErr != nil || l < 1 || l > lines {
+				t.Fatalf("error %q does not start with a line of the script (1-%d)", err, lines)
+			}
+			return
+		}
+		for _, d := range ds {
+			if d.line < 1 || d.line > lines || len(d.args) == 0 {
+				t.Fatalf("directive %+v: line out of 1-%d or no arguments", d, lines)
+			}
+		}
+		for _, w := range warns {
+			if w.line < 1 || w.line > lines || w.msg == "" {
+				t.Fatalf("warning %+v: line out of 1-%d or empty", w, lines)
+			}
+		}
+		s := &batchScript{name: "job.sh", text: text, directives: ds, warnings: warns}
+		fs := flag.NewFlagSet("submit", flag.ContinueOnError)
+		fl := submitFlags{env: envFlag{}}
+		fl.register(fs, true)
+		cfg := Config{Getwd: func() (string, error) { return "/home/alice/proj", nil }}
+		spec, _, err := buildSpec(cfg, fs, fl, s, nil)
+		if err == nil && (len(spec.Command) == 0 || checkSpec(spec) != nil) {
+			t.Fatalf("accepted %q as %+v", text, spec)
+		}
+	})
 }
