@@ -635,6 +635,9 @@ const (
 	CodeUnauthorized = "unauthorized"
 	// CodeForbidden: valid credentials whose role or ownership does not allow this (403).
 	CodeForbidden = "forbidden"
+	// CodeMethodNotAllowed: the path exists but not with this method; Allow lists those
+	// it takes (405).
+	CodeMethodNotAllowed = "method_not_allowed"
 	// CodeRateLimited: too many requests; Retry-After says when to try again (429).
 	CodeRateLimited = "rate_limited"
 	// CodeUnsupportedMedia: a body of the wrong Content-Type (415).

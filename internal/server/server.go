@@ -423,16 +423,13 @@ func (s *Server) Handler() http.Handler {
 	return mux
 }
 
-// codeMethodNotAllowed is the Error.code of a 405.
-const codeMethodNotAllowed = "method_not_allowed"
-
 // methodNotAllowed answers a known path called with a method it does not take: 405 with
 // the methods it does take in Allow, where a catch-all 404 would say the path is unknown.
 func methodNotAllowed(methods []string) http.HandlerFunc {
 	allow := strings.Join(methods, ", ")
 	return func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Allow", allow)
-		writeError(w, http.StatusMethodNotAllowed, &api.Error{Code: codeMethodNotAllowed,
+		writeError(w, http.StatusMethodNotAllowed, &api.Error{Code: api.CodeMethodNotAllowed,
 			Message: fmt.Sprintf("%s %s is not supported; this path takes %s", r.Method, r.URL.Path, allow)})
 	}
 }

@@ -183,7 +183,7 @@ func TestMethodNotAllowed(t *testing.T) {
 		{"PATCH", "/api/v1/config", "PUT"},
 	} {
 		code, e, hdr := h.rawCall(tc.method, tc.path, "", "")
-		if code != http.StatusMethodNotAllowed || hdr.Get("Allow") != tc.allow || e.Code != codeMethodNotAllowed || e.Message == "" {
+		if code != http.StatusMethodNotAllowed || hdr.Get("Allow") != tc.allow || e.Code != api.CodeMethodNotAllowed || e.Message == "" {
 			t.Errorf("%s %s: %d Allow %q %+v, want 405 Allow %q", tc.method, tc.path, code, hdr.Get("Allow"), e, tc.allow)
 		}
 	}
