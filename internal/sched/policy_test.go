@@ -46,6 +46,19 @@ func TestQuota(t *testing.T) {
 	}
 }
 
+// A running job may hold GPUs of a node that no longer reports them (its agent restarted
+// without them): counting the team's quota must not trip over the node's empty GPU list.
+// The spec-driven fuzz test found this as a panic of the whole server.
+func TestQuotaWithGPUsTheNodeNoLongerReports(t *testing.T) {
+	cpuOnly := gpuNode("gpu-01", "H100", 0)
+	s := snapshot([]Node{cpuOnly}, []Running{busy(90, "gpu-01", time.Hour, 0)}, job(1, 0, ""))
+	s.Teams = map[string]Team{"vision": {Name: "vision", Weight: 1, Quota: map[string]Quota{"": {Guaranteed: 1, Limit: 8}}}}
+	p := mustSchedule(s, Options{})
+	if _, ok := placementOf(p, 1); !ok {
+		t.Errorf("the CPU-only job should start: %+v", p)
+	}
+}
+
 func TestPriorityFactors(t *testing.T) {
 	s := snapshot([]Node{gpuNode("gpu-01", "H100", 1)}, nil)
 	s.Teams = map[string]Team{

@@ -24,6 +24,12 @@ func newQuotas(s *Snapshot, st *state) *quotas {
 				continue
 			}
 			n := &s.Nodes[ni]
+			if len(n.GPUs) == 0 {
+				// The node no longer reports the GPUs the job holds (its agent lost them, or
+				// restarted without them): their model is unknown, and no new work can land
+				// on them either.
+				continue
+			}
 			if single(n.GPUs) {
 				// The common case: one model on the node, so no per-GPU lookup.
 				q.add(r.Team, n.GPUs[0].Model, len(a.GPUIndices))
