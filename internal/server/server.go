@@ -403,6 +403,7 @@ var routes = []route{
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
+	mux.HandleFunc("/healthz", methodNotAllowed([]string{"GET", "HEAD"}))
 	allowed := map[string][]string{} // path → its methods, in the routes' order
 	for _, rt := range routes {
 		mux.HandleFunc(rt.method+" "+rt.path, s.instrument(rt, func(w http.ResponseWriter, r *http.Request) { s.serve(rt, w, r) }))
