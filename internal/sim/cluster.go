@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math"
 	"os"
 	"regexp"
 	"slices"
@@ -29,6 +30,9 @@ type Cluster struct {
 	// Teams with their quotas and fair-share weights. A team of the trace that is not
 	// listed has weight 1 and no quota.
 	Teams []TeamSpec
+	// Speeds maps a GPU model to its relative speed: a job whose trace duration is d runs
+	// d/speed on that model. Models not listed run at 1. Nil when the file gives none.
+	Speeds map[string]float64
 }
 
 // NodeSpec is one node of a cluster file. In the file, Count > 1 makes a group of nodes
@@ -69,10 +73,11 @@ type QuotaSpec struct {
 
 // clusterFile is the YAML layout of a cluster file (see doc.go).
 type clusterFile struct {
-	Nodes        []NodeSpec  `yaml:"nodes"`
-	Queues       []QueueSpec `yaml:"queues"`
-	DefaultQueue string      `yaml:"default_queue"`
-	Teams        []TeamSpec  `yaml:"teams"`
+	Nodes        []NodeSpec         `yaml:"nodes"`
+	Queues       []QueueSpec        `yaml:"queues"`
+	DefaultQueue string             `yaml:"default_queue"`
+	Teams        []TeamSpec         `yaml:"teams"`
+	Speeds       map[string]float64 `yaml:"speeds"`
 }
 
 // defaultQueues are used when a cluster file defines none: the server's own defaults, so a
@@ -115,7 +120,7 @@ func ParseCluster(data []byte) (*Cluster, error) {
 		}
 		return nil, err
 	}
-	c := &Cluster{Queues: f.Queues, DefaultQueue: f.DefaultQueue, Teams: f.Teams}
+	c := &Cluster{Queues: f.Queues, DefaultQueue: f.DefaultQueue, Teams: f.Teams, Speeds: f.Speeds}
 	for i, g := range f.Nodes {
 		if g.Count < 0 {
 			return nil, fmt.Errorf("nodes[%d] (%s): negative count %d", i, g.Name, g.Count)
@@ -198,7 +203,47 @@ func (c *Cluster) validate() error {
 	if !queues[c.DefaultQueue] {
 		return fmt.Errorf("default_queue %s is not one of the queues", c.DefaultQueue)
 	}
+	models := map[string]bool{}
+	for _, n := range c.Nodes {
+		models[n.GPUModel] = true
+	}
+	for _, model := range slices.Sorted(maps.Keys(c.Speeds)) {
+		if err := checkSpeed(c.Speeds[model]); err != nil {
+			return fmt.Errorf("speeds: %q: %v", model, err)
+		}
+		if model == "" || !models[model] {
+			return fmt.Errorf("speeds: %q: no node of the cluster has that GPU model", model)
+		}
+	}
 	return nil
+}
+
+// maxSpeed bounds a relative speed, so that a typo (100 for 1.00) does not pass.
+const maxSpeed = 100
+
+// checkSpeed says what is wrong with a relative speed, or nil.
+func checkSpeed(v float64) error {
+	switch {
+	case math.IsNaN(v) || math.IsInf(v, 0):
+		return fmt.Errorf("speed %v is not a finite number", v)
+	case v <= 0:
+		return fmt.Errorf("speed %v: must be positive", v)
+	case v > maxSpeed:
+		return fmt.Errorf("speed %v: at most %d", v, maxSpeed)
+	}
+	return nil
+}
+
+// Speed returns the relative speed of GPU model for a job with the given per-job speeds
+// (which may be nil): the job's own speed for the model, else the cluster's, else 1.
+func (c *Cluster) Speed(jobSpeeds map[string]float64, model string) float64 {
+	if v, ok := jobSpeeds[model]; ok {
+		return v
+	}
+	if v, ok := c.Speeds[model]; ok {
+		return v
+	}
+	return 1
 }
 
 // GPUs returns the number of GPUs in the cluster.

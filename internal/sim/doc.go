@@ -19,10 +19,15 @@
 // same instant so that the preemptor can start. The plan's claims (sched.Claim: what the
 // preemptor will take) go back in the next snapshot while their jobs wait, as the server
 // passes them, so the preemptor starts on what its victims freed; a placement on another
-// job's claim stops the replay as a scheduler bug. A started job ends at start + the work it
-// has left, or at start + its time limit if that is sooner (TIMEOUT). A preempted job, or
-// one lost with a failed node, keeps the work it checkpointed (--checkpoint) and returns to
-// PENDING as a new attempt; a job lost more than --retries times FAILs. The replay stops
+// job's claim stops the replay as a scheduler bug. A job's trace duration is its work: its
+// run time at speed 1. Placed on a GPU model of relative speed s (the job's own speeds
+// column, else the cluster file's speeds, else 1; a gang's nodes share one model), an
+// attempt needs (work left) / s of wall time, at most 100 years. A started job ends at start
+// + that, or at start + its time limit if that is sooner (TIMEOUT: limits are wall time, as
+// on the server). A preempted job, or one lost with a failed node, keeps the work it
+// checkpointed (--checkpoint, an interval of wall time; the work saved is the wall time
+// saved × s) and returns to PENDING as a new attempt, which runs at the speed of wherever
+// it lands next; SJF orders by work left at speed 1; a job lost more than --retries times FAILs. The replay stops
 // when no job can arrive, run or be unblocked by a node coming back; jobs still waiting
 // then are counted as never started.
 // Teams' fair-share usage is kept by cluster.FairShare, the server's own accumulator
@@ -69,6 +74,10 @@
 //     team, user    owner
 //     state         final state (SUCCEEDED, FAILED, TIMEOUT, CANCELLED, …); informative,
 //     except that a job that never started has nothing to replay and is skipped
+//     speeds        the job's relative speed per GPU model, MODEL=SPEED separated by
+//     semicolons (e.g. H100=1;T4=0.3), each speed in (0, 100]; it overrides the cluster
+//     file's speeds for the models it names; a model no node has is never used; empty:
+//     the cluster's table. `rota history export` does not write it.
 //
 // A rota trace needs --cluster; --add-nodes 4xH100 asks "what if we bought four more nodes".
 //
@@ -98,8 +107,12 @@
 //	    weight: 2            # fair-share weight, default 1
 //	    quota:               # per GPU model; "any" covers models not named
 //	      A100: {guaranteed: 8, limit: 16}
+//	speeds: {A100: 1.0, L4: 0.4}  # relative speed per GPU model; default 1 for models not named
 //
-// Unknown keys are errors. testdata/cluster.yaml uses every key.
+// Unknown keys are errors. speeds: a trace's duration is a job's run time at speed 1, and on
+// a model of speed s it runs duration / s; each speed must be a number in (0, 100], and each
+// model one that a node of the file has. testdata/cluster.yaml uses every key but speeds
+// (speeds_test.go covers it), so that the goldens stay a replay at one speed.
 //
 // # Flags
 //

@@ -164,8 +164,11 @@ type jobRun struct {
 	limit           time.Duration
 	// Times are nanoseconds of virtual time; firstStart is -1 until the job starts.
 	arrive, firstStart, start, end int64
-	// progress is the work saved: completed attempts and checkpoints.
+	// progress is the work saved: completed attempts and checkpoints, in work (run time
+	// at speed 1), not wall time.
 	progress time.Duration
+	// speed is the relative speed of the current attempt's GPU model (Cluster.Speed).
+	speed float64
 	// attained is GPU-seconds received in the attempts that ended (least attained
 	// service); lastRun and requeued are the run time and end of the latest of them
 	// (requeued is -1 before any), for the LAS order's starvation guard.
@@ -615,6 +618,7 @@ func (e *engine) start(pl sched.Placement) error {
 	}
 	j := &e.jobs[i]
 	gpus := 0
+	model := ""
 	for _, a := range pl.Allocs {
 		n, ok := e.nodeIdx[a.Node]
 		if !ok || !e.nodes[n].Schedulable {
@@ -625,6 +629,7 @@ func (e *engine) start(pl sched.Placement) error {
 				return fmt.Errorf("policy %s placed job %d on GPU %s/%d, which is busy or absent", e.policy, pl.JobID, a.Node, g)
 			}
 			e.gpuOwner[n][g] = pl.JobID
+			model = e.nodes[n].GPUs[g].Model
 		}
 		if a.CPUs > e.freeCPU[n] || a.MemoryMB > e.freeMem[n] {
 			return fmt.Errorf("policy %s placed job %d on node %s beyond its free CPUs or memory", e.policy, pl.JobID, a.Node)
@@ -649,7 +654,11 @@ func (e *engine) start(pl sched.Placement) error {
 		j.firstStart = e.now
 	}
 	wj := &e.w.Jobs[i]
-	run := wj.Duration - j.progress
+	j.speed = 1
+	if model != "" {
+		j.speed = e.w.Cluster.Speed(wj.Speeds, model)
+	}
+	run := wallTime(wj.Duration-j.progress, j.speed)
 	j.timeout = j.limit > 0 && j.limit < run
 	if j.timeout {
 		run = j.limit
@@ -729,8 +738,10 @@ func (e *engine) end(ev event) bool {
 	to, reason := api.StateSucceeded, ""
 	if j.timeout {
 		to, reason = api.StateTimeout, api.ReasonTimeout
+		j.progress += e.workDone(i, time.Duration(e.now-j.start))
+	} else {
+		j.progress = e.w.Jobs[i].Duration
 	}
-	j.progress += time.Duration(e.now - j.start)
 	e.finish(i, to, reason)
 	return true
 }
@@ -756,6 +767,33 @@ func (e *engine) report(n int) {
 	}
 }
 
+// maxWallTime bounds an attempt's wall time (100 years), so that a long job on a slow
+// model cannot overflow the clock.
+const maxWallTime = 100 * 365 * 24 * time.Hour
+
+// wallTime is how long work (run time at speed 1) takes at the given speed.
+func wallTime(work time.Duration, speed float64) time.Duration {
+	if speed == 1 {
+		return work
+	}
+	w := math.Round(float64(work) / speed)
+	if w >= float64(maxWallTime) {
+		return maxWallTime
+	}
+	return time.Duration(w)
+}
+
+// workDone is the work job i did in wall time d of its current attempt, at most what it
+// had left.
+func (e *engine) workDone(i int, d time.Duration) time.Duration {
+	j := &e.jobs[i]
+	left := e.w.Jobs[i].Duration - j.progress
+	if j.speed != 1 {
+		d = time.Duration(math.Min(math.Round(float64(d)*j.speed), float64(left)))
+	}
+	return min(d, left)
+}
+
 // stop ends job i's attempt early (preemption, node loss). The job keeps the work it had
 // checkpointed; the GPU-seconds since its last checkpoint are lost and returned.
 func (e *engine) stop(i int) float64 {
@@ -765,7 +803,7 @@ func (e *engine) stop(i int) float64 {
 	if ck := e.cfg.Checkpoint; ck > 0 {
 		kept = elapsed / ck * ck
 	}
-	j.progress += kept
+	j.progress += e.workDone(i, kept)
 	e.release(i)
 	return float64(j.gpus) * (elapsed - kept).Seconds()
 }

@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -161,6 +163,9 @@ func (rep *Report) header() []string {
 		fmt.Sprintf("config:  scale %s, time limit %s, checkpoint every %s, seed %d%s", strconv.FormatFloat(rep.Config.Scale, 'g', -1, 64),
 			orDefault(rep.Config.TimeLimit, "hour"), rep.Config.Checkpoint, rep.Config.Seed, failureText(rep.Config)),
 	}
+	if l := speedsText(w); l != "" {
+		lines = append(lines, "speeds:  "+l)
+	}
 	if w.fill > 0 {
 		lines = append(lines, fmt.Sprintf("fill:    %d jobs in a random order (seed %d) until their GPU requests reached %s× the cluster's GPUs; they never end; columns are placements",
 			len(w.Jobs), rep.Config.Seed, strconv.FormatFloat(w.fill, 'g', -1, 64)))
@@ -169,6 +174,32 @@ func (rep *Report) header() []string {
 		lines = append(lines, "note:    "+n)
 	}
 	return lines
+}
+
+// speedsText is the header's speed table: the cluster's relative speeds by model, and how
+// many jobs bring their own; "" when every job runs at speed 1 everywhere.
+func speedsText(w *Workload) string {
+	var parts []string
+	for _, m := range slices.Sorted(maps.Keys(w.Cluster.Speeds)) {
+		parts = append(parts, fmt.Sprintf("%s %s", m, strconv.FormatFloat(w.Cluster.Speeds[m], 'g', -1, 64)))
+	}
+	own := 0
+	for _, j := range w.Jobs {
+		if len(j.Speeds) > 0 {
+			own++
+		}
+	}
+	if len(parts) == 0 && own == 0 {
+		return ""
+	}
+	text := "every model 1"
+	if len(parts) > 0 {
+		text = strings.Join(parts, ", ") + " (relative; other models 1)"
+	}
+	if own > 0 {
+		text += fmt.Sprintf("; %d jobs give their own per model (trace column speeds)", own)
+	}
+	return text
 }
 
 func failureText(c Config) string {
@@ -331,6 +362,8 @@ func (rep *Report) WriteJSON(w io.Writer) error {
 			Source string `json:"source"`
 			Nodes  int    `json:"nodes"`
 			GPUs   int    `json:"gpus"`
+			// Speeds is the cluster file's speed table; absent when it has none.
+			Speeds map[string]float64 `json:"speeds,omitempty"`
 		} `json:"cluster"`
 		Config struct {
 			Scale       float64 `json:"scale"`
@@ -353,6 +386,7 @@ func (rep *Report) WriteJSON(w io.Writer) error {
 	}
 	out.Trace.Notes = append([]string{}, wl.Trace.Notes...)
 	out.Cluster.Source, out.Cluster.Nodes, out.Cluster.GPUs = wl.Cluster.Source, len(wl.Cluster.Nodes), wl.Cluster.GPUs()
+	out.Cluster.Speeds = wl.Cluster.Speeds
 	c := rep.Config
 	out.Config.Fill = wl.fill
 	out.Config.Scale, out.Config.TimeLimit, out.Config.CheckpointS, out.Config.Seed = c.Scale, orDefault(c.TimeLimit, "hour"), c.Checkpoint.Seconds(), c.Seed

@@ -4,6 +4,7 @@ import (
 	"encoding/csv"
 	"io"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/rotahq/rota/internal/api"
@@ -161,9 +162,55 @@ func readRota(r io.Reader, strict bool) (*Trace, error) {
 				return Job{}, err
 			}
 		}
+		if v := rr.field(rec, "speeds"); v != "" {
+			if j.Speeds, err = parseSpeeds(v); err != nil {
+				return Job{}, err
+			}
+		}
 		return j, nil
 	})
 	return t, err
+}
+
+// maxJobSpeeds bounds the models one speeds field may name.
+const maxJobSpeeds = 64
+
+// parseSpeeds reads a speeds field: MODEL=SPEED pairs separated by semicolons, e.g.
+// "H100=1;T4=0.3", each speed as the cluster file's speeds.
+func parseSpeeds(s string) (map[string]float64, error) {
+	out := map[string]float64{}
+	for part := range strings.SplitSeq(s, ";") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		i := strings.LastIndexByte(part, '=')
+		if i < 0 {
+			return nil, rowErrorf("bad speeds %q: %q is not MODEL=SPEED", s, part)
+		}
+		model, num := strings.TrimSpace(part[:i]), strings.TrimSpace(part[i+1:])
+		if model == "" {
+			return nil, rowErrorf("bad speeds %q: %q names no model", s, part)
+		}
+		if _, dup := out[model]; dup {
+			return nil, rowErrorf("bad speeds %q: model %s given twice", s, model)
+		}
+		v, err := strconv.ParseFloat(num, 64)
+		if err != nil {
+			return nil, rowErrorf("bad speeds %q: %s: %q is not a number", s, model, num)
+		}
+		if err := checkSpeed(v); err != nil {
+			return nil, rowErrorf("bad speeds %q: %s: %v", s, model, err)
+		}
+		if len(out) == maxJobSpeeds {
+			return nil, rowErrorf("bad speeds %q: more than %d models", s, maxJobSpeeds)
+		}
+		out[model] = v
+	}
+	if len(out) == 0 {
+		return nil, rowErrorf("bad speeds %q: want MODEL=SPEED;…, e.g. H100=1;T4=0.3", s)
+	}
+	return out, nil
 }
 
 // parseTime reads an RFC 3339 time; "" is the zero time.

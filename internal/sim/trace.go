@@ -46,6 +46,9 @@ type Job struct {
 	// CPUMilli is the CPU request in thousandths of a core where the trace gives it (CPUs is
 	// it rounded up); 0 means CPUs × 1000.
 	CPUMilli int64
+	// Speeds is the job's own relative speed per GPU model (rota traces' speeds column),
+	// overriding the cluster's table for the models it names; nil for none.
+	Speeds map[string]float64
 
 	Queue string
 	Team  string

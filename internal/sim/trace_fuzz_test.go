@@ -42,6 +42,7 @@ var traceSeeds = map[string][]string{
 		"submit,gpus,duration_s,nodes,state\n2025-01-06T00:00:00Z,3,600,2,SUCCEEDED\n2025-01-06T00:00:00Z,1,600,,DONE\n9999-12-31T23:59:59.999999999+14:00,0,315360000,,\n0001-01-01T00:00:00Z,1,0.0004,,\n",
 		"submit,gpus,start,end\n2025-01-06T00:00:00Z,1,2025-01-06T02:00:00Z,2025-01-06T01:00:00Z\n2025-01-06T00:00:00Z,1,,\n2025-01-06T00:00:00Z,1,2025-01-05T00:00:00Z,2025-01-06T01:00:00Z\n2025-01-06T00:00:00Z,1,2025-01-06T00:00:00Z,\n",
 		"submit,gpus,duration_s,time_limit_s,cpus,memory_mb\n2025-01-06T00:00:00Z,0,1,-1,0,0\n2025-01-06T00:00:00Z,0,1,1,315360000001,0\n",
+		"submit,gpus,duration_s,gpu_model,speeds\n2025-01-06T00:00:00Z,1,600,A100,A100=1;L4=0.25\n2025-01-06T00:00:00Z,1,600,,A100=0\n2025-01-06T00:00:00Z,1,600,,A100\n2025-01-06T00:00:00Z,1,600,,=1;L4=NaN\n2025-01-06T00:00:00Z,1,600,,L4=1;L4=1\n2025-01-06T00:00:00Z,1,600,,\"A100=1e400;\"\n2025-01-06T00:00:00Z,1,600,,;\n",
 	},
 	"alibaba-nodes": {
 		"sn,cpu_milli,memory_mib,gpu,model\nopenb-node-0234,96000,393216,8,G2\nopenb-node-0235,96000,393216,0,\n",
@@ -148,6 +149,8 @@ func checkTrace(t *testing.T, format string, data []byte) {
 			fail("asks for more GPUs, nodes, CPUs or memory than a trace row may")
 		case j.Nodes > 1 && j.GPUs%j.Nodes != 0:
 			fail("spreads its GPUs unevenly")
+		case !validSpeeds(j.Speeds):
+			fail("has a speed that is not in (0, 100]")
 		case format == "philly" && (j.GPUs < 1 || j.Team == ""):
 			fail("has no GPUs or no team")
 		case format == "alibaba-gpu2023" && j.Team == "":
@@ -165,6 +168,20 @@ func checkTrace(t *testing.T, format string, data []byte) {
 	}
 
 	checkPrepare(t, data, tr)
+}
+
+// validSpeeds reports whether a job's own speeds are as the readers promise: a nil map or
+// a non-empty one of named models, each speed in (0, 100].
+func validSpeeds(s map[string]float64) bool {
+	if s != nil && len(s) == 0 {
+		return false
+	}
+	for m, v := range s {
+		if m == "" || checkSpeed(v) != nil {
+			return false
+		}
+	}
+	return true
 }
 
 // fuzzCluster is a small cluster of three node shapes, with the default queues.
