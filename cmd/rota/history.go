@@ -7,10 +7,7 @@ import (
 	"os"
 	"time"
 
-	"go.yaml.in/yaml/v3"
-
 	"github.com/rotahq/rota/internal/cli"
-	"github.com/rotahq/rota/internal/cluster"
 	"github.com/rotahq/rota/internal/sim"
 )
 
@@ -55,21 +52,7 @@ func runHistory(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		fmt.Fprintf(stderr, "rota: %v\n", err)
 		return 1
 	}
-	recs := make([]sim.RotaRecord, 0, len(list.Records))
-	for _, r := range list.Records {
-		rec := sim.RotaRecord{
-			ID: r.ID, Submit: r.Submit, Duration: time.Duration(r.RunSeconds * float64(time.Second)),
-			TimeLimit: time.Duration(r.TimeLimit) * time.Second, GPUs: r.GPUs, Nodes: r.Nodes, GPUModel: r.GPUModel,
-			CPUs: r.CPUs, MemoryMB: r.MemoryMB, Queue: r.Queue, Team: r.Team, User: r.User, State: r.State,
-		}
-		if r.Start != nil {
-			rec.Start = *r.Start
-		}
-		if r.End != nil {
-			rec.End = *r.End
-		}
-		recs = append(recs, rec)
-	}
+	recs := sim.RecordsFromHistory(list.Records)
 	w := stdout
 	if *out != "" {
 		f, err := os.Create(*out)
@@ -112,37 +95,7 @@ func exportCluster(ctx context.Context, c *cli.Client, path string) error {
 	if err != nil {
 		return err
 	}
-	var file struct {
-		Nodes        []sim.NodeSpec  `yaml:"nodes"`
-		Queues       []sim.QueueSpec `yaml:"queues"`
-		DefaultQueue string          `yaml:"default_queue"`
-		Teams        []sim.TeamSpec  `yaml:"teams,omitempty"`
-	}
-	for _, n := range nodes.Nodes {
-		spec := sim.NodeSpec{Name: n.Name, GPUs: len(n.GPUs), CPUs: n.CPUs, MemoryMB: n.MemoryMB, Labels: n.Labels}
-		if len(n.GPUs) > 0 {
-			spec.GPUModel, spec.GPUMemoryMB = n.GPUs[0].Model, n.GPUs[0].MemoryMB
-		}
-		file.Nodes = append(file.Nodes, spec)
-	}
-	for _, q := range queues {
-		file.Queues = append(file.Queues, sim.QueueSpec{Name: q.Name, Tier: q.Tier, Preemptible: q.Preemptible, NeverPreempt: q.NeverPreempt})
-	}
-	file.DefaultQueue = cluster.DefaultQueue
-	for _, t := range teams.Teams {
-		ts := sim.TeamSpec{Name: t.Name, Weight: t.Weight}
-		for model, q := range t.Quotas {
-			if ts.Quota == nil {
-				ts.Quota = map[string]sim.QuotaSpec{}
-			}
-			if model == "*" {
-				model = "any"
-			}
-			ts.Quota[model] = sim.QuotaSpec{Guaranteed: q.Guaranteed, Limit: q.Limit}
-		}
-		file.Teams = append(file.Teams, ts)
-	}
-	data, err := yaml.Marshal(file)
+	data, err := sim.ClusterFile(nodes.Nodes, queues, teams.Teams)
 	if err != nil {
 		return err
 	}

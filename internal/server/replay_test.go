@@ -9,10 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"go.yaml.in/yaml/v3"
-
 	"github.com/rotahq/rota/internal/api"
-	"github.com/rotahq/rota/internal/cluster"
 	"github.com/rotahq/rota/internal/sim"
 )
 
@@ -108,27 +105,12 @@ func TestRecordServerHistory(t *testing.T) {
 	}
 }
 
-// exportHistory turns the server's answers into a rota trace and a cluster file as
-// cmd/rota/history.go (runHistory, exportCluster) does.
+// exportHistory turns the server's answers into a rota trace and a cluster file with the
+// code `rota history export` runs.
 func exportHistory(t *testing.T, h *harness, list api.HistoryList) (trace, clusterFile []byte) {
 	t.Helper()
-	recs := make([]sim.RotaRecord, 0, len(list.Records))
-	for _, r := range list.Records {
-		rec := sim.RotaRecord{
-			ID: r.ID, Submit: r.Submit, Duration: time.Duration(r.RunSeconds * float64(time.Second)),
-			TimeLimit: time.Duration(r.TimeLimit) * time.Second, GPUs: r.GPUs, Nodes: r.Nodes, GPUModel: r.GPUModel,
-			CPUs: r.CPUs, MemoryMB: r.MemoryMB, Queue: r.Queue, Team: r.Team, User: r.User, State: r.State,
-		}
-		if r.Start != nil {
-			rec.Start = *r.Start
-		}
-		if r.End != nil {
-			rec.End = *r.End
-		}
-		recs = append(recs, rec)
-	}
 	var buf bytes.Buffer
-	if err := sim.WriteRotaTrace(&buf, recs); err != nil {
+	if err := sim.WriteRotaTrace(&buf, sim.RecordsFromHistory(list.Records)); err != nil {
 		t.Fatal(err)
 	}
 	var nodes api.NodeList
@@ -137,27 +119,7 @@ func exportHistory(t *testing.T, h *harness, list api.HistoryList) (trace, clust
 	h.do("GET", "/api/v1/nodes", nil, &nodes)
 	h.do("GET", "/api/v1/queues", nil, &queues)
 	h.do("GET", "/api/v1/teams", nil, &teams)
-	var file struct {
-		Nodes        []sim.NodeSpec  `yaml:"nodes"`
-		Queues       []sim.QueueSpec `yaml:"queues"`
-		DefaultQueue string          `yaml:"default_queue"`
-		Teams        []sim.TeamSpec  `yaml:"teams,omitempty"`
-	}
-	for _, n := range nodes.Nodes {
-		spec := sim.NodeSpec{Name: n.Name, GPUs: len(n.GPUs), CPUs: n.CPUs, MemoryMB: n.MemoryMB, Labels: n.Labels}
-		if len(n.GPUs) > 0 {
-			spec.GPUModel, spec.GPUMemoryMB = n.GPUs[0].Model, n.GPUs[0].MemoryMB
-		}
-		file.Nodes = append(file.Nodes, spec)
-	}
-	for _, q := range queues.Queues {
-		file.Queues = append(file.Queues, sim.QueueSpec{Name: q.Name, Tier: q.Tier, Preemptible: q.Preemptible, NeverPreempt: q.NeverPreempt})
-	}
-	file.DefaultQueue = cluster.DefaultQueue
-	for _, tm := range teams.Teams {
-		file.Teams = append(file.Teams, sim.TeamSpec{Name: tm.Name, Weight: tm.Weight})
-	}
-	data, err := yaml.Marshal(file)
+	data, err := sim.ClusterFile(nodes.Nodes, queues.Queues, teams.Teams)
 	if err != nil {
 		t.Fatal(err)
 	}
