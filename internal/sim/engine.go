@@ -227,15 +227,11 @@ type engine struct {
 	wakeAt int64
 
 	// Integrals over virtual time, in GPU-seconds.
-	lastT              int64
-	allocGPUs, capGPUs int
-	allocSec, capSec   float64
-	satAlloc, satCap   float64
-	satTime            int64
-	// arrivedGPUs sums the requests of the jobs arrived so far; alloc100 is the allocation
-	// ratio when it first reached the cluster's GPUs (FillWorkload), -1 before.
-	arrivedGPUs         int
-	alloc100            float64
+	lastT               int64
+	allocGPUs, capGPUs  int
+	allocSec, capSec    float64
+	satAlloc, satCap    float64
+	satTime             int64
 	stats               counters
 	progressUnreported  int
 	maxPlansPerInstance int
@@ -272,7 +268,7 @@ func newEngine(w *Workload, cfg Config, policy string, plan planFunc) (*engine, 
 		w: w, cfg: cfg, plan: plan, policy: policy,
 		share: cluster.NewFairShare(cfg.HalfLife), nodeIdx: map[string]int{},
 		queues: map[string]sched.Queue{}, snapT: map[string]sched.Team{},
-		maxPlansPerInstance: 4, alloc100: -1,
+		maxPlansPerInstance: 4,
 	}
 	c := w.Cluster
 	for i, n := range c.Nodes {
@@ -326,7 +322,7 @@ func newEngine(w *Workload, cfg Config, policy string, plan planFunc) (*engine, 
 			e.teams = append(e.teams, teamAcct{name: j.Team, weight: 1})
 		}
 		limit := j.TimeLimit
-		if limit == 0 && w.fill == 0 {
+		if limit == 0 {
 			limit = limitOf(j.Duration)
 		}
 		at := int64(math.Round(float64(j.Submit.Sub(e.base)) / cfg.Scale))
@@ -375,9 +371,6 @@ func (e *engine) run(ctx context.Context) error {
 			if err := e.schedule(); err != nil {
 				return err
 			}
-		}
-		if e.w.fill > 0 && e.alloc100 < 0 && e.arrivedGPUs >= e.w.Cluster.GPUs() {
-			e.alloc100 = float64(e.allocGPUs) / float64(e.capGPUs)
 		}
 	}
 	e.report(0)
@@ -432,7 +425,6 @@ func (e *engine) applyEventsAt(at int64) (bool, error) {
 		}
 	}
 	for e.nextArrival < len(e.arrivals) && e.arrivals[e.nextArrival] == at {
-		e.arrivedGPUs += e.jobs[e.nextArrival].gpus
 		e.addPending(e.nextArrival)
 		e.nextArrival++
 		e.stats.events++
@@ -673,10 +665,8 @@ func (e *engine) start(pl sched.Placement) error {
 	}
 	j.runPos = int32(len(e.running))
 	e.running = append(e.running, r)
-	if e.w.fill == 0 {
-		e.heap.push(event{at: e.now + int64(run), kind: evEnd, id: wj.ID, epoch: j.attempts})
-		e.ends++
-	}
+	e.heap.push(event{at: e.now + int64(run), kind: evEnd, id: wj.ID, epoch: j.attempts})
+	e.ends++
 	e.allocGPUs += j.gpus
 	e.addTeamGPUs(j.team, j.gpus)
 	return nil

@@ -86,12 +86,6 @@ func (e *engine) result() *Result {
 		Events:          e.stats.events, Plans: e.stats.plans,
 		AllocRatio: math.NaN(), FillAlloc100: math.NaN(), FillAllocEnd: math.NaN(),
 	}
-	if e.w.fill > 0 {
-		if e.alloc100 >= 0 {
-			r.FillAlloc100 = e.alloc100
-		}
-		r.FillAllocEnd = float64(e.allocGPUs) / float64(e.capGPUs)
-	}
 	type teamSum struct {
 		jobs, succeeded int
 		slow            float64

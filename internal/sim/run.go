@@ -2,6 +2,7 @@ package sim
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"sync"
@@ -12,6 +13,10 @@ import (
 // GOMAXPROCS at a time; each is deterministic, so the results do not depend on how they
 // interleave.
 func Run(ctx context.Context, w *Workload, cfg Config, policies []string) ([]*Result, error) {
+	if w.fill > 0 {
+		// Fill runs place tasks that never end; the replay engine does not run them.
+		return nil, errors.New("a fill workload runs with RunFill, not Run")
+	}
 	plans := make([]planFunc, len(policies))
 	for i, p := range policies {
 		f, err := plannerFor(p)
