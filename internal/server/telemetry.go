@@ -60,15 +60,7 @@ type bucket struct {
 	sum   reading
 }
 
-func (b *bucket) add(r reading) {
-	b.n++
-	b.sum.util += r.util
-	b.sum.gpuMem += r.gpuMem
-	b.sum.power += r.power
-	b.sum.temp += r.temp
-	b.sum.cpu += r.cpu
-	b.sum.mem += r.mem
-}
+func (b *bucket) add(r reading) { b.merge(bucket{n: 1, sum: r}) }
 
 func (b *bucket) merge(o bucket) {
 	b.n += o.n
