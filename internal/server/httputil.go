@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/rotahq/rota/internal/api"
@@ -154,13 +155,18 @@ func checkPresence(data []byte, t reflect.Type, path string) *api.Error {
 	if reflect.PointerTo(t).Implements(unmarshalerType) {
 		return nil // a type that reads itself, like time.Time
 	}
+	if !bytes.Contains(data, []byte("null")) && !holdsRequired(t) {
+		// Nothing below can be null or missing a required field: no need to walk it
+		// (most of a heartbeat's telemetry, say, on every heartbeat).
+		return nil
+	}
 	switch t.Kind() {
 	case reflect.Struct:
 		var obj map[string]json.RawMessage
 		if json.Unmarshal(data, &obj) != nil {
 			return nil
 		}
-		fields := jsonFields(t)
+		fields := cachedJSONFields(t)
 		for _, name := range requiredFields[t] {
 			if raw, ok := obj[name]; !ok || bytes.Equal(bytes.TrimSpace(raw), []byte("null")) {
 				return invalid(joinPath(path, name), "is required and must not be null")
@@ -197,6 +203,47 @@ func checkPresence(data []byte, t reflect.Type, path string) *api.Error {
 		}
 	}
 	return nil
+}
+
+// holdsRequired reports whether t, or a type inside it, has fields in requiredFields.
+func holdsRequired(t reflect.Type) bool {
+	if v, ok := requiredInside.Load(t); ok {
+		return v.(bool)
+	}
+	v := scanRequired(t, map[reflect.Type]bool{})
+	requiredInside.Store(t, v)
+	return v
+}
+
+// requiredInside caches holdsRequired by type; fieldsOf caches jsonFields.
+var requiredInside, fieldsOf sync.Map
+
+func scanRequired(t reflect.Type, seen map[reflect.Type]bool) bool {
+	for t.Kind() == reflect.Pointer || t.Kind() == reflect.Slice || t.Kind() == reflect.Array || t.Kind() == reflect.Map {
+		t = t.Elem()
+	}
+	if t.Kind() != reflect.Struct || seen[t] {
+		return false
+	}
+	seen[t] = true
+	if len(requiredFields[t]) > 0 {
+		return true
+	}
+	for _, ft := range cachedJSONFields(t) {
+		if scanRequired(ft, seen) {
+			return true
+		}
+	}
+	return false
+}
+
+func cachedJSONFields(t reflect.Type) map[string]reflect.Type {
+	if v, ok := fieldsOf.Load(t); ok {
+		return v.(map[string]reflect.Type)
+	}
+	f := jsonFields(t)
+	fieldsOf.Store(t, f)
+	return f
 }
 
 // jsonFields maps the JSON names of a struct's fields to their types, with embedded
