@@ -38,7 +38,14 @@ type demand struct {
 	// deny marks the models a job that takes any model, or any of a list, may not use:
 	// those its list leaves out and those its team's quota rules out.
 	deny []bool
+	// share and gmem are a shared request's milli-GPU or memory slice (Request.GPUShare,
+	// GPUMemoryMB); both zero for whole GPUs.
+	share int
+	gmem  int64
 }
+
+// shared reports whether the job asks for a share of one GPU.
+func (d *demand) shared() bool { return d.share > 0 || d.gmem > 0 }
 
 // rank is model m's place in the job's order of preference: its position in the list,
 // or 0 for every model without a list.
@@ -86,8 +93,14 @@ func newDemand(st *state, j *Job, q *Queue) (demand, string) {
 		d.dur = int64(j.TimeLimit)
 	}
 	switch {
-	case r.GPUs < 0 || r.GPUsPerNode < 0 || r.CPUs < 0 || r.MemoryMB < 0:
+	case r.GPUs < 0 || r.GPUsPerNode < 0 || r.CPUs < 0 || r.MemoryMB < 0 || r.GPUShare < 0 || r.GPUMemoryMB < 0:
 		return d, "the request has a negative amount"
+	case r.Shared() && (r.GPUShare > 0 && r.GPUMemoryMB > 0 || r.GPUShare >= MilliGPU):
+		return d, "a request for a share of a GPU gives either a share below one GPU or a memory slice"
+	case r.Shared() && (d.nodes > 1 || r.GPUs > 1 || r.GPUsPerNode > 1):
+		return d, "a share of a GPU is one GPU on one node"
+	case r.Shared():
+		d.gpus, d.share, d.gmem = 1, r.GPUShare, r.GPUMemoryMB
 	case d.nodes == 1:
 		d.gpus = max(r.GPUs, r.GPUsPerNode)
 	case r.GPUs == 0 && r.GPUsPerNode == 0:
@@ -152,10 +165,13 @@ type shape struct {
 	mem   int64
 	team  string // admin reservations and quotas depend on it
 	pools string // the demand's poolKey: the queue's name when it limits the pools, the image mark
+	share int
+	gmem  int64
 }
 
 func (d *demand) shape() shape {
-	return shape{model: d.modelName, list: d.models != nil, gpus: d.gpus, nodes: d.nodes, cpus: d.cpus, mem: d.mem, team: d.team, pools: d.poolKey}
+	return shape{model: d.modelName, list: d.models != nil, gpus: d.gpus, nodes: d.nodes, cpus: d.cpus, mem: d.mem, team: d.team, pools: d.poolKey,
+		share: d.share, gmem: d.gmem}
 }
 
 // capacity is a kind of node: its GPUs of one model, CPUs and memory, and how many nodes

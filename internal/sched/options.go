@@ -20,6 +20,12 @@ type Options struct {
 	// Placement within the feasible nodes: "bestfit" (default: fewest free GPUs left, to
 	// keep whole nodes for large jobs) or "worstfit" (most free GPUs left: spread).
 	Placement string
+	// SharePlacement places requests for a share of a GPU: "fgd" (default: the GPU whose
+	// node's expected fragmentation, given the mix of requests, grows least; Weng et
+	// al., ATC'23), "bestfit" (the GPU with the least room left after it, then the node
+	// with the fewest free GPUs) or "packing" (a GPU with tenants first, then a free GPU
+	// of a node in use, then the smallest unused node).
+	SharePlacement string
 	// ReservationDepth is how many blocked jobs, highest first, get a backfill reservation
 	// and an estimated start (default 100, like Slurm's bf_max_job_test it bounds the cost
 	// of a cycle). Jobs further down get no estimate. Negative: no reservations at all, so
@@ -82,6 +88,9 @@ const (
 	OrderLAS          = "las"
 	PlacementBestFit  = "bestfit"
 	PlacementWorstFit = "worstfit"
+	SharePlacementFGD     = "fgd"
+	SharePlacementBestFit = "bestfit"
+	SharePlacementPacking = "packing"
 )
 
 // Defaults of Options.
@@ -123,6 +132,7 @@ func DefaultOptions() Options {
 	return Options{
 		Order:            OrderPriority,
 		Placement:        PlacementBestFit,
+		SharePlacement:   SharePlacementFGD,
 		ReservationDepth: DefaultReservationDepth,
 		Weights: Weights{FairShare: DefaultWeightFairShare, Age: DefaultWeightAge, Size: DefaultWeightSize,
 			Service: DefaultWeightService},
@@ -142,6 +152,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.Placement == "" {
 		o.Placement = d.Placement
+	}
+	if o.SharePlacement == "" {
+		o.SharePlacement = d.SharePlacement
 	}
 	if o.ReservationDepth == 0 {
 		o.ReservationDepth = d.ReservationDepth
@@ -179,6 +192,9 @@ func (o Options) withDefaults() (Options, error) {
 	default:
 		return o, fmt.Errorf("sched: unknown placement %q (want bestfit or worstfit)", o.Placement)
 	}
+	if _, err := newSharePlacer(o.SharePlacement); err != nil {
+		return o, err
+	}
 	return o, nil
 }
 
@@ -194,6 +210,9 @@ var policies = []struct {
 	{"las", func(o *Options) { o.Order = OrderLAS }},
 	{"bestfit", func(o *Options) { o.Placement = PlacementBestFit }},
 	{"worstfit", func(o *Options) { o.Placement = PlacementWorstFit }},
+	{"share-fgd", func(o *Options) { o.SharePlacement = SharePlacementFGD }},
+	{"share-bestfit", func(o *Options) { o.SharePlacement = SharePlacementBestFit }},
+	{"share-packing", func(o *Options) { o.SharePlacement = SharePlacementPacking }},
 	{"greedy", func(o *Options) { o.ReservationDepth = -1 }},
 	{"nopreempt", func(o *Options) { o.NoPreemption = true }},
 	{"nobackfill", func(o *Options) { o.NoBackfill = true }},

@@ -126,6 +126,10 @@ type cycle struct {
 	// noCache makes every job search afresh; tests use it to check the cache changes
 	// nothing.
 	noCache bool
+	// sharePlacer places shared requests, chosen on first use from the options.
+	sharePlacer sharePlacer
+	// blockedShared counts the shared requests left waiting.
+	blockedShared int
 }
 
 type failure struct {
@@ -183,7 +187,11 @@ func (c *cycle) schedule(r *ranked) {
 	key := d.shape()
 	f, failedBefore := c.failed[key]
 	if bad == "" && !failedBefore {
-		bad = c.neverFits(d)
+		if d.shared() {
+			bad = c.neverShared(d)
+		} else {
+			bad = c.neverFits(d)
+		}
 	}
 	if bad != "" {
 		pj.Reason = Reason{Code: ReasonNoNodeMatches}
@@ -197,14 +205,14 @@ func (c *cycle) schedule(r *ranked) {
 	// 3. Admission: a job that would take its user beyond the queue's cap, or its team
 	// beyond its quota limit, waits without counting as blocked, since the resources it
 	// wants are no concern of the jobs below.
-	if reason, over := c.userLimit(j, &r.queue, d.gpus*d.nodes); over {
+	if reason, over := c.userLimit(j, &r.queue, c.milliOf(d)); over {
 		pj.Reason = reason
 		c.plan.Pending = append(c.plan.Pending, pj)
 		return
 	}
 	v, ok := c.admitDemand(d)
 	if !ok {
-		pj.Reason = c.quotaReason(j.Team, v, d.gpus*d.nodes)
+		pj.Reason = c.quotaReason(j.Team, v, c.milliOf(d))
 		c.plan.Pending = append(c.plan.Pending, pj)
 		return
 	}
@@ -231,6 +239,18 @@ func (c *cycle) schedule(r *ranked) {
 	}
 	var dg diag
 	worst := c.opts.Placement == PlacementWorstFit
+	if d.shared() {
+		if spot, ok := c.findShared(d, &dg); ok {
+			c.placeShared(j, d, spot)
+			return
+		}
+		reason := c.shareReason(d, &dg)
+		if !failedBefore || d.dur < f.dur {
+			c.failed[key] = failure{dur: d.dur, reason: reason}
+		}
+		c.wait(r, pj, d, reason, inQuota)
+		return
+	}
 	if d.nodes == 1 {
 		if cd, ok := c.st.findNode(d, worst, &dg); ok {
 			c.placeSingle(j, d, cd)
@@ -285,28 +305,27 @@ func (c *cycle) placeSingle(j *Job, d *demand, cd cand) {
 	}
 	st.take(cd.node, cd.group, positions, d.cpus, d.mem)
 	st.release(cd, len(positions), d)
-	c.plan.Placements = append(c.plan.Placements, Placement{JobID: j.ID, Allocs: []Alloc{alloc}, Borrowing: c.charge(j, d, cd.group)})
+	c.plan.Placements = append(c.plan.Placements, Placement{JobID: j.ID, Allocs: []Alloc{alloc}, Borrowing: c.charge(j, d, cd.group, d.gpus*d.nodes*MilliGPU)})
 }
 
 // at turns a cycle time back into a time.Time in the caller's location.
 func (c *cycle) at(t int64) time.Time { return time.Unix(0, t).In(c.loc) }
 
-// charge counts a placed job against its user's cap and its team's quota, and reports
-// whether it borrows.
-func (c *cycle) charge(j *Job, d *demand, gi int) bool {
+// charge counts a placed job's milli-GPUs against its user's cap and its team's quota,
+// and reports whether it borrows.
+func (c *cycle) charge(j *Job, d *demand, gi int, milli int) bool {
 	if gi < 0 {
 		return false
 	}
 	if c.users != nil {
-		c.users[userKey{j.Queue, j.User}] += d.gpus * d.nodes
+		c.users[userKey{j.Queue, j.User}] += milli
 	}
 	if c.quotas.teams == nil {
 		return false
 	}
 	model := c.st.models[c.st.groups[gi].model].name
-	total := d.gpus * d.nodes
-	v := c.quotas.admit(d.team, model, total)
-	c.quotas.add(d.team, model, total)
+	v := c.quotas.admit(d.team, model, milli)
+	c.quotas.add(d.team, model, milli)
 	return v.borrowing
 }
 
@@ -315,6 +334,10 @@ func (c *cycle) charge(j *Job, d *demand, gi int) bool {
 // cannot delay it.
 func (c *cycle) wait(r *ranked, pj PendingJob, d *demand, reason Reason, inQuota bool) {
 	pj.Reason = reason
+	if d.shared() {
+		c.waitShared(pj)
+		return
+	}
 	ahead := c.ahead(d)
 	// Only the first in line for these resources preempts: GPUs freed for a job behind
 	// blocked higher ones would go to them in the next cycle, and it would preempt again.
@@ -372,6 +395,29 @@ func (c *cycle) wait(r *ranked, pj PendingJob, d *demand, reason Reason, inQuota
 		}
 	}
 	c.block(d)
+	if c.head == 0 {
+		c.head = pj.JobID
+	}
+	c.plan.Pending = append(c.plan.Pending, pj)
+}
+
+// waitShared records why a shared request waits. It neither preempts nor reserves, and
+// competes only with the shared requests above it: whole-GPU jobs never wait for it.
+func (c *cycle) waitShared(pj PendingJob) {
+	if pj.Reason.Code == ReasonPriority {
+		pj.Reason.Ahead = max(c.blockedGPU, 1)
+		if !c.opts.Terse {
+			pj.Reason.Message = fmt.Sprintf("the GPUs with room, first on %s, would be held past the reserved start of higher-priority jobs",
+				pj.Reason.BestNode)
+		}
+	}
+	if ahead := c.blockedShared; ahead > 0 && (pj.Reason.Code == ReasonResources || pj.Reason.Code == ReasonFragmented) {
+		pj.Reason.Ahead = ahead
+		if !c.opts.Terse {
+			pj.Reason.Message += fmt.Sprintf("; %s for a share of a GPU %s ahead", plural(ahead, "job"), isAre(ahead))
+		}
+	}
+	c.blockedShared++
 	if c.head == 0 {
 		c.head = pj.JobID
 	}

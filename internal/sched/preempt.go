@@ -76,6 +76,16 @@ type preemptKey struct {
 	level   int
 }
 
+// tenant reports whether a running job holds a share of a GPU.
+func tenant(r *Running) bool {
+	for _, a := range r.Allocs {
+		if a.GPUShare > 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // newPreemptor lists the running jobs that some right could stop, in ID order.
 func newPreemptor(c *cycle) *preemptor {
 	st := c.st
@@ -85,8 +95,8 @@ func newPreemptor(c *cycle) *preemptor {
 	for i := range c.s.Running {
 		r := &c.s.Running[i]
 		q, ok := c.s.Queues[r.Queue]
-		if q.NeverPreempt {
-			continue
+		if q.NeverPreempt || tenant(r) {
+			continue // a tenant frees no whole GPU by stopping
 		}
 		v := victim{r: r, tier: q.Tier, byTier: ok && q.Preemptible, reclaim: r.Borrowing, stopping: r.Preempting,
 			las: byLAS && ok && lasQueue(q)}

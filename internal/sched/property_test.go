@@ -47,6 +47,7 @@ func genCluster(r *rand.Rand, nodes, pending int, busyFrac float64, rich bool) *
 		if i%3 == 0 {
 			n.ContainerRuntime = "podman"
 		}
+		n.Sharing = rich && i%6 == 1
 		s.Nodes = append(s.Nodes, n)
 	}
 	id := int64(1)
@@ -80,6 +81,17 @@ func genCluster(r *rand.Rand, nodes, pending int, busyFrac float64, rich bool) *
 					run.AttainedService += float64(k) * run.LastRun.Seconds()
 				}
 			}
+			if n.Sharing && k == 1 && id%2 == 0 {
+				// Tenants: two or three on the GPU, some room left.
+				run.Allocs[0].GPUShare = 300
+				for t := range 1 + int(id%2) {
+					tn := run
+					tn.ID = id + 1_000_000*int64(t+1)
+					tn.Allocs = []Alloc{run.Allocs[0]}
+					tn.Allocs[0].GPUShare = 250
+					s.Running = append(s.Running, tn)
+				}
+			}
 			free = free[k:]
 			s.Running = append(s.Running, run)
 			id++
@@ -105,6 +117,15 @@ func genCluster(r *rand.Rand, nodes, pending int, busyFrac float64, rich bool) *
 		}
 		if rich && r.IntN(10) == 0 {
 			j.Queue = []string{"urgent", "inference"}[r.IntN(2)]
+		}
+		if rich && id%9 == 0 && j.Request.Nodes <= 1 && j.Request.GPUs > 0 {
+			// A share of a GPU: a fraction, or a memory slice.
+			j.Request.GPUs = 1
+			if id%2 == 0 {
+				j.Request.GPUShare = []int{100, 250, 500, 750}[id%4]
+			} else {
+				j.Request.GPUMemoryMB = int64(10+id%60) << 10
+			}
 		}
 		if id%7 == 0 {
 			j.Image = "registry.example.com/ml/train:1"
@@ -241,10 +262,15 @@ func checkPlanAt(t *testing.T, s *Snapshot, p Plan, now time.Time, minRuntime ti
 		nodes[s.Nodes[i].Name] = &s.Nodes[i]
 	}
 	held := map[gpuKey]int64{}
+	shares := map[gpuKey]int{} // milli-GPU held by tenants
 	cpus, mem := map[string]int{}, map[string]int64{}
 	for _, r := range s.Running {
 		for _, a := range r.Allocs {
 			for _, i := range a.GPUIndices {
+				if a.GPUShare > 0 {
+					shares[gpuKey{a.Node, i}] += a.GPUShare
+					continue
+				}
 				held[gpuKey{a.Node, i}] = r.ID
 			}
 			cpus[a.Node] += a.CPUs
@@ -299,7 +325,25 @@ func checkPlanAt(t *testing.T, s *Snapshot, p Plan, now time.Time, minRuntime ti
 				if other, ok := claimed[k]; ok && other != j.ID {
 					t.Fatalf("GPU %s/%d given to job %d is claimed by job %d", a.Node, i, j.ID, other)
 				}
-				held[k] = j.ID
+				switch {
+				case j.Request.Shared() != (a.GPUShare > 0):
+					t.Fatalf("job %d asking %+v got alloc %+v", j.ID, j.Request, a)
+				case a.GPUShare > 0 && (!n.Sharing || len(a.GPUIndices) != 1 || len(pl.Allocs) != 1):
+					t.Fatalf("shared job %d got %+v on %s (sharing %v)", j.ID, pl.Allocs, a.Node, n.Sharing)
+				case a.GPUShare > 0 && shares[k]+a.GPUShare > MilliGPU:
+					t.Fatalf("GPU %s/%d overcommitted: %d milli held, job %d adds %d", a.Node, i, shares[k], j.ID, a.GPUShare)
+				case a.GPUShare == 0 && shares[k] > 0:
+					t.Fatalf("whole GPU %s/%d given to job %d has tenants", a.Node, i, j.ID)
+				case j.Request.GPUShare > 0 && a.GPUShare != j.Request.GPUShare:
+					t.Fatalf("job %d asked for %d milli, got %d", j.ID, j.Request.GPUShare, a.GPUShare)
+				case j.Request.GPUMemoryMB > 0 && a.GPUMemoryMB != j.Request.GPUMemoryMB:
+					t.Fatalf("job %d asked for %d MB, got %d", j.ID, j.Request.GPUMemoryMB, a.GPUMemoryMB)
+				}
+				if a.GPUShare > 0 {
+					shares[k] += a.GPUShare
+				} else {
+					held[k] = j.ID
+				}
 				var g *GPU
 				for gi := range n.GPUs {
 					if n.GPUs[gi].Index == i {
@@ -337,7 +381,7 @@ func checkPlanAt(t *testing.T, s *Snapshot, p Plan, now time.Time, minRuntime ti
 	for _, pj := range p.Pending {
 		seen[pj.JobID]++
 		if pj.Reason.Code == "" || pj.Reason.Message == "" {
-			t.Fatalf("job %d pending without a reason", pj.JobID)
+			t.Fatalf("job %d pending without a reason: %+v", pj.JobID, pj.Reason)
 		}
 	}
 	for id := range jobs {
@@ -366,6 +410,8 @@ func checkPlanAt(t *testing.T, s *Snapshot, p Plan, now time.Time, minRuntime ti
 		switch {
 		case v == nil:
 			t.Fatalf("preemption of job %d, which is not running", pr.JobID)
+		case tenant(v):
+			t.Fatalf("tenant %d preempted", pr.JobID)
 		case victims[pr.JobID]:
 			t.Fatalf("job %d preempted twice", pr.JobID)
 		case v.Preempting:
@@ -444,6 +490,9 @@ func checkPlanAt(t *testing.T, s *Snapshot, p Plan, now time.Time, minRuntime ti
 				if other, ok := claimed[k]; ok && other != cl.JobID {
 					t.Fatalf("GPU %s/%d of job %d's claim is claimed by job %d", a.Node, i, cl.JobID, other)
 				}
+				if shares[k] > 0 {
+					t.Fatalf("GPU %s/%d of job %d's claim has tenants", a.Node, i, cl.JobID)
+				}
 				if h, ok := held[k]; ok && running[h] != nil && !running[h].Preempting && !victims[h] {
 					t.Fatalf("GPU %s/%d of job %d's claim is held by job %d, which is not stopping", a.Node, i, cl.JobID, h)
 				}
@@ -463,6 +512,12 @@ func checkPlanAt(t *testing.T, s *Snapshot, p Plan, now time.Time, minRuntime ti
 }
 
 func TestRandomSnapshots(t *testing.T) {
+	shared := 0 // shared placements seen, so the test is known to cover them
+	defer func() {
+		if shared == 0 && !t.Failed() {
+			t.Error("no random snapshot placed a share of a GPU")
+		}
+	}()
 	for seed := range uint64(40) {
 		r := rand.New(rand.NewPCG(seed, 0x5eed))
 		s := genCluster(r, 5+r.IntN(60), r.IntN(300), r.Float64(), true)
@@ -471,6 +526,11 @@ func TestRandomSnapshots(t *testing.T) {
 			t.Run(fmt.Sprintf("seed%d/%s-%s-%d", seed, opts.Order, opts.Placement, opts.ReservationDepth), func(t *testing.T) {
 				p := mustSchedule(s, opts)
 				checkPlan(t, s, p)
+				for _, pl := range p.Placements {
+					if pl.Allocs[0].GPUShare > 0 {
+						shared++
+					}
+				}
 				// The failure cache is only a shortcut: searching every job afresh must
 				// give the same decisions (reasons may differ in detail, as cached ones
 				// describe the state when the request first failed).

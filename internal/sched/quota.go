@@ -1,12 +1,16 @@
 package sched
 
-import "fmt"
+import (
+	"fmt"
+	"strconv"
+)
 
 // quotas tracks each team's GPUs in use per model, from the running jobs and the
-// placements of this cycle, against the quotas of the snapshot.
+// placements of this cycle, against the quotas of the snapshot. It counts in milli-GPU,
+// so that a share of a GPU is charged as a share.
 type quotas struct {
 	teams map[string]Team           // nil when no team has a quota: admission admits everything
-	used  map[string]map[string]int // team -> model -> GPUs held
+	used  map[string]map[string]int // team -> model -> milli-GPU held
 }
 
 // newQuotas counts what running jobs hold. It looks GPUs up on every node of the snapshot,
@@ -32,13 +36,17 @@ func newQuotas(s *Snapshot, st *state) *quotas {
 			}
 			if single(n.GPUs) {
 				// The common case: one model on the node, so no per-GPU lookup.
-				q.add(r.Team, n.GPUs[0].Model, len(a.GPUIndices))
+				q.add(r.Team, n.GPUs[0].Model, a.milli())
 				continue
+			}
+			each := MilliGPU
+			if a.GPUShare > 0 {
+				each = a.GPUShare
 			}
 			for _, idx := range a.GPUIndices {
 				for _, g := range n.GPUs {
 					if g.Index == idx {
-						q.add(r.Team, g.Model, 1)
+						q.add(r.Team, g.Model, each)
 						break
 					}
 				}
@@ -57,13 +65,13 @@ func anyQuota(teams map[string]Team) bool {
 	return false
 }
 
-func (q *quotas) add(team, model string, gpus int) {
+func (q *quotas) add(team, model string, milli int) {
 	m := q.used[team]
 	if m == nil {
 		m = map[string]int{}
 		q.used[team] = m
 	}
-	m[model] += gpus
+	m[model] += milli
 }
 
 // verdict is the outcome of admission for one model.
@@ -72,16 +80,16 @@ type verdict struct {
 	ok        bool // within the limit
 	borrowing bool // beyond guaranteed
 	key       string
-	used      int
-	limit     int
+	used      int // milli-GPU
+	limit     int // milli-GPU
 }
 
-// admit checks a job of the team asking for gpus of model against the team's quota: the
-// entry for the model, else the "" entry for models the quota does not name. Teams
-// without a matching entry, and CPU-only jobs, are not limited.
-func (q *quotas) admit(team, model string, gpus int) verdict {
+// admit checks a job of the team asking for milli-GPUs of model against the team's
+// quota: the entry for the model, else the "" entry for models the quota does not name.
+// Teams without a matching entry, and CPU-only jobs, are not limited.
+func (q *quotas) admit(team, model string, milli int) verdict {
 	t, ok := q.teams[team]
-	if !ok || gpus == 0 {
+	if !ok || milli == 0 {
 		return verdict{ok: true}
 	}
 	key := model
@@ -98,8 +106,8 @@ func (q *quotas) admit(team, model string, gpus int) verdict {
 			used += n
 		}
 	}
-	limit := max(qt.Limit, qt.Guaranteed)
-	return verdict{limited: true, ok: used+gpus <= limit, borrowing: used+gpus > qt.Guaranteed, key: key, used: used, limit: limit}
+	limit := max(qt.Limit, qt.Guaranteed) * MilliGPU
+	return verdict{limited: true, ok: used+milli <= limit, borrowing: used+milli > qt.Guaranteed*MilliGPU, key: key, used: used, limit: limit}
 }
 
 func named(quota map[string]Quota, model string) bool {
@@ -116,7 +124,7 @@ func (c *cycle) admitDemand(d *demand) (verdict, bool) {
 	if c.quotas.teams == nil || d.gpus == 0 {
 		return verdict{ok: true}, true
 	}
-	total := d.gpus * d.nodes
+	total := c.milliOf(d)
 	if d.model != anyModel && d.models == nil {
 		v := c.quotas.admit(d.team, d.modelName, total)
 		return v, v.ok
@@ -167,17 +175,28 @@ func (c *cycle) admitDemand(d *demand) (verdict, bool) {
 }
 
 // quotaReason explains a refusal, e.g. "team vision uses 14 of its 16-GPU limit; this job
-// needs 4".
+// needs 4". need is in milli-GPU.
 func (c *cycle) quotaReason(team string, v verdict, need int) Reason {
-	r := Reason{Code: ReasonQuotaExceeded, Team: team, Used: v.used, Limit: v.limit}
+	r := Reason{Code: ReasonQuotaExceeded, Team: team, Used: ceilGPUs(v.used), Limit: v.limit / MilliGPU}
 	if !c.opts.Terse {
 		what := "GPU limit"
 		if v.key != "" {
 			what = "GPU " + v.key + " limit"
 		}
-		r.Message = fmt.Sprintf("team %s uses %d of its %d-%s; this job needs %d", team, v.used, v.limit, what, need)
+		r.Message = fmt.Sprintf("team %s uses %s of its %d-%s; this job needs %s", team, fmtGPUs(v.used), v.limit/MilliGPU, what, fmtGPUs(need))
 	}
 	return r
+}
+
+// ceilGPUs rounds milli-GPUs up to whole GPUs.
+func ceilGPUs(milli int) int { return (milli + MilliGPU - 1) / MilliGPU }
+
+// fmtGPUs writes milli-GPUs as GPUs: "4", "2.5", "0.25".
+func fmtGPUs(milli int) string {
+	if milli%MilliGPU == 0 {
+		return fmt.Sprint(milli / MilliGPU)
+	}
+	return strconv.FormatFloat(float64(milli)/MilliGPU, 'f', -1, 64)
 }
 
 // userKey names one user's jobs in one queue.
@@ -197,7 +216,7 @@ func userGPUs(s *Snapshot) map[userKey]int {
 	for _, r := range s.Running {
 		if s.Queues[r.Queue].UserGPULimit > 0 {
 			for _, a := range r.Allocs {
-				out[userKey{r.Queue, r.User}] += len(a.GPUIndices)
+				out[userKey{r.Queue, r.User}] += a.milli()
 			}
 		}
 	}
@@ -205,19 +224,19 @@ func userGPUs(s *Snapshot) map[userKey]int {
 }
 
 // userLimit returns the refusal for a job that would take its user beyond the queue's
-// per-user cap, if it would.
-func (c *cycle) userLimit(j *Job, q *Queue, gpus int) (Reason, bool) {
-	if q.UserGPULimit <= 0 || gpus == 0 {
+// per-user cap, if it would; milli is what the job needs, in milli-GPU.
+func (c *cycle) userLimit(j *Job, q *Queue, milli int) (Reason, bool) {
+	if q.UserGPULimit <= 0 || milli == 0 {
 		return Reason{}, false
 	}
 	used := c.users[userKey{q.Name, j.User}]
-	if used+gpus <= q.UserGPULimit {
+	if used+milli <= q.UserGPULimit*MilliGPU {
 		return Reason{}, false
 	}
-	r := Reason{Code: ReasonUserLimit, User: j.User, Used: used, Limit: q.UserGPULimit}
+	r := Reason{Code: ReasonUserLimit, User: j.User, Used: ceilGPUs(used), Limit: q.UserGPULimit}
 	if !c.opts.Terse {
-		r.Message = fmt.Sprintf("user %s holds %d of the %d GPUs one user may hold in queue %s; this job needs %d",
-			j.User, used, q.UserGPULimit, q.Name, gpus)
+		r.Message = fmt.Sprintf("user %s holds %s of the %d GPUs one user may hold in queue %s; this job needs %s",
+			j.User, fmtGPUs(used), q.UserGPULimit, q.Name, fmtGPUs(milli))
 	}
 	return r, true
 }

@@ -144,6 +144,12 @@ type state struct {
 	// kinds caches the node kinds for the static check per pool restriction.
 	allNodes map[string]int
 	kinds    map[string]map[string][]capacity
+	// shareUsed is, per GPU (by its place in frees), the milli-GPU its tenants hold, and
+	// tenantEnd when the last of them ends; both nil until a cycle meets a tenant.
+	shareUsed []int
+	tenantEnd []int64
+	// mix is the request mix FGD weighs fragmentation by, built on first use.
+	mix *shareMix
 }
 
 // newState builds the cycle's view: schedulable nodes, their GPU groups, and what the
@@ -350,13 +356,15 @@ func (st *state) finish(running []Running) {
 // applyRunning takes what running jobs hold and schedules its release at their End.
 func (st *state) applyRunning(running []Running) {
 	var freed []int // GPUs freed per group of the current alloc, reused
+	defer st.tenantEvents()
 	for ri := range running {
 		r := &running[ri]
 		end := nanos(r.End)
 		if end < st.now || r.Preempting {
 			end = st.now // overdue or told to stop: its resources come back at once
 		}
-		for _, a := range r.Allocs {
+		for ai := range r.Allocs {
+			a := &r.Allocs[ai]
 			ni, ok := st.byName[a.Node]
 			if !ok {
 				continue // unschedulable or unknown node: nothing here to subtract from
@@ -364,6 +372,14 @@ func (st *state) applyRunning(running []Running) {
 			ns := &st.nodes[ni]
 			ns.freeCPU -= a.CPUs
 			ns.freeMem -= a.MemoryMB
+			if a.GPUShare > 0 && len(a.GPUIndices) == 1 {
+				// A tenant: its GPU comes free when the last of its tenants ends.
+				st.applyTenant(ni, a, end)
+				if end != forever && (a.CPUs != 0 || a.MemoryMB != 0) {
+					ns.addEvent(event{at: end, group: -1, cpus: a.CPUs, mem: a.MemoryMB})
+				}
+				continue
+			}
 			freed = freed[:0]
 			for _, gi := range ns.groups {
 				n := 0

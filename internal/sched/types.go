@@ -76,6 +76,9 @@ type Node struct {
 	// HealthFailed is set while the node's health-check command fails: like an
 	// unschedulable node it takes no new work, and reasons name it.
 	HealthFailed bool
+	// Sharing is set where the node's pool lets jobs share GPUs: only there do requests
+	// for a share of a GPU (Request.GPUShare, Request.GPUMemoryMB) land.
+	Sharing bool
 }
 
 // GPU is one device of a node.
@@ -128,7 +131,17 @@ type Request struct {
 	// CPUs and MemoryMB are per node.
 	CPUs     int
 	MemoryMB int64
+	// GPUShare asks for a share of one GPU in milli-GPU (1 to 999: 500 is half a GPU's
+	// memory and compute), and GPUMemoryMB for a slice of one GPU's memory; at most one
+	// of them is set, and then the job runs on one node and one GPU (GPUs is 0 or 1),
+	// which it shares with other such jobs on a node that allows sharing (Node.Sharing).
+	// A GPU with tenants takes no job that wants whole GPUs.
+	GPUShare    int
+	GPUMemoryMB int64
 }
+
+// Shared reports whether the request is for a share of one GPU.
+func (r *Request) Shared() bool { return r.GPUShare > 0 || r.GPUMemoryMB > 0 }
 
 // Job is a pending job.
 type Job struct {
@@ -196,6 +209,21 @@ type Alloc struct {
 	GPUIndices []int
 	CPUs       int
 	MemoryMB   int64
+	// GPUShare, when set, says the alloc holds only this share of its one GPU, in
+	// milli-GPU, and GPUMemoryMB is the slice of the GPU's memory that goes with it.
+	GPUShare    int
+	GPUMemoryMB int64
+}
+
+// MilliGPU is one whole GPU in the unit of GPUShare.
+const MilliGPU = 1000
+
+// milli is what the alloc holds of GPUs, in milli-GPU.
+func (a *Alloc) milli() int {
+	if a.GPUShare > 0 {
+		return a.GPUShare
+	}
+	return len(a.GPUIndices) * MilliGPU
 }
 
 // Plan is the scheduler's answer for one snapshot.
