@@ -82,12 +82,12 @@ type Weights struct {
 
 // Order and placement names.
 const (
-	OrderPriority     = "priority"
-	OrderFIFO         = "fifo"
-	OrderSJF          = "sjf"
-	OrderLAS          = "las"
-	PlacementBestFit  = "bestfit"
-	PlacementWorstFit = "worstfit"
+	OrderPriority         = "priority"
+	OrderFIFO             = "fifo"
+	OrderSJF              = "sjf"
+	OrderLAS              = "las"
+	PlacementBestFit      = "bestfit"
+	PlacementWorstFit     = "worstfit"
 	SharePlacementFGD     = "fgd"
 	SharePlacementBestFit = "bestfit"
 	SharePlacementPacking = "packing"
