@@ -75,6 +75,8 @@ type agentFlags struct {
 	healthCheck, containerRuntime   string
 	healthInterval, healthTimeout   time.Duration
 	telemetryInterval, killAfter    time.Duration
+	gpuMemGrace                     time.Duration
+	mpsPipeDir                      string
 }
 
 func (f *agentFlags) register(fs *flag.FlagSet, withDataDir bool) {
@@ -90,6 +92,8 @@ func (f *agentFlags) register(fs *flag.FlagSet, withDataDir bool) {
 	fs.DurationVar(&f.healthInterval, "health-interval", time.Minute, "how often --health-check runs")
 	fs.DurationVar(&f.healthTimeout, "health-timeout", 30*time.Second, "how long --health-check may run before it is killed and counted as failed")
 	fs.DurationVar(&f.killAfter, "kill-leftovers-after", 0, "kill a GPU process that belongs to no job (anything rota did not start: a crashed job's child, a process run by hand, Xorg) after it has been there this long (0: never, only report it)")
+	fs.DurationVar(&f.gpuMemGrace, "gpu-memory-grace", 10*time.Second, "how long a job that shares a GPU may hold more GPU memory than its slice before it is stopped (gpu_memory_exceeded)")
+	fs.StringVar(&f.mpsPipeDir, "mps-pipe-dir", "", "where an NVIDIA MPS control daemon's pipes are; where it runs, jobs that share a GPU get MPS's limits (default: $CUDA_MPS_PIPE_DIRECTORY, else /tmp/nvidia-mps)")
 	fs.StringVar(&f.containerRuntime, "container-runtime", "", "runtime for jobs with an image: podman, docker, apptainer, a path to one, or none (default: the first found)")
 	if withDataDir {
 		fs.StringVar(&f.dataDir, "data-dir", "", "directory for the node's identity, job files, logs and checkpoints (default: "+filepath.Join(defaultDataDir(), "agent", "NAME")+")")
@@ -104,7 +108,7 @@ func (f *agentFlags) config(serverURL, dataDir string) (agent.Config, error) {
 	cfg := agent.Config{ServerURL: serverURL, Name: f.name, Labels: labels, FakeGPUs: f.fakeGPUs, DataDir: dataDir, CPUs: f.cpus,
 		FakeGPUsConfig: f.fakeGPUsConfig, TelemetryInterval: f.telemetryInterval, HealthCheck: strings.TrimSpace(f.healthCheck),
 		HealthCheckInterval: f.healthInterval, HealthCheckTimeout: f.healthTimeout, KillLeftoversAfter: f.killAfter,
-		ContainerRuntime: f.containerRuntime}
+		ContainerRuntime: f.containerRuntime, GPUMemoryGrace: f.gpuMemGrace, MPSPipeDir: f.mpsPipeDir}
 	if f.cpus < 0 {
 		return agent.Config{}, fmt.Errorf("--cpus: must be 0 (all) or more, got %d", f.cpus)
 	}
@@ -114,7 +118,8 @@ func (f *agentFlags) config(serverURL, dataDir string) (agent.Config, error) {
 	for _, d := range []struct {
 		flag string
 		v    time.Duration
-	}{{"--telemetry-interval", f.telemetryInterval}, {"--health-interval", f.healthInterval}, {"--health-timeout", f.healthTimeout}} {
+	}{{"--telemetry-interval", f.telemetryInterval}, {"--health-interval", f.healthInterval}, {"--health-timeout", f.healthTimeout},
+		{"--gpu-memory-grace", f.gpuMemGrace}} {
 		if d.v <= 0 {
 			return agent.Config{}, fmt.Errorf("%s: must be more than 0, got %v", d.flag, d.v)
 		}

@@ -94,6 +94,13 @@ type Config struct {
 	// ContainerRuntime runs image jobs: "" finds podman, docker or apptainer; "none"
 	// runs no image jobs; anything else names the runtime or its path.
 	ContainerRuntime string
+	// GPUMemoryGrace is how long a task that shares a GPU may hold more GPU memory than
+	// its slice before the agent stops it (gpu_memory_exceeded); zero means 10s.
+	GPUMemoryGrace time.Duration
+	// MPSPipeDir is where an NVIDIA MPS control daemon's pipes are; where its control
+	// pipe exists, tasks that share a GPU get MPS's memory and thread limits. Empty:
+	// $CUDA_MPS_PIPE_DIRECTORY, else /tmp/nvidia-mps.
+	MPSPipeDir string
 }
 
 // check refuses the settings New cannot work with, naming each.
@@ -113,6 +120,7 @@ func (cfg Config) check() error {
 		{"health-check interval", cfg.HealthCheckInterval, "the default, 60s"},
 		{"health-check timeout", cfg.HealthCheckTimeout, "the default, 30s"},
 		{"kill-leftovers-after", cfg.KillLeftoversAfter, "never kill, only report"},
+		{"GPU memory grace", cfg.GPUMemoryGrace, "the default, 10s"},
 	}
 	for _, d := range durations {
 		if d.d < 0 {
@@ -323,7 +331,9 @@ func New(cfg Config, logger *slog.Logger) (*Agent, error) {
 		poll:          runnerPoll,
 		onChange:      a.poke,
 		runtime:       rt,
+		mpsDir:        mpsPipeDir(cfg.MPSPipeDir),
 	}
+	a.mon.memGrace = cmp(cfg.GPUMemoryGrace, defaultGPUMemoryGrace)
 	if fake, ok := devices.(*FakeDevices); ok {
 		// Jobs see their fake GPUs the way the fake layer says (its directory, say).
 		a.runner.jobEnv = fake.JobEnv()

@@ -80,6 +80,9 @@ type attemptMeta struct {
 	NoCgroup bool `json:"no_cgroup,omitempty"`
 	// Runtime is the node's container runtime, for a task with an image.
 	Runtime containerRuntime `json:"runtime"`
+	// MPS is set where an MPS control daemon ran when the attempt was written: a task
+	// that shares a GPU then gets MPS's limits too.
+	MPS bool `json:"mps,omitempty"`
 }
 
 // stopRequest is stop.json.

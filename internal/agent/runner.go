@@ -48,6 +48,8 @@ type runner struct {
 	// jobEnv is added to every task's environment where the server did not set the same
 	// variable (the fake device layer's ROTA_FAKE_GPU_DIR).
 	jobEnv map[string]string
+	// mpsDir is the MPS pipe directory looked in for a running control daemon.
+	mpsDir string
 
 	// ctx ends the goroutines that follow attempts; wg counts them. Ending them leaves
 	// the attempts running: their supervisors do not depend on the agent.
@@ -165,7 +167,7 @@ func (r *runner) prepare(a *attempt, t api.Task) error {
 		return fmt.Errorf("write task: %w", err)
 	}
 	meta := attemptMeta{ClusterID: a.key.cluster, LocalCheckpointDir: localCheckpointDir(r.dataDir, a.key), NoCgroup: r.noCgroup,
-		Runtime: r.runtime}
+		Runtime: r.runtime, MPS: t.GPUShare > 0 && mpsRunning(r.mpsDir)}
 	if err := writeJSONAtomic(filepath.Join(a.dir, fileMeta), meta, 0o644, true); err != nil {
 		return fmt.Errorf("write attempt: %w", err)
 	}

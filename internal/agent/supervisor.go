@@ -227,6 +227,7 @@ func (s *supervisor) prepare() (jobSpec, error) {
 		api.EnvEventsFile:         events,
 		api.EnvNoticeFile:         noticePath(s.dir),
 	}
+	shareEnv(t, s.meta.MPS, local)
 	// CUDA numbers devices fastest first unless told otherwise; the node's indices are
 	// NVML's, in PCI bus order.
 	if _, set := t.Env[envCUDADeviceOrder]; !set {

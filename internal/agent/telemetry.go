@@ -40,8 +40,14 @@ type monitor struct {
 	truncated bool
 	// cpu is each live attempt's CPU time at the previous reading.
 	cpu map[attemptKey]cpuReading
-	// gpus holds each live attempt's GPU indices, read once from its task.json.
-	gpus map[attemptKey][]int
+	// gpus holds each live attempt's GPU indices, read once from its task.json, and
+	// memLimit the GPU memory slice of those that share a GPU.
+	gpus     map[attemptKey][]int
+	memLimit map[attemptKey]int64
+	// over is when each task that shares a GPU was first seen above its slice; memGrace
+	// how long it may stay there.
+	over     map[attemptKey]time.Time
+	memGrace time.Duration
 	// xids counts the non-fatal faults of each GPU and kind, for the log.
 	xids map[faultKey]int
 	// unknownGPUs holds the GPU indices faults were reported for that the node does not
@@ -59,6 +65,8 @@ func newMonitor(killAfter time.Duration, realDevices bool) *monitor {
 	return &monitor{
 		cpu:         map[attemptKey]cpuReading{},
 		gpus:        map[attemptKey][]int{},
+		memLimit:    map[attemptKey]int64{},
+		over:        map[attemptKey]time.Time{},
 		xids:        map[faultKey]int{},
 		unknownGPUs: map[int]bool{},
 		leftovers: leftovers{
@@ -129,6 +137,7 @@ func (a *Agent) tick(now time.Time) {
 		}
 	}
 	tel.Tasks = a.usage(now, live, tel.GPUs, gpuMem)
+	a.enforceSlices(now, live, gpuMem)
 	a.mon.leftovers.track(now, tel.Processes, owners.protected(), a.logger)
 
 	a.mu.Lock()
@@ -166,6 +175,8 @@ type liveTask struct {
 	current bool
 	status  api.TaskStatus
 	gpus    []int
+	// gpuMemLimit is the GPU memory slice of a task that shares a GPU (0: whole GPUs).
+	gpuMemLimit int64
 	// pids are the attempt's processes; supervisor is its supervisor's PID (0: unknown).
 	pids       []int
 	supervisor int
@@ -193,19 +204,26 @@ func (a *Agent) liveTasks() []*liveTask {
 		gpus, ok := a.mon.gpus[lt.key]
 		if !ok {
 			var t struct {
-				GPUIndices []int `json:"gpu_indices"`
+				GPUIndices       []int `json:"gpu_indices"`
+				GPUMemoryLimitMB int64 `json:"gpu_memory_limit_mb"`
 			}
 			// Written before the supervisor starts; a task without one has no GPUs.
 			if _, err := readJSON(filepath.Join(lt.att.dir, fileTask), &t); err == nil {
 				gpus = t.GPUIndices
 				a.mon.gpus[lt.key] = gpus
+				if t.GPUMemoryLimitMB > 0 {
+					a.mon.memLimit[lt.key] = t.GPUMemoryLimitMB
+				}
 			}
 		}
 		lt.gpus = gpus
+		lt.gpuMemLimit = a.mon.memLimit[lt.key]
 	}
 	for k := range a.mon.gpus {
 		if !keep[k] {
 			delete(a.mon.gpus, k)
+			delete(a.mon.memLimit, k)
+			delete(a.mon.over, k)
 		}
 	}
 	for k := range a.mon.cpu {

@@ -97,6 +97,12 @@ type Task struct {
 	GPUIDs     []string `json:"gpu_ids"`
 	CPUs       int      `json:"cpus"`
 	MemoryMB   int64    `json:"memory_mb"`
+	// GPUShare is the share of its one GPU the task may use (0.5: half its memory and
+	// compute), and GPUMemoryLimitMB the GPU memory it may hold; both zero for whole
+	// GPUs. The agent passes them to the task and stops a task that holds more GPU
+	// memory than its slice, after a short grace, with reason gpu_memory_exceeded.
+	GPUShare         float64 `json:"gpu_share,omitempty"`
+	GPUMemoryLimitMB int64   `json:"gpu_memory_limit_mb,omitempty"`
 	// TimeLimitEnd is when the agent stops the task on its own, even without the server.
 	// Zero means no limit.
 	TimeLimitEnd time.Time `json:"time_limit_end"`

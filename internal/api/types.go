@@ -55,6 +55,9 @@ const (
 	ReasonStartError = "start_error"
 	// ReasonNodeShutdown: the node was shutting down and stopped its jobs.
 	ReasonNodeShutdown = "node_shutdown"
+	// ReasonGPUMemoryExceeded: a job sharing a GPU held more GPU memory than its slice
+	// for longer than the grace, and its node stopped it.
+	ReasonGPUMemoryExceeded = "gpu_memory_exceeded"
 )
 
 // JobSpec is what a user asks for. It is stored as submitted, after defaults are filled in.
@@ -77,6 +80,12 @@ type JobSpec struct {
 	GPUModel    string `json:"gpu_model,omitempty" yaml:"gpu_model"`
 	CPUs        int    `json:"cpus" yaml:"cpus"`
 	MemoryMB    int64  `json:"memory_mb" yaml:"memory_mb"`
+	// GPUShare asks for a share of one GPU's memory and compute, above 0 and below 1 in
+	// steps of 0.001 (0.5: half); GPUMemoryMB for a slice of one GPU's memory. At most
+	// one of them is given, and then the job runs on one GPU (gpus is 1, or 0 which means
+	// 1) of one node, which it shares with other such jobs, on a pool that allows sharing.
+	GPUShare    float64 `json:"gpu_share,omitempty" yaml:"gpu_share"`
+	GPUMemoryMB int64   `json:"gpu_memory_mb,omitempty" yaml:"gpu_memory_mb"`
 
 	// TimeLimit is in seconds; 0 means the queue's default.
 	TimeLimit int64 `json:"time_limit_s" yaml:"time_limit_s"`
@@ -287,6 +296,11 @@ type Placement struct {
 	GPUIDs     []string `json:"gpu_ids"`
 	CPUs       int      `json:"cpus"`
 	MemoryMB   int64    `json:"memory_mb"`
+	// GPUShare is the share of its one GPU this rank holds (0.25: a quarter), and
+	// GPUMemoryMB the slice of the GPU's memory that goes with it; both absent for
+	// whole GPUs.
+	GPUShare    float64 `json:"gpu_share,omitempty"`
+	GPUMemoryMB int64   `json:"gpu_memory_mb,omitempty"`
 	// How this rank is doing, as its node reported it: empty until it starts, RUNNING,
 	// then how it ended. A multi-node attempt ends when every rank has ended.
 	State    JobState   `json:"state,omitempty"`
@@ -298,6 +312,15 @@ type Placement struct {
 	Usage *Usage `json:"usage,omitempty"`
 	// ImageDigest is the digest of the container image this rank actually ran.
 	ImageDigest string `json:"image_digest,omitempty"`
+}
+
+// GPUs is what the rank holds of GPUs: its share of one GPU, or its whole GPUs.
+// Accounting charges it, so a job that shares a GPU pays its share.
+func (p *Placement) GPUs() float64 {
+	if p.GPUShare > 0 {
+		return p.GPUShare
+	}
+	return float64(len(p.GPUIndices))
 }
 
 // Attempt is one placement of a job.
@@ -455,6 +478,25 @@ type Node struct {
 	Leftovers []GPUProcess `json:"leftovers,omitempty"`
 	// HeldGPUs are the indices of GPUs kept from new work by leftovers (API only).
 	HeldGPUs []int `json:"held_gpus,omitempty"`
+	// SharedGPUs lists the node's GPUs that jobs share, with their tenants (API only).
+	SharedGPUs []SharedGPU `json:"shared_gpus,omitempty"`
+}
+
+// SharedGPU is a GPU that jobs share: its tenants and what they hold of it.
+type SharedGPU struct {
+	Index int `json:"index"`
+	// Share is the part of the GPU its tenants hold together (0.75), MemoryMB the memory
+	// of their slices together.
+	Share    float64  `json:"share"`
+	MemoryMB int64    `json:"memory_mb"`
+	Tenants  []Tenant `json:"tenants"`
+}
+
+// Tenant is a job that holds a share of a GPU.
+type Tenant struct {
+	JobID    int64   `json:"job_id"`
+	Share    float64 `json:"share"`
+	MemoryMB int64   `json:"memory_mb"`
 }
 
 // TelemetryPoint is one point of a downsampled history: the mean over its interval.
@@ -660,11 +702,25 @@ type JobList struct {
 type Config struct {
 	Queues []Queue `json:"queues,omitempty" yaml:"queues"`
 	Teams  []Team  `json:"teams,omitempty" yaml:"teams"`
+	// Pools, when given, replace the pool settings whole.
+	Pools []Pool `json:"pools,omitempty" yaml:"pools"`
 	// Execution and Limits, when given, replace the current settings whole.
 	Execution *Execution `json:"execution,omitempty" yaml:"execution"`
 	Limits    *Limits    `json:"limits,omitempty" yaml:"limits"`
 	// Notifications, when given, replace the webhook settings whole.
 	Notifications *Notifications `json:"notifications,omitempty" yaml:"notifications"`
+}
+
+// Pool is the settings of the nodes whose "pool" label names it. A pool without settings
+// shares no GPUs and is open to every queue.
+type Pool struct {
+	Name string `json:"name" yaml:"name"`
+	// Sharing lets jobs that ask for a share of a GPU (gpu_share, gpu_memory_mb) share
+	// the pool's GPUs; whole-GPU jobs never land on a GPU with tenants.
+	Sharing bool `json:"sharing,omitempty" yaml:"sharing"`
+	// Exclusive keeps the pool's nodes for the queues that name the pool: jobs of other
+	// queues, even those that may use any node, never land there.
+	Exclusive bool `json:"exclusive,omitempty" yaml:"exclusive"`
 }
 
 // Execution holds cluster-wide settings of how jobs run.

@@ -303,7 +303,7 @@ func TestUnreserveAndDeletes(t *testing.T) {
 func TestDrainResume(t *testing.T) {
 	srv := newFakeServer(t)
 	code, out, errOut := run(t, srv.URL, "admin", "drain", "node-a", "node-b", "nope")
-	want := "Draining node-a: no new jobs start there; 1 job still running (42)\nDrained node-b\n"
+	want := "Draining node-a: no new jobs start there; 3 jobs still running (42,43,44)\nDrained node-b\n"
 	if code != ExitError || out != want || errOut != "rota: node nope: no node nope\n" {
 		t.Errorf("drain: exit %d\nstdout %q\nwant   %q\nstderr %q", code, out, want, errOut)
 	}

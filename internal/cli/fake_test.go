@@ -277,7 +277,9 @@ func fixtureNodes() api.NodeList {
 	return api.NodeList{Nodes: []api.Node{
 		{Name: "node-a", Inventory: api.Inventory{CPUs: 128, MemoryMB: 1 << 20, GPUs: a, Labels: map[string]string{"pool": "train", "rack": "r1"},
 			DeviceSource: "nvml", DriverVersion: "550.54.15", CUDAVersion: "12.4", Hostname: "node-a.example", ContainerRuntime: "podman", Limits: "cgroup2"},
-			State: api.NodeReady, LastHeartbeat: *at(-3 * time.Second), GPUsUsed: 2, CPUsUsed: 16, Jobs: []int64{42},
+			State: api.NodeReady, LastHeartbeat: *at(-3 * time.Second), GPUsUsed: 3, CPUsUsed: 16, Jobs: []int64{42, 43, 44},
+			SharedGPUs: []api.SharedGPU{{Index: 0, Share: 0.75, MemoryMB: 60 << 10, Tenants: []api.Tenant{
+				{JobID: 43, Share: 0.5, MemoryMB: 40 << 10}, {JobID: 44, Share: 0.25, MemoryMB: 20 << 10}}}},
 			Telemetry: &api.Telemetry{Time: *at(-5 * time.Second), GPUs: samples, Processes: []api.GPUProcess{
 				{GPU: 4, PID: 3101, MemoryMB: 76 << 10, Command: "python train.py", JobID: 42, Attempt: 2},
 				{GPU: 5, PID: 3102, MemoryMB: 76 << 10, Command: "python train.py", JobID: 42, Attempt: 2},

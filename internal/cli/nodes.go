@@ -123,7 +123,26 @@ func nodeGPUs(n api.Node) string {
 	if bad > 0 {
 		s += fmt.Sprintf(" (%d unhealthy)", bad)
 	}
+	if k := len(n.SharedGPUs); k > 0 {
+		s += fmt.Sprintf(" (%d shared)", k)
+	}
 	return s
+}
+
+// describeTenants says who shares a GPU: "0.75 by 12 (0.5, 40 GB), 13 (0.25, 20 GB)";
+// "" for a GPU nobody shares.
+func describeTenants(n api.Node, index int) string {
+	for _, g := range n.SharedGPUs {
+		if g.Index != index {
+			continue
+		}
+		parts := make([]string, len(g.Tenants))
+		for i, t := range g.Tenants {
+			parts[i] = fmt.Sprintf("%d (%s, %s)", t.JobID, strconv.FormatFloat(t.Share, 'f', -1, 64), formatMB(t.MemoryMB))
+		}
+		return strconv.FormatFloat(g.Share, 'f', -1, 64) + " by " + strings.Join(parts, ", ")
+	}
+	return ""
 }
 
 // nodeUse is the UTIL and GMEM cells: the mean utilisation over the GPUs of the node's
@@ -407,7 +426,7 @@ func (cfg Config) printNode(n api.Node) error {
 func printGPUs(out io.Writer, n api.Node, now time.Time, loc *time.Location) error {
 	procs := processesByGPU(n)
 	tw := newTable(out)
-	fmt.Fprintln(tw, "  GPU\tMODEL\tMEMORY\tBUS ID\tNUMA\tNVLINK\tMIG\tHEALTH\tUTIL\tMEM USED\tPOWER\tTEMP\tPROCESSES")
+	fmt.Fprintln(tw, "  GPU\tMODEL\tMEMORY\tBUS ID\tNUMA\tNVLINK\tMIG\tHEALTH\tUTIL\tMEM USED\tPOWER\tTEMP\tSHARED\tPROCESSES")
 	for _, g := range n.GPUs {
 		health := "ok"
 		if !g.Healthy {
@@ -426,10 +445,10 @@ func printGPUs(out io.Writer, n api.Node, now time.Time, loc *time.Location) err
 		for _, p := range procs[g.Index] {
 			ps = append(ps, describeGPUProcess(p, now, loc))
 		}
-		fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
+		fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
 			g.Index, orDash(cleanCell(g.Model, modelWidth)), formatMB(g.MemoryMB), orDash(cleanCell(g.PCIBusID, modelWidth)),
 			formatNUMA(g.NUMANode), orDash(formatIndices(slices.Sorted(slices.Values(g.NVLinkPeers)))),
-			orDash(cleanCell(g.MIGMode, modelWidth)), health, util, mem, power, temp, orDash(strings.Join(ps, "; ")))
+			orDash(cleanCell(g.MIGMode, modelWidth)), health, util, mem, power, temp, orDash(describeTenants(n, g.Index)), orDash(strings.Join(ps, "; ")))
 	}
 	return tw.Flush()
 }

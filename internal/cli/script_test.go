@@ -262,3 +262,34 @@ func TestSlurmAliasesOnCommandLine(t *testing.T) {
 		t.Errorf("got %+v\nwant %+v", spec, want)
 	}
 }
+
+func TestSubmitASharedGPU(t *testing.T) {
+	withEnviron(t, nil)
+	code, spec, stderr := submitOnce(t, "--gpus", "0.5", "--workdir", "/w", "--", "x")
+	if code != ExitOK || spec.GPUs != 1 || spec.GPUShare != 0.5 || spec.GPUMemoryMB != 0 {
+		t.Fatalf("--gpus 0.5: exit %d %s spec %+v", code, stderr, spec)
+	}
+	code, spec, stderr = submitOnce(t, "--gpu-mem", "20G", "--workdir", "/w", "--", "x")
+	if code != ExitOK || spec.GPUs != 1 || spec.GPUMemoryMB != 20<<10 || spec.GPUShare != 0 {
+		t.Fatalf("--gpu-mem 20G: exit %d %s spec %+v", code, stderr, spec)
+	}
+	code, spec, _ = submitOnce(t, "--gpus", "2", "--workdir", "/w", "--", "x")
+	if code != ExitOK || spec.GPUs != 2 || spec.GPUShare != 0 {
+		t.Fatalf("--gpus 2: exit %d spec %+v", code, spec)
+	}
+	for _, bad := range []struct {
+		args []string
+		says string
+	}{
+		{[]string{"--gpus", "1.5"}, "below 1"},
+		{[]string{"--gpus", "0.0001"}, "thousandths"},
+		{[]string{"--gpus", "half"}, "not a number of GPUs"},
+		{[]string{"--gpus", "0.5", "--gpu-mem", "20G"}, "give one"},
+		{[]string{"--gpu-mem", "0"}, "more than 0"},
+	} {
+		code, _, stderr := submitOnce(t, append(bad.args, "--", "x")...)
+		if code == ExitOK || !strings.Contains(stderr, bad.says) {
+			t.Errorf("%v: exit %d %q; want an error saying %q", bad.args, code, stderr, bad.says)
+		}
+	}
+}

@@ -97,6 +97,10 @@ type submitFlags struct {
 	nice                                    int
 	env                                     envFlag
 	notify                                  notifyFlag
+
+	// gpuShare is --gpus given as a share of one GPU (0.5); gpuMem is --gpu-mem.
+	gpuShare float64
+	gpuMem   string
 }
 
 // submitAliases are Slurm's short options that rota submit takes for its own flags. -o
@@ -106,7 +110,8 @@ var submitAliases = map[string]string{"t": "time", "J": "name", "N": "nodes", "p
 // register defines submit's flags on fs: on the command line (cmdline) with the Slurm
 // aliases, -f and --strict; in a script's #ROTA lines without them.
 func (f *submitFlags) register(fs *flag.FlagSet, cmdline bool) {
-	fs.IntVar(&f.gpus, "gpus", 0, "total number of whole `GPUs`")
+	fs.Var(gpusValue{&f.gpus, &f.gpuShare}, "gpus", "total number of whole `GPUs`, or a share of one below 1, e.g. 0.5, on a pool that allows sharing")
+	fs.StringVar(&f.gpuMem, "gpu-mem", "", "a slice of one GPU's memory, a `SIZE` like 20G, on a pool that allows sharing")
 	fs.IntVar(&f.gpusPerNode, "gpus-per-node", 0, "GPUs on each node of a multi-node job")
 	fs.IntVar(&f.nodes, "nodes", 0, "number of `nodes` (default 1)")
 	fs.StringVar(&f.gpuModel, "gpu-model", "", "GPU `model` the job needs, e.g. A100, or several it accepts, e.g. A100,H100")
@@ -239,6 +244,9 @@ func (b *specBuilder) apply(fs *flag.FlagSet, f submitFlags) error {
 		}
 		set[name] = true
 	})
+	if set["gpu-mem"] && set["gpus"] && f.gpuShare > 0 {
+		return errors.New("--gpus 0.5 asks for a share of a GPU and --gpu-mem for a slice of its memory: give one")
+	}
 	if set["gres"] && (set["gpus"] || set["gpus-per-node"]) {
 		return errors.New("--gres gives the GPUs per node already; drop --gpus or --gpus-per-node")
 	}
@@ -353,7 +361,18 @@ func (b *specBuilder) applyFlag(f submitFlags, name string) error {
 	var err error
 	switch name {
 	case "gpus":
-		spec.GPUs, b.gres = f.gpus, 0
+		spec.GPUs, spec.GPUShare, b.gres = f.gpus, f.gpuShare, 0
+		if f.gpuShare > 0 {
+			spec.GPUs, spec.GPUMemoryMB = 1, 0
+		}
+	case "gpu-mem":
+		if spec.GPUMemoryMB, err = ParseSize(f.gpuMem); err == nil && spec.GPUMemoryMB <= 0 {
+			err = errors.New("a slice of a GPU's memory is more than 0, e.g. 20G")
+		}
+		spec.GPUShare = 0
+		if spec.GPUs == 0 {
+			spec.GPUs = 1
+		}
 	case "gpus-per-node":
 		spec.GPUsPerNode, b.gres = f.gpusPerNode, 0
 	case "gres":
@@ -421,6 +440,40 @@ func (b *specBuilder) applyFlag(f submitFlags, name string) error {
 	if err != nil {
 		return fmt.Errorf("--%s: %w", name, err)
 	}
+	return nil
+}
+
+// gpusValue is --gpus: a whole number of GPUs, or a share of one GPU below 1.
+type gpusValue struct {
+	n     *int
+	share *float64
+}
+
+func (v gpusValue) String() string {
+	if v.share != nil && *v.share > 0 {
+		return strconv.FormatFloat(*v.share, 'f', -1, 64)
+	}
+	if v.n != nil {
+		return strconv.Itoa(*v.n)
+	}
+	return "0"
+}
+
+func (v gpusValue) Set(s string) error {
+	if n, err := strconv.Atoi(s); err == nil {
+		*v.n, *v.share = n, 0
+		return nil
+	}
+	f, err := strconv.ParseFloat(s, 64)
+	switch {
+	case err != nil || math.IsNaN(f) || math.IsInf(f, 0):
+		return fmt.Errorf("%q is not a number of GPUs; want a whole number, or a share of one GPU below 1 such as 0.5", s)
+	case f <= 0 || f >= 1:
+		return fmt.Errorf("%s: a share of a GPU is above 0 and below 1; more than one GPU is a whole number", s)
+	case math.Abs(f*1000-math.Round(f*1000)) > 1e-9:
+		return fmt.Errorf("%s: shares are counted in thousandths of a GPU", s)
+	}
+	*v.n, *v.share = 1, f
 	return nil
 }
 

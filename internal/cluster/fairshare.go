@@ -24,7 +24,7 @@ type FairShare struct {
 type teamShare struct {
 	at    time.Time
 	value float64
-	gpus  int
+	milli int64 // GPUs held now, in milli-GPU so that shares add up exactly
 }
 
 // NewFairShare returns an empty accumulator; halfLife zero or below means usage never
@@ -37,26 +37,28 @@ func NewFairShare(halfLife time.Duration) *FairShare {
 	return f
 }
 
-// Hold records that team holds gpus more GPUs from since on; negative gpus releases them.
+// Hold records that team holds gpus more GPUs from since on (a share of one GPU as a
+// fraction, counted to the milli-GPU); negative gpus releases them.
 // since may lie before the team's latest change (an attempt learned late, a start time
 // corrected, a history loaded in any order): the GPU-seconds it adds up to that change
 // are counted as if recorded in order. Holding and then releasing the same GPUs from the
 // same instant cancels out, which is how a caller corrects a record.
-func (f *FairShare) Hold(team string, gpus int, since time.Time) {
-	if gpus == 0 {
+func (f *FairShare) Hold(team string, gpus float64, since time.Time) {
+	milli := int64(math.Round(gpus * 1000))
+	if milli == 0 {
 		return
 	}
 	ts := f.teams[team]
 	switch {
 	case ts == nil:
-		f.teams[team] = &teamShare{at: since, gpus: gpus}
+		f.teams[team] = &teamShare{at: since, milli: milli}
 		return
 	case since.After(ts.at):
 		ts.value, ts.at = f.valueAt(ts, since), since
 	case since.Before(ts.at):
-		ts.value += float64(gpus) * f.held(ts.at.Sub(since))
+		ts.value += float64(milli) / 1000 * f.held(ts.at.Sub(since))
 	}
-	ts.gpus += gpus
+	ts.milli += milli
 }
 
 // Usage returns team's decayed GPU-seconds at t. An instant before the team's latest change
@@ -83,7 +85,7 @@ func (f *FairShare) valueAt(ts *teamShare, t time.Time) float64 {
 		return ts.value
 	}
 	d := t.Sub(ts.at)
-	return ts.value*f.decay(d) + float64(ts.gpus)*f.held(d)
+	return ts.value*f.decay(d) + float64(ts.milli)/1000*f.held(d)
 }
 
 // decay is what one GPU-second is worth d later.

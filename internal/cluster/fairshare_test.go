@@ -18,7 +18,7 @@ func TestFairShareByHand(t *testing.T) {
 	at := func(h float64) time.Time { return t0.Add(time.Duration(h * float64(time.Hour))) }
 	type hold struct {
 		team  string
-		gpus  int
+		gpus  float64
 		since float64 // hours after t0
 	}
 	cases := []struct {
@@ -38,6 +38,9 @@ func TestFairShareByHand(t *testing.T) {
 		// 4 GPUs running since 0h, asked at 30 min: 4τ(1 − 2^(−½)).
 		{"running job", []hold{{"a", 4, 0}}, 0.5, "a", 4 * tau * (1 - math.Exp2(-0.5))},
 		{"teams apart", []hold{{"a", 4, 0}, {"b", 1, 0}}, 1, "b", tau / 2},
+		// Shares of a GPU are charged as shares, and add up exactly.
+		{"a quarter of a GPU", []hold{{"a", 0.25, 0}, {"a", -0.25, 1}}, 1, "a", tau / 8},
+		{"tenths add up", []hold{{"a", 0.1, 0}, {"a", 0.2, 0}, {"a", -0.1, 1}, {"a", -0.2, 1}}, 2, "a", 0.3 * tau / 4},
 		{"a team that used nothing", []hold{{"a", 4, 0}}, 1, "c", 0},
 		// A start corrected from 0h to 1h: take back what was held from 0h, hold from 1h.
 		{"corrected start", []hold{{"a", 2, 0}, {"a", -2, 0}, {"a", 2, 1}}, 2, "a", tau},
@@ -100,7 +103,7 @@ func BenchmarkFairShareUsage(b *testing.B) {
 	f := NewFairShare(7 * 24 * time.Hour)
 	teams := []string{"a", "b", "c", "d", "e", "f", "g", "h"}
 	for i, team := range teams {
-		f.Hold(team, i+1, t0.Add(time.Duration(i)*time.Minute))
+		f.Hold(team, float64(i+1), t0.Add(time.Duration(i)*time.Minute))
 	}
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {

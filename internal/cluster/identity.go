@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/rotahq/rota/internal/api"
@@ -15,6 +16,7 @@ const (
 	SettingCluster   = "cluster"
 	SettingLimits    = "limits"
 	SettingExecution = "execution"
+	SettingPools     = "pools"
 )
 
 // identity is the part of the state that says who may do what: users, API tokens, join
@@ -33,6 +35,8 @@ type identity struct {
 	// applied (they are read on every request and every heartbeat answer).
 	limits    api.Limits
 	execution api.Execution
+	// pools are the pool settings by name.
+	pools map[string]api.Pool
 }
 
 type idemKey struct{ user, key string }
@@ -64,6 +68,13 @@ func (s *State) applyIdentity(b *store.Batch) {
 		case SettingExecution:
 			id.execution = api.Execution{}
 			_ = json.Unmarshal(st.Data, &id.execution)
+		case SettingPools:
+			var pools []api.Pool
+			_ = json.Unmarshal(st.Data, &pools)
+			id.pools = map[string]api.Pool{}
+			for _, p := range pools {
+				id.pools[p.Name] = p
+			}
 		}
 	}
 	for _, u := range b.Users {
@@ -203,6 +214,20 @@ func (s *State) Limits() api.Limits { return s.id.limits }
 
 // Execution returns the execution settings in force.
 func (s *State) Execution() api.Execution { return s.id.execution }
+
+// Pools returns the pool settings by name; a pool it does not name has none (no sharing,
+// open to every queue). The map is the state's: read it only.
+func (s *State) Pools() map[string]api.Pool { return s.id.pools }
+
+// PoolList returns the pool settings in name order.
+func (s *State) PoolList() []api.Pool {
+	out := make([]api.Pool, 0, len(s.id.pools))
+	for _, p := range s.id.pools {
+		out = append(out, p)
+	}
+	slices.SortFunc(out, func(a, b api.Pool) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
 
 // Idempotency returns what a submit with the user's key created, if it is remembered.
 func (s *State) Idempotency(user, key string) (store.IdempotencyRecord, bool) {

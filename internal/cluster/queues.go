@@ -16,7 +16,10 @@ const (
 func DefaultQueues() []api.Queue {
 	return []api.Queue{
 		{Name: "batch", Tier: 20, Preemptible: true, DefaultTimeLimit: 4 * hour, MaxTimeLimit: 3 * day, Grace: 60},
-		{Name: "inference", Tier: 70, NeverPreempt: true, DefaultTimeLimit: 0, MaxTimeLimit: 0, Grace: 30, RestartPolicy: api.RestartAlways},
+		// Services run on their own nodes (label them pool=inference), which no other
+		// queue's jobs may take: DefaultPools makes the pool exclusive.
+		{Name: "inference", Tier: 70, NeverPreempt: true, DefaultTimeLimit: 0, MaxTimeLimit: 0, Grace: 30, RestartPolicy: api.RestartAlways,
+			Pools: []string{"inference"}},
 		// Debugging sessions are where GPUs sit idle longest: after 30 minutes without
 		// use the job is warned, and stopped a grace later.
 		{Name: "interactive", Tier: 60, DefaultTimeLimit: hour, MaxTimeLimit: 8 * hour, Grace: 30,
@@ -25,4 +28,10 @@ func DefaultQueues() []api.Queue {
 		{Name: "train", Tier: 40, DefaultTimeLimit: day, MaxTimeLimit: 7 * day, Grace: 120},
 		{Name: "urgent", Tier: 80, DefaultTimeLimit: day, MaxTimeLimit: 3 * day, Grace: 120},
 	}
+}
+
+// DefaultPools are the pool settings a new cluster starts with: the inference pool is kept
+// for the inference queue, so training can never creep onto serving capacity.
+func DefaultPools() []api.Pool {
+	return []api.Pool{{Name: "inference", Exclusive: true}}
 }

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -39,6 +40,7 @@ func (s *State) Snapshot(now time.Time, keep func(*api.Job) bool) *sched.Snapsho
 			snap.Reservations = append(snap.Reservations, sched.Reservation{Name: r.Name, Team: r.Team, Nodes: r.Nodes, Start: r.Start, End: r.End})
 		}
 	}
+	pools := s.Pools()
 	for _, n := range s.Nodes() {
 		sn := sched.Node{
 			Name:   n.Name,
@@ -52,6 +54,8 @@ func (s *State) Snapshot(now time.Time, keep func(*api.Job) bool) *sched.Snapsho
 			// Only the last run counts: a node whose check passes again takes work again.
 			HealthFailed:     n.HealthCheck != nil && !n.HealthCheck.OK,
 			ContainerRuntime: n.ContainerRuntime,
+			Sharing:          pools[n.Labels["pool"]].Sharing,
+			ExclusivePool:    pools[n.Labels["pool"]].Exclusive,
 		}
 		if len(n.GPUs) > 0 {
 			sn.GPUs = make([]sched.GPU, 0, len(n.GPUs))
@@ -89,7 +93,8 @@ func (s *State) Snapshot(now time.Time, keep func(*api.Job) bool) *sched.Snapsho
 			r.End = a.AssignTime.Add(time.Duration(j.Spec.TimeLimit) * time.Second)
 		}
 		for _, p := range a.Placements {
-			r.Allocs = append(r.Allocs, sched.Alloc{Node: p.Node, GPUIndices: p.GPUIndices, CPUs: p.CPUs, MemoryMB: p.MemoryMB})
+			r.Allocs = append(r.Allocs, sched.Alloc{Node: p.Node, GPUIndices: p.GPUIndices, CPUs: p.CPUs, MemoryMB: p.MemoryMB,
+				GPUShare: MilliOf(p.GPUShare), GPUMemoryMB: p.GPUMemoryMB})
 		}
 		snap.Running = append(snap.Running, r)
 	}
@@ -106,11 +111,15 @@ func (s *State) Snapshot(now time.Time, keep func(*api.Job) bool) *sched.Snapsho
 			Request: sched.Request{
 				GPUs: j.Spec.GPUs, Nodes: j.Spec.Nodes, GPUsPerNode: j.Spec.GPUsPerNode, GPUModel: j.Spec.GPUModel,
 				GPUModels: GPUModels(j.Spec.GPUModel), CPUs: j.Spec.CPUs, MemoryMB: j.Spec.MemoryMB,
+				GPUShare: MilliOf(j.Spec.GPUShare), GPUMemoryMB: j.Spec.GPUMemoryMB,
 			},
 		})
 	}
 	return snap
 }
+
+// MilliOf turns a share of a GPU (0.25) into milli-GPU (250), the scheduler's unit.
+func MilliOf(share float64) int { return int(math.Round(share * sched.MilliGPU)) }
 
 // GPUModels reads a job's gpu_model as a list of models ("A100,H100": either), or nil
 // when it names one model or none. The server stores the list as validated: full

@@ -299,10 +299,12 @@ func (s *State) SetPendingReason(id int64, code, msg string, est *time.Time, pri
 
 // NodeUsage is what active jobs hold on one node.
 type NodeUsage struct {
-	GPUs     map[int]int64 // GPU index -> job ID
+	GPUs     map[int]int64 // GPU index -> job ID (one of them for a shared GPU)
 	CPUs     int
 	MemoryMB int64
 	Jobs     []int64
+	// Tenants lists, per shared GPU, the jobs that hold a share of it, in ID order.
+	Tenants map[int][]api.Tenant
 }
 
 // Usage returns what active jobs hold on each node, from their current attempts.
@@ -321,6 +323,12 @@ func (s *State) Usage() map[string]*NodeUsage {
 			}
 			for _, g := range p.GPUIndices {
 				u.GPUs[g] = id
+				if p.GPUShare > 0 {
+					if u.Tenants == nil {
+						u.Tenants = map[int][]api.Tenant{}
+					}
+					u.Tenants[g] = append(u.Tenants[g], api.Tenant{JobID: id, Share: p.GPUShare, MemoryMB: p.GPUMemoryMB})
+				}
 			}
 			u.CPUs += p.CPUs
 			u.MemoryMB += p.MemoryMB

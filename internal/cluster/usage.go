@@ -24,11 +24,12 @@ func attemptStart(a api.Attempt) time.Time {
 	return a.AssignTime
 }
 
-// attemptGPUs counts the GPUs an attempt holds over all its nodes.
-func attemptGPUs(a api.Attempt) int {
-	gpus := 0
-	for _, p := range a.Placements {
-		gpus += len(p.GPUIndices)
+// attemptGPUs counts the GPUs an attempt holds over all its nodes, a share of one as
+// that share.
+func attemptGPUs(a api.Attempt) float64 {
+	gpus := 0.0
+	for i := range a.Placements {
+		gpus += a.Placements[i].GPUs()
 	}
 	return gpus
 }

@@ -30,7 +30,8 @@ type Rank struct {
 	// Model is the GPU model of the node's inventory at the rank's first GPU index, else
 	// the model the job asked for, else "unknown".
 	Model string
-	GPUs  int
+	// GPUs is what the rank holds: whole GPUs, or its share of one (0.25).
+	GPUs float64
 	// UtilPct is the rank's measured mean GPU utilisation; nil without telemetry.
 	UtilPct *float64
 }
@@ -41,7 +42,7 @@ type AttemptUsage struct {
 	N                 int
 	Team, User, Queue string
 	Ranks             []Rank
-	GPUs              int
+	GPUs              float64
 	// Assign is when the attempt was given its GPUs; from then they are held.
 	Assign time.Time
 	Start  *time.Time
@@ -130,7 +131,7 @@ func account(j *api.Job, a, prev *api.Attempt, ev events, models map[string]map[
 		u.End = u.Assign // a clock that stepped back; nothing was held
 	}
 	for _, p := range a.Placements {
-		r := Rank{Node: p.Node, Model: rankModel(models, p, j.Spec.GPUModel), GPUs: len(p.GPUIndices)}
+		r := Rank{Node: p.Node, Model: rankModel(models, p, j.Spec.GPUModel), GPUs: p.GPUs()}
 		if p.Usage != nil && p.Usage.Samples > 0 {
 			util := p.Usage.GPUUtilPct.Mean
 			r.UtilPct = &util

@@ -398,10 +398,7 @@ func (st *state) passes(c cand, d *demand, dg *diag) bool {
 
 // inPools reports whether node ni belongs to one of the job's pools.
 func (st *state) inPools(ni int, d *demand) bool {
-	if d.pools == nil {
-		return true
-	}
-	return slices.Contains(d.pools, st.nodes[ni].n.Labels["pool"])
+	return inPoolsNode(st.nodes[ni].n, d.pools)
 }
 
 // eligible reports whether node ni may run the job at all, whatever is free: it is in
@@ -410,9 +407,13 @@ func (st *state) eligible(ni int, d *demand) bool {
 	return st.inPools(ni, d) && (!d.image || st.nodes[ni].n.ContainerRuntime != "")
 }
 
-// inPoolsNode is inPools for a node of the snapshot, schedulable or not.
+// inPoolsNode is inPools for a node of the snapshot, schedulable or not: a job whose
+// queue names no pools may use every node outside the exclusive pools.
 func inPoolsNode(n *Node, pools []string) bool {
-	return pools == nil || slices.Contains(pools, n.Labels["pool"])
+	if pools == nil {
+		return !n.ExclusivePool
+	}
+	return slices.Contains(pools, n.Labels["pool"])
 }
 
 // foreignWindow reports whether an administrative window for another team overlaps the

@@ -286,9 +286,48 @@ func (c *cycle) neverFits(d *demand) string {
 		if msg != "" && d.pools != nil {
 			msg += " in pools " + strings.Join(d.pools, ", ")
 		}
+		if msg != "" {
+			msg += c.exclusiveNote(d)
+		}
 		c.never[key] = msg
 	}
 	return msg
+}
+
+// exclusiveNote names the exclusive pools a job may not use, and the queues they are
+// kept for, e.g. "; pool inference is reserved for queue inference"; "" when there are
+// none.
+func (c *cycle) exclusiveNote(d *demand) string {
+	var pools []string
+	for i := range c.s.Nodes {
+		n := &c.s.Nodes[i]
+		if p := n.Labels["pool"]; n.ExclusivePool && !slices.Contains(d.pools, p) && !slices.Contains(pools, p) {
+			pools = append(pools, p)
+		}
+	}
+	slices.Sort(pools)
+	var notes []string
+	for _, p := range pools {
+		var queues []string
+		for name, q := range c.s.Queues {
+			if slices.Contains(q.Pools, p) {
+				queues = append(queues, name)
+			}
+		}
+		slices.Sort(queues)
+		switch len(queues) {
+		case 0:
+			notes = append(notes, "pool "+p+" is reserved, and no queue names it")
+		case 1:
+			notes = append(notes, "pool "+p+" is reserved for queue "+queues[0])
+		default:
+			notes = append(notes, "pool "+p+" is reserved for queues "+strings.Join(queues, ", "))
+		}
+	}
+	if notes == nil {
+		return ""
+	}
+	return "; " + strings.Join(notes, "; ")
 }
 
 // placeSingle gives a single-node job its GPUs on the chosen candidate.

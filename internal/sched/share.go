@@ -461,7 +461,7 @@ func (c *cycle) neverShares(d *demand) string {
 	}
 	switch {
 	case !sharing:
-		return "no node" + where + " is in a pool that allows GPU sharing"
+		return "no node" + where + " is in a pool that allows GPU sharing" + c.exclusiveNote(d)
 	case !runtime:
 		return noRuntime + " among the nodes that allow GPU sharing" + where
 	case !models && d.modelName != "":

@@ -281,3 +281,43 @@ func TestShareUnknownPlacementRefused(t *testing.T) {
 		t.Fatalf("err %v", err)
 	}
 }
+
+func TestExclusivePool(t *testing.T) {
+	inf := gpuNode("inf-01", "H100", 8)
+	inf.Labels = map[string]string{"pool": "inference"}
+	inf.ExclusivePool = true
+	q := queues()
+	iq := q["inference"]
+	iq.Pools = []string{"inference"}
+	q["inference"] = iq
+	svc := job(3, 1, "")
+	svc.Queue = "inference"
+	s := snapshot([]Node{inf, gpuNode("gpu-01", "H100", 2)}, nil, job(1, 2, ""), job(2, 1, ""), svc, job(4, 8, ""))
+	s.Queues = q
+	p := mustSchedule(s, Options{})
+	if a := allocOf(t, p, 1); a.Node != "gpu-01" {
+		t.Errorf("train job on %s; want gpu-01", a.Node)
+	}
+	if a := allocOf(t, p, 3); a.Node != "inf-01" {
+		t.Errorf("inference job on %s; want inf-01", a.Node)
+	}
+	if _, ok := placementOf(p, 2); ok {
+		t.Error("a train job landed in the exclusive pool")
+	}
+	pj, _ := pendingOf(p, 4)
+	if pj.Reason.Code != ReasonNoNodeMatches || !strings.HasSuffix(pj.Reason.Message, "; pool inference is reserved for queue inference") {
+		t.Errorf("8 GPUs outside the pool: %s %q", pj.Reason.Code, pj.Reason.Message)
+	}
+	// No preemption reaches into the pool for other queues either.
+	urgent := job(5, 1, "")
+	urgent.Queue = "urgent"
+	s = snapshot([]Node{inf, gpuNode("gpu-01", "H100", 1)}, []Running{busy(90, "gpu-01", time.Hour, 0)}, urgent)
+	s.Queues = q
+	s.Running[0].Queue = "batch"
+	p = mustSchedule(s, Options{})
+	for _, pl := range p.Placements {
+		if pl.Allocs[0].Node == "inf-01" {
+			t.Fatal("an urgent job landed in the exclusive pool")
+		}
+	}
+}

@@ -79,6 +79,10 @@ type Node struct {
 	// Sharing is set where the node's pool lets jobs share GPUs: only there do requests
 	// for a share of a GPU (Request.GPUShare, Request.GPUMemoryMB) land.
 	Sharing bool
+	// ExclusivePool is set where the node's pool is kept for the queues that name it
+	// (Queue.Pools): jobs of other queues, even those that may use any node, never land
+	// there.
+	ExclusivePool bool
 }
 
 // GPU is one device of a node.

@@ -359,12 +359,15 @@ func (s *Server) recordTasks(b *store.Batch, node string, tasks []api.TaskStatus
 				end = *st.EndTime
 			}
 			p.State, p.ExitCode, p.EndTime, p.Reason, p.Message = st.State, st.ExitCode, &end, st.Reason, printable(st.Message)
-			if p.Reason == api.ReasonOOM || p.Reason == api.ReasonGPUError {
+			if p.Reason == api.ReasonOOM || p.Reason == api.ReasonGPUError || p.Reason == api.ReasonGPUMemoryExceeded {
 				// Whatever state the agent gave it, such a rank failed.
 				p.State = api.StateFailed
 			}
 			if p.Reason == api.ReasonOOM && p.Message == "" {
 				p.Message = oomMessage(p.MemoryMB, st.PeakMemoryMB)
+			}
+			if p.Reason == api.ReasonGPUMemoryExceeded && p.Message == "" {
+				p.Message = fmt.Sprintf("held more GPU memory than its %d MB slice of the GPU; its log says how much", p.GPUMemoryMB)
 			}
 			s.endRankUsage(p, rankKey{job.ID, a.N, rank}, st.PeakMemoryMB, now)
 			if a.StartTime == nil && st.StartTime != nil {
@@ -508,6 +511,7 @@ func (s *Server) desiredTasks(node string) []api.Task {
 			CPUs: p.CPUs, MemoryMB: p.MemoryMB, Signal: job.Spec.Signal, GraceSeconds: job.Spec.Grace,
 			RunAs: runAs, AllowRoot: allowRoot, CheckpointDir: s.checkpointDir(&job),
 			Image: job.Spec.Image, Notice: s.taskNotice(&job),
+			GPUShare: p.GPUShare, GPUMemoryLimitMB: p.GPUMemoryMB,
 		}
 		if job.Spec.TimeLimit > 0 {
 			t.TimeLimitEnd = a.AssignTime.Add(time.Duration(job.Spec.TimeLimit) * time.Second)

@@ -242,6 +242,21 @@ func (s *Server) applyConfig(ctx context.Context, data []byte, by api.Event) (ap
 		b.Settings = append(b.Settings, store.Setting{Name: cluster.SettingExecution, Data: data})
 		event(api.EventConfig, "set execution settings", s.state.Execution(), *cfg.Execution)
 	}
+	if cfg.Pools != nil {
+		names := map[string]bool{}
+		for i, p := range cfg.Pools {
+			switch {
+			case p.Name == "" || len(p.Name) > maxNameLen || !nameRE.MatchString(p.Name):
+				return cfg, atLine(invalid("pools.name", "pool name %q: use letters, digits and ._@+- (the value of the nodes' pool label)", truncateName(p.Name)), lines["pools"], i)
+			case names[p.Name]:
+				return cfg, atLine(invalid("pools.name", "pool %s is defined twice", p.Name), lines["pools"], i)
+			}
+			names[p.Name] = true
+		}
+		data, _ := json.Marshal(cfg.Pools)
+		b.Settings = append(b.Settings, store.Setting{Name: cluster.SettingPools, Data: data})
+		event(api.EventConfig, "set pools", s.state.PoolList(), cfg.Pools)
+	}
 	if cfg.Limits != nil {
 		if e := validateLimits(*cfg.Limits); e != nil {
 			return cfg, e
@@ -273,6 +288,7 @@ func (s *Server) applyConfig(ctx context.Context, data []byte, by api.Event) (ap
 type configFile struct {
 	Queues        []api.Queue        `yaml:"queues"`
 	Teams         []configTeam       `yaml:"teams"`
+	Pools         []api.Pool         `yaml:"pools"`
 	Execution     *api.Execution     `yaml:"execution"`
 	Limits        *api.Limits        `yaml:"limits"`
 	Notifications *api.Notifications `yaml:"notifications"`
@@ -293,7 +309,7 @@ func decodeConfig(data []byte) (api.Config, *api.Error) {
 	dec.KnownFields(true)
 	if err := dec.Decode(&file); err != nil {
 		if errors.Is(err, io.EOF) {
-			return api.Config{}, invalid("config", "the configuration is empty: give queues, teams, execution, limits or notifications")
+			return api.Config{}, invalid("config", "the configuration is empty: give queues, teams, pools, execution, limits or notifications")
 		}
 		return api.Config{}, invalid("config", "%s", strings.TrimPrefix(err.Error(), "yaml: "))
 	}
@@ -301,7 +317,7 @@ func decodeConfig(data []byte) (api.Config, *api.Error) {
 	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
 		return api.Config{}, invalid("config", "the file holds more than one YAML document; put queues, teams, execution and limits in one")
 	}
-	cfg := api.Config{Queues: file.Queues, Execution: file.Execution, Limits: file.Limits, Notifications: file.Notifications}
+	cfg := api.Config{Queues: file.Queues, Pools: file.Pools, Execution: file.Execution, Limits: file.Limits, Notifications: file.Notifications}
 	for _, t := range file.Teams {
 		cfg.Teams = append(cfg.Teams, t.Team)
 	}

@@ -326,21 +326,25 @@ func TestRetriesOnFailure(t *testing.T) {
 
 	// "always": an inference service that exits 0 is started again; one that crashes
 	// after running long enough does not use up its retries.
+	// The inference queue runs on the nodes of the inference pool only.
+	inf := api.Inventory{CPUs: 64, MemoryMB: 512 << 10, DeviceSource: "fake", Labels: map[string]string{"pool": "inference"},
+		GPUs: []api.GPU{{Index: 0, UUID: "GPU-inf1-0", Model: "H100", MemoryMB: 81559, Healthy: true}}}
+	h.heartbeat("inf1", inf, nil)
 	svc := h.submit(api.JobSpec{GPUs: 1, Queue: "inference", Command: []string{"serve"}})
 	if svc.Spec.RestartPolicy != api.RestartAlways || *svc.Spec.Retries != defaultRetries {
 		t.Fatalf("inference default: policy %q retries %d", svc.Spec.RestartPolicy, *svc.Spec.Retries)
 	}
 	h.cycle()
 	zero := 0
-	h.beat("n1", 1, api.TaskStatus{JobID: svc.ID, Attempt: 1, State: api.StateSucceeded, ExitCode: &zero})
+	h.heartbeat("inf1", inf, []api.TaskStatus{{JobID: svc.ID, Attempt: 1, State: api.StateSucceeded, ExitCode: &zero}})
 	h.cycle()
 	if got := h.job(svc.ID); got.State != api.StateAssigned || got.Attempts != 2 {
 		t.Fatalf("service after exiting 0: %s attempt %d; want restarted as attempt 2", got.State, got.Attempts)
 	}
 	start := h.clock.Now()
-	h.beat("n1", 1, api.TaskStatus{JobID: svc.ID, Attempt: 2, State: api.StateRunning, StartTime: &start})
+	h.heartbeat("inf1", inf, []api.TaskStatus{{JobID: svc.ID, Attempt: 2, State: api.StateRunning, StartTime: &start}})
 	h.clock.Add(failureReset + time.Minute)
-	h.beat("n1", 1, api.TaskStatus{JobID: svc.ID, Attempt: 2, State: api.StateFailed, Reason: api.ReasonExitCode, ExitCode: &one})
+	h.heartbeat("inf1", inf, []api.TaskStatus{{JobID: svc.ID, Attempt: 2, State: api.StateFailed, Reason: api.ReasonExitCode, ExitCode: &one}})
 	if got := h.job(svc.ID); got.State != api.StatePending || got.Failures != 1 {
 		t.Fatalf("service after a crash: %s failures %d; want PENDING with 1 (earlier ones forgotten)", got.State, got.Failures)
 	}

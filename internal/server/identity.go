@@ -102,6 +102,11 @@ func (s *Server) bootstrap(ctx context.Context) error {
 		for _, q := range b.Queues {
 			b.Events = append(b.Events, api.Event{Time: now, Actor: "system", Kind: api.EventQueue, Message: "created default queue " + q.Name})
 		}
+		if _, set := s.state.Setting(cluster.SettingPools); !set {
+			data, _ := json.Marshal(cluster.DefaultPools())
+			b.Settings = append(b.Settings, store.Setting{Name: cluster.SettingPools, Data: data})
+			b.Events = append(b.Events, api.Event{Time: now, Actor: "system", Kind: api.EventConfig, Message: "created default pool settings: pool inference is exclusive to queue inference"})
+		}
 	}
 	var token auth.Token
 	if s.state.CountUsers(nil) == 0 {

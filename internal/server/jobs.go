@@ -521,9 +521,27 @@ func (s *Server) handleNodes(w http.ResponseWriter, r *http.Request) {
 	for i := range nodes {
 		if u := usage[nodes[i].Name]; u != nil {
 			nodes[i].GPUsUsed, nodes[i].CPUsUsed, nodes[i].Jobs = len(u.GPUs), u.CPUs, u.Jobs
+			nodes[i].SharedGPUs = sharedGPUs(u)
 		}
 	}
 	writeJSON(w, http.StatusOK, api.NodeList{Nodes: nodes})
+}
+
+// sharedGPUs lists a node's shared GPUs by index, with their tenants.
+func sharedGPUs(u *cluster.NodeUsage) []api.SharedGPU {
+	var out []api.SharedGPU
+	for idx, ts := range u.Tenants {
+		g := api.SharedGPU{Index: idx, Tenants: ts}
+		milli := 0
+		for _, t := range ts {
+			milli += cluster.MilliOf(t.Share)
+			g.MemoryMB += t.MemoryMB
+		}
+		g.Share = float64(milli) / 1000
+		out = append(out, g)
+	}
+	slices.SortFunc(out, func(a, b api.SharedGPU) int { return a.Index - b.Index })
+	return out
 }
 
 // initialState is where a new job starts: HELD for a user hold or unmet dependencies,

@@ -197,7 +197,7 @@ func (s *Server) attemptOpen(job int64, n int) bool {
 func reasonLabel(r string) string {
 	switch r {
 	case "", api.ReasonExitCode, api.ReasonOOM, api.ReasonGPUError, api.ReasonNodeLost, api.ReasonTimeout,
-		api.ReasonIdle, api.ReasonPreempted, api.ReasonCancelled, api.ReasonStartError, api.ReasonNodeShutdown,
+		api.ReasonIdle, api.ReasonPreempted, api.ReasonCancelled, api.ReasonStartError, api.ReasonNodeShutdown, api.ReasonGPUMemoryExceeded,
 		reasonRankFailed, reasonNotStarted:
 		return r
 	}

@@ -194,7 +194,8 @@ func (s *Server) newAttempt(job *api.Job, allocs []sched.Alloc, now time.Time) (
 		if !ok {
 			return api.Attempt{}, fmt.Errorf("plan places job %d on unknown node %s", job.ID, al.Node)
 		}
-		p := api.Placement{Node: al.Node, GPUIndices: al.GPUIndices, CPUs: al.CPUs, MemoryMB: al.MemoryMB}
+		p := api.Placement{Node: al.Node, GPUIndices: al.GPUIndices, CPUs: al.CPUs, MemoryMB: al.MemoryMB,
+			GPUShare: float64(al.GPUShare) / sched.MilliGPU, GPUMemoryMB: al.GPUMemoryMB}
 		for _, idx := range al.GPUIndices {
 			uuid := ""
 			for _, g := range node.GPUs {

@@ -2,6 +2,7 @@ package server
 
 import (
 	"fmt"
+	"math"
 	"net/url"
 	"path"
 	"regexp"
@@ -96,6 +97,9 @@ func validateSpec(spec *api.JobSpec, st *cluster.State) *api.Error {
 	if err := validateResources(spec); err != nil {
 		return err
 	}
+	if err := validateShare(spec, q, st); err != nil {
+		return err
+	}
 	if err := validateModels(spec); err != nil {
 		return err
 	}
@@ -114,7 +118,79 @@ func validateSpec(spec *api.JobSpec, st *cluster.State) *api.Error {
 	if err := validateNotify("notify", spec.Notify, notifySettings(st).URLPrefixes); err != nil {
 		return err
 	}
-	return checkFits(spec, st)
+	if err := checkFits(spec, st); err != nil {
+		return err
+	}
+	return checkSlice(spec, q, st)
+}
+
+// validateShare checks a request for a share of one GPU: a share below one GPU in steps
+// of 0.001, or a memory slice, not both, on one GPU of one node, in a queue that may use a
+// pool that allows sharing. It sets gpus to 1.
+func validateShare(spec *api.JobSpec, q api.Queue, st *cluster.State) *api.Error {
+	share := spec.GPUShare
+	switch {
+	case share == 0 && spec.GPUMemoryMB == 0:
+		return nil
+	case share < 0 || share >= 1 || math.IsNaN(share):
+		return invalid("gpu_share", "must be above 0 and below 1 (0.5: half a GPU), got %g; for whole GPUs use gpus", share)
+	case share > 0 && math.Abs(share*1000-math.Round(share*1000)) > 1e-6:
+		return invalid("gpu_share", "is counted in thousandths of a GPU; %g has more digits", share)
+	case spec.GPUMemoryMB < 0 || spec.GPUMemoryMB > maxMemoryMB:
+		return invalid("gpu_memory_mb", "must be between 0 and %d, got %d", int64(maxMemoryMB), spec.GPUMemoryMB)
+	case share > 0 && spec.GPUMemoryMB > 0:
+		return invalid("gpu_memory_mb", "give a share of a GPU (gpu_share) or a slice of its memory (gpu_memory_mb), not both")
+	case spec.Nodes > 1 || spec.GPUsPerNode > 0:
+		return invalid("nodes", "a share of a GPU runs on one GPU of one node; drop nodes and gpus_per_node")
+	case spec.GPUs > 1:
+		return invalid("gpus", "a share of a GPU is one GPU; got gpus %d with it", spec.GPUs)
+	}
+	spec.GPUs = 1
+	pools := st.Pools()
+	var sharing []string
+	for _, p := range pools {
+		if p.Sharing && (len(q.Pools) == 0 && !p.Exclusive || slices.Contains(q.Pools, p.Name)) {
+			sharing = append(sharing, p.Name)
+		}
+	}
+	if len(sharing) > 0 {
+		return nil
+	}
+	field := "gpu_share"
+	if share == 0 {
+		field = "gpu_memory_mb"
+	}
+	if len(q.Pools) > 0 {
+		return invalid(field, "queue %s uses pools %s, and none allows GPU sharing; an admin allows it with pools: [{name: %s, sharing: true}] in rota admin config",
+			q.Name, strings.Join(q.Pools, ", "), q.Pools[0])
+	}
+	return invalid(field, "no pool allows GPU sharing; an admin allows it with pools: [{name: NAME, sharing: true}] in rota admin config, for the nodes labelled pool=NAME")
+}
+
+// checkSlice refuses a memory slice larger than every GPU the job could share, where such
+// GPUs are known.
+func checkSlice(spec *api.JobSpec, q api.Queue, st *cluster.State) *api.Error {
+	if spec.GPUMemoryMB == 0 {
+		return nil
+	}
+	pools := st.Pools()
+	largest, seen := int64(0), false
+	for _, n := range st.Nodes() {
+		p := pools[n.Labels["pool"]]
+		if !p.Sharing || (len(q.Pools) == 0 && p.Exclusive) || (len(q.Pools) > 0 && !slices.Contains(q.Pools, p.Name)) {
+			continue
+		}
+		for _, g := range n.GPUs {
+			if takesModel(spec.GPUModel, g.Model) {
+				seen = true
+				largest = max(largest, g.MemoryMB)
+			}
+		}
+	}
+	if seen && spec.GPUMemoryMB > largest {
+		return invalid("gpu_memory_mb", "no GPU that may be shared has %d MB; the largest has %d MB", spec.GPUMemoryMB, largest)
+	}
+	return nil
 }
 
 // Limits on webhooks (docs/notifications.md).

@@ -568,7 +568,7 @@ func (e *engine) addTeamGPUs(ti int32, n int) {
 	t := &e.teams[ti]
 	e.accrue(t)
 	t.gpus += n
-	e.share.Hold(t.name, n, e.t(e.now))
+	e.share.Hold(t.name, float64(n), e.t(e.now))
 }
 
 // scheduleWake makes sure the scheduler is asked again at the earliest estimated start of a
