@@ -66,6 +66,17 @@ func TestSharedGPUsEndToEnd(t *testing.T) {
 	if pc.Node != "s1" || pc.GPUIndices[0] == pa.GPUIndices[0] || pc.GPUMemoryMB != 20<<10 || pc.GPUShare != 0.252 {
 		t.Fatalf("20 GB slice: %+v; want the other GPU of s1, share 0.252 (20480 of 81559 MB, rounded up)", pc)
 	}
+	// A restart keeps the tenants, their shares and the pool settings: a half does not
+	// join a and b's full GPU but c's, which has 0.748 left.
+	h.restart()
+	if got := h.job(a.ID).AttemptList[0].Placements[0]; got.GPUShare != 0.5 || got.GPUMemoryMB != 81559/2 {
+		t.Fatalf("after a restart: %+v", got)
+	}
+	d := h.submit(api.JobSpec{GPUShare: 0.5, Command: []string{"d"}})
+	h.cycle()
+	if pd := h.job(d.ID).AttemptList[0].Placements[0]; pd.Node != "s1" || pd.GPUIndices[0] != pc.GPUIndices[0] {
+		t.Fatalf("after a restart a half went to %+v; want c's GPU", pd)
+	}
 	// A whole-GPU job does not land on s1's GPUs, which have tenants.
 	w := h.submit(api.JobSpec{GPUs: 2, Command: []string{"w"}})
 	h.cycle()
@@ -110,11 +121,11 @@ func TestSharedGPUsEndToEnd(t *testing.T) {
 	if got.State != api.StateFailed || got.Reason != api.ReasonGPUMemoryExceeded || !strings.Contains(got.Message, "40779 MB slice") {
 		t.Fatalf("over its slice: %s (%s) %q", got.State, got.Reason, got.Message)
 	}
-	// Accounting charges the share: a, b and c held 0.5, 0.5 and 0.252 of a GPU for the
-	// hour, beside w's two whole GPUs.
+	// Accounting charges the share: a, b, c and d held 0.5, 0.5, 0.252 and 0.5 of a GPU
+	// for the hour, beside w's two whole GPUs.
 	rep := h.usage(fmt.Sprintf("by=user&since=%s&until=%s", start.Add(-time.Minute).Format(time.RFC3339), h.clock.Now().Add(time.Minute).Format(time.RFC3339)))
-	if !near(rep.Total.GPUHours, 3.252, 1e-6) {
-		t.Errorf("charged %v GPU-hours; want 3.252 (shares as shares)", rep.Total.GPUHours)
+	if !near(rep.Total.GPUHours, 3.752, 1e-6) {
+		t.Errorf("charged %v GPU-hours; want 3.752 (shares as shares)", rep.Total.GPUHours)
 	}
 }
 
