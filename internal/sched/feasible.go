@@ -16,8 +16,10 @@ type demand struct {
 	// (Request.GPUModels), in its order of preference; nil otherwise.
 	models []string
 	// prefer numbers the listed models schedulable nodes have, in the list's order: the
-	// order a placement tries them in at equal fit. nil without a list.
-	prefer []int
+	// order a placement tries them in at equal fit. nil without a list. With speeds
+	// (bySpeed), fastest first, and a placement tries them in that order before fit.
+	prefer  []int
+	bySpeed bool
 	// model is the number of the requested model in state.models; anyModel when the job
 	// takes any model, or any of a list (those deny does not mark), noModel when no
 	// schedulable node has the model (or any listed one).
@@ -119,6 +121,7 @@ func newDemand(st *state, j *Job, q *Queue) (demand, string) {
 		model = r.GPUModels[0]
 	default:
 		d.listModels(st, r.GPUModels)
+		d.orderBySpeed(st, r.Speeds)
 		return d, ""
 	}
 	d.modelName = model
@@ -151,6 +154,28 @@ func (d *demand) listModels(st *state, models []string) {
 	d.deny = make([]bool, len(st.models))
 	for m := range d.deny {
 		d.deny[m] = !slices.Contains(d.prefer, m)
+	}
+}
+
+// orderBySpeed puts the listed models fastest first, where the job's speeds say they
+// differ; the list's order breaks ties.
+func (d *demand) orderBySpeed(st *state, speeds map[string]float64) {
+	if len(speeds) == 0 || len(d.prefer) < 2 {
+		return
+	}
+	speed := func(m int) float64 {
+		if v, ok := speeds[st.models[m].name]; ok && v > 0 {
+			return v
+		}
+		return 1
+	}
+	for _, m := range d.prefer[1:] {
+		if speed(m) != speed(d.prefer[0]) {
+			d.bySpeed = true
+		}
+	}
+	if d.bySpeed {
+		slices.SortStableFunc(d.prefer, func(a, b int) int { return cmp.Compare(speed(b), speed(a)) })
 	}
 }
 
@@ -481,6 +506,24 @@ func (st *state) findNode(d *demand, worst bool, dg *diag) (cand, bool) {
 			hi = max(hi, st.models[m].maxCap)
 		}
 	}
+	if d.bySpeed {
+		// The fastest listed model that can start the job, at its best fit.
+		for _, m := range d.prefer {
+			if !d.takes(m) {
+				continue
+			}
+			for step := 0; step <= hi-lo; step++ {
+				k := lo + step
+				if worst {
+					k = hi - step
+				}
+				if gi := st.firstIn(m, k, d, dg, -1); gi >= 0 {
+					return cand{st.groups[gi].node, gi}, true
+				}
+			}
+		}
+		return cand{}, false
+	}
 	for step := 0; step <= hi-lo; step++ {
 		k := lo + step // best fit: fewest free GPUs first
 		if worst {
@@ -565,6 +608,13 @@ func (st *state) findInPool(nodes []int, d *demand, worst bool, dg *diag) (cand,
 		}
 	}
 	slices.SortStableFunc(opts, func(a, b option) int {
+		if d.bySpeed {
+			fit := cmp.Compare(a.free, b.free)
+			if worst {
+				fit = -fit
+			}
+			return cmp.Or(cmp.Compare(a.rank, b.rank), fit)
+		}
 		if worst {
 			return cmp.Or(cmp.Compare(b.free, a.free), cmp.Compare(a.rank, b.rank))
 		}

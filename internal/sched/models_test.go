@@ -1,6 +1,7 @@
 package sched
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -274,5 +275,53 @@ func TestModelListPreemption(t *testing.T) {
 	checkPlan(t, s, p)
 	if len(p.Preemptions) != 1 || p.Preemptions[0].JobID != 90 {
 		t.Fatalf("preemptions %+v, want job 90 on the A100 node", p.Preemptions)
+	}
+}
+
+func TestListedModelsFastestFirstWhereSpeedsAreKnown(t *testing.T) {
+	// A T4 node with 1 GPU free fits a 1-GPU job tightly; the H100 node has 8 free. By
+	// fit the job takes the T4; knowing it runs 3x as fast on an H100, it takes the H100.
+	nodes := []Node{gpuNode("h-01", "H100", 8), gpuNode("t-01", "T4", 2)}
+	running := []Running{busy(90, "t-01", time.Hour, 0)}
+	j := job(1, 1, "")
+	j.Request.GPUModels = []string{"T4", "H100"}
+	p := mustSchedule(snapshot(nodes, running, j), Options{})
+	if a := allocOf(t, p, 1); a.Node != "t-01" {
+		t.Fatalf("without speeds: %s; want the tight T4", a.Node)
+	}
+	j.Request.Speeds = map[string]float64{"H100": 3, "T4": 1}
+	p = mustSchedule(snapshot(nodes, running, j), Options{})
+	if a := allocOf(t, p, 1); a.Node != "h-01" {
+		t.Fatalf("with speeds: %s; want the H100", a.Node)
+	}
+	// The fastest model that can start it now: with the H100s busy, the T4.
+	busyH := busy(91, "h-01", time.Hour, 0, 1, 2, 3, 4, 5, 6, 7)
+	p = mustSchedule(snapshot(nodes, append(running, busyH), j), Options{})
+	if a := allocOf(t, p, 1); a.Node != "t-01" {
+		t.Fatalf("H100s busy: %s; want the T4", a.Node)
+	}
+	// Equal speeds change nothing.
+	j.Request.Speeds = map[string]float64{"H100": 2, "T4": 2}
+	p = mustSchedule(snapshot(nodes, running, j), Options{})
+	if a := allocOf(t, p, 1); a.Node != "t-01" {
+		t.Fatalf("equal speeds: %s; want the tight T4", a.Node)
+	}
+	// In a small pool (the per-pool search), the same.
+	q := queues()
+	tr := q["train"]
+	tr.Pools = []string{"p"}
+	q["train"] = tr
+	for i := range nodes {
+		nodes[i].Labels = map[string]string{"pool": "p"}
+	}
+	others := []Node{}
+	for i := range 20 {
+		others = append(others, gpuNode(fmt.Sprintf("x-%02d", i), "H100", 8))
+	}
+	j.Request.Speeds = map[string]float64{"H100": 3, "T4": 1}
+	s := snapshot(append(nodes, others...), running, j)
+	s.Queues = q
+	if a := allocOf(t, mustSchedule(s, Options{}), 1); a.Node != "h-01" {
+		t.Fatalf("in a pool with speeds: %s; want the H100", a.Node)
 	}
 }

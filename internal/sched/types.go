@@ -132,6 +132,11 @@ type Request struct {
 	// only breaks ties (with both free, "A100,H100" takes the A100 that fits as tightly as
 	// the H100), since the scheduler knows no speed per model.
 	GPUModels []string
+	// Speeds, where known, gives the job's relative speed on each model it lists (3 on
+	// an H100 and 1 on a T4: it runs three times as fast on the H100). A job that lists
+	// models then takes the fastest listed model that can start it now, whatever the fit;
+	// models it leaves out of Speeds count as speed 1.
+	Speeds map[string]float64
 	// CPUs and MemoryMB are per node.
 	CPUs     int
 	MemoryMB int64

@@ -28,7 +28,7 @@ var alibabaEpoch = time.Unix(0, 0).UTC()
 //   - CPUs are rounded up to whole cores (Job.CPUMilli keeps the request); memory in MiB is
 //     taken as MB.
 //   - gpu_spec with one model constrains the model; with several ("A|B") they are kept in
-//     Job.GPUModels, which --fill honours and a replay does not (counted in Notes).
+//     Job.GPUModels, which --fill and a replay honour (counted in Notes).
 //   - The trace names no users or groups; the QoS class (LS, BE, Burstable, Guaranteed) is
 //     the closest grouping and becomes the team.
 func readAlibabaPods(r io.Reader, strict bool) (*Trace, error) {
@@ -120,7 +120,7 @@ func readAlibabaPods(r io.Reader, strict bool) (*Trace, error) {
 		t.Notes = append(t.Notes, fmt.Sprintf("%d tasks ask for a fraction of a GPU: a replay rounds each up to 1 whole GPU, --fill keeps them fractional", fractional))
 	}
 	if multiModel > 0 {
-		t.Notes = append(t.Notes, fmt.Sprintf("%d tasks allowed several GPU models and may use any (--fill keeps to them)", multiModel))
+		t.Notes = append(t.Notes, fmt.Sprintf("%d tasks allowed several GPU models and take whichever of them starts first (the fastest, where speeds are known)", multiModel))
 	}
 	return t, nil
 }

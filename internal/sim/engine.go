@@ -445,6 +445,9 @@ func (e *engine) addPending(i int) {
 	wj := &e.w.Jobs[i]
 	sh := e.w.shapes[i]
 	req := sched.Request{GPUs: wj.GPUs, GPUModel: wj.GPUModel, CPUs: sh.cpus, MemoryMB: sh.memoryMB}
+	if len(wj.GPUModels) > 0 {
+		req.GPUModels, req.Speeds = wj.GPUModels, e.listSpeeds(wj)
+	}
 	if sh.nodes > 1 {
 		req.Nodes, req.GPUsPerNode = sh.nodes, sh.gpusPerNode
 	}
@@ -455,6 +458,19 @@ func (e *engine) addPending(i int) {
 		Duration:        wj.Duration - j.progress,
 		AttainedService: j.attained, LastRun: j.lastRun, Requeued: e.requeuedAt(j),
 	})
+}
+
+// listSpeeds gives the speeds of the models a job lists, where the cluster file or the
+// trace gives any; nil otherwise, and the list's order and fit decide.
+func (e *engine) listSpeeds(wj *Job) map[string]float64 {
+	if len(e.w.Cluster.Speeds) == 0 && len(wj.Speeds) == 0 {
+		return nil
+	}
+	speeds := make(map[string]float64, len(wj.GPUModels))
+	for _, m := range wj.GPUModels {
+		speeds[m] = e.w.Cluster.Speed(wj.Speeds, m)
+	}
+	return speeds
 }
 
 // requeuedAt is when job j's latest attempt ended, zero if none did.

@@ -3,6 +3,7 @@ package sim
 import (
 	"encoding/csv"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -87,6 +88,16 @@ func readRota(r io.Reader, strict bool) (*Trace, error) {
 		j := Job{
 			Name: rr.field(rec, "id"), GPUModel: rr.field(rec, "gpu_model"),
 			Queue: rr.field(rec, "queue"), Team: rr.field(rec, "team"), User: rr.field(rec, "user"),
+		}
+		if strings.Contains(j.GPUModel, ",") {
+			// "A100,H100": any of them, as rota submit --gpu-model takes it.
+			for _, m := range strings.Split(j.GPUModel, ",") {
+				if m = strings.TrimSpace(m); m == "" || slices.Contains(j.GPUModels, m) {
+					return Job{}, rowErrorf("gpu_model %q: list distinct models as A100,H100", j.GPUModel)
+				}
+				j.GPUModels = append(j.GPUModels, strings.TrimSpace(m))
+			}
+			j.GPUModel = ""
 		}
 		state := api.JobState(rr.field(rec, "state"))
 		if state != "" && !state.Valid() {

@@ -254,3 +254,33 @@ func TestReportShowsSpeeds(t *testing.T) {
 		t.Errorf("header without speeds:\n%s", head)
 	}
 }
+
+// A job that lists models runs on the fastest of them that can start it: with both free,
+// the H100 (an hour); with the H100 taken, the T4 (four hours) rather than waiting.
+func TestListedModelsTakeTheFastest(t *testing.T) {
+	jobs := []Job{
+		{Submit: speedT0, Duration: time.Hour, TimeLimit: 10 * time.Hour, GPUs: 1, GPUModels: []string{"T4", "H100"}},
+		{Submit: speedT0.Add(time.Minute), Duration: time.Hour, TimeLimit: 10 * time.Hour, GPUs: 1, GPUModels: []string{"T4", "H100"}},
+	}
+	e := speedEngine(t, speedCluster, DefaultConfig(), jobs, nil)
+	for i, want := range []time.Duration{time.Hour, 4 * time.Hour} {
+		if j := &e.jobs[i]; j.state != api.StateSucceeded || time.Duration(j.end-j.start) != want {
+			t.Errorf("job %d: %s, ran %v; want SUCCEEDED in %v", i+1, j.state, time.Duration(j.end-j.start), want)
+		}
+	}
+}
+
+// A rota trace's gpu_model "A100,H100" is a list, as rota submit --gpu-model takes it.
+func TestRotaTraceModelList(t *testing.T) {
+	csv := "id,submit,duration_s,gpus,gpu_model\n1,2025-01-06T09:00:00Z,60,1,\"T4,H100\"\n"
+	tr, err := ReadTrace(strings.NewReader(csv), "rota", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j := tr.Jobs[0]; j.GPUModel != "" || strings.Join(j.GPUModels, "|") != "T4|H100" {
+		t.Fatalf("job %+v: want the list T4, H100", j)
+	}
+	if _, err := ReadTrace(strings.NewReader("id,submit,duration_s,gpus,gpu_model\n1,2025-01-06T09:00:00Z,60,1,\"T4,,H100\"\n"), "rota", true); err == nil {
+		t.Fatal("an empty name in a model list was accepted")
+	}
+}

@@ -41,7 +41,8 @@ type Job struct {
 	// --fill keeps it.
 	GPUMilli int
 	// GPUModels lists the models a job accepts where the trace names several (GPUModel is
-	// then empty): --fill keeps to them; a replay lets the job use any model.
+	// then empty): a replay and --fill keep to them, and a replay takes the fastest of them
+	// that can start the job where speeds are known.
 	GPUModels []string
 	// CPUMilli is the CPU request in thousandths of a core where the trace gives it (CPUs is
 	// it rounded up); 0 means CPUs × 1000.

@@ -214,7 +214,7 @@ func TestAlibabaExcerpt(t *testing.T) {
 		!reflect.DeepEqual(tr.Jobs[1].GPUModels, []string{"V100M16", "T4"}) {
 		t.Errorf("jobs %+v: want p1 constrained to V100M16, p2 to any model", tr.Jobs)
 	}
-	if want := []string{"1 tasks allowed several GPU models and may use any (--fill keeps to them)"}; !reflect.DeepEqual(tr.Notes, want) {
+	if want := []string{"1 tasks allowed several GPU models and take whichever of them starts first (the fastest, where speeds are known)"}; !reflect.DeepEqual(tr.Notes, want) {
 		t.Errorf("notes %q, want %q", tr.Notes, want)
 	}
 }
