@@ -682,3 +682,18 @@ func TestNVMLMIGTooManyGPUs(t *testing.T) {
 		t.Errorf("no log line says why:\n%s", log)
 	}
 }
+
+// A GPU in MIG mode NVML cannot fully read now makes its MIG devices unhealthy, with the
+// reason, rather than dropping them or reporting the GPU beside them.
+func TestNVMLMIGUnreadableGPU(t *testing.T) {
+	gpus := hgx(1)
+	gpus[0].mig, gpus[0].migMax = nvml.DEVICE_MIG_ENABLE, 7
+	gpus[0].migs = map[int]*mock.Device{3: gpus[0].mockMIG("MIG-d", "NVIDIA H200 MIG 7g.141gb", 141*1024, 0, 7, 7)}
+	m := newMockNVML(gpus...)
+	m.devices[0].GetMemoryInfoFunc = func() (nvml.Memory, nvml.Return) { return nvml.Memory{}, nvml.ERROR_UNKNOWN }
+	n, _ := openMock(t, m, t.TempDir())
+	d := discover(t, n)
+	if len(d.GPUs) != 1 || d.GPUs[0].Index != 103 || d.GPUs[0].Healthy || !strings.Contains(d.GPUs[0].Health, "NVML cannot read its memory") {
+		t.Errorf("Discover = %+v; want MIG device 103, unhealthy with the GPU's reason", d.GPUs)
+	}
+}

@@ -53,12 +53,15 @@ type migInstance struct {
 }
 
 // migDevices turns a GPU in MIG mode into the devices it offers: one per instance, with
-// the GPU's NUMA node and bus (NVLink is off in MIG mode), or the GPU itself, unhealthy,
-// when it has none.
+// the GPU's NUMA node, bus and health (NVLink is off in MIG mode), or the GPU itself,
+// unhealthy, when it has none.
 func migDevices(parent api.GPU, instances []migInstance) []api.GPU {
 	parent.MIGMode = "enabled"
 	if len(instances) == 0 {
-		parent.Healthy, parent.Health, parent.NVLinkPeers = false, migNoInstances, nil
+		if parent.Healthy {
+			parent.Healthy, parent.Health = false, migNoInstances
+		}
+		parent.NVLinkPeers = nil
 		return []api.GPU{parent}
 	}
 	out := make([]api.GPU, 0, len(instances))

@@ -241,3 +241,14 @@ func TestExampleFakeConfigHasMIG(t *testing.T) {
 		t.Error("examples/fake-gpus-mig.yaml gives no MIG device")
 	}
 }
+
+func TestMIGDevicesOfUnhealthyGPU(t *testing.T) {
+	sick := api.GPU{Index: 4, UUID: "GPU-4", Model: "X", Health: "XID 79"}
+	if got := migDevices(sick, nil); len(got) != 1 || got[0].Health != "XID 79" || got[0].Healthy || got[0].MIGMode != "enabled" {
+		t.Errorf("migDevices of a sick GPU without instances = %+v; want it, with its own reason", got)
+	}
+	got := migDevices(sick, []migInstance{{n: 1, uuid: "MIG-x", profile: "1g.10gb", memoryMB: 10240}})
+	if len(got) != 1 || got[0].Index != 141 || got[0].Healthy || got[0].Health != "XID 79" || got[0].Model != "X MIG 1g.10gb" {
+		t.Errorf("migDevices of a sick GPU = %+v; want device 141, unhealthy with the GPU's reason", got)
+	}
+}

@@ -238,8 +238,9 @@ func (n *NVMLDevices) Discover() (Discovery, error) {
 			continue
 		}
 		g, busID := n.describe(i, dev)
-		if dev.migOn && g.Healthy {
-			// NVLink is off in MIG mode: the GPU is nobody's peer.
+		if dev.migOn {
+			// NVLink is off in MIG mode: the GPU is nobody's peer. A GPU NVML
+			// cannot read now makes its instances unhealthy with it.
 			d.GPUs = append(d.GPUs, migDevices(g, migInstances(dev.migs))...)
 			continue
 		}
