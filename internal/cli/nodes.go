@@ -322,7 +322,8 @@ func poolWarnings(nodes []api.Node) []string {
 			what string
 			of   func(api.Node) []string
 		}{
-			{"GPU models", func(n api.Node) []string { return distinctModels(n.GPUs) }},
+			// A GPU split into MIG devices is still its model: an admin's choice, no mix.
+			{"GPU models", func(n api.Node) []string { return distinctModels(wholeGPUs(n.GPUs)) }},
 			{"driver versions", func(n api.Node) []string {
 				if v := cleanCell(n.DriverVersion, modelWidth); v != "" {
 					return []string{v}
@@ -497,6 +498,15 @@ func gpuRows(gpus []api.GPU) []gpuRow {
 		rows = append(rows, gpuRow{gpu: g})
 	}
 	return rows
+}
+
+// wholeGPUs names each MIG device by the model of its GPU.
+func wholeGPUs(gpus []api.GPU) []api.GPU {
+	out := slices.Clone(gpus)
+	for i := range out {
+		out[i].Model = migParentModel(out[i])
+	}
+	return out
 }
 
 // migParentModel is the model of the GPU a MIG device is of: its own less " MIG

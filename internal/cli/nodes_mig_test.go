@@ -70,3 +70,16 @@ func TestNodeUseMIG(t *testing.T) {
 		t.Errorf("rota top UTIL of MIG devices only = %q; want n/a", l.util())
 	}
 }
+
+// A pool whose node has MIG devices of the same GPU model as another node's whole GPUs
+// does not mix models; one with another model does.
+func TestPoolWarningsMIG(t *testing.T) {
+	whole := api.Node{Name: "w", Inventory: api.Inventory{GPUs: []api.GPU{{Index: 0, Model: "NVIDIA A100-SXM4-80GB"}}}}
+	if w := poolWarnings([]api.Node{migNode(), whole}); len(w) != 0 {
+		t.Errorf("warnings %q; want none", w)
+	}
+	whole.GPUs[0].Model = "NVIDIA H100"
+	if w := poolWarnings([]api.Node{migNode(), whole}); len(w) != 1 || !strings.Contains(w[0], "mixes GPU models") {
+		t.Errorf("warnings %q; want the mix of A100 and H100", w)
+	}
+}
