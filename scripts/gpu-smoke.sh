@@ -45,6 +45,11 @@ trap cleanup EXIT
 echo "== nvidia-smi (for comparison)"
 nvidia-smi --query-gpu=index,name,uuid,pci.bus_id,memory.total,mig.mode.current,driver_version --format=csv || echo "(nvidia-smi not available)"
 nvidia-smi topo -m 2>/dev/null || true
+if nvidia-smi --query-gpu=mig.mode.current --format=csv,noheader 2>/dev/null | grep -qi enabled; then
+  # Read only: rota never changes MIG mode or instances, and neither does this script.
+  echo "== MIG is enabled: MIG devices as nvidia-smi lists them (rota should report each as a device)"
+  nvidia-smi -L || true
+fi
 
 echo "== starting rota up (log: $log)"
 "$ROTA" up --data-dir "$ROTA_DATA_DIR" --listen 127.0.0.1:${PORT:-17070} --telemetry-interval 1s >"$log" 2>&1 &
@@ -70,6 +75,8 @@ for g in n.get("gpus") or []:
     print("  GPU %d %s %d MB bus=%s numa=%s nvlink=%s mig=%s healthy=%s" % (
         g["index"], g["model"], g["memory_mb"], g.get("pci_bus_id"), g.get("numa_node"),
         g.get("nvlink_peers"), g.get("mig_mode") or "-", g["healthy"]))
+    if g.get("mig_parent") is not None:
+        print("    MIG device of GPU %d, profile %s, uuid %s" % (g["mig_parent"], g.get("mig_profile"), g["uuid"]))
 ' || true
 
 echo "== the CUDA job"

@@ -33,9 +33,16 @@ type upNode struct {
 	up  *proc
 }
 
-// startUp starts `rota up` with the extra flags and waits until its node is READY, not
-// syncing, with gpus GPUs.
+// startUp starts `rota up` with gpus fake GPUs and the extra flags and waits until its
+// node is READY, not syncing, with its GPUs.
 func startUp(t *testing.T, gpus int, extra ...string) *upNode {
+	t.Helper()
+	return startUpWith(t, gpus, append([]string{"--fake-gpus", strconv.Itoa(gpus)}, extra...)...)
+}
+
+// startUpWith starts `rota up` with the flags, which say what devices it has, and waits
+// until its node is READY, not syncing, with gpus devices.
+func startUpWith(t *testing.T, gpus int, extra ...string) *upNode {
 	t.Helper()
 	rotaBinary(t)
 	dir, err := os.MkdirTemp("", "rota-e2e-gpu-")
@@ -49,7 +56,7 @@ func startUp(t *testing.T, gpus int, extra ...string) *upNode {
 	})
 	u := &upNode{t: t, dir: dir,
 		env: []string{"ROTA_DATA_DIR=" + dir, "HOME=" + filepath.Join(dir, "home"), "XDG_CONFIG_HOME=" + filepath.Join(dir, "home", ".config")}}
-	args := append([]string{"up", "--name", gpuUpNode, "--fake-gpus", strconv.Itoa(gpus), "--listen", freePort(t),
+	args := append([]string{"up", "--name", gpuUpNode, "--listen", freePort(t),
 		"--heartbeat-interval", "200ms", "--telemetry-interval", "200ms", "--min-runtime", "0s"}, extra...)
 	u.up = startProc(t, dir, "up", u.env, args...)
 	var last string

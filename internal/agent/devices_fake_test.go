@@ -176,6 +176,16 @@ func TestFakeGPUConfigRejects(t *testing.T) {
 		{"two documents", "count: 1\n---\ncount: 2\n", "more than one YAML document"},
 		{"duplicate key", "count: 1\ncount: 2\n", "already defined"},
 		{"not a mapping", "[1, 2]\n", "cannot unmarshal"},
+		{"MIG profile unknown", "devices: [{model: A100-80GB, mig: [{profile: half}]}]\n", "devices[0].mig[0].profile: \"half\"; want a MIG profile"},
+		{"MIG profile upper case", "devices: [{model: A100-80GB, mig: [{profile: 1g.10gb}, {profile: 3G.40GB}]}]\n", "devices[0].mig[1].profile"},
+		{"MIG profile missing", "devices: [{model: A100-80GB, mig: [{memory_mb: 10000}]}]\n", "devices[0].mig[0].profile: \"\""},
+		{"MIG instances overfill the GPU", "devices: [{model: A}, {model: A100-40GB, mig: [{profile: 3g.20gb}, {profile: 4g.20gb, memory_mb: 20481}]}]\n",
+			"devices[1].mig[1]: the instances take 40961 MiB up to here, more than the GPU's 40960 MiB"},
+		{"MIG instance larger than the GPU", "devices: [{model: A100-40GB, mig: [{profile: 7g.80gb}]}]\n", "more than the GPU's 40960 MiB"},
+		{"MIG instance negative memory", "devices: [{model: A100-40GB, mig: [{profile: 1g.5gb, memory_mb: -1}]}]\n", "devices[0].mig[0].memory_mb: -1 is out of range"},
+		{"too many MIG instances", "devices: [{model: A100-80GB, mig: [" + strings.Repeat("{profile: 1g.5gb}, ", 8) + "]}]\n", "devices[0].mig: 8 instances; want at most 7"},
+		{"MIG unknown field", "devices: [{model: A100-80GB, mig: [{profile: 1g.10gb, slices: 1}]}]\n", "slices"},
+		{"MIG not a list", "devices: [{model: A100-80GB, mig: 3g.40gb}]\n", "cannot unmarshal"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

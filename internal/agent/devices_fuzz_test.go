@@ -26,6 +26,9 @@ var fakeConfigSeeds = []string{
 	"count: 2\nmemory_mb: -5\n",
 	"count: 1\nmetrics: {utilization: {base: .nan}}\n",
 	"count: 1\n---\ncount: 2\n",
+	"devices:\n  - {model: A100-80GB, mig: [{profile: 3g.40gb}, {profile: 2g.20gb}, {profile: 1g.10gb, memory_mb: 9984}]}\n  - {model: A100-80GB, mig: []}\n  - {model: A100-80GB}\nnvlink: {islands: 3}\nfaults: [{gpu: 0, after: 1s, vanish: true}, {gpu: 1, xid: 79}]\n",
+	"devices: [{model: H100-80GB, mig: [{profile: 7g.80gb}, {profile: 1g.10gb}]}]\n",
+	"devices: [{model: H100, mig: [{profile: 3G.40GB}]}]\n",
 	"[1, 2]\n",
 	"",
 }
@@ -34,15 +37,16 @@ var fakeConfigTokens = []string{
 	"count: ", "devices: [{}]", "model: ", "memory_mb: ", "nvlink: ", "{islands: 2}", "pairs: [[0, 1]]",
 	"metrics: ", "gpus: {0: {}}", "utilization: {amplitude: 1, period: 1ns}", "power: {idle: 1, max: 2}",
 	"faults: [{gpu: 0, xid: 79}]", "after: 1s", "vanish: true", "ecc: 1",
+	"mig: []", "mig: [{profile: 1g.10gb}]", "{profile: 7g.80gb, memory_mb: 81920}", "profile: ", "1c.3g.40gb", "1g.10gb+me",
 	"64", "65", "-1", "0", "999", "1000", ".nan", ".inf", "1e308", "9223372036854775807", "&a", "*a", "<<: ",
 }
 
 // FuzzFakeGPUConfig parses a fuzzed fake GPU config. Oracle (checkFakeConfig): it is
 // refused with a message or gives 1 to 64 consistent GPUs (indices, UUIDs, memory, NVLink
-// peers symmetric and in range) whose Sample and HealthEvents stay within range at any
-// time.
+// peers symmetric and in range, MIG devices that fit their GPU) whose Sample and
+// HealthEvents stay within range at any time.
 func FuzzFakeGPUConfig(f *testing.F) {
-	for _, path := range []string{"testdata/fake-hgx.yaml", "testdata/fake-mixed.yaml", "../../examples/fake-gpus.yaml"} {
+	for _, path := range []string{"testdata/fake-hgx.yaml", "testdata/fake-mixed.yaml", "../../examples/fake-gpus.yaml", "../../examples/fake-gpus-mig.yaml"} {
 		data, err := os.ReadFile(path)
 		if err != nil {
 			f.Fatal(err)
@@ -95,6 +99,24 @@ func checkFakeConfig(t *testing.T, data []byte) {
 			}
 		}
 	}
+	d, err := f.Discover()
+	if err != nil {
+		t.Fatal(err)
+	}
+	devices := map[int]bool{}
+	migMemory := map[int]int64{}
+	for _, g := range d.GPUs {
+		devices[g.Index] = true
+		if g.MIGParent == nil {
+			continue
+		}
+		p := *g.MIGParent
+		migMemory[p] += g.MemoryMB
+		if p < 0 || p >= n || f.GPUs[p].MIGMode != "enabled" || g.Index/10 != 10+p || !isMIGUUID(g.UUID) ||
+			g.MemoryMB < 1 || migMemory[p] > f.GPUs[p].MemoryMB || g.NVLinkPeers != nil {
+			t.Fatalf("%q: MIG device %+v of GPU %+v", data, g, f.GPUs[p])
+		}
+	}
 	// Run it through centuries: every scheduled fault fires, readings stay in range.
 	clock := withFakeClock(f)
 	vanished := map[int]bool{}
@@ -105,7 +127,7 @@ func checkFakeConfig(t *testing.T, data []byte) {
 			t.Fatal(err)
 		}
 		for _, ev := range events {
-			if ev.GPU < 0 || ev.GPU >= n || vanished[ev.GPU] || ev.Message == "" {
+			if !devices[ev.GPU] || vanished[ev.GPU] || ev.Message == "" {
 				t.Fatalf("%q: event %+v", data, ev)
 			}
 			if ev.Kind == HealthVanished {
@@ -116,10 +138,17 @@ func checkFakeConfig(t *testing.T, data []byte) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(s.GPUs) != n-len(vanished) {
-			t.Fatalf("%q: %d GPUs sampled with %d of %d vanished", data, len(s.GPUs), len(vanished), n)
+		if len(s.GPUs) != len(devices)-len(vanished) {
+			t.Fatalf("%q: %d devices sampled with %d of %d vanished", data, len(s.GPUs), len(vanished), len(devices))
 		}
 		for _, g := range s.GPUs {
+			if p, mig := migParentOf(g.Index); mig {
+				c := f.curves[p]
+				if !g.UtilizationUnknown || g.UtilizationPct != 0 || g.PowerW != 0 || g.TemperatureC < c.tempIdle || g.TemperatureC > c.tempMax {
+					t.Fatalf("%q: MIG sample %+v; want no utilisation or power, and a temperature on its GPU's curve %+v", data, g, c)
+				}
+				continue
+			}
 			c := f.curves[g.Index]
 			if math.IsNaN(g.UtilizationPct) || g.UtilizationPct < 0 || g.UtilizationPct > 100 ||
 				g.PowerW < c.powerIdle || g.PowerW > c.powerMax || g.TemperatureC < c.tempIdle || g.TemperatureC > c.tempMax {

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -45,6 +46,34 @@ type mockGPU struct {
 	eventsRet nvml.Return
 	procs     []nvml.ProcessInfo
 	gfx       []nvml.ProcessInfo
+	// migMax is what GetMaxMigDeviceCount answers (with migMaxRet); migs are the MIG
+	// devices by NVML's MIG index, the others answering ERROR_NOT_FOUND.
+	migMax    int
+	migMaxRet nvml.Return
+	migs      map[int]*mock.Device
+}
+
+// mockMIG is a MIG device named name (as NVML names them), of memMB with usedMB in use by
+// procs, with slice counts and memory in its attributes.
+func (g *mockGPU) mockMIG(uuid, name string, memMB, usedMB uint64, giSlices, ciSlices uint32, procs ...nvml.ProcessInfo) *mock.Device {
+	return &mock.Device{
+		GetUUIDFunc: func() (string, nvml.Return) { return uuid, g.ok() },
+		GetNameFunc: func() (string, nvml.Return) { return name, g.ok() },
+		GetMemoryInfoFunc: func() (nvml.Memory, nvml.Return) {
+			return nvml.Memory{Total: memMB << 20, Used: usedMB << 20}, g.ok()
+		},
+		GetAttributesFunc: func() (nvml.DeviceAttributes, nvml.Return) {
+			return nvml.DeviceAttributes{GpuInstanceSliceCount: giSlices, ComputeInstanceSliceCount: ciSlices, MemorySizeMB: memMB}, g.ok()
+		},
+		// As on real MIG devices: no utilisation, power or temperature of their own.
+		GetUtilizationRatesFunc: func() (nvml.Utilization, nvml.Return) { return nvml.Utilization{}, nvml.ERROR_NOT_SUPPORTED },
+		GetPowerUsageFunc:       func() (uint32, nvml.Return) { return 0, nvml.ERROR_NOT_SUPPORTED },
+		GetTemperatureFunc:      func(nvml.TemperatureSensors) (uint32, nvml.Return) { return 0, nvml.ERROR_NOT_SUPPORTED },
+		GetComputeRunningProcessesFunc: func() ([]nvml.ProcessInfo, nvml.Return) {
+			return procs, g.ok()
+		},
+		GetGraphicsRunningProcessesFunc: func() ([]nvml.ProcessInfo, nvml.Return) { return nil, nvml.ERROR_NOT_SUPPORTED },
+	}
 }
 
 func (g *mockGPU) isLost() bool {
@@ -130,6 +159,21 @@ func (g *mockGPU) device() *mock.Device {
 		},
 		GetSupportedEventTypesFunc: func() (uint64, nvml.Return) { return g.events, g.eventsRet },
 		RegisterEventsFunc:         func(uint64, nvml.EventSet) nvml.Return { return g.ok() },
+		GetMaxMigDeviceCountFunc: func() (int, nvml.Return) {
+			if g.migMaxRet != nvml.SUCCESS {
+				return 0, g.migMaxRet
+			}
+			return g.migMax, g.ok()
+		},
+		GetMigDeviceHandleByIndexFunc: func(j int) (nvml.Device, nvml.Return) {
+			if j < 0 || j >= g.migMax {
+				return nil, nvml.ERROR_INVALID_ARGUMENT
+			}
+			if m, ok := g.migs[j]; ok {
+				return m, g.ok()
+			}
+			return nil, nvml.ERROR_NOT_FOUND
+		},
 	}
 }
 
@@ -246,7 +290,8 @@ func TestNVMLBroken(t *testing.T) {
 
 func TestNVMLDiscoverHGX(t *testing.T) {
 	gpus := hgx(8)
-	gpus[5].mig = nvml.DEVICE_MIG_ENABLE
+	// GPU 5 is in MIG mode without instances: listed, unhealthy, and nobody's NVLink peer.
+	gpus[5].mig, gpus[5].migMax = nvml.DEVICE_MIG_ENABLE, 7
 	gpus[6].mig = -1
 	n, _ := openMock(t, newMockNVML(gpus...), t.TempDir())
 	d := discover(t, n)
@@ -256,7 +301,7 @@ func TestNVMLDiscoverHGX(t *testing.T) {
 	for i, g := range d.GPUs {
 		var others []int
 		for j := range 8 {
-			if j != i {
+			if j != i && j != 5 && i != 5 {
 				others = append(others, j)
 			}
 		}
@@ -264,8 +309,11 @@ func TestNVMLDiscoverHGX(t *testing.T) {
 		if i != 5 && i != 6 {
 			wantMIG = "disabled"
 		}
-		want := api.GPU{Index: i, UUID: gpus[i].uuid, Model: "NVIDIA H200", MemoryMB: 143771, Healthy: true,
+		want := api.GPU{Index: i, UUID: gpus[i].uuid, Model: "NVIDIA H200", MemoryMB: 143771, Healthy: i != 5,
 			PCIBusID: gpus[i].bus, NUMANode: &[]int{i / 4}[0], NVLinkPeers: others, MIGMode: wantMIG}
+		if i == 5 {
+			want.Health = migNoInstances
+		}
 		if !reflect.DeepEqual(g, want) {
 			t.Errorf("GPU %d = %+v\nwant %+v", i, g, want)
 		}
@@ -485,7 +533,12 @@ func TestNVMLRealGPU(t *testing.T) {
 		}
 		t.Logf("GPU %d %s %s %d MiB bus %s NUMA %s NVLink %v MIG %q healthy %v %s",
 			g.Index, g.UUID, g.Model, g.MemoryMB, g.PCIBusID, numa, g.NVLinkPeers, g.MIGMode, g.Healthy, g.Health)
-		if !g.Healthy || !strings.HasPrefix(g.UUID, "GPU-") || g.MemoryMB <= 0 || normalizeBusID(g.PCIBusID) != g.PCIBusID {
+		uuidPrefix := "GPU-"
+		if g.MIGParent != nil {
+			uuidPrefix = "MIG-"
+			t.Logf("  MIG device of GPU %d, profile %s", *g.MIGParent, g.MIGProfile)
+		}
+		if !g.Healthy || !strings.HasPrefix(g.UUID, uuidPrefix) || g.MemoryMB <= 0 || normalizeBusID(g.PCIBusID) != g.PCIBusID {
 			t.Errorf("GPU %d = %+v", g.Index, g)
 		}
 	}
@@ -494,7 +547,7 @@ func TestNVMLRealGPU(t *testing.T) {
 		t.Errorf("sampled %d GPUs of %d", len(s.GPUs), len(d.GPUs))
 	}
 	for _, g := range s.GPUs {
-		t.Logf("GPU %d: %.0f %% busy, %d MiB used, %.1f W, %.0f °C", g.Index, g.UtilizationPct, g.MemoryUsedMB, g.PowerW, g.TemperatureC)
+		t.Logf("GPU %d: %.0f %% busy (unknown: %v), %d MiB used, %.1f W, %.0f °C", g.Index, g.UtilizationPct, g.UtilizationUnknown, g.MemoryUsedMB, g.PowerW, g.TemperatureC)
 		if g.UtilizationPct < 0 || g.UtilizationPct > 100 || g.TemperatureC <= 0 || g.TemperatureC > 150 {
 			t.Errorf("GPU %d reading out of range: %+v", g.Index, g)
 		}
@@ -513,5 +566,134 @@ func TestNVMLRealGPU(t *testing.T) {
 				t.Errorf("GPU %d reads as vanished: %s", e.GPU, e.Message)
 			}
 		}
+	}
+}
+
+func TestNVMLMIG(t *testing.T) {
+	gpus := hgx(5)
+	// GPU 0: MIG devices in slots 0 and 2, one named as NVML names them, one whose name
+	// lacks the profile (made up from its attributes); slot 1 is empty.
+	g0 := gpus[0]
+	g0.mig, g0.migMax = nvml.DEVICE_MIG_ENABLE, 7
+	g0.migs = map[int]*mock.Device{
+		0: g0.mockMIG("MIG-a", "NVIDIA H200 MIG 3g.71gb", 71*1024, 5000, 3, 3, nvml.ProcessInfo{Pid: 4242, UsedGpuMemory: 4900 << 20}),
+		2: g0.mockMIG("MIG-c", "NVIDIA H200", 16384, 0, 1, 1),
+	}
+	// GPU 1: MIG mode, but NVML cannot count its MIG devices; GPU 3: the binding panics;
+	// GPU 4: a MIG device whose UUID cannot be read. Each is reported whole, with a log
+	// line, as GPU 2 (MIG off) is.
+	gpus[1].mig, gpus[1].migMaxRet = nvml.DEVICE_MIG_ENABLE, nvml.ERROR_UNKNOWN
+	gpus[3].mig, gpus[3].migMax = nvml.DEVICE_MIG_ENABLE, 7
+	gpus[4].mig, gpus[4].migMax = nvml.DEVICE_MIG_ENABLE, 7
+	gpus[4].migs = map[int]*mock.Device{0: {GetUUIDFunc: func() (string, nvml.Return) { return "", nvml.ERROR_UNKNOWN }}}
+	m := newMockNVML(gpus...)
+	m.devices[3].GetMaxMigDeviceCountFunc = func() (int, nvml.Return) { panic("undefined symbol: nvmlDeviceGetMaxMigDeviceCount") }
+	n, log := openMock(t, m, t.TempDir())
+
+	d := discover(t, n)
+	var indices []int
+	for _, g := range d.GPUs {
+		indices = append(indices, g.Index)
+	}
+	if !reflect.DeepEqual(indices, []int{100, 102, 1, 2, 3, 4}) {
+		t.Fatalf("devices %v; want GPU 0's MIG devices 100 and 102, then GPUs 1 to 4 whole", indices)
+	}
+	zero := 0
+	want := []api.GPU{
+		{Index: 100, UUID: "MIG-a", Model: "NVIDIA H200 MIG 3g.71gb", MemoryMB: 71 * 1024, Healthy: true, PCIBusID: gpus[0].bus,
+			NUMANode: &zero, MIGMode: "enabled", MIGParent: &zero, MIGProfile: "3g.71gb"},
+		{Index: 102, UUID: "MIG-c", Model: "NVIDIA H200 MIG 1g.16gb", MemoryMB: 16384, Healthy: true, PCIBusID: gpus[0].bus,
+			NUMANode: &zero, MIGMode: "enabled", MIGParent: &zero, MIGProfile: "1g.16gb"},
+	}
+	if !reflect.DeepEqual(d.GPUs[:2], want) {
+		t.Errorf("MIG devices = %+v\nwant %+v", d.GPUs[:2], want)
+	}
+	for _, g := range d.GPUs[2:] {
+		if !g.Healthy || g.MIGParent != nil || slices.Contains(g.NVLinkPeers, 0) || (g.Index != 2) != (g.MIGMode == "enabled") {
+			t.Errorf("GPU %d = %+v; want it whole and healthy, in its MIG mode, without GPU 0 as a peer", g.Index, g)
+		}
+	}
+	for _, why := range []string{"gpu=1 why=\"cannot count its MIG devices", "gpu=3 why=\"NVML panicked", "gpu=4 why=\"MIG device 0: cannot read its UUID"} {
+		if !strings.Contains(log.String(), why) {
+			t.Errorf("no log line with %q:\n%s", why, log)
+		}
+	}
+
+	// A MIG device reads its memory and processes, no utilisation, and its GPU's
+	// temperature.
+	s := sample(t, n)
+	wantSamples := []api.GPUSample{
+		{Index: 100, UtilizationUnknown: true, MemoryUsedMB: 5000, TemperatureC: 41},
+		{Index: 102, UtilizationUnknown: true, MemoryUsedMB: 0, TemperatureC: 41},
+	}
+	if !reflect.DeepEqual(s.GPUs[:2], wantSamples) || len(s.GPUs) != 6 {
+		t.Errorf("samples = %+v\nwant %+v then the four whole GPUs", s.GPUs, wantSamples)
+	}
+	if len(s.Processes) != 1 || s.Processes[0].GPU != 100 || s.Processes[0].PID != 4242 || s.Processes[0].MemoryMB != 4900 {
+		t.Errorf("processes = %+v; want 4242 on MIG device 100", s.Processes)
+	}
+
+	// A fault of GPU 0, reported against the GPU or against one of its MIG devices, is a
+	// fault of each MIG device.
+	m.push(nvml.EventData{Device: m.devices[0], EventType: nvml.EventTypeXidCriticalError, EventData: 48},
+		nvml.EventData{Device: g0.migs[2], EventType: nvml.EventTypeXidCriticalError, EventData: 43},
+		nvml.EventData{Device: m.devices[2], EventType: nvml.EventTypeXidCriticalError, EventData: 79})
+	var got []string
+	for _, ev := range healthEvents(t, n) {
+		got = append(got, fmt.Sprintf("%d %d %v", ev.GPU, ev.Code, ev.Fatal))
+		if ev.GPU >= 100 && !strings.Contains(ev.Message, "on its GPU 0") {
+			t.Errorf("event %+v does not name GPU 0", ev)
+		}
+	}
+	if w := []string{"100 48 true", "102 48 true", "100 43 false", "102 43 false", "2 79 true"}; !reflect.DeepEqual(got, w) {
+		t.Errorf("events %v; want %v", got, w)
+	}
+
+	// GPU 0 falls off the bus: each of its MIG devices vanishes, once.
+	g0.lose()
+	sample(t, n)
+	got = nil
+	for _, ev := range healthEvents(t, n) {
+		got = append(got, fmt.Sprintf("%d %s", ev.GPU, ev.Kind))
+	}
+	if w := []string{"100 vanished", "102 vanished"}; !reflect.DeepEqual(got, w) {
+		t.Errorf("events after GPU 0 was lost: %v; want %v", got, w)
+	}
+	if d := discover(t, n); len(d.GPUs) != 4 || d.GPUs[0].Index != 1 {
+		t.Errorf("after GPU 0 was lost, Discover = %+v; want GPUs 1 to 4", d.GPUs)
+	}
+}
+
+// MIG devices are numbered only where the numbers fit: on a node of more GPUs than
+// migMaxGPUs, a GPU in MIG mode is reported whole.
+func TestNVMLMIGTooManyGPUs(t *testing.T) {
+	gpus := make([]*mockGPU, migMaxGPUs+1)
+	for i := range gpus {
+		gpus[i] = &mockGPU{index: i, uuid: fmt.Sprintf("GPU-%d", i), bus: fmt.Sprintf("00000000:%02X:00.0", i), numa: -1, mig: nvml.DEVICE_MIG_DISABLE}
+	}
+	gpus[0].mig, gpus[0].migMax = nvml.DEVICE_MIG_ENABLE, 7
+	gpus[0].migs = map[int]*mock.Device{0: gpus[0].mockMIG("MIG-a", "NVIDIA H200 MIG 7g.141gb", 141*1024, 0, 7, 7)}
+	n, log := openMock(t, newMockNVML(gpus...), t.TempDir())
+	d := discover(t, n)
+	if len(d.GPUs) != migMaxGPUs+1 || d.GPUs[0].Index != 0 || d.GPUs[0].MIGMode != "enabled" || !d.GPUs[0].Healthy {
+		t.Errorf("GPU 0 = %+v of %d; want it whole", d.GPUs[0], len(d.GPUs))
+	}
+	if !strings.Contains(log.String(), "nodes of at most 90 GPUs") {
+		t.Errorf("no log line says why:\n%s", log)
+	}
+}
+
+// A GPU in MIG mode NVML cannot fully read now makes its MIG devices unhealthy, with the
+// reason, rather than dropping them or reporting the GPU beside them.
+func TestNVMLMIGUnreadableGPU(t *testing.T) {
+	gpus := hgx(1)
+	gpus[0].mig, gpus[0].migMax = nvml.DEVICE_MIG_ENABLE, 7
+	gpus[0].migs = map[int]*mock.Device{3: gpus[0].mockMIG("MIG-d", "NVIDIA H200 MIG 7g.141gb", 141*1024, 0, 7, 7)}
+	m := newMockNVML(gpus...)
+	m.devices[0].GetMemoryInfoFunc = func() (nvml.Memory, nvml.Return) { return nvml.Memory{}, nvml.ERROR_UNKNOWN }
+	n, _ := openMock(t, m, t.TempDir())
+	d := discover(t, n)
+	if len(d.GPUs) != 1 || d.GPUs[0].Index != 103 || d.GPUs[0].Healthy || !strings.Contains(d.GPUs[0].Health, "NVML cannot read its memory") {
+		t.Errorf("Discover = %+v; want MIG device 103, unhealthy with the GPU's reason", d.GPUs)
 	}
 }

@@ -62,7 +62,8 @@ const EnvFakeGPUDir = "ROTA_FAKE_GPU_DIR"
 // All methods may be called from different goroutines.
 type FakeDevices struct {
 	// GPUs is the set as configured. It does not change after loading: a GPU that
-	// vanished is left out of what Discover returns, not removed here.
+	// vanished is left out of what Discover returns, not removed here. A GPU in MIG
+	// mode is listed here; Discover reports its MIG devices instead.
 	GPUs []api.GPU
 	// Dir is the state directory; set it before the first call.
 	Dir string
@@ -72,6 +73,9 @@ type FakeDevices struct {
 	driverVersion string
 	cudaVersion   string
 	curves        []fakeCurve // per GPU
+	// mig holds the MIG devices of the GPUs in MIG mode, by GPU index; a GPU in MIG mode
+	// without any has an empty entry.
+	mig map[int][]migInstance
 	// now is the clock, injectable so tests need not sleep; start is when the set was
 	// made, from which scheduled faults and metric curves count.
 	now   func() time.Time
@@ -81,7 +85,7 @@ type FakeDevices struct {
 	dirReady  bool
 	scheduled []fakeFault   // faults of the config not yet fired
 	pending   []HealthEvent // injected, not yet reported
-	vanished  map[int]bool
+	vanished  map[int]bool  // by device number: a whole GPU's or a MIG device's
 	malformed int
 	// badFiles remembers the registration files already counted as malformed, by name,
 	// size and modification time, so that one bad file is counted once, not at every
@@ -161,6 +165,14 @@ func (f *FakeDevices) Discover() (Discovery, error) {
 		if len(g.NVLinkPeers) == 0 {
 			g.NVLinkPeers = nil
 		}
+		if instances, on := f.mig[g.Index]; on {
+			for _, d := range migDevices(g, instances) {
+				if !f.vanished[d.Index] {
+					gpus = append(gpus, d)
+				}
+			}
+			continue
+		}
 		gpus = append(gpus, g)
 	}
 	return Discovery{
@@ -192,6 +204,10 @@ func (f *FakeDevices) Sample() (Sample, error) {
 			continue
 		}
 		c := f.curves[g.Index]
+		if instances, on := f.mig[g.Index]; on && len(instances) > 0 {
+			s.GPUs = append(s.GPUs, f.sampleMIG(g, instances, c.idleUtilization(elapsed), memory, util)...)
+			continue
+		}
 		pct := min(100, c.idleUtilization(elapsed)+util[g.Index])
 		s.GPUs = append(s.GPUs, api.GPUSample{
 			Index:          g.Index,
@@ -202,6 +218,32 @@ func (f *FakeDevices) Sample() (Sample, error) {
 		})
 	}
 	return s, nil
+}
+
+// sampleMIG reads the MIG devices of GPU g as NVML does: each one's memory, no
+// utilisation (NVML gives none per MIG device) and no power of its own, and the GPU's
+// temperature, which its load from every instance sets. The caller holds f.mu.
+func (f *FakeDevices) sampleMIG(g api.GPU, instances []migInstance, idle float64, memory map[int]int64, util map[int]float64) []api.GPUSample {
+	c := f.curves[g.Index]
+	pct := idle
+	for _, m := range instances {
+		pct += util[migIndex(g.Index, m.n)]
+	}
+	pct = min(100, pct)
+	var out []api.GPUSample
+	for _, m := range instances {
+		i := migIndex(g.Index, m.n)
+		if f.vanished[i] {
+			continue
+		}
+		out = append(out, api.GPUSample{
+			Index:              i,
+			UtilizationUnknown: true,
+			MemoryUsedMB:       min(m.memoryMB, memory[i]),
+			TemperatureC:       c.tempIdle + (c.tempMax-c.tempIdle)*pct/100,
+		})
+	}
+	return out
 }
 
 // idleUtilization is the curve's utilisation at elapsed: base plus a sine wave, within
@@ -234,23 +276,35 @@ func (f *FakeDevices) HealthEvents() ([]HealthEvent, error) {
 	events = append(events, f.readFaultFiles()...)
 	var out []HealthEvent
 	for _, ev := range events {
-		if f.vanished[ev.GPU] {
-			continue
+		for _, e := range migFanOut(ev, f.migDeviceIndices(ev.GPU)) {
+			if f.vanished[e.GPU] {
+				continue
+			}
+			if e.Kind == HealthVanished {
+				f.vanished[e.GPU] = true
+			}
+			out = append(out, e)
 		}
-		if ev.Kind == HealthVanished {
-			f.vanished[ev.GPU] = true
-		}
-		out = append(out, ev)
 	}
 	return out, nil
+}
+
+// migDeviceIndices lists the device numbers of GPU gpu's MIG devices; nil for a GPU not
+// in MIG mode, for one without instances, and for a number that is no GPU's.
+func (f *FakeDevices) migDeviceIndices(gpu int) []int {
+	var out []int
+	for _, m := range f.mig[gpu] {
+		out = append(out, migIndex(gpu, m.n))
+	}
+	return out
 }
 
 // Inject queues a fault for the next HealthEvents, for tests in this process. The GPU must
 // be one of the set and the kind one of HealthXID, HealthECC or HealthVanished. An event
 // without a Message is completed as a fault file's would be, Fatal included.
 func (f *FakeDevices) Inject(ev HealthEvent) error {
-	if ev.GPU < 0 || ev.GPU >= len(f.GPUs) {
-		return fmt.Errorf("inject: gpu %d is out of range; want 0 to %d", ev.GPU, len(f.GPUs)-1)
+	if !f.known(ev.GPU) {
+		return fmt.Errorf("inject: gpu %d is out of range; want 0 to %d, or a MIG device's number", ev.GPU, len(f.GPUs)-1)
 	}
 	switch {
 	case ev.Kind != HealthXID && ev.Kind != HealthECC && ev.Kind != HealthVanished:
@@ -364,6 +418,23 @@ func ParseFakeGPUs(spec, node string) (*FakeDevices, error) {
 		curves[i] = defaultFakeCurve
 	}
 	return newFakeDevices(gpus, curves, nil, defaultFakeVersion, defaultFakeVersion), nil
+}
+
+// fakeMIGUUID formats a hash of node, GPU and instance the way NVIDIA prints MIG device
+// UUIDs.
+func fakeMIGUUID(node string, gpu, j int) string {
+	sum := sha256.Sum256([]byte(fmt.Sprintf("rota-fake-mig\x00%s\x00%d\x00%d", node, gpu, j)))
+	h := hex.EncodeToString(sum[:16])
+	return "MIG-" + h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32]
+}
+
+// known says whether index numbers a GPU of the set or one of its MIG devices.
+func (f *FakeDevices) known(index int) bool {
+	if index >= 0 && index < len(f.GPUs) {
+		return true
+	}
+	p, ok := migParentOf(index)
+	return ok && slices.Contains(f.migDeviceIndices(p), index)
 }
 
 // fakeUUID formats a hash of node and index the way NVIDIA prints GPU UUIDs.

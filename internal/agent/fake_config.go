@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -48,7 +49,23 @@ type fakeConfigFile struct {
 type fakeDeviceSpec struct {
 	Model    string `yaml:"model"`
 	MemoryMB int64  `yaml:"memory_mb"`
+	// MIG, when present (even empty), puts the GPU in MIG mode with these instances.
+	MIG *[]fakeMIGSpec `yaml:"mig"`
 }
+
+// fakeMIGSpec is one MIG instance of a fake GPU: its profile as NVIDIA names it, and its
+// memory (left out, the "<n>gb" of the profile).
+type fakeMIGSpec struct {
+	Profile  string `yaml:"profile"`
+	MemoryMB int64  `yaml:"memory_mb"`
+}
+
+// fakeMIGProfile is the form of a MIG profile: an optional compute share ("1c."), GPU
+// slices, memory, and extensions such as "+me": "3g.40gb", "1c.7g.80gb", "1g.10gb+me".
+var fakeMIGProfile = regexp.MustCompile(`^([1-9]c\.)?[1-9]g\.[1-9][0-9]{0,3}gb([+-][a-z]{1,8})*$`)
+
+// maxFakeMIGInstances is as many MIG devices as NVIDIA's GPUs can hold.
+const maxFakeMIGInstances = 7
 
 // fakeNVLinkSpec is the NVLink topology: fully connected islands of a size, or pairs.
 type fakeNVLinkSpec struct {
@@ -137,12 +154,22 @@ func parseFakeGPUs(data []byte, node string) (*FakeDevices, error) {
 	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
 		return nil, errors.New("more than one YAML document; want one")
 	}
-	gpus, err := c.gpus(node)
+	gpus, mig, err := c.gpus(node)
 	if err != nil {
 		return nil, err
 	}
 	if err := c.NVLink.apply(gpus); err != nil {
 		return nil, err
+	}
+	// NVLink is off on a GPU in MIG mode, as on real ones.
+	for i := range gpus {
+		if _, on := mig[i]; on {
+			gpus[i].NVLinkPeers = nil
+		}
+		gpus[i].NVLinkPeers = slices.DeleteFunc(gpus[i].NVLinkPeers, func(p int) bool { _, on := mig[p]; return on })
+		if len(gpus[i].NVLinkPeers) == 0 {
+			gpus[i].NVLinkPeers = nil
+		}
 	}
 	curves, err := c.Metrics.curves(len(gpus))
 	if err != nil {
@@ -160,23 +187,26 @@ func parseFakeGPUs(data []byte, node string) (*FakeDevices, error) {
 	if err != nil {
 		return nil, err
 	}
-	return newFakeDevices(gpus, curves, faults, driver, cuda), nil
+	f := newFakeDevices(gpus, curves, faults, driver, cuda)
+	f.mig = mig
+	return f, nil
 }
 
-// gpus lists the GPUs the config describes.
-func (c *fakeConfigFile) gpus(node string) ([]api.GPU, error) {
+// gpus lists the GPUs the config describes, and the MIG instances of those in MIG mode by
+// GPU index.
+func (c *fakeConfigFile) gpus(node string) ([]api.GPU, map[int][]migInstance, error) {
 	switch {
 	case c.Count != 0 && len(c.Devices) > 0:
-		return nil, errors.New("count and devices are both set; want one of them")
+		return nil, nil, errors.New("count and devices are both set; want one of them")
 	case c.Count < 0 || c.Count > maxFakeGPUs:
-		return nil, fmt.Errorf("count: %d is out of range; want 1 to %d", c.Count, maxFakeGPUs)
+		return nil, nil, fmt.Errorf("count: %d is out of range; want 1 to %d", c.Count, maxFakeGPUs)
 	case len(c.Devices) > maxFakeGPUs:
-		return nil, fmt.Errorf("devices: %d entries; want 1 to %d", len(c.Devices), maxFakeGPUs)
+		return nil, nil, fmt.Errorf("devices: %d entries; want 1 to %d", len(c.Devices), maxFakeGPUs)
 	case c.Count == 0 && len(c.Devices) == 0:
-		return nil, fmt.Errorf("no GPUs; want count (1 to %d) or a list of devices", maxFakeGPUs)
+		return nil, nil, fmt.Errorf("no GPUs; want count (1 to %d) or a list of devices", maxFakeGPUs)
 	}
 	if err := checkMemory("memory_mb", c.MemoryMB); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	specs := c.Devices
 	if c.Count > 0 {
@@ -184,6 +214,7 @@ func (c *fakeConfigFile) gpus(node string) ([]api.GPU, error) {
 	}
 	n := len(specs)
 	gpus := make([]api.GPU, n)
+	mig := map[int][]migInstance{}
 	for i, s := range specs {
 		field := fmt.Sprintf("devices[%d].", i)
 		if c.Count > 0 {
@@ -195,10 +226,10 @@ func (c *fakeConfigFile) gpus(node string) ([]api.GPU, error) {
 		}
 		model, err := fakeText(modelField, model, defaultFakeModel)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if err := checkMemory(field+"memory_mb", s.MemoryMB); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		mem := s.MemoryMB
 		if mem == 0 {
@@ -208,8 +239,46 @@ func (c *fakeConfigFile) gpus(node string) ([]api.GPU, error) {
 			mem = modelMemoryMB(model)
 		}
 		gpus[i] = fakeGPU(node, i, n, model, mem)
+		if s.MIG != nil {
+			instances, err := fakeMIG(field+"mig", node, i, mem, *s.MIG)
+			if err != nil {
+				return nil, nil, err
+			}
+			gpus[i].MIGMode = "enabled"
+			mig[i] = instances
+		}
 	}
-	return gpus, nil
+	return gpus, mig, nil
+}
+
+// fakeMIG checks the MIG instances of fake GPU i, of memMB: known profiles, memory that
+// fits the GPU, at most as many as a real GPU holds.
+func fakeMIG(field, node string, i int, memMB int64, specs []fakeMIGSpec) ([]migInstance, error) {
+	if len(specs) > maxFakeMIGInstances {
+		return nil, fmt.Errorf("%s: %d instances; want at most %d, as NVIDIA's GPUs hold", field, len(specs), maxFakeMIGInstances)
+	}
+	out := make([]migInstance, len(specs))
+	var total int64
+	for j, m := range specs {
+		f := fmt.Sprintf("%s[%d]", field, j)
+		profile := strings.TrimSpace(m.Profile)
+		if !fakeMIGProfile.MatchString(profile) {
+			return nil, fmt.Errorf("%s.profile: %q; want a MIG profile as NVIDIA names them, such as 1g.10gb, 3g.40gb or 1c.7g.80gb", f, m.Profile)
+		}
+		if err := checkMemory(f+".memory_mb", m.MemoryMB); err != nil {
+			return nil, err
+		}
+		mem := m.MemoryMB
+		if mem == 0 {
+			mem = modelMemoryMB(profile)
+		}
+		total += mem
+		if total > memMB {
+			return nil, fmt.Errorf("%s: the instances take %d MiB up to here, more than the GPU's %d MiB; want instances that fit the GPU", f, total, memMB)
+		}
+		out[j] = migInstance{n: j, uuid: fakeMIGUUID(node, i, j), profile: profile, memoryMB: mem}
+	}
+	return out, nil
 }
 
 // checkMemory checks a GPU's memory in MiB; 0 means unset.

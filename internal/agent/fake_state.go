@@ -175,11 +175,15 @@ func (f *FakeDevices) parseUses(pid int, data []byte) ([]fakeUse, error) {
 	uses := make([]fakeUse, 0, len(entries))
 	for i, e := range entries {
 		gpu, err := f.gpuIndex(e.GPU)
+		if err != nil {
+			return nil, fmt.Errorf("entry %d: %w", i, err)
+		}
+		mem, err := f.memoryOf(gpu)
 		switch {
 		case err != nil:
 			return nil, fmt.Errorf("entry %d: %w", i, err)
-		case e.MemoryMB < 0 || e.MemoryMB > f.GPUs[gpu].MemoryMB:
-			return nil, fmt.Errorf("entry %d: memory_mb %d is out of range; want 0 to %d", i, e.MemoryMB, f.GPUs[gpu].MemoryMB)
+		case e.MemoryMB < 0 || e.MemoryMB > mem:
+			return nil, fmt.Errorf("entry %d: memory_mb %d is out of range; want 0 to %d", i, e.MemoryMB, mem)
 		case e.UtilizationPct < 0 || e.UtilizationPct > 100:
 			return nil, fmt.Errorf("entry %d: utilization_pct %v is out of range; want 0 to 100", i, e.UtilizationPct)
 		}
@@ -188,8 +192,26 @@ func (f *FakeDevices) parseUses(pid int, data []byte) ([]fakeUse, error) {
 	return uses, nil
 }
 
-// gpuIndex resolves a GPU named by index or UUID to a GPU of the set that has not
-// vanished.
+// memoryOf is the memory of device gpu, a number gpuIndex returned. A GPU in MIG mode
+// runs nothing itself: its MIG devices do.
+func (f *FakeDevices) memoryOf(gpu int) (int64, error) {
+	if gpu < len(f.GPUs) {
+		if instances, on := f.mig[gpu]; on && len(instances) > 0 {
+			return 0, fmt.Errorf("gpu %d is in MIG mode; name one of its MIG devices, %v", gpu, f.migDeviceIndices(gpu))
+		}
+		return f.GPUs[gpu].MemoryMB, nil
+	}
+	p, _ := migParentOf(gpu)
+	for _, m := range f.mig[p] {
+		if migIndex(p, m.n) == gpu {
+			return m.memoryMB, nil
+		}
+	}
+	return 0, fmt.Errorf("gpu %d is no device of this node", gpu)
+}
+
+// gpuIndex resolves a GPU or MIG device named by number or UUID to one of the set that
+// has not vanished.
 func (f *FakeDevices) gpuIndex(raw json.RawMessage) (int, error) {
 	if len(raw) == 0 {
 		return 0, errors.New("gpu is missing; want an index or a UUID")
@@ -198,14 +220,19 @@ func (f *FakeDevices) gpuIndex(raw json.RawMessage) (int, error) {
 	var uuid string
 	switch {
 	case json.Unmarshal(raw, &index) == nil:
-		if index < 0 || index >= len(f.GPUs) {
-			return 0, fmt.Errorf("gpu %d is out of range; want 0 to %d", index, len(f.GPUs)-1)
+		if !f.known(index) {
+			return 0, fmt.Errorf("gpu %d is out of range; want 0 to %d, or a MIG device's number", index, len(f.GPUs)-1)
 		}
 	case json.Unmarshal(raw, &uuid) == nil:
 		index = -1
 		for _, g := range f.GPUs {
 			if g.UUID == uuid {
 				index = g.Index
+			}
+			for _, m := range f.mig[g.Index] {
+				if m.uuid == uuid {
+					index = migIndex(g.Index, m.n)
+				}
 			}
 		}
 		if index < 0 {

@@ -579,7 +579,8 @@ func (s *supervisor) gpuDevices(spec jobSpec) (gpuDevices, string) {
 
 // findGPUDevices reads the NVIDIA device nodes under devDir and maps the task's GPUs to
 // their minors by UUID through procDir/driver/nvidia/gpus/*/information ("GPU UUID",
-// "Device Minor"); a GPU not found there is taken to have its index as minor.
+// "Device Minor"); a GPU not found there is taken to have its index as minor, and a MIG
+// device its GPU's index.
 func findGPUDevices(devDir, procDir string, indices []int, uuids []string) gpuDevices {
 	var g gpuDevices
 	ents, _ := os.ReadDir(devDir)
@@ -605,6 +606,11 @@ func findGPUDevices(devDir, procDir string, indices []int, uuids []string) gpuDe
 		if i < len(uuids) {
 			if m, ok := minors[uuids[i]]; ok {
 				minor = m
+			}
+			// A MIG device is reached through its GPU's device node (and the
+			// nvidia-caps nodes, which rota leaves alone).
+			if p, ok := migParentOf(idx); ok && isMIGUUID(uuids[i]) {
+				minor = p
 			}
 		}
 		g.job = append(g.job, minor)

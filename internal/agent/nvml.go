@@ -60,6 +60,16 @@ type nvmlDevice struct {
 	openErr string      // why there is no handle
 	uuid    string
 	lost    bool // reported vanished: left out of Discover and Sample since
+	// migOn is set for a GPU in MIG mode whose MIG devices were all read; they are
+	// then the devices reported, migs (possibly none) in NVML's order.
+	migOn bool
+	migs  []nvmlMIG
+}
+
+// nvmlMIG is one MIG device of a GPU.
+type nvmlMIG struct {
+	migInstance
+	handle nvml.Device
 }
 
 // OpenNVML initialises NVML and finds the GPUs. It does not fail: where NVML cannot be used
@@ -103,8 +113,88 @@ func openNVML(lib nvml.Interface, sysfs string, logger *slog.Logger) (n *NVMLDev
 		n.devices[i].handle = h
 		// A GPU whose UUID cannot be read now is listed unhealthy by Discover.
 		n.devices[i].uuid, _ = h.GetUUID()
+		n.devices[i].migOn, n.devices[i].migs = n.openMIG(i, count, h)
 	}
 	return n
+}
+
+// openMIG reads the MIG devices of GPU i of count when it is in MIG mode. It reports
+// false, and the GPU is reported whole, when the GPU is not in MIG mode, and with a log
+// line when its MIG devices cannot all be read or numbered.
+func (n *NVMLDevices) openMIG(i, count int, h nvml.Device) (on bool, migs []nvmlMIG) {
+	if mode, _, ret := h.GetMigMode(); ret != nvml.SUCCESS || mode != nvml.DEVICE_MIG_ENABLE {
+		return false, nil
+	}
+	degrade := func(why string, args ...any) (bool, []nvmlMIG) {
+		n.log.Warn("GPU is in MIG mode but its MIG devices cannot be used; reporting the whole GPU",
+			"gpu", i, "why", fmt.Sprintf(why, args...))
+		return false, nil
+	}
+	defer func() {
+		// As at open, a library that does not match the binding can panic.
+		if r := recover(); r != nil {
+			on, migs = degrade("NVML panicked: %v", r)
+		}
+	}()
+	if count > migMaxGPUs {
+		return degrade("rota numbers MIG devices on nodes of at most %d GPUs; this one has %d", migMaxGPUs, count)
+	}
+	slots, ret := h.GetMaxMigDeviceCount()
+	switch {
+	case ret != nvml.SUCCESS:
+		return degrade("cannot count its MIG devices: %s", nvmlError(ret))
+	case slots < 0 || slots > migMaxDevices:
+		return degrade("%d possible MIG devices; rota numbers at most %d", slots, migMaxDevices)
+	}
+	for j := range slots {
+		m, ret := h.GetMigDeviceHandleByIndex(j)
+		if ret == nvml.ERROR_NOT_FOUND || ret == nvml.ERROR_INVALID_ARGUMENT {
+			continue // no MIG device in this slot
+		}
+		if ret != nvml.SUCCESS {
+			return degrade("cannot open MIG device %d: %s", j, nvmlError(ret))
+		}
+		inst, err := readMIG(j, m)
+		if err != nil {
+			return degrade("MIG device %d: %v", j, err)
+		}
+		migs = append(migs, nvmlMIG{migInstance: inst, handle: m})
+	}
+	return true, migs
+}
+
+// readMIG reads MIG device j: UUID, memory and profile. The profile is what follows "MIG"
+// in the name NVML gives the device ("NVIDIA A100-SXM4-40GB MIG 1g.5gb"), else made up
+// from its slices and memory as NVIDIA forms them.
+func readMIG(j int, m nvml.Device) (migInstance, error) {
+	uuid, ret := m.GetUUID()
+	if ret != nvml.SUCCESS || uuid == "" {
+		return migInstance{}, fmt.Errorf("cannot read its UUID: %s", nvmlError(ret))
+	}
+	inst := migInstance{n: j, uuid: uuid}
+	if name, ret := m.GetName(); ret == nvml.SUCCESS {
+		if k := strings.LastIndex(name, "MIG "); k >= 0 {
+			inst.profile = strings.TrimSpace(name[k+len("MIG "):])
+		}
+	}
+	attrs, attrRet := m.GetAttributes()
+	if inst.profile == "" && attrRet == nvml.SUCCESS {
+		inst.profile = fmt.Sprintf("%dg.%dgb", attrs.GpuInstanceSliceCount, (attrs.MemorySizeMB+512)/1024)
+		if attrs.ComputeInstanceSliceCount < attrs.GpuInstanceSliceCount {
+			inst.profile = fmt.Sprintf("%dc.%s", attrs.ComputeInstanceSliceCount, inst.profile)
+		}
+	}
+	if inst.profile == "" {
+		return migInstance{}, fmt.Errorf("cannot read its name or attributes: %s", nvmlError(attrRet))
+	}
+	if mem, ret := m.GetMemoryInfo(); ret == nvml.SUCCESS {
+		inst.memoryMB = int64(mem.Total / (1024 * 1024))
+	} else if attrRet == nvml.SUCCESS {
+		inst.memoryMB = int64(attrs.MemorySizeMB)
+	} else {
+		return migInstance{}, fmt.Errorf("cannot read its memory: %s", nvmlError(ret))
+	}
+	return inst, nil
 }
 
 // Close releases the event set and shuts NVML down; the set then reads nothing.
@@ -148,6 +238,12 @@ func (n *NVMLDevices) Discover() (Discovery, error) {
 			continue
 		}
 		g, busID := n.describe(i, dev)
+		if dev.migOn {
+			// NVLink is off in MIG mode: the GPU is nobody's peer. A GPU NVML
+			// cannot read now makes its instances unhealthy with it.
+			d.GPUs = append(d.GPUs, migDevices(g, migInstances(dev.migs))...)
+			continue
+		}
 		d.GPUs = append(d.GPUs, g)
 		if busID != "" {
 			busIDs[i] = busID
@@ -269,6 +365,9 @@ func (n *NVMLDevices) linkPeers(gpus []api.GPU, busIDs map[int]string) {
 		}
 	}
 	for k := range gpus {
+		if gpus[k].MIGParent != nil {
+			continue
+		}
 		for p := range peers[gpus[k].Index] {
 			gpus[k].NVLinkPeers = append(gpus[k].NVLinkPeers, p)
 		}
@@ -289,6 +388,16 @@ func (n *NVMLDevices) Sample() (Sample, error) {
 	for i := range n.devices {
 		dev := &n.devices[i]
 		if dev.lost || dev.handle == nil {
+			continue
+		}
+		if dev.migOn && len(dev.migs) > 0 {
+			gs, procs, ret := sampleMIG(i, dev)
+			if ret == nvml.ERROR_GPU_IS_LOST {
+				n.markLost(i, ret)
+				continue
+			}
+			s.GPUs = append(s.GPUs, gs...)
+			s.Processes = append(s.Processes, procs...)
 			continue
 		}
 		g, procs, ret := sampleGPU(i, dev.handle)
@@ -347,11 +456,61 @@ func sampleGPU(i int, h nvml.Device) (api.GPUSample, []api.GPUProcess, nvml.Retu
 	return g, procs, nvml.SUCCESS
 }
 
-// markLost records that GPU i vanished and queues the event. The caller holds n.mu.
+// sampleMIG reads the MIG devices of GPU i: each one's memory and processes, the GPU's
+// temperature (the instances share its die) and no utilisation, which NVML does not give
+// per MIG device, nor power, which it gives only for the whole GPU.
+func sampleMIG(i int, dev *nvmlDevice) ([]api.GPUSample, []api.GPUProcess, nvml.Return) {
+	temp := 0.0
+	c, ret := dev.handle.GetTemperature(nvml.TEMPERATURE_GPU)
+	switch ret {
+	case nvml.ERROR_GPU_IS_LOST:
+		return nil, nil, ret
+	case nvml.SUCCESS:
+		temp = float64(c)
+	}
+	var gpus []api.GPUSample
+	var procs []api.GPUProcess
+	for _, m := range dev.migs {
+		g, ps, ret := sampleGPU(migIndex(i, m.n), m.handle)
+		if ret == nvml.ERROR_GPU_IS_LOST {
+			return nil, nil, ret
+		}
+		gpus = append(gpus, api.GPUSample{Index: g.Index, UtilizationUnknown: true, MemoryUsedMB: g.MemoryUsedMB, TemperatureC: temp})
+		procs = append(procs, ps...)
+	}
+	return gpus, procs, nvml.SUCCESS
+}
+
+// migInstances is what the MIG devices of a GPU are, less their handles.
+func migInstances(migs []nvmlMIG) []migInstance {
+	out := make([]migInstance, len(migs))
+	for k, m := range migs {
+		out[k] = m.migInstance
+	}
+	return out
+}
+
+// deviceIndices lists the numbers GPU i is reported under: its MIG devices' where they
+// are what is reported, else its own.
+func (n *NVMLDevices) deviceIndices(i int) []int {
+	dev := n.devices[i]
+	if !dev.migOn || len(dev.migs) == 0 {
+		return nil
+	}
+	out := make([]int, len(dev.migs))
+	for k, m := range dev.migs {
+		out[k] = migIndex(i, m.n)
+	}
+	return out
+}
+
+// markLost records that GPU i vanished and queues the event, for each of its MIG devices
+// where those are what is reported. The caller holds n.mu.
 func (n *NVMLDevices) markLost(i int, ret nvml.Return) {
 	n.devices[i].lost = true
-	n.pending = append(n.pending, HealthEvent{GPU: i, Kind: HealthVanished, Fatal: true,
-		Message: "GPU is lost (fallen off the bus?): " + nvmlError(ret)})
+	ev := HealthEvent{GPU: i, Kind: HealthVanished, Fatal: true,
+		Message: "GPU is lost (fallen off the bus?): " + nvmlError(ret)}
+	n.pending = append(n.pending, migFanOut(ev, n.deviceIndices(i))...)
 }
 
 // HealthEvents reports the XIDs and ECC errors NVML recorded since the last call and the
@@ -438,15 +597,20 @@ func (n *NVMLDevices) drainEvents() []HealthEvent {
 		if i < 0 || n.devices[i].lost {
 			continue
 		}
+		var ev HealthEvent
 		switch {
 		case data.EventType&nvml.EventTypeXidCriticalError != 0:
-			events = append(events, xidEvent(i, data.EventData))
+			ev = xidEvent(i, data.EventData)
 		case data.EventType&nvml.EventTypeDoubleBitEccError != 0:
-			events = append(events, eccEvent(i, 1))
+			ev = eccEvent(i, 1)
 		case data.EventType&nvml.EventTypeSingleBitEccError != 0:
-			events = append(events, HealthEvent{GPU: i, Kind: HealthECC, Code: 1,
-				Message: "1 corrected (single-bit) ECC error"})
+			ev = HealthEvent{GPU: i, Kind: HealthECC, Code: 1, Message: "1 corrected (single-bit) ECC error"}
+		default:
+			continue
 		}
+		// A fault of a GPU in MIG mode is a fault of each of its MIG devices: rota
+		// does not try to tell which instance an XID came from.
+		events = append(events, migFanOut(ev, n.deviceIndices(i))...)
 	}
 	return events
 }
@@ -458,7 +622,7 @@ func (n *NVMLDevices) indexOf(d nvml.Device) int {
 	}
 	if uuid, ret := d.GetUUID(); ret == nvml.SUCCESS {
 		for i, dev := range n.devices {
-			if dev.uuid == uuid {
+			if dev.uuid == uuid || slices.ContainsFunc(dev.migs, func(m nvmlMIG) bool { return m.uuid == uuid }) {
 				return i
 			}
 		}

@@ -214,10 +214,7 @@ func (s *supervisor) prepare() (jobSpec, error) {
 		workDir = t.WorkDir
 	}
 
-	gpus := make([]string, len(t.GPUIndices))
-	for i, g := range t.GPUIndices {
-		gpus[i] = strconv.Itoa(g)
-	}
+	gpus := visibleDevices(t.GPUIndices, t.GPUIDs)
 	local := map[string]string{
 		api.EnvJobID:   strconv.FormatInt(t.JobID, 10),
 		api.EnvAttempt: strconv.Itoa(t.Attempt),
@@ -242,6 +239,19 @@ func (s *supervisor) prepare() (jobSpec, error) {
 		return jobSpec{}, fmt.Errorf("cannot start %q: %w", t.Command[0], err)
 	}
 	return jobSpec{path: path, argv: t.Command, dir: workDir, env: env, cred: acct.credential(), cluster: s.meta.ClusterID}, nil
+}
+
+// visibleDevices is CUDA_VISIBLE_DEVICES for a task's devices: a whole GPU by its index, a
+// MIG device by its UUID, which is the only name CUDA takes for one.
+func visibleDevices(indices []int, uuids []string) []string {
+	out := make([]string, len(indices))
+	for i, g := range indices {
+		out[i] = strconv.Itoa(g)
+		if i < len(uuids) && isMIGUUID(uuids[i]) {
+			out[i] = uuids[i]
+		}
+	}
+	return out
 }
 
 // envCUDADeviceOrder is how CUDA is told to number GPUs as NVML does.

@@ -370,6 +370,12 @@ type GPU struct {
 	// MIGMode is "enabled", "disabled", or empty where the GPU has no MIG. rota reads it
 	// and never changes it.
 	MIGMode string `json:"mig_mode,omitempty"`
+	// MIGParent is set on a MIG device: the index of the GPU it is an instance of. Such a
+	// device is numbered 100 + 10×parent + NVML's MIG device index, so it never meets a
+	// whole GPU's index; its GPU is then not listed as a device of its own.
+	MIGParent *int `json:"mig_parent,omitempty"`
+	// MIGProfile is a MIG device's profile as NVIDIA names it, e.g. "3g.40gb".
+	MIGProfile string `json:"mig_profile,omitempty"`
 }
 
 // GPUSample is one reading of one GPU.
@@ -379,6 +385,10 @@ type GPUSample struct {
 	MemoryUsedMB   int64   `json:"memory_used_mb"`
 	PowerW         float64 `json:"power_w"`
 	TemperatureC   float64 `json:"temperature_c"`
+
+	// UtilizationUnknown is set where the device cannot tell its utilisation (NVML gives
+	// none per MIG device); UtilizationPct is then 0 and means nothing.
+	UtilizationUnknown bool `json:"utilization_unknown,omitempty"`
 }
 
 // GPUProcess is a process holding memory on a GPU.

@@ -29,7 +29,9 @@ models or driver versions.
 
 With NAME, shows that node in full: its inventory, container runtime and limits, and
 each GPU with its bus ID, NUMA node, NVLink peers, MIG mode, health, latest utilisation,
-memory, power and temperature, and the processes on it with their jobs.
+memory, power and temperature, and the processes on it with their jobs. A GPU in MIG mode
+is a line of its own with its MIG devices, the schedulable ones, indented under it (their
+utilisation is n/a: NVIDIA gives none per instance).
 
 -o json prints an api.NodeList, or with NAME the api.Node.`
 
@@ -154,8 +156,12 @@ func nodeUse(n api.Node) (util, gmem string) {
 	}
 	var sumUtil float64
 	var used, total int64
+	measured := 0
 	for _, s := range n.Telemetry.GPUs {
-		sumUtil += s.UtilizationPct
+		if !s.UtilizationUnknown {
+			sumUtil += s.UtilizationPct
+			measured++
+		}
 		used += s.MemoryUsedMB
 		if g, ok := gpuByIndex(n.GPUs, s.Index); ok {
 			total += g.MemoryMB
@@ -165,7 +171,10 @@ func nodeUse(n api.Node) (util, gmem string) {
 	if total > 0 {
 		gmem = formatMBOf(used, total)
 	}
-	return formatPct(sumUtil / float64(len(n.Telemetry.GPUs))), gmem
+	if measured == 0 {
+		return "n/a", gmem // MIG devices only: NVML gives no utilisation per instance
+	}
+	return formatPct(sumUtil / float64(measured)), gmem
 }
 
 func gpuByIndex(gpus []api.GPU, index int) (api.GPU, bool) {
@@ -332,7 +341,8 @@ func poolWarnings(nodes []api.Node) []string {
 			what string
 			of   func(api.Node) []string
 		}{
-			{"GPU models", func(n api.Node) []string { return distinctModels(n.GPUs) }},
+			// A GPU split into MIG devices is still its model: an admin's choice, no mix.
+			{"GPU models", func(n api.Node) []string { return distinctModels(wholeGPUs(n.GPUs)) }},
 			{"driver versions", func(n api.Node) []string {
 				if v := cleanCell(n.DriverVersion, modelWidth); v != "" {
 					return []string{v}
@@ -422,12 +432,20 @@ func (cfg Config) printNode(n api.Node) error {
 }
 
 // printGPUs is the table of a node's GPUs: what each is, how it is, and what it does by
-// the latest reading.
+// the latest reading. The MIG devices of a GPU in MIG mode are listed under a line for
+// the GPU, which is no device of its own.
 func printGPUs(out io.Writer, n api.Node, now time.Time, loc *time.Location) error {
 	procs := processesByGPU(n)
 	tw := newTable(out)
 	fmt.Fprintln(tw, "  GPU\tMODEL\tMEMORY\tBUS ID\tNUMA\tNVLINK\tMIG\tHEALTH\tUTIL\tMEM USED\tPOWER\tTEMP\tSHARED\tPROCESSES")
-	for _, g := range n.GPUs {
+	for _, row := range gpuRows(n.GPUs) {
+		g := row.gpu
+		if row.migParent {
+			fmt.Fprintf(tw, "  %d\t%s\t-\t%s\t%s\t-\tenabled\t%d MIG devices\t-\t-\t-\t-\t-\t-\n",
+				*g.MIGParent, orDash(cleanCell(migParentModel(g), modelWidth)), orDash(cleanCell(g.PCIBusID, modelWidth)),
+				formatNUMA(g.NUMANode), row.devices)
+			continue
+		}
 		health := "ok"
 		if !g.Healthy {
 			health = gpuHealth(g, healthWidth)
@@ -440,17 +458,83 @@ func printGPUs(out io.Writer, n api.Node, now time.Time, loc *time.Location) err
 			util, mem = formatPct(s.UtilizationPct), formatMBOf(s.MemoryUsedMB, g.MemoryMB)
 			power = strconv.FormatFloat(s.PowerW, 'f', 0, 64) + "W"
 			temp = strconv.FormatFloat(s.TemperatureC, 'f', 0, 64) + "C"
+			if s.UtilizationUnknown {
+				// A MIG device: NVML gives neither per instance.
+				util, power = "n/a", "-"
+			}
 		}
 		var ps []string
 		for _, p := range procs[g.Index] {
 			ps = append(ps, describeGPUProcess(p, now, loc))
 		}
-		fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
-			g.Index, orDash(cleanCell(g.Model, modelWidth)), formatMB(g.MemoryMB), orDash(cleanCell(g.PCIBusID, modelWidth)),
+		index, mig := strconv.Itoa(g.Index), cleanCell(g.MIGMode, modelWidth)
+		if g.MIGParent != nil {
+			index, mig = "  "+index, cleanCell(g.MIGProfile, modelWidth)
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
+			index, orDash(cleanCell(g.Model, modelWidth)), formatMB(g.MemoryMB), orDash(cleanCell(g.PCIBusID, modelWidth)),
 			formatNUMA(g.NUMANode), orDash(formatIndices(slices.Sorted(slices.Values(g.NVLinkPeers)))),
-			orDash(cleanCell(g.MIGMode, modelWidth)), health, util, mem, power, temp, orDash(describeTenants(n, g.Index)), orDash(strings.Join(ps, "; ")))
+			orDash(mig), health, util, mem, power, temp, orDash(describeTenants(n, g.Index)), orDash(strings.Join(ps, "; ")))
 	}
 	return tw.Flush()
+}
+
+// gpuRow is a line of the GPU table: a device, or the GPU in MIG mode its MIG devices
+// are of (gpu is then its first device, devices how many it has).
+type gpuRow struct {
+	gpu       api.GPU
+	migParent bool
+	devices   int
+}
+
+// gpuRows orders a node's devices for the table: GPUs by index, each GPU in MIG mode as a
+// line of its own followed by its MIG devices.
+func gpuRows(gpus []api.GPU) []gpuRow {
+	position := func(g api.GPU) int {
+		if g.MIGParent != nil {
+			return *g.MIGParent
+		}
+		return g.Index
+	}
+	sorted := slices.Clone(gpus)
+	slices.SortStableFunc(sorted, func(a, b api.GPU) int {
+		if c := position(a) - position(b); c != 0 {
+			return c
+		}
+		return a.Index - b.Index
+	})
+	var rows []gpuRow
+	for i, g := range sorted {
+		if g.MIGParent != nil && (i == 0 || sorted[i-1].MIGParent == nil || *sorted[i-1].MIGParent != *g.MIGParent) {
+			n := 0
+			for _, o := range sorted[i:] {
+				if o.MIGParent != nil && *o.MIGParent == *g.MIGParent {
+					n++
+				}
+			}
+			rows = append(rows, gpuRow{gpu: g, migParent: true, devices: n})
+		}
+		rows = append(rows, gpuRow{gpu: g})
+	}
+	return rows
+}
+
+// wholeGPUs names each MIG device by the model of its GPU.
+func wholeGPUs(gpus []api.GPU) []api.GPU {
+	out := slices.Clone(gpus)
+	for i := range out {
+		out[i].Model = migParentModel(out[i])
+	}
+	return out
+}
+
+// migParentModel is the model of the GPU a MIG device is of: its own less " MIG
+// <profile>", as the agent names it.
+func migParentModel(g api.GPU) string {
+	if m, ok := strings.CutSuffix(g.Model, " MIG "+g.MIGProfile); ok && g.MIGProfile != "" {
+		return m
+	}
+	return g.Model
 }
 
 // processesByGPU gathers the processes of the node's latest reading and its leftovers

@@ -233,6 +233,7 @@ func topHeader(snap topSnapshot, loc *time.Location) string {
 // its last reading no longer says what its GPUs do.
 type nodeLoad struct {
 	samples           int
+	utilSamples       int // those with a utilisation: a MIG device's has none
 	utilSum, powerW   float64
 	memUsed, memTotal int64
 }
@@ -244,7 +245,10 @@ func loadOf(n api.Node) nodeLoad {
 	}
 	for _, s := range n.Telemetry.GPUs {
 		l.samples++
-		l.utilSum += s.UtilizationPct
+		if !s.UtilizationUnknown {
+			l.utilSamples++
+			l.utilSum += s.UtilizationPct
+		}
 		l.powerW += s.PowerW
 		l.memUsed += s.MemoryUsedMB
 		if g, ok := gpuByIndex(n.GPUs, s.Index); ok {
@@ -256,6 +260,7 @@ func loadOf(n api.Node) nodeLoad {
 
 func (l *nodeLoad) add(o nodeLoad) {
 	l.samples += o.samples
+	l.utilSamples += o.utilSamples
 	l.utilSum += o.utilSum
 	l.powerW += o.powerW
 	l.memUsed += o.memUsed
@@ -263,10 +268,13 @@ func (l *nodeLoad) add(o nodeLoad) {
 }
 
 func (l nodeLoad) util() string {
-	if l.samples == 0 {
+	switch {
+	case l.samples == 0:
 		return "-"
+	case l.utilSamples == 0:
+		return "n/a"
 	}
-	return formatPct(l.utilSum / float64(l.samples))
+	return formatPct(l.utilSum / float64(l.utilSamples))
 }
 
 func (l nodeLoad) memory() string {
@@ -379,7 +387,7 @@ func gpuCell(n api.Node, g api.GPU, used bool) rune {
 		return 'h'
 	case !used:
 		return '·'
-	case !measured:
+	case !measured || s.UtilizationUnknown:
 		return '▓'
 	case s.UtilizationPct >= 50:
 		return '█'

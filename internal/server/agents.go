@@ -161,6 +161,10 @@ func validateHeartbeat(hb *api.Heartbeat) *api.Error {
 			return invalid(f+".numa_node", "must be between -1 and %d", maxNodeGPUs-1)
 		case len(g.NVLinkPeers) > maxNodeGPUs:
 			return invalid(f+".nvlink_peers", "at most %d peers", maxNodeGPUs)
+		case !cleanString(g.MIGProfile):
+			return invalid(f+".mig_profile", "must be at most %d printable characters", maxInvString)
+		case g.MIGParent != nil && (*g.MIGParent < 0 || *g.MIGParent >= maxNodeGPUs || *g.MIGParent == g.Index):
+			return invalid(f+".mig_parent", "must be the index of another GPU, from 0 to %d", maxNodeGPUs-1)
 		}
 		for _, peer := range g.NVLinkPeers {
 			if peer < 0 || peer >= maxNodeGPUs || peer == g.Index {

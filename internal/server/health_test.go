@@ -184,6 +184,9 @@ func TestHeartbeatRefusesBadGPUFields(t *testing.T) {
 		{"inventory.gpus[0].health", func(hb *api.Heartbeat) { hb.Inventory.GPUs[0].Health = "bad\x00" }},
 		{"inventory.gpus[0].nvlink_peers", func(hb *api.Heartbeat) { hb.Inventory.GPUs[0].NVLinkPeers = []int{-1} }},
 		{"inventory.gpus[0].numa_node", func(hb *api.Heartbeat) { v := 99999; hb.Inventory.GPUs[0].NUMANode = &v }},
+		{"inventory.gpus[0].mig_profile", func(hb *api.Heartbeat) { hb.Inventory.GPUs[0].MIGProfile = "3g.40gb\x1b[2J" }},
+		{"inventory.gpus[0].mig_parent", func(hb *api.Heartbeat) { v := -1; hb.Inventory.GPUs[0].MIGParent = &v }},
+		{"inventory.gpus[0].mig_parent", func(hb *api.Heartbeat) { v := 0; hb.Inventory.GPUs[0].MIGParent = &v }},
 		{"tasks[0].image_digest", func(hb *api.Heartbeat) {
 			hb.Tasks = []api.TaskStatus{{JobID: 1, Attempt: 1, State: api.StateRunning, ImageDigest: "latest"}}
 		}},

@@ -54,7 +54,8 @@ func rankIdle(gpus []int, samples map[int]api.GPUSample, threshold float64) idle
 	for _, i := range gpus {
 		g, ok := samples[i]
 		switch {
-		case !ok:
+		case !ok || g.UtilizationUnknown:
+			// A MIG device tells no utilisation: its job is never called idle.
 			state = idleUnknown
 		case g.UtilizationPct >= threshold:
 			return idleNo

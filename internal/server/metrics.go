@@ -292,6 +292,7 @@ type gpuReading struct {
 	pool, node, uuid, model   string
 	index                     int
 	util, memBytes, power, tc float64
+	utilUnknown               bool // a MIG device's: no utilisation series
 }
 
 // stateCounts is what a scrape reports about the state: counts and copies, sharing
@@ -426,6 +427,7 @@ func (c *stateCounts) countNode(n *api.Node, u *cluster.NodeUsage, active map[in
 				c.readings = append(c.readings, gpuReading{
 					pool: pool, node: n.Name, uuid: g.UUID, model: g.Model, index: g.Index,
 					util: r.UtilizationPct / 100, memBytes: float64(r.MemoryUsedMB) * (1 << 20), power: r.PowerW, tc: r.TemperatureC,
+					utilUnknown: r.UtilizationUnknown,
 				})
 			}
 		}
@@ -455,7 +457,9 @@ func (c *stateCounts) emit(ch chan<- prometheus.Metric) {
 	gauge(descPending, float64(c.pending))
 	for _, r := range c.readings {
 		gpu := strconv.Itoa(r.index)
-		gauge(descUtil, r.util, r.pool, r.node, gpu, r.uuid, r.model)
+		if !r.utilUnknown {
+			gauge(descUtil, r.util, r.pool, r.node, gpu, r.uuid, r.model)
+		}
 		gauge(descMemory, r.memBytes, r.pool, r.node, gpu, r.uuid, r.model)
 		gauge(descPower, r.power, r.pool, r.node, gpu, r.uuid, r.model)
 		gauge(descTemp, r.tc, r.pool, r.node, gpu, r.uuid, r.model)

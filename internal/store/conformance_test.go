@@ -251,7 +251,8 @@ func fullNode(name string) api.Node {
 			CPUs: 128, MemoryMB: 1 << 20,
 			GPUs: []api.GPU{
 				{Index: 3, UUID: "GPU-0a1b", Model: "H100", MemoryMB: 81559, Healthy: true, Health: "XID 48 cleared",
-					Missing: true, PCIBusID: "00000000:3B:00.0", NUMANode: ptr(1), NVLinkPeers: []int{1, 2}, MIGMode: "disabled"},
+					Missing: true, PCIBusID: "00000000:3B:00.0", NUMANode: ptr(1), NVLinkPeers: []int{1, 2}, MIGMode: "disabled",
+					MIGParent: ptr(0), MIGProfile: "3g.40gb"},
 			},
 			Labels:        map[string]string{"pool": "train", "rack": "r7"},
 			DriverVersion: "550.54.15", CUDAVersion: "12.4", DeviceSource: "nvml", Hostname: name + ".example",
