@@ -271,6 +271,7 @@ func fullNode(name string) api.Node {
 		Telemetry:     &api.Telemetry{Time: t0},
 		Leftovers:     []api.GPUProcess{{GPU: 3, PID: 777, MemoryMB: 300, Command: "python", JobID: 4, Attempt: 1, Since: ptr(t0)}},
 		HeldGPUs:      []int{3},
+		SharedGPUs:    []api.SharedGPU{{Index: 1, Share: 0.5, MemoryMB: 40960, Tenants: []api.Tenant{{JobID: 9, Share: 0.5, MemoryMB: 40960}}}},
 	}
 }
 
@@ -278,7 +279,7 @@ func fullNode(name string) api.Node {
 // from the live state, which are not stored.
 func storedNode(n api.Node) api.Node {
 	n.GPUsUsed, n.CPUsUsed, n.Jobs = 0, 0, nil
-	n.Telemetry, n.Leftovers, n.HeldGPUs = nil, nil, nil
+	n.Telemetry, n.Leftovers, n.HeldGPUs, n.SharedGPUs = nil, nil, nil, nil
 	return n
 }
 
