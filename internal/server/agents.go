@@ -488,7 +488,7 @@ func (s *Server) desiredTasks(node string) []api.Task {
 	for _, id := range s.state.ActiveOnNode(node) {
 		job, _ := s.state.Job(id)
 		a, ok := s.state.CurrentAttempt(id)
-		if !ok {
+		if !ok || !job.State.Active() {
 			continue
 		}
 		rank := rankOn(a, node)
