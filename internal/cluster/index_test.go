@@ -3,6 +3,7 @@ package cluster
 import (
 	"fmt"
 	"math/rand/v2"
+	"reflect"
 	"slices"
 	"testing"
 	"time"
@@ -81,6 +82,12 @@ func checkIndexes(t *testing.T, s *State, rng *rand.Rand, step string) {
 	for _, n := range append(indexNodes, "nowhere") {
 		if got, want := s.ActiveOnNode(n), scanOnNode(s, n); !slices.Equal(got, want) && !(len(got) == 0 && len(want) == 0) {
 			t.Fatalf("%s: jobs on %s from the index %v, from a scan %v", step, n, got, want)
+		}
+	}
+	usage := s.Usage()
+	for _, n := range append(indexNodes, "nowhere") {
+		if got := s.NodeUsage(n); !reflect.DeepEqual(got, usage[n]) {
+			t.Fatalf("%s: usage of %s from the index %+v, from a scan %+v", step, n, got, usage[n])
 		}
 	}
 	stateSets := [][]api.JobState{nil, {api.StatePending}, {api.StateRunning, api.StateAssigned},
@@ -167,7 +174,7 @@ func TestIndexesMatchAFullScan(t *testing.T) {
 					if rng.IntN(2) == 0 {
 						a := api.Attempt{JobID: j.ID, N: len(attempts[j.ID]) + 1, AssignTime: now}
 						for range 1 + rng.IntN(3) {
-							a.Placements = append(a.Placements, api.Placement{Node: indexNodes[rng.IntN(len(indexNodes))]})
+							a.Placements = append(a.Placements, api.Placement{Node: indexNodes[rng.IntN(len(indexNodes))], CPUs: rng.IntN(4), MemoryMB: rng.Int64N(100), GPUIndices: []int{rng.IntN(4)}})
 						}
 						b.Attempts = append(b.Attempts, a)
 					}

@@ -366,6 +366,33 @@ func (s *State) Usage() map[string]*NodeUsage {
 	return out
 }
 
+// NodeUsage returns what active jobs hold on one node, as Usage()[node] would, or nil when
+// they hold nothing there. It reads the per-node index: its cost follows the node's jobs.
+func (s *State) NodeUsage(node string) *NodeUsage {
+	var u *NodeUsage
+	for _, id := range s.ActiveOnNode(node) {
+		a, ok := s.CurrentAttempt(id)
+		if !ok {
+			continue
+		}
+		for _, p := range a.Placements {
+			if p.Node != node {
+				continue
+			}
+			if u == nil {
+				u = &NodeUsage{GPUs: map[int]int64{}}
+			}
+			for _, g := range p.GPUIndices {
+				u.GPUs[g] = id
+			}
+			u.CPUs += p.CPUs
+			u.MemoryMB += p.MemoryMB
+			u.Jobs = append(u.Jobs, id)
+		}
+	}
+	return u
+}
+
 // transitions lists which state may follow which (DESIGN.md, "Job lifecycle").
 var transitions = map[api.JobState][]api.JobState{
 	api.StatePending:  {api.StateAssigned, api.StateHeld, api.StateCancelled, api.StateFailed},
