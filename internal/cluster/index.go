@@ -83,7 +83,11 @@ func (s *State) indexJob(j *api.Job, old api.JobState, known bool) bool {
 // 64 at a time, and stops at the first job past the page.
 func (s *State) JobsPage(after int64, states []api.JobState, limit int, keep func(*api.Job) bool) ([]api.Job, bool) {
 	x := &s.jobIdx
-	start, _ := slices.BinarySearch(x.order, after+1)
+	// after+1 would overflow for the largest cursor; the position after after's does not.
+	start, found := slices.BinarySearch(x.order, after)
+	if found {
+		start++
+	}
 	var sets [][]uint64
 	for _, st := range states {
 		if w := x.byState[st]; w != nil {
@@ -91,6 +95,9 @@ func (s *State) JobsPage(after int64, states []api.JobState, limit int, keep fun
 		}
 	}
 	out := []api.Job{}
+	if states != nil && sets == nil {
+		return out, false
+	}
 	for w := start / 64; w*64 < len(x.order); w++ {
 		var word uint64
 		if states == nil {

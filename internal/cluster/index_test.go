@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"reflect"
 	"slices"
@@ -285,7 +286,15 @@ func TestJobsPageWalksTheCursor(t *testing.T) {
 	if wantPages := (len(want) + 6) / 7; pages != wantPages {
 		t.Errorf("%d pages; want %d", pages, wantPages)
 	}
-	if page, more := s.JobsPage(1<<40, nil, 5, nil); len(page) != 0 || more {
-		t.Errorf("a cursor past the last job gives %d jobs, more=%v", len(page), more)
+	for _, after := range []int64{1 << 40, math.MaxInt64} {
+		if page, more := s.JobsPage(after, nil, 5, nil); len(page) != 0 || more {
+			t.Errorf("cursor %d, past the last job, gives %d jobs, more=%v", after, len(page), more)
+		}
+	}
+	if page, _ := s.JobsPage(-5, nil, 2, nil); len(page) != 2 || page[0].ID != 1 {
+		t.Errorf("a cursor before the first job gives %v", page)
+	}
+	if page, more := s.JobsPage(0, []api.JobState{"NOSUCH"}, 5, nil); len(page) != 0 || more {
+		t.Errorf("a state no job is in gives %d jobs, more=%v", len(page), more)
 	}
 }
