@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -227,4 +228,31 @@ func TestNodeIndexFollowsTheJobs(t *testing.T) {
 			t.Fatalf("after a restart %s is told %v; before, %v", n, again[n], got[n])
 		}
 	}
+}
+
+// TestDeleteNodeFollowsTheIndex: a node that runs a job cannot be removed, and says which
+// job; once the job ended it can, and the submit checks forget it; registering again, it
+// is told to run nothing.
+func TestDeleteNodeFollowsTheIndex(t *testing.T) {
+	h := newHarness(t)
+	h.beat("n1", 4)
+	h.beat("n2", 2)
+	j := h.startJob("n1", 4, api.JobSpec{GPUs: 4, Command: []string{"x"}})
+	var e api.Error
+	if code := h.do("DELETE", "/api/v1/nodes/n1", nil, &e); code != http.StatusConflict || e.Field != "name" || !strings.Contains(e.Message, fmt.Sprintf("[%d]", j.ID)) {
+		t.Fatalf("removing a node that runs job %d: %d %s", j.ID, code, e.Message)
+	}
+	zero := 0
+	h.beat("n1", 4, api.TaskStatus{JobID: j.ID, Attempt: 1, State: api.StateSucceeded, ExitCode: &zero})
+	h.checkDesired("ended", "n1", "n2")
+	if code := h.do("DELETE", "/api/v1/nodes/n1", nil, nil); code != http.StatusNoContent {
+		t.Fatalf("removing an idle node: %d", code)
+	}
+	if code := h.do("POST", "/api/v1/jobs", api.JobSpec{GPUs: 4, Command: []string{"x"}}, &e); code != http.StatusBadRequest || !strings.Contains(e.Message, "the largest has 2") {
+		t.Fatalf("a 4-GPU job after the 4-GPU node left: %d %s", code, e.Message)
+	}
+	if resp := h.beat("n1", 4); len(resp.Tasks) != 0 {
+		t.Fatalf("a node registered again is told to run %+v", resp.Tasks)
+	}
+	h.submit(api.JobSpec{GPUs: 4, Command: []string{"x"}})
 }
