@@ -99,6 +99,9 @@ func (s *State) applyIdentity(b *store.Batch) {
 	}
 	for _, name := range b.DeleteNodes {
 		delete(id.certs, name)
+		if n, ok := s.nodes[name]; ok {
+			s.indexNode(n, false)
+		}
 		delete(s.nodes, name)
 	}
 	for _, r := range b.Idempotency {

@@ -39,6 +39,13 @@ type State struct {
 	// HalfLife is how fast fair-share usage decays. Set it before Load.
 	HalfLife time.Duration
 
+	// The indexes of index.go.
+	jobIdx   jobIndex
+	onNode   map[string]map[int64]struct{} // node -> active jobs with a rank there
+	jobNodes map[int64][]string            // job -> the nodes onNode files it under
+	fit      map[fitKey]map[string]struct{}
+	models   map[string]int // GPU model -> nodes reporting it
+
 	id identity
 }
 
@@ -56,6 +63,11 @@ func New() *State {
 		held:     map[int64]struct{}{},
 		waiting:  map[string]int{},
 		HalfLife: 7 * 24 * time.Hour,
+		jobIdx:   jobIndex{byState: map[api.JobState][]uint64{}},
+		onNode:   map[string]map[int64]struct{}{},
+		jobNodes: map[int64][]string{},
+		fit:      map[fitKey]map[string]struct{}{},
+		models:   map[string]int{},
 		id:       newIdentity(),
 	}
 }
@@ -63,15 +75,24 @@ func New() *State {
 // Apply makes a committed batch part of the in-memory state; at start, the whole store is
 // applied as one batch.
 func (s *State) Apply(b *store.Batch) {
+	inOrder := true
 	for i := range b.Jobs {
 		j := b.Jobs[i]
-		if old, ok := s.jobs[j.ID]; ok && isWaiting(old.State) {
-			s.waiting[old.Spec.User]--
+		old, known := s.jobs[j.ID]
+		var was api.JobState
+		if known {
+			was = old.State
+			if isWaiting(old.State) {
+				s.waiting[old.Spec.User]--
+			}
 		}
 		if isWaiting(j.State) {
 			s.waiting[j.Spec.User]++
 		}
 		s.jobs[j.ID] = &j
+		if inOrder {
+			inOrder = s.indexJob(&j, was, known)
+		}
 		if j.ID > s.maxID {
 			s.maxID = j.ID
 		}
@@ -99,9 +120,24 @@ func (s *State) Apply(b *store.Batch) {
 			s.chargeUsage(prev, a)
 		}
 	}
+	if !inOrder {
+		s.jobIdx.rebuild(s.jobs)
+	}
+	// A job's placements follow from its state and its current attempt: either may have
+	// changed.
+	for _, j := range b.Jobs {
+		s.indexAttempt(j.ID)
+	}
+	for _, a := range b.Attempts {
+		s.indexAttempt(a.JobID)
+	}
 	for i := range b.Nodes {
 		n := b.Nodes[i]
+		if old, ok := s.nodes[n.Name]; ok {
+			s.indexNode(old, false)
+		}
 		s.nodes[n.Name] = &n
+		s.indexNode(&n, true)
 	}
 	for _, q := range b.Queues {
 		s.queues[q.Name] = q
@@ -336,6 +372,33 @@ func (s *State) Usage() map[string]*NodeUsage {
 		}
 	}
 	return out
+}
+
+// NodeUsage returns what active jobs hold on one node, as Usage()[node] would, or nil when
+// they hold nothing there. It reads the per-node index: its cost follows the node's jobs.
+func (s *State) NodeUsage(node string) *NodeUsage {
+	var u *NodeUsage
+	for _, id := range s.ActiveOnNode(node) {
+		a, ok := s.CurrentAttempt(id)
+		if !ok {
+			continue
+		}
+		for _, p := range a.Placements {
+			if p.Node != node {
+				continue
+			}
+			if u == nil {
+				u = &NodeUsage{GPUs: map[int]int64{}}
+			}
+			for _, g := range p.GPUIndices {
+				u.GPUs[g] = id
+			}
+			u.CPUs += p.CPUs
+			u.MemoryMB += p.MemoryMB
+			u.Jobs = append(u.Jobs, id)
+		}
+	}
+	return u
 }
 
 // transitions lists which state may follow which (DESIGN.md, "Job lifecycle").

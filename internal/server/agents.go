@@ -488,13 +488,14 @@ const (
 )
 
 // desiredTasks lists what the node should run: every rank of an active attempt placed on it
-// that has not ended, with a stop order where the job is being stopped.
+// that has not ended, with a stop order where the job is being stopped. The state's
+// per-node index names those jobs, so the answer costs what the node runs.
 func (s *Server) desiredTasks(node string) []api.Task {
 	tasks := []api.Task{}
-	for _, id := range s.state.ActiveIDs() {
+	for _, id := range s.state.ActiveOnNode(node) {
 		job, _ := s.state.Job(id)
 		a, ok := s.state.CurrentAttempt(id)
-		if !ok {
+		if !ok || !job.State.Active() {
 			continue
 		}
 		rank := rankOn(a, node)

@@ -217,3 +217,118 @@ func simulatedAgent(ctx context.Context, env *benchEnv, name string) {
 		}
 	}
 }
+
+// benchFill commits, straight to the store and the state, a cluster of nodes×8 H100 nodes
+// each running perNode jobs (eight of one GPU, the rest CPU only), then pending more jobs.
+// The agents' instance is "bench-NAME", as benchBeat sends it.
+func benchFill(b *testing.B, env *benchEnv, nodes, perNode, pending int) {
+	b.Helper()
+	now := time.Now()
+	batch := &store.Batch{}
+	var id int64
+	for i := range nodes {
+		name := fmt.Sprintf("bench-%05d", i)
+		n := api.Node{Name: name, State: api.NodeReady, LastHeartbeat: now, SyncEpoch: 1,
+			Inventory: benchInventory(name), Agent: &api.AgentInfo{Instance: "bench-" + name}}
+		batch.Nodes = append(batch.Nodes, n)
+		for k := range perNode {
+			id++
+			j := api.Job{ID: id, Spec: api.JobSpec{Command: []string{"x"}, User: "bench", Team: "default", Queue: "train", CPUs: 1},
+				State: api.StateRunning, SubmitTime: now, Attempts: 1, Nodes: []string{name}}
+			p := api.Placement{Node: name, CPUs: 1, State: api.StateRunning}
+			if k < 8 {
+				j.Spec.GPUs = 1
+				p.GPUIndices, p.GPUIDs = []int{k}, []string{n.GPUs[k].UUID}
+			}
+			batch.Jobs = append(batch.Jobs, j)
+			batch.Attempts = append(batch.Attempts, api.Attempt{JobID: id, N: 1, State: api.StateRunning, AssignTime: now, StartTime: &now, Placements: []api.Placement{p}})
+		}
+	}
+	for range pending {
+		id++
+		batch.Jobs = append(batch.Jobs, api.Job{ID: id, Spec: api.JobSpec{Command: []string{"x"}, User: "bench", Team: "default", Queue: "train", GPUs: 1, CPUs: 1},
+			State: api.StatePending, SubmitTime: now})
+	}
+	env.srv.mu.Lock()
+	err := env.srv.commit(context.Background(), batch)
+	env.srv.mu.Unlock()
+	if err != nil {
+		b.Fatal(err)
+	}
+}
+
+func benchInventory(name string) api.Inventory {
+	inv := api.Inventory{CPUs: 64, MemoryMB: 512 << 10, DeviceSource: "fake"}
+	for g := range 8 {
+		inv.GPUs = append(inv.GPUs, api.GPU{Index: g, UUID: fmt.Sprintf("GPU-%s-%d", name, g), Model: "NVIDIA H100", MemoryMB: 81559, Healthy: true})
+	}
+	return inv
+}
+
+// BenchmarkHeartbeat measures one heartbeat, over HTTP, of a node running 10 jobs in a
+// cluster of 2,000 nodes running 20,000: the answer lists the node's tasks, so its cost
+// should follow the node's jobs, not the cluster's.
+func BenchmarkHeartbeat(b *testing.B) {
+	env := benchServer(b)
+	benchFill(b, env, 2000, 10, 0)
+	name := "bench-00042"
+	var tasks []api.TaskStatus
+	for k := range int64(10) {
+		tasks = append(tasks, api.TaskStatus{JobID: 42*10 + k + 1, Attempt: 1, State: api.StateRunning})
+	}
+	hb := api.Heartbeat{Node: name, Inventory: benchInventory(name), Tasks: tasks, Instance: "bench-" + name, ClusterID: env.srv.ClusterID(), Synced: true, SyncEpoch: 1}
+	url := "http://rota-up/api/v1/agents/" + name + "/heartbeat"
+	var resp api.HeartbeatResponse
+	// The first beat records the agent's address; the others change nothing.
+	if err := post(env.agents, url, "", hb, &resp); err != nil {
+		b.Fatal(err)
+	}
+	if len(resp.Tasks) != 10 {
+		b.Fatalf("the node is told %d tasks, want its 10", len(resp.Tasks))
+	}
+	b.ResetTimer()
+	for range b.N {
+		if err := post(env.agents, url, "", hb, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkListJobsFirstPage measures the first page of GET /api/v1/jobs (what rota queue
+// asks for) with 100,000 jobs waiting.
+func BenchmarkListJobsFirstPage(b *testing.B) {
+	env := benchServer(b)
+	benchFill(b, env, 10, 0, 100_000)
+	client := &http.Client{}
+	b.ResetTimer()
+	for range b.N {
+		req, _ := http.NewRequest("GET", env.hs.URL+"/api/v1/jobs?limit=500", nil)
+		req.Header.Set("Authorization", "Bearer "+env.token)
+		resp, err := client.Do(req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		var list api.JobList
+		err = json.NewDecoder(resp.Body).Decode(&list)
+		resp.Body.Close()
+		if err != nil || len(list.Jobs) != 500 || list.Next == "" {
+			b.Fatalf("page of %d jobs, next %q, err %v", len(list.Jobs), list.Next, err)
+		}
+	}
+}
+
+// BenchmarkValidateSubmit measures the checks a submit makes against the cluster, with
+// 10,000 nodes registered.
+func BenchmarkValidateSubmit(b *testing.B) {
+	env := benchServer(b)
+	benchFill(b, env, 10_000, 0, 0)
+	env.srv.mu.Lock()
+	defer env.srv.mu.Unlock()
+	b.ResetTimer()
+	for range b.N {
+		spec := api.JobSpec{Command: []string{"x"}, User: "bench", Team: "default", GPUs: 4, GPUModel: "h100"}
+		if e := validateSpec(&spec, env.srv.state); e != nil {
+			b.Fatal(e.Message)
+		}
+	}
+}

@@ -545,7 +545,7 @@ func (s *Server) handleDeleteNode(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, &api.Error{Code: api.CodeNotFound, Field: "name", Message: "no node " + name})
 		return
 	}
-	if u := s.state.Usage()[name]; u != nil {
+	if u := s.state.NodeUsage(name); u != nil {
 		writeError(w, http.StatusConflict, &api.Error{Code: api.CodeConflict, Field: "name", Message: fmt.Sprintf("node %s still runs jobs %v; drain it and wait for them to end", name, u.Jobs)})
 		return
 	}

@@ -266,28 +266,33 @@ func (s *Server) handleListJobs(w http.ResponseWriter, r *http.Request) {
 		}
 		after = n
 	}
+	// The page is read from the state's ordered index: from the cursor on, through the
+	// jobs of the states asked for, stopping at the first job past the page.
+	var want []api.JobState
+	switch {
+	case len(states) > 0:
+		for st := range states {
+			want = append(want, st)
+		}
+	case !all:
+		want = []api.JobState{api.StatePending, api.StateHeld, api.StateAssigned, api.StateRunning}
+	}
 	queue, user := q.Get("queue"), q.Get("user")
+	who := caller(r)
+	s.mu.Lock()
+	mayRead := s.readRule(who)
 	keep := func(j *api.Job) bool {
 		switch {
-		case j.ID <= after:
-			return false
-		case len(states) > 0 && !states[j.State]:
-			return false
-		case len(states) == 0 && !all && j.State.Terminal():
-			return false
 		case queue != "" && j.Spec.Queue != queue:
 			return false
 		case user != "" && j.Spec.User != user:
 			return false
 		}
-		return true
+		return mayRead(j) == nil
 	}
-	who := caller(r)
-	s.mu.Lock()
-	mayRead := s.readRule(who)
-	jobs := s.state.Jobs(func(j *api.Job) bool { return keep(j) && mayRead(j) == nil })
+	jobs, more := s.state.JobsPage(after, want, limit, keep)
 	// Usage is summed up for the page only: it costs a look at each rank's history.
-	for i := range jobs[:min(len(jobs), limit)] {
+	for i := range jobs {
 		if a, ok := s.state.CurrentAttempt(jobs[i].ID); ok {
 			jobs[i].Usage = s.attemptUsage(&a)
 		}
@@ -297,12 +302,8 @@ func (s *Server) handleListJobs(w http.ResponseWriter, r *http.Request) {
 		redactEnv(who, &jobs[i])
 	}
 	list := api.JobList{Jobs: jobs}
-	if len(jobs) > limit {
-		list.Jobs = jobs[:limit]
+	if more {
 		list.Next = strconv.FormatInt(jobs[limit-1].ID, 10)
-	}
-	if list.Jobs == nil {
-		list.Jobs = []api.Job{}
 	}
 	writeJSON(w, http.StatusOK, list)
 }

@@ -558,15 +558,15 @@ func validateModels(job *api.JobSpec) *api.Error {
 // whole rather than trimmed to its known models, so a typo never narrows a job silently.
 // With no node registered yet it cannot judge, and the job waits with a reason instead.
 func checkFits(spec *api.JobSpec, st *cluster.State) *api.Error {
-	nodes := st.Nodes()
-	if len(nodes) == 0 {
+	if !st.HasNodes() {
 		return nil
 	}
 	models := []string{""} // any model
 	if spec.GPUModel != "" {
+		known := st.GPUModelNames()
 		models = models[:0]
 		for _, name := range strings.Split(spec.GPUModel, ",") {
-			model, err := resolveModel(name, nodes)
+			model, err := resolveModel(name, known)
 			if err != nil {
 				return err
 			}
@@ -582,30 +582,16 @@ func checkFits(spec *api.JobSpec, st *cluster.State) *api.Error {
 		perNode = spec.GPUsPerNode
 	}
 	// A job runs on one model, a gang's nodes included: count the fitting nodes per model
-	// and judge by the model with most.
+	// and judge by the model with most. The state keeps the nodes grouped by their GPUs
+	// of each model, so this looks at no node with too few.
+	want := max(spec.Nodes, 1)
 	best, fitting := 0, 0
 	for _, model := range models {
-		n := 0
-		for _, node := range nodes {
-			if node.State == api.NodeLost {
-				continue
-			}
-			gpus := 0
-			for _, g := range node.GPUs {
-				if model == "" || g.Model == model {
-					gpus++
-				}
-			}
-			best = max(best, gpus)
-			if gpus >= perNode && node.CPUs >= spec.CPUs && node.MemoryMB >= spec.MemoryMB {
-				n++
-			}
+		n, b := st.FittingNodes(model, perNode, spec.CPUs, spec.MemoryMB, want)
+		best, fitting = max(best, b), max(fitting, n)
+		if fitting >= want {
+			return nil
 		}
-		fitting = max(fitting, n)
-	}
-	want := max(spec.Nodes, 1)
-	if fitting >= want {
-		return nil
 	}
 	what := "GPUs"
 	if spec.GPUModel != "" {
@@ -626,33 +612,26 @@ func takesModel(spec, model string) bool {
 	return spec == "" || spec == model || slices.Contains(cluster.GPUModels(spec), model)
 }
 
-func resolveModel(want string, nodes []api.Node) (string, *api.Error) {
-	models := map[string]bool{}
-	for _, n := range nodes {
-		for _, g := range n.GPUs {
-			models[g.Model] = true
-		}
-	}
-	if models[want] {
+// resolveModel finds the model known (every model some node reports, sorted) that want
+// names: itself, or the only one whose name contains it, ignoring case.
+func resolveModel(want string, known []string) (string, *api.Error) {
+	if slices.Contains(known, want) {
 		return want, nil
 	}
-	var all, matches []string
-	for m := range models {
-		all = append(all, m)
+	var matches []string
+	for _, m := range known {
 		if strings.Contains(strings.ToLower(m), strings.ToLower(want)) {
 			matches = append(matches, m)
 		}
 	}
-	slices.Sort(all)
-	slices.Sort(matches)
 	switch len(matches) {
 	case 1:
 		return matches[0], nil
 	case 0:
-		if len(all) == 0 {
+		if len(known) == 0 {
 			return "", invalid("gpu_model", "no node has GPU model %q: no node has any GPU", want)
 		}
-		return "", invalid("gpu_model", "no node has GPU model %q; models are: %s", want, strings.Join(all, ", "))
+		return "", invalid("gpu_model", "no node has GPU model %q; models are: %s", want, strings.Join(known, ", "))
 	}
 	return "", invalid("gpu_model", "%q matches several models (%s); give the full name", want, strings.Join(matches, ", "))
 }

@@ -54,7 +54,7 @@ func (s *Server) handleWhy(w http.ResponseWriter, r *http.Request) {
 // endingOn says when the jobs on the node that came closest end, by their time limits: the
 // other half of "best is gpu-07 with 3 free".
 func (s *Server) endingOn(node string, est *time.Time) string {
-	u := s.state.Usage()[node]
+	u := s.state.NodeUsage(node)
 	if node == "" || u == nil {
 		return ""
 	}

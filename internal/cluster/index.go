@@ -1,0 +1,254 @@
+package cluster
+
+import (
+	"math/bits"
+	"slices"
+
+	"github.com/rotahq/rota/internal/api"
+)
+
+// The indexes here are kept up to date by Apply, change by change, so that what a heartbeat,
+// a page of the job list and a submit ask of the state costs what they touch, not the
+// size of the cluster:
+//
+//   - onNode: the active jobs whose current attempt has a rank on each node (a heartbeat's
+//     answer);
+//   - order and byState: every job ID ascending, with one bit set per position in the set
+//     of its state (a page of the job list walks the bits from its cursor);
+//   - fit and models: the nodes grouped by how many GPUs of each model they have, and the
+//     models any node reports (the checks a submit makes).
+//
+// index_test.go compares each with a full scan after random changes.
+
+// jobIndex orders every job by ID and sets each one's bit in the set of its state.
+type jobIndex struct {
+	order   []int64                   // every job ID, ascending
+	byState map[api.JobState][]uint64 // bit i: order[i] is in the state
+}
+
+func (x *jobIndex) set(st api.JobState, pos int, on bool) {
+	w := x.byState[st]
+	for len(w) <= pos/64 {
+		w = append(w, 0)
+	}
+	if on {
+		w[pos/64] |= 1 << (pos % 64)
+	} else {
+		w[pos/64] &^= 1 << (pos % 64)
+	}
+	x.byState[st] = w
+}
+
+// rebuild orders every job again; Apply calls it when a job arrives out of order, which
+// only a whole-store load does.
+func (x *jobIndex) rebuild(jobs map[int64]*api.Job) {
+	x.order = x.order[:0]
+	for id := range jobs {
+		x.order = append(x.order, id)
+	}
+	slices.Sort(x.order)
+	x.byState = map[api.JobState][]uint64{}
+	for i, id := range x.order {
+		x.set(jobs[id].State, i, true)
+	}
+}
+
+// indexJob records that job j (now in the state) was in state old before, or is new when
+// known is false. It reports false when the job cannot be placed in order without a rebuild.
+func (s *State) indexJob(j *api.Job, old api.JobState, known bool) bool {
+	x := &s.jobIdx
+	if !known {
+		if n := len(x.order); n > 0 && x.order[n-1] >= j.ID {
+			return false
+		}
+		x.order = append(x.order, j.ID)
+		x.set(j.State, len(x.order)-1, true)
+		return true
+	}
+	if old == j.State {
+		return true
+	}
+	pos, found := slices.BinarySearch(x.order, j.ID)
+	if !found {
+		return false
+	}
+	x.set(old, pos, false)
+	x.set(j.State, pos, true)
+	return true
+}
+
+// JobsPage returns copies of the first limit jobs, ascending by ID, with an ID above after,
+// in one of states (any state when states is nil), that keep accepts (keep may be nil), and
+// whether another such job follows. It walks the jobs of those states from the cursor on,
+// 64 at a time, and stops at the first job past the page.
+func (s *State) JobsPage(after int64, states []api.JobState, limit int, keep func(*api.Job) bool) ([]api.Job, bool) {
+	x := &s.jobIdx
+	// after+1 would overflow for the largest cursor; the position after after's does not.
+	start, found := slices.BinarySearch(x.order, after)
+	if found {
+		start++
+	}
+	var sets [][]uint64
+	for _, st := range states {
+		if w := x.byState[st]; w != nil {
+			sets = append(sets, w)
+		}
+	}
+	out := []api.Job{}
+	if states != nil && sets == nil {
+		return out, false
+	}
+	for w := start / 64; w*64 < len(x.order); w++ {
+		var word uint64
+		if states == nil {
+			word = ^uint64(0)
+		}
+		for _, set := range sets {
+			if w < len(set) {
+				word |= set[w]
+			}
+		}
+		if w == start/64 {
+			word &^= 1<<(start%64) - 1
+		}
+		for word != 0 {
+			pos := w*64 + bits.TrailingZeros64(word)
+			word &= word - 1
+			if pos >= len(x.order) {
+				break
+			}
+			j := s.jobs[x.order[pos]]
+			if keep != nil && !keep(j) {
+				continue
+			}
+			if len(out) == limit {
+				return out, true
+			}
+			out = append(out, *j)
+		}
+	}
+	return out, false
+}
+
+// indexAttempt files the job's current attempt under each node it has a rank on while the
+// job is active, and takes it out of those of its previous placements.
+func (s *State) indexAttempt(id int64) {
+	for _, node := range s.jobNodes[id] {
+		set := s.onNode[node]
+		delete(set, id)
+		if len(set) == 0 {
+			delete(s.onNode, node)
+		}
+	}
+	delete(s.jobNodes, id)
+	j, ok := s.jobs[id]
+	if !ok || !j.State.Active() {
+		return
+	}
+	a, ok := s.CurrentAttempt(id)
+	if !ok {
+		return
+	}
+	var nodes []string
+	for _, p := range a.Placements {
+		if slices.Contains(nodes, p.Node) {
+			continue
+		}
+		nodes = append(nodes, p.Node)
+		set := s.onNode[p.Node]
+		if set == nil {
+			set = map[int64]struct{}{}
+			s.onNode[p.Node] = set
+		}
+		set[id] = struct{}{}
+	}
+	if nodes != nil {
+		s.jobNodes[id] = nodes
+	}
+}
+
+// ActiveOnNode returns the IDs, ascending, of the active jobs whose current attempt has a
+// rank on the node, ended or not.
+func (s *State) ActiveOnNode(node string) []int64 { return sortedKeys(s.onNode[node]) }
+
+// fitKey groups nodes by how many GPUs of one model they have; model "" counts all.
+type fitKey struct {
+	model string
+	gpus  int
+}
+
+// indexNode adds (add true) or removes what node n contributes to the submit checks'
+// indexes. A lost node keeps its models known but fits no job.
+func (s *State) indexNode(n *api.Node, add bool) {
+	counts := map[string]int{"": len(n.GPUs)}
+	for _, g := range n.GPUs {
+		counts[g.Model]++
+	}
+	for model, c := range counts {
+		if model != "" {
+			if add {
+				s.models[model]++
+			} else if s.models[model]--; s.models[model] <= 0 {
+				delete(s.models, model)
+			}
+		}
+		if n.State == api.NodeLost {
+			continue
+		}
+		k := fitKey{model, c}
+		set := s.fit[k]
+		switch {
+		case add && set == nil:
+			s.fit[k] = map[string]struct{}{n.Name: {}}
+		case add:
+			set[n.Name] = struct{}{}
+		default:
+			delete(set, n.Name)
+			if len(set) == 0 {
+				delete(s.fit, k)
+			}
+		}
+	}
+}
+
+// HasNodes reports whether any node is registered.
+func (s *State) HasNodes() bool { return len(s.nodes) > 0 }
+
+// GPUModelNames returns the GPU models any registered node reports, sorted.
+func (s *State) GPUModelNames() []string {
+	out := make([]string, 0, len(s.models))
+	for m := range s.models {
+		out = append(out, m)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// FittingNodes counts the nodes, lost ones aside, with at least gpus GPUs of the model
+// ("" for any), cpus CPUs and memMB of memory, stopping once it has found want of them;
+// best is the most GPUs of the model any such node has, whatever its CPUs and memory. It
+// looks only at nodes with enough GPUs, so a request the cluster can hold costs about want
+// node checks.
+func (s *State) FittingNodes(model string, gpus, cpus int, memMB int64, want int) (fitting, best int) {
+	for k := range s.fit {
+		if k.model == model {
+			best = max(best, k.gpus)
+		}
+	}
+	if gpus <= 0 {
+		model = "" // every node has at least none of the model
+	}
+	for k, set := range s.fit {
+		if k.model != model || k.gpus < gpus {
+			continue
+		}
+		for name := range set {
+			if n := s.nodes[name]; n.CPUs >= cpus && n.MemoryMB >= memMB {
+				if fitting++; fitting >= want {
+					return fitting, best
+				}
+			}
+		}
+	}
+	return fitting, best
+}
