@@ -351,24 +351,14 @@ func (s *State) Usage() map[string]*NodeUsage {
 		if !ok {
 			continue
 		}
-		for _, p := range a.Placements {
+		for i := range a.Placements {
+			p := &a.Placements[i]
 			u := out[p.Node]
 			if u == nil {
 				u = &NodeUsage{GPUs: map[int]int64{}}
 				out[p.Node] = u
 			}
-			for _, g := range p.GPUIndices {
-				u.GPUs[g] = id
-				if p.GPUShare > 0 {
-					if u.Tenants == nil {
-						u.Tenants = map[int][]api.Tenant{}
-					}
-					u.Tenants[g] = append(u.Tenants[g], api.Tenant{JobID: id, Share: p.GPUShare, MemoryMB: p.GPUMemoryMB})
-				}
-			}
-			u.CPUs += p.CPUs
-			u.MemoryMB += p.MemoryMB
-			u.Jobs = append(u.Jobs, id)
+			u.add(id, p)
 		}
 	}
 	return out
@@ -383,22 +373,34 @@ func (s *State) NodeUsage(node string) *NodeUsage {
 		if !ok {
 			continue
 		}
-		for _, p := range a.Placements {
+		for i := range a.Placements {
+			p := &a.Placements[i]
 			if p.Node != node {
 				continue
 			}
 			if u == nil {
 				u = &NodeUsage{GPUs: map[int]int64{}}
 			}
-			for _, g := range p.GPUIndices {
-				u.GPUs[g] = id
-			}
-			u.CPUs += p.CPUs
-			u.MemoryMB += p.MemoryMB
-			u.Jobs = append(u.Jobs, id)
+			u.add(id, p)
 		}
 	}
 	return u
+}
+
+// add counts what job id's rank p holds.
+func (u *NodeUsage) add(id int64, p *api.Placement) {
+	for _, g := range p.GPUIndices {
+		u.GPUs[g] = id
+		if p.GPUShare > 0 {
+			if u.Tenants == nil {
+				u.Tenants = map[int][]api.Tenant{}
+			}
+			u.Tenants[g] = append(u.Tenants[g], api.Tenant{JobID: id, Share: p.GPUShare, MemoryMB: p.GPUMemoryMB})
+		}
+	}
+	u.CPUs += p.CPUs
+	u.MemoryMB += p.MemoryMB
+	u.Jobs = append(u.Jobs, id)
 }
 
 // transitions lists which state may follow which (DESIGN.md, "Job lifecycle").
