@@ -455,7 +455,38 @@ type Node struct {
 	Leftovers []GPUProcess `json:"leftovers,omitempty"`
 	// HeldGPUs are the indices of GPUs kept from new work by leftovers (API only).
 	HeldGPUs []int `json:"held_gpus,omitempty"`
+	// Maintenance is the node's drain: why, and the window, planned or open; nil when
+	// the node is not drained by an operator.
+	Maintenance *Maintenance `json:"maintenance,omitempty"`
 }
+
+// Maintenance is an operator's drain of a node: a window from Start in which the node
+// takes no new work. Before Start the node runs only jobs whose time limit ends them by
+// then; from Start it is DRAINING, then DRAINED; at End it returns to service by itself.
+type Maintenance struct {
+	Reason string    `json:"reason"`
+	Start  time.Time `json:"start"`
+	// End is when the node returns to service on its own; nil: when an operator resumes it.
+	End *time.Time `json:"end,omitempty"`
+	// By is who asked for it.
+	By string `json:"by,omitempty"`
+}
+
+// DrainRequest is the optional body of POST /api/v1/nodes/{name}/drain.
+type DrainRequest struct {
+	// Reason says why, in at most MaxDrainReason characters; empty: DefaultDrainReason.
+	Reason string `json:"reason,omitempty"`
+	// At plans the window to start later; nil (or now): the drain starts at once.
+	At *time.Time `json:"at,omitempty"`
+	// Until ends the window: the node returns to service by itself then; nil: at resume.
+	Until *time.Time `json:"until,omitempty"`
+}
+
+// Limits of a drain request.
+const (
+	MaxDrainReason     = 200
+	DefaultDrainReason = "no reason given"
+)
 
 // TelemetryPoint is one point of a downsampled history: the mean over its interval.
 type TelemetryPoint struct {

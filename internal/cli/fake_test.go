@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -282,7 +283,8 @@ func fixtureNodes() api.NodeList {
 				{GPU: 4, PID: 3101, MemoryMB: 76 << 10, Command: "python train.py", JobID: 42, Attempt: 2},
 				{GPU: 5, PID: 3102, MemoryMB: 76 << 10, Command: "python train.py", JobID: 42, Attempt: 2},
 			}},
-			HealthCheck: &api.HealthCheck{Time: *at(-time.Minute), OK: true}},
+			HealthCheck: &api.HealthCheck{Time: *at(-time.Minute), OK: true},
+			Maintenance: &api.Maintenance{Reason: "BIOS update OPS-7", Start: *at(2 * time.Hour), End: at(6 * time.Hour), By: "olga"}},
 		{Name: "node-b", Inventory: api.Inventory{CPUs: 96, MemoryMB: 768 << 10, GPUs: b, Labels: map[string]string{"pool": "train"},
 			DeviceSource: "nvml", DriverVersion: "535.104.05", CUDAVersion: "12.2", Limits: "none"},
 			State: api.NodeDraining, LastHeartbeat: *at(-75 * time.Second), GPUsUsed: 0, CPUsUsed: 0,
@@ -360,6 +362,7 @@ type fakeServer struct {
 	team        api.Team
 	user        api.User
 	tokenReq    api.TokenRequest
+	drains      []api.DrainRequest // the body of every drain
 	joinReq     api.JoinTokenRequest
 	auditQuery  []string // raw query of every GET /api/v1/audit
 	reservation api.Reservation
@@ -591,12 +594,28 @@ func newFakeServerWith(t *testing.T, start func(*httptest.Server)) *fakeServer {
 			}
 			switch r.PathValue("action") {
 			case "drain":
-				n.State = api.NodeDrained
-				if len(n.Jobs) > 0 {
-					n.State = api.NodeDraining
+				var req api.DrainRequest
+				if r.ContentLength != 0 {
+					if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+						writeJSON(w, http.StatusBadRequest, api.Error{Code: api.CodeInvalid, Message: err.Error()})
+						return
+					}
 				}
+				f.mu.Lock()
+				f.drains = append(f.drains, req)
+				f.mu.Unlock()
+				m := &api.Maintenance{Reason: cmp.Or(req.Reason, api.DefaultDrainReason), Start: testNow, End: req.Until, By: "admin"}
+				if req.At != nil && req.At.After(testNow) {
+					m.Start = *req.At
+				} else {
+					n.State = api.NodeDrained
+					if len(n.Jobs) > 0 {
+						n.State = api.NodeDraining
+					}
+				}
+				n.Maintenance = m
 			case "resume":
-				n.State = api.NodeReady
+				n.State, n.Maintenance = api.NodeReady, nil
 			}
 			writeJSON(w, http.StatusOK, n)
 			return

@@ -66,6 +66,13 @@ func (s *State) Snapshot(now time.Time, keep func(*api.Job) bool) *sched.Snapsho
 				NVLinkPeers: g.NVLinkPeers,
 			})
 		}
+		if m := n.Maintenance; m != nil {
+			sm := sched.Maintenance{Node: n.Name, Reason: m.Reason, Start: m.Start}
+			if m.End != nil {
+				sm.End = *m.End
+			}
+			snap.Maintenance = append(snap.Maintenance, sm)
+		}
 		snap.Nodes = append(snap.Nodes, sn)
 	}
 	for _, q := range s.queues {

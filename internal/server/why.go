@@ -173,6 +173,14 @@ func (s *Server) nodeHints(job *api.Job) []string {
 		if n.State == api.NodeLost || !mayRunOn(job, q, n) {
 			continue
 		}
+		if m := n.Maintenance; m != nil && (n.State == api.NodeDraining || n.State == api.NodeDrained) {
+			until := "until an operator resumes it"
+			if m.End != nil {
+				until = "until " + m.End.UTC().Format(time.RFC3339)
+			}
+			hints = append(hints, fmt.Sprintf("Node %s takes no new work: it is drained for maintenance (%s) %s.", n.Name, m.Reason, until))
+			continue
+		}
 		if hc := n.HealthCheck; hc != nil && !hc.OK {
 			hints = append(hints, fmt.Sprintf("Node %s takes no new work: its health check failed (exit status %d)%s.",
 				n.Name, hc.ExitCode, outputTail(hc.Output)))
@@ -255,7 +263,7 @@ func outputTail(out string) string {
 // jobs' time limits.
 func waitsForResources(reason string) bool {
 	switch reason {
-	case "Resources", "Fragmented", "Priority", "Reserved":
+	case "Resources", "Fragmented", "Priority", "Reserved", "Maintenance":
 		return true
 	}
 	return false

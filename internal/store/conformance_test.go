@@ -270,6 +270,7 @@ func fullNode(name string) api.Node {
 		Telemetry:     &api.Telemetry{Time: t0},
 		Leftovers:     []api.GPUProcess{{GPU: 3, PID: 777, MemoryMB: 300, Command: "python", JobID: 4, Attempt: 1, Since: ptr(t0)}},
 		HeldGPUs:      []int{3},
+		Maintenance:   &api.Maintenance{Reason: "BIOS update, ticket OPS-7", Start: t0.Add(time.Hour), End: ptr(t0.Add(3 * time.Hour)), By: "olga"},
 	}
 }
 
