@@ -48,11 +48,13 @@ func fixtureJobs() []api.Job {
 			IdleSince: at(-34 * time.Minute), IdleWarned: true, Usage: fixtureUsage(),
 		},
 		{
-			ID:    43,
-			Spec:  api.JobSpec{Name: "sweep-7", Queue: "batch", Team: "vision", User: "bob", Command: []string{"python", "sweep.py"}, GPUs: 8, GPUsPerNode: 4, Nodes: 2, CPUs: 32, MemoryMB: 1536},
+			ID: 43,
+			Spec: api.JobSpec{Name: "sweep-7", Queue: "batch", Team: "vision", User: "bob", Command: []string{"python", "sweep.py"}, GPUs: 8, GPUsPerNode: 4, Nodes: 2, CPUs: 32, MemoryMB: 1536,
+				Deadline: at(time.Hour), DeadlineKind: api.DeadlineStart},
 			State: api.StatePending, Reason: "Resources", Message: "needs 4 free GPUs on 2 nodes; best node node-b has 2",
 			SubmitTime: *at(-12*time.Minute - 5*time.Second), EstimatedStart: at(2 * time.Hour),
-			Priority: &api.Priority{Tier: 1, Score: 0.8375, FairShare: 0.5, Age: 0.3125, Size: 0.1, Nice: 0.075},
+			Priority:        &api.Priority{Tier: 1, Score: 0.8375, FairShare: 0.5, Age: 0.3125, Size: 0.1, Deadline: 0.2, Nice: 0.275},
+			DeadlineWarning: "the deadline (start by 2026-03-01T13:00:00Z) looks unreachable: the estimated start 2026-03-01T14:00:00Z is after the latest start that meets it, 2026-03-01T13:00:00Z",
 		},
 		{
 			ID: 44,

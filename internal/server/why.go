@@ -41,6 +41,9 @@ func (s *Server) handleWhy(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	why := explain(job, ahead)
+	if warn := deadlineWarning(&job, s.cfg.Clock.Now()); warn != "" {
+		why.Reasons = append(why.Reasons, "Warning: "+warn+".")
+	}
 	if node != "" {
 		why.Reasons = append(why.Reasons[:1], append([]string{node}, why.Reasons[1:]...)...)
 	}
@@ -117,8 +120,13 @@ func explain(job api.Job, ahead int) api.Why {
 			add("%d jobs of higher priority are ahead of it.", ahead)
 		}
 		if p := job.Priority; p != nil {
-			add("Its priority: queue %s tier %d, score %.2f = fair share %.2f + age %.2f + size %.2f - nice %.2f.",
-				job.Spec.Queue, p.Tier, p.Score, p.FairShare, p.Age, p.Size, p.Nice)
+			if p.Deadline != 0 {
+				add("Its priority: queue %s tier %d, score %.2f = fair share %.2f + age %.2f + size %.2f + deadline %.2f - nice %.2f.",
+					job.Spec.Queue, p.Tier, p.Score, p.FairShare, p.Age, p.Size, p.Deadline, p.Nice)
+			} else {
+				add("Its priority: queue %s tier %d, score %.2f = fair share %.2f + age %.2f + size %.2f - nice %.2f.",
+					job.Spec.Queue, p.Tier, p.Score, p.FairShare, p.Age, p.Size, p.Nice)
+			}
 		}
 		// The estimated start travels in its own field; clients print it in the reader's zone.
 		if job.EstimatedStart == nil && waitsForResources(job.Reason) {
