@@ -118,8 +118,10 @@ func checkDrain(req api.DrainRequest, now time.Time) (api.Maintenance, *api.Erro
 		return m, invalid("reason", "must be UTF-8 text")
 	case utf8.RuneCountInString(m.Reason) > api.MaxDrainReason:
 		return m, invalid("reason", "is %d characters long; at most %d are allowed", utf8.RuneCountInString(m.Reason), api.MaxDrainReason)
-	case strings.IndexFunc(m.Reason, unicode.IsControl) >= 0:
-		return m, invalid("reason", "must be one line of printable text, without control characters")
+	case strings.IndexFunc(m.Reason, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0:
+		// Control and format characters (a newline, an escape, a right-to-left override)
+		// would forge lines or reorder text wherever the reason is shown.
+		return m, invalid("reason", "must be one line of printable text, without control or format characters")
 	case m.Reason == "":
 		m.Reason = api.DefaultDrainReason
 	}

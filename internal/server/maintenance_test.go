@@ -117,6 +117,8 @@ func TestDrainBadInput(t *testing.T) {
 		{`{"reason":"` + strings.Repeat("x", api.MaxDrainReason+1) + `"}`, "reason"},
 		{`{"reason":"fan\nswap"}`, "reason"},
 		{`{"reason":"bell\u0007"}`, "reason"},
+		{`{"reason":"fan \u202eswap"}`, "reason"},
+		{`{"reason":"tab\there"}`, "reason"},
 		{`{"at":"` + ts(-time.Hour) + `"}`, "at"},
 		{`{"at":"` + ts(400*24*time.Hour) + `"}`, "at"},
 		{`{"at":"` + ts(2*time.Hour) + `","until":"` + ts(time.Hour) + `"}`, "until"},
