@@ -8,18 +8,9 @@ import (
 	"time"
 
 	"github.com/rotahq/rota/internal/api"
-	"github.com/rotahq/rota/internal/store/storetest"
 )
 
 func TestMaintenanceWindow(t *testing.T) { testMaintenanceWindow(t, newHarness(t)) }
-
-// The same window on PostgreSQL, through a restart.
-func TestMaintenanceWindowOnPostgres(t *testing.T) {
-	url := storetest.StartPostgres(t)
-	h := &harness{t: t, url: url, clock: &fakeClock{t: time.Date(2026, 11, 1, 9, 0, 0, 0, time.UTC)}, dir: t.TempDir()}
-	h.open()
-	testMaintenanceWindow(t, h)
-}
 
 // A window planned two hours ahead: until it opens, a job that ends before it starts on
 // the node and one whose limit crosses it waits, saying why; the plan survives a restart;
