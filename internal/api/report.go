@@ -80,6 +80,10 @@ type UsageRow struct {
 	// Cost is GPU-hours × the price of the GPU model, where prices are set; nil when no
 	// GPU-hour of the group has a price.
 	Cost *float64 `json:"cost,omitempty"`
+	// DeadlinesMet and DeadlinesMissed count the jobs whose deadline fell due in the
+	// window and was decided (Job.DeadlineResult), in the group of that instant.
+	DeadlinesMet    int `json:"deadlines_met,omitempty"`
+	DeadlinesMissed int `json:"deadlines_missed,omitempty"`
 }
 
 // UsageReport is the answer to GET /api/v1/usage.

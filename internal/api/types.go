@@ -121,6 +121,33 @@ type JobSpec struct {
 	// runtime (podman, docker or apptainer), with its GPUs, working directory, ROTA_*
 	// variables and checkpoint directory. Empty: the job runs on the node directly.
 	Image string `json:"image,omitempty" yaml:"image"`
+	// Deadline is when the job must have finished (DeadlineKind "finish", the default) or
+	// started ("start"); nil: none. It raises the job's priority within its tier as it
+	// nears. A finish-by deadline needs a time limit, and must leave room for it.
+	Deadline *time.Time `json:"deadline,omitempty" yaml:"deadline"`
+	// DeadlineKind is DeadlineFinish or DeadlineStart; empty means DeadlineFinish.
+	DeadlineKind string `json:"deadline_kind,omitempty" yaml:"deadline_kind"`
+}
+
+// Deadline kinds and results.
+const (
+	DeadlineFinish = "finish"
+	DeadlineStart  = "start"
+	DeadlineMet    = "met"
+	DeadlineMissed = "missed"
+)
+
+// LatestStart is the latest start that meets the spec's deadline: the deadline itself for a
+// start-by deadline, the deadline less the time limit for a finish-by one; zero without a
+// deadline.
+func (s *JobSpec) LatestStart() time.Time {
+	if s.Deadline == nil {
+		return time.Time{}
+	}
+	if s.DeadlineKind == DeadlineStart {
+		return *s.Deadline
+	}
+	return s.Deadline.Add(-time.Duration(s.TimeLimit) * time.Second)
 }
 
 // Restart policies.
@@ -197,6 +224,18 @@ type Job struct {
 	IdleWarned bool `json:"idle_warned,omitempty"`
 	// Usage is what the current or last attempt used, over all its nodes (API only).
 	Usage *Usage `json:"usage,omitempty"`
+	// DeadlineResult is DeadlineMet or DeadlineMissed once the job's deadline is decided:
+	// a start-by deadline when the job first starts, or passes before it does; a finish-by
+	// one when the job succeeds, fails or times out, or passes before it ends. Empty while
+	// undecided, without a deadline, and for a job cancelled before its deadline.
+	DeadlineResult string `json:"deadline_result,omitempty"`
+	// DeadlineMissedBy is how late the job started or ended, in seconds, for a missed
+	// deadline; 0 while it still waits or runs past it.
+	DeadlineMissedBy int64 `json:"deadline_missed_by_s,omitempty"`
+	// DeadlineWarning says, for a job whose deadline is still open, why it looks
+	// unreachable: the estimated start is too late, or its latest start has passed (API
+	// only, not stored).
+	DeadlineWarning string `json:"deadline_warning,omitempty"`
 }
 
 // Stat summarises one measured quantity over an attempt's samples.
@@ -232,6 +271,7 @@ type Priority struct {
 	FairShare float64 `json:"fair_share"`
 	Age       float64 `json:"age"`
 	Size      float64 `json:"size"`
+	Deadline  float64 `json:"deadline,omitempty"`
 	Nice      float64 `json:"nice"`
 }
 
@@ -490,6 +530,9 @@ type Node struct {
 	HeldGPUs []int `json:"held_gpus,omitempty"`
 	// SharedGPUs lists the node's GPUs that jobs share, with their tenants (API only).
 	SharedGPUs []SharedGPU `json:"shared_gpus,omitempty"`
+	// Maintenance is the node's drain: why, and the window, planned or open; nil when
+	// the node is not drained by an operator.
+	Maintenance *Maintenance `json:"maintenance,omitempty"`
 }
 
 // SharedGPU is a GPU that jobs share: its tenants and what they hold of it.
@@ -508,6 +551,34 @@ type Tenant struct {
 	Share    float64 `json:"share"`
 	MemoryMB int64   `json:"memory_mb"`
 }
+
+// Maintenance is an operator's drain of a node: a window from Start in which the node
+// takes no new work. Before Start the node runs only jobs whose time limit ends them by
+// then; from Start it is DRAINING, then DRAINED; at End it returns to service by itself.
+type Maintenance struct {
+	Reason string    `json:"reason"`
+	Start  time.Time `json:"start"`
+	// End is when the node returns to service on its own; nil: when an operator resumes it.
+	End *time.Time `json:"end,omitempty"`
+	// By is who asked for it.
+	By string `json:"by,omitempty"`
+}
+
+// DrainRequest is the optional body of POST /api/v1/nodes/{name}/drain.
+type DrainRequest struct {
+	// Reason says why, in at most MaxDrainReason characters; empty: DefaultDrainReason.
+	Reason string `json:"reason,omitempty"`
+	// At plans the window to start later; nil (or now): the drain starts at once.
+	At *time.Time `json:"at,omitempty"`
+	// Until ends the window: the node returns to service by itself then; nil: at resume.
+	Until *time.Time `json:"until,omitempty"`
+}
+
+// Limits of a drain request.
+const (
+	MaxDrainReason     = 200
+	DefaultDrainReason = "no reason given"
+)
 
 // TelemetryPoint is one point of a downsampled history: the mean over its interval.
 type TelemetryPoint struct {
@@ -600,6 +671,8 @@ const (
 	EventHealth = "health"
 	// EventIdle records a job warned that it holds GPUs without using them.
 	EventIdle = "idle"
+	// EventDeadline records a job's deadline passing before it started or ended.
+	EventDeadline = "deadline"
 	// EventAdmin is what older servers recorded for every administrative change.
 	EventAdmin = "admin"
 )
@@ -608,7 +681,7 @@ const (
 func EventKinds() []string {
 	return []string{EventSubmit, EventTransition, EventCheckpoint, EventPreempt, EventCancel, EventHold, EventRelease,
 		EventNode, EventDrain, EventQueue, EventTeam, EventQuota, EventUser, EventToken, EventJoin, EventReservation,
-		EventConfig, EventHealth, EventIdle, EventAdmin}
+		EventConfig, EventHealth, EventIdle, EventDeadline, EventAdmin}
 }
 
 // Queue is a class of work. Issue-2 queues carry a priority tier and time limits.

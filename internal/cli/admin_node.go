@@ -5,14 +5,23 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/rotahq/rota/internal/api"
 )
 
-const drainUsage = `rota admin drain NODE...
+const drainUsage = `rota admin drain NODE... [--reason TEXT] [--at TIME] [--until TIME]
 
 Starts no new jobs on the nodes; the jobs running there run to their end, and the node
-is DRAINED once they have. -o json prints the node, or an array when several are given.`
+is DRAINED once they have. --reason says why; rota nodes, rota nodes NAME and the audit
+log show it (default "no reason given").
+--at plans a maintenance window ahead: until then the node keeps working but takes only
+jobs whose time limit ends them by --at (none without a time limit), and it drains itself
+at --at. --until ends the window: the node returns to service by itself then; without
+it, at rota admin resume. rota admin resume also cancels a window planned ahead.
+  TIME is RFC 3339 (2026-12-01T09:00:00Z), a local time "2026-12-01 09:00", now, or
+  +DURATION from now (+2h, +1d); --until may also be a DURATION after --at (4h, 1d12h).
+-o json prints the node, or an array when several are given.`
 
 const resumeUsage = `rota admin resume NODE...
 
@@ -20,7 +29,56 @@ Lets jobs start again on drained or draining nodes. -o json prints the node, or 
 when several are given.`
 
 func runDrain(ctx context.Context, cfg Config, args []string) int {
-	return runNodeAction(ctx, cfg, args, "admin drain", drainUsage, (*Client).Drain, drainOutcome)
+	const cmd = "admin drain"
+	fs, g := newFlagSet(cfg, cmd, drainUsage)
+	reason := fs.String("reason", "", "why the node is drained, one line of `TEXT`")
+	at := fs.String("at", "", "when the maintenance window opens, a `TIME` (default now)")
+	until := fs.String("until", "", "when it ends and the node returns to service, a `TIME` or a DURATION after --at")
+	pos, code, ok := parseFlags(fs, g, args)
+	if !ok {
+		return code
+	}
+	if len(pos) == 0 {
+		return cfg.usageError(cmd, "no node given")
+	}
+	req, err := buildDrain(*reason, *at, *until, cfg.Now(), cfg.location())
+	if err != nil {
+		return cfg.usageError(cmd, "%v", err)
+	}
+	c, err := cfg.client(g)
+	if err != nil {
+		return cfg.fail(ctx, err)
+	}
+	nodes, exit := forEach(ctx, cfg, g, pos,
+		func(name string) string { return "node " + name },
+		func(name string) (api.Node, error) { return c.Drain(ctx, name, req) },
+		func(n api.Node) string { return drainOutcome(n, cfg.Now(), cfg.location()) })
+	return printEachJSON(cfg, g, len(pos), nodes, exit)
+}
+
+// buildDrain turns drain's flags into the request. Times go as given; the server, whose
+// clock decides, refuses a window in the past or one that ends before it starts.
+func buildDrain(reason, at, until string, now time.Time, loc *time.Location) (api.DrainRequest, error) {
+	req := api.DrainRequest{Reason: reason}
+	start := now
+	if at != "" {
+		t, err := parseWhen(at, now, loc)
+		if err != nil {
+			return req, fmt.Errorf("--at: %w", err)
+		}
+		req.At, start = &t, t
+	}
+	if until != "" {
+		t, err := parseEnd(until, start, now, loc)
+		if err != nil {
+			return req, fmt.Errorf("--until: %w", err)
+		}
+		if !t.After(start) {
+			return req, fmt.Errorf("--until %s is not after the window's start %s", formatTime(&t, loc), formatTime(&start, loc))
+		}
+		req.Until = &t
+	}
+	return req, nil
 }
 
 func runResume(ctx context.Context, cfg Config, args []string) int {
@@ -51,21 +109,41 @@ func runNodeAction(ctx context.Context, cfg Config, args []string, cmd, usage st
 	return printEachJSON(cfg, g, len(pos), nodes, exit)
 }
 
-func drainOutcome(n api.Node) string {
+func drainOutcome(n api.Node, now time.Time, loc *time.Location) string {
+	window := ""
+	if m := n.Maintenance; m != nil {
+		window = " (" + maintenanceText(m, now, loc) + ")"
+	}
 	switch {
 	case n.State == api.NodeDrained:
-		return "Drained " + n.Name
+		return "Drained " + n.Name + window
+	case n.State != api.NodeDraining && n.Maintenance != nil && n.Maintenance.Start.After(now):
+		return fmt.Sprintf("Planned maintenance of %s%s: until then only jobs that end by its start start there", n.Name, window)
 	case n.State != api.NodeDraining:
 		return fmt.Sprintf("Drain requested for %s (%s)", n.Name, n.State)
 	case len(n.Jobs) == 0:
-		return "Draining " + n.Name + ": no new jobs start there"
+		return "Draining " + n.Name + window + ": no new jobs start there"
 	}
 	ids := make([]string, len(n.Jobs))
 	for i, id := range n.Jobs {
 		ids[i] = strconv.FormatInt(id, 10)
 	}
-	return fmt.Sprintf("Draining %s: no new jobs start there; %s still running (%s)",
-		n.Name, plural(len(n.Jobs), "job", "jobs"), strings.Join(ids, ","))
+	return fmt.Sprintf("Draining %s%s: no new jobs start there; %s still running (%s)",
+		n.Name, window, plural(len(n.Jobs), "job", "jobs"), strings.Join(ids, ","))
+}
+
+// maintenanceText says what a node's maintenance is, in one phrase: "BIOS update, from
+// 2026-12-01 09:00, until 2026-12-01 13:00" (times in loc; a start already past is not
+// given).
+func maintenanceText(m *api.Maintenance, now time.Time, loc *time.Location) string {
+	s := cleanCell(m.Reason, problemWidth)
+	if m.Start.After(now) {
+		s += ", from " + formatTime(&m.Start, loc)
+	}
+	if m.End != nil {
+		return s + ", until " + formatTime(m.End, loc)
+	}
+	return s + ", until resumed"
 }
 
 const nodeRemoveUsage = `rota admin node remove NAME

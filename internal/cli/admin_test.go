@@ -303,9 +303,35 @@ func TestUnreserveAndDeletes(t *testing.T) {
 func TestDrainResume(t *testing.T) {
 	srv := newFakeServer(t)
 	code, out, errOut := run(t, srv.URL, "admin", "drain", "node-a", "node-b", "nope")
-	want := "Draining node-a: no new jobs start there; 3 jobs still running (42,43,44)\nDrained node-b\n"
+	want := "Draining node-a (no reason given, until resumed): no new jobs start there; 3 jobs still running (42,43,44)\n" +
+		"Drained node-b (no reason given, until resumed)\n"
 	if code != ExitError || out != want || errOut != "rota: node nope: no node nope\n" {
 		t.Errorf("drain: exit %d\nstdout %q\nwant   %q\nstderr %q", code, out, want, errOut)
+	}
+	if len(srv.drains) != 2 || srv.drains[0] != (api.DrainRequest{}) {
+		t.Errorf("a bare drain sent %+v; want no body", srv.drains)
+	}
+
+	// A window planned ahead, with its reason and end.
+	srv.drains = nil
+	code, out, errOut = run(t, srv.URL, "admin", "drain", "node-a", "--reason", "PSU swap", "--at", "+2h", "--until", "4h")
+	want = "Planned maintenance of node-a (PSU swap, from 2026-03-01 14:00:00 UTC, until 2026-03-01 18:00:00 UTC): until then only jobs that end by its start start there\n"
+	if code != ExitOK || out != want {
+		t.Errorf("drain --at: exit %d\nstdout %q\nwant   %q\nstderr %q", code, out, want, errOut)
+	}
+	if len(srv.drains) != 1 || srv.drains[0].Reason != "PSU swap" || !srv.drains[0].At.Equal(testNow.Add(2*time.Hour)) ||
+		!srv.drains[0].Until.Equal(testNow.Add(6*time.Hour)) {
+		t.Errorf("drain --at sent %+v; want the reason, +2h and +6h", srv.drains)
+	}
+	for _, c := range []struct{ args, want string }{
+		{"--at tomorrow", `rota admin drain: --at: invalid time "tomorrow"`},
+		{"--until 0s", `rota admin drain: --until: invalid time "0s"`},
+		{"--at +2h --until +1h", "rota admin drain: --until 2026-03-01 13:00:00 UTC is not after the window's start 2026-03-01 14:00:00 UTC"},
+	} {
+		code, _, errOut := run(t, srv.URL, "admin", append(append([]string{"drain"}, strings.Fields(c.args)...), "node-b")...)
+		if code != ExitUsage || !strings.HasPrefix(errOut, c.want) {
+			t.Errorf("drain %s: exit %d, stderr %q; want usage error %q", c.args, code, errOut, c.want)
+		}
 	}
 	code, out, _ = run(t, srv.URL, "admin", "resume", "node-b")
 	if code != ExitOK || out != "Resumed node-b (READY)\n" {

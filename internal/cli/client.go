@@ -467,11 +467,15 @@ func (c *Client) DeleteQueue(ctx context.Context, name string) error {
 	return c.do(ctx, http.MethodDelete, namePath("/api/v1/queues/", name), nil, nil, nil)
 }
 
-// Drain stops new jobs from starting on a node; the jobs on it run to their end. The node
-// is DRAINING until they have, then DRAINED.
-func (c *Client) Drain(ctx context.Context, node string) (api.Node, error) {
+// Drain stops new jobs from starting on a node, now or in the window req plans; the jobs on
+// it run to their end. The node is DRAINING until they have, then DRAINED.
+func (c *Client) Drain(ctx context.Context, node string, req api.DrainRequest) (api.Node, error) {
 	var n api.Node
-	err := c.do(ctx, http.MethodPost, namePath("/api/v1/nodes/", node)+"/drain", nil, nil, &n)
+	var body any
+	if req != (api.DrainRequest{}) {
+		body = req
+	}
+	err := c.do(ctx, http.MethodPost, namePath("/api/v1/nodes/", node)+"/drain", nil, body, &n)
 	return n, err
 }
 

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -47,11 +48,13 @@ func fixtureJobs() []api.Job {
 			IdleSince: at(-34 * time.Minute), IdleWarned: true, Usage: fixtureUsage(),
 		},
 		{
-			ID:    43,
-			Spec:  api.JobSpec{Name: "sweep-7", Queue: "batch", Team: "vision", User: "bob", Command: []string{"python", "sweep.py"}, GPUs: 8, GPUsPerNode: 4, Nodes: 2, CPUs: 32, MemoryMB: 1536},
+			ID: 43,
+			Spec: api.JobSpec{Name: "sweep-7", Queue: "batch", Team: "vision", User: "bob", Command: []string{"python", "sweep.py"}, GPUs: 8, GPUsPerNode: 4, Nodes: 2, CPUs: 32, MemoryMB: 1536,
+				Deadline: at(time.Hour), DeadlineKind: api.DeadlineStart},
 			State: api.StatePending, Reason: "Resources", Message: "needs 4 free GPUs on 2 nodes; best node node-b has 2",
 			SubmitTime: *at(-12*time.Minute - 5*time.Second), EstimatedStart: at(2 * time.Hour),
-			Priority: &api.Priority{Tier: 1, Score: 0.8375, FairShare: 0.5, Age: 0.3125, Size: 0.1, Nice: 0.075},
+			Priority:        &api.Priority{Tier: 1, Score: 0.8375, FairShare: 0.5, Age: 0.3125, Size: 0.1, Deadline: 0.2, Nice: 0.275},
+			DeadlineWarning: "the deadline (start by 2026-03-01T13:00:00Z) looks unreachable: the estimated start 2026-03-01T14:00:00Z is after the latest start that meets it, 2026-03-01T13:00:00Z",
 		},
 		{
 			ID: 44,
@@ -284,7 +287,8 @@ func fixtureNodes() api.NodeList {
 				{GPU: 4, PID: 3101, MemoryMB: 76 << 10, Command: "python train.py", JobID: 42, Attempt: 2},
 				{GPU: 5, PID: 3102, MemoryMB: 76 << 10, Command: "python train.py", JobID: 42, Attempt: 2},
 			}},
-			HealthCheck: &api.HealthCheck{Time: *at(-time.Minute), OK: true}},
+			HealthCheck: &api.HealthCheck{Time: *at(-time.Minute), OK: true},
+			Maintenance: &api.Maintenance{Reason: "BIOS update OPS-7", Start: *at(2 * time.Hour), End: at(6 * time.Hour), By: "olga"}},
 		{Name: "node-b", Inventory: api.Inventory{CPUs: 96, MemoryMB: 768 << 10, GPUs: b, Labels: map[string]string{"pool": "train"},
 			DeviceSource: "nvml", DriverVersion: "535.104.05", CUDAVersion: "12.2", Limits: "none"},
 			State: api.NodeDraining, LastHeartbeat: *at(-75 * time.Second), GPUsUsed: 0, CPUsUsed: 0,
@@ -362,6 +366,7 @@ type fakeServer struct {
 	team        api.Team
 	user        api.User
 	tokenReq    api.TokenRequest
+	drains      []api.DrainRequest // the body of every drain
 	joinReq     api.JoinTokenRequest
 	auditQuery  []string // raw query of every GET /api/v1/audit
 	reservation api.Reservation
@@ -593,12 +598,28 @@ func newFakeServerWith(t *testing.T, start func(*httptest.Server)) *fakeServer {
 			}
 			switch r.PathValue("action") {
 			case "drain":
-				n.State = api.NodeDrained
-				if len(n.Jobs) > 0 {
-					n.State = api.NodeDraining
+				var req api.DrainRequest
+				if r.ContentLength != 0 {
+					if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+						writeJSON(w, http.StatusBadRequest, api.Error{Code: api.CodeInvalid, Message: err.Error()})
+						return
+					}
 				}
+				f.mu.Lock()
+				f.drains = append(f.drains, req)
+				f.mu.Unlock()
+				m := &api.Maintenance{Reason: cmp.Or(req.Reason, api.DefaultDrainReason), Start: testNow, End: req.Until, By: "admin"}
+				if req.At != nil && req.At.After(testNow) {
+					m.Start = *req.At
+				} else {
+					n.State = api.NodeDrained
+					if len(n.Jobs) > 0 {
+						n.State = api.NodeDraining
+					}
+				}
+				n.Maintenance = m
 			case "resume":
-				n.State = api.NodeReady
+				n.State, n.Maintenance = api.NodeReady, nil
 			}
 			writeJSON(w, http.StatusOK, n)
 			return

@@ -186,6 +186,8 @@ var specFields = []struct{ name, what string }{
 	{"retries", "failed attempts followed by another under the restart policy"},
 	{"notify", "webhooks told of the job's events: [{url: URL, events: [started, ended]}]"},
 	{"image", "run in this OCI container image through the node's container runtime"},
+	{"deadline", "when the job must have finished (or started), RFC 3339: 2026-12-01T18:00:00Z"},
+	{"deadline_kind", "finish (default: start + time limit by the deadline) or start (start by it)"},
 }
 
 func writeSpecHelp(w io.Writer) {

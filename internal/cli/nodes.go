@@ -21,7 +21,8 @@ Lists nodes: state, GPUs in use of the total, what the GPUs really do by the nod
 latest telemetry (UTIL: mean utilisation over its GPUs; GMEM: GPU memory used of the
 total; "-" without telemetry or for a lost node), GPU models, CPUs in use of the total,
 memory, labels and when the node's agent last reported. STATE says "degraded" when a GPU
-vanished or the node's health check fails. Below the table, one line per problem: why a
+vanished or the node's health check fails. Below the table, one line per problem: a
+drain's reason and maintenance window (planned or open, see rota admin drain), why a
 node is degraded, unhealthy GPUs, GPUs held from new work by leftover processes (GPU
 processes of no live job) and failed health checks; then a warning for each pool (the
 nodes of one "pool" label; nodes without one form the default pool) that mixes GPU
@@ -220,7 +221,20 @@ func nodeState(n api.Node) string {
 	return string(n.State) + " (" + strings.Join(marks, ", ") + ")"
 }
 
-// nodeProblems says what is wrong with a node, one line a problem: why it is degraded,
+// describeMaintenance is a node's drain in words: its reason and window, and who asked.
+func describeMaintenance(m *api.Maintenance, now time.Time, loc *time.Location) string {
+	if m == nil {
+		return ""
+	}
+	s := maintenanceText(m, now, loc)
+	if m.By != "" {
+		s += " (by " + clean(m.By) + ")"
+	}
+	return s
+}
+
+// nodeProblems says what is wrong with a node, one line a problem: its maintenance (a
+// drain with its reason and window, planned or open), why it is degraded,
 // then each GPU held from new work by leftover processes. The server writes a sentence
 // into Degraded for each missing or unhealthy GPU and a failing health check; only when
 // it gave none are those problems told from the GPUs and the check themselves, so that
@@ -228,6 +242,9 @@ func nodeState(n api.Node) string {
 func nodeProblems(n api.Node, now time.Time, loc *time.Location) []string {
 	name := clean(n.Name)
 	var lines []string
+	if m := n.Maintenance; m != nil {
+		lines = append(lines, name+": maintenance: "+describeMaintenance(m, now, loc))
+	}
 	for _, reason := range n.Degraded {
 		lines = append(lines, fmt.Sprintf("%s: %s", name, cleanCell(reason, problemWidth)))
 	}
@@ -402,6 +419,7 @@ func (cfg Config) printNode(n api.Node) error {
 		{"Name", clean(n.Name)},
 		{"State", nodeState(n)},
 		{"Degraded", describeDegraded(n.Degraded)},
+		{"Maintenance", describeMaintenance(n.Maintenance, now, loc)},
 		{"Hostname", clean(n.Hostname)},
 		{"Labels", clean(formatLabels(n.Labels))},
 		{"GPUs", nodeGPUs(n) + " in use, " + gpuModels(n.GPUs)},

@@ -293,3 +293,24 @@ func TestSubmitASharedGPU(t *testing.T) {
 		}
 	}
 }
+
+// --deadline takes a time relative to now, RFC 3339 or local, in a #ROTA line as on the
+// command line, and --deadline-kind start turns it into a start-by deadline.
+func TestSubmitDeadline(t *testing.T) {
+	withEnviron(t, nil)
+	dir := t.TempDir()
+	script := filepath.Join(dir, "eval.sh")
+	os.WriteFile(script, []byte("#!/bin/bash\n#ROTA --gpus 1 --time 2h --deadline +6h\npython eval.py\n"), 0o644)
+	code, spec, stderr := submitOnce(t, script)
+	if code != ExitOK || spec.Deadline == nil || !spec.Deadline.Equal(testNow.Add(6*time.Hour)) || spec.DeadlineKind != "" {
+		t.Fatalf("#ROTA --deadline +6h: exit %d, deadline %v kind %q; want %v, kind left to the server; %s", code, spec.Deadline, spec.DeadlineKind, testNow.Add(6*time.Hour), stderr)
+	}
+	code, spec, stderr = submitOnce(t, "--deadline", "2026-03-02T08:00:00Z", "--deadline-kind", "Start", script)
+	if code != ExitOK || !spec.Deadline.Equal(time.Date(2026, 3, 2, 8, 0, 0, 0, time.UTC)) || spec.DeadlineKind != api.DeadlineStart {
+		t.Errorf("--deadline RFC 3339 --deadline-kind Start: exit %d, %v %q; want 2026-03-02T08:00:00Z start; %s", code, spec.Deadline, spec.DeadlineKind, stderr)
+	}
+	code, _, stderr = submitOnce(t, "--deadline", "soonish", script)
+	if code != ExitUsage || !strings.Contains(stderr, `--deadline: invalid time "soonish"`) {
+		t.Errorf("--deadline soonish: exit %d, stderr %q; want a usage error naming the flag", code, stderr)
+	}
+}

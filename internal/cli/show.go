@@ -100,6 +100,7 @@ func printJobDetail(cfg Config, d api.JobDetail) {
 		{"Image", clean(j.Spec.Image)},
 		{"Image digest", imageDigests(d.AttemptList)},
 		{"Time limit", timeLimit},
+		{"Deadline", describeDeadline(j, now, loc)},
 		{"Depends on", describeDependencies(j.Spec)},
 		{"Array", describeArray(j)},
 		{"Restart", describeRestart(j)},
@@ -296,11 +297,40 @@ func describePriority(p *api.Priority) string {
 		return ""
 	}
 	d := fmt.Sprintf("tier %d, score %.2f = fair share %.2f + age %.2f + size %.2f", p.Tier, p.Score, p.FairShare, p.Age, p.Size)
+	if p.Deadline != 0 {
+		d += fmt.Sprintf(" + deadline %.2f", p.Deadline)
+	}
 	// A negative nice raises the score; "- nice -0.50" would read badly.
 	if p.Nice < 0 {
 		return d + fmt.Sprintf(" + nice %.2f", -p.Nice)
 	}
 	return d + fmt.Sprintf(" - nice %.2f", p.Nice)
+}
+
+// describeDeadline is the Deadline line: the kind and time, then the result once
+// decided ("missed by 2h0m0s"), or the server's warning while it looks unreachable.
+func describeDeadline(j api.Job, now time.Time, loc *time.Location) string {
+	if j.Spec.Deadline == nil {
+		return ""
+	}
+	kind := "finish"
+	if j.Spec.DeadlineKind == api.DeadlineStart {
+		kind = "start"
+	}
+	d := kind + " by " + formatTimeRel(j.Spec.Deadline, now, loc)
+	switch {
+	case j.DeadlineResult == api.DeadlineMet:
+		return d + ": met"
+	case j.DeadlineResult == api.DeadlineMissed && j.DeadlineMissedBy > 0:
+		return d + ": missed by " + formatDuration(time.Duration(j.DeadlineMissedBy)*time.Second)
+	case j.DeadlineResult == api.DeadlineMissed && !j.State.Terminal():
+		return d + ": missed, by " + formatDuration(now.Sub(*j.Spec.Deadline)) + " so far"
+	case j.DeadlineResult == api.DeadlineMissed:
+		return d + ": missed (the job did not succeed)"
+	case j.DeadlineWarning != "":
+		return d + "; WARNING: " + clean(j.DeadlineWarning)
+	}
+	return d
 }
 
 // describeBorrowing is the Borrowing line: set while the job runs beyond its team's

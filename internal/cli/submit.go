@@ -56,6 +56,11 @@ override the spec file; a command after -- overrides the file's command.
   the container runtime of the node it lands on, with its GPUs, working directory and
   ROTA_* variables; only nodes with a runtime take it, and the queue may limit which
   images its jobs run.
+  --deadline says when the job must have finished: RFC 3339, a local time "2026-12-01
+  18:00", or +DURATION from now (+6h, +2d); --deadline-kind start makes it the time
+  it must have started by. A finish-by deadline needs a time limit that fits before it.
+  As the deadline nears the job rises within its queue's tier; rota why and rota show
+  warn when its estimated start cannot meet it, and the job records met or missed.
   --notify URL or URL#EVENT,EVENT (repeatable) adds a webhook told of the job's events:
   started, succeeded, failed, ended, preempted, idle_warning, node_lost (default:
   started, ended, preempted, idle_warning and node_lost). Given, it replaces the spec
@@ -93,6 +98,7 @@ type submitFlags struct {
 	signal, file, user, restartPolicy       string
 	image, gres, dependency, export         string
 	after, afterOK, array                   string
+	deadline, deadlineKind                  string
 	hold, strict                            bool
 	nice                                    int
 	env                                     envFlag
@@ -137,6 +143,8 @@ func (f *submitFlags) register(fs *flag.FlagSet, cmdline bool) {
 	fs.BoolVar(&f.hold, "hold", false, "submit the job held, until rota release")
 	fs.IntVar(&f.nice, "nice", 0, "lower the job's priority score by `N` points")
 	fs.StringVar(&f.image, "image", "", "run the job in this container `IMAGE`, e.g. registry.example.com/ml/train:1.2")
+	fs.StringVar(&f.deadline, "deadline", "", "finish (or with --deadline-kind start, start) by this `TIME`: RFC 3339, \"2026-12-01 18:00\" (local) or +DURATION from now (+6h, +2d)")
+	fs.StringVar(&f.deadlineKind, "deadline-kind", "", "`KIND` of --deadline: finish (default; start + time limit by it) or start")
 	fs.Var(&f.notify, "notify", "webhook `URL[#EVENTS]` told of the job's events (repeatable)")
 	fs.BoolVar(&f.strict, "strict", false, "make every warning about a batch script's directives an error")
 	if !cmdline {
@@ -232,6 +240,9 @@ type specBuilder struct {
 	gres   int
 	export string
 	strict bool
+	// now and loc read --deadline's relative and local times; now nil means time.Now.
+	now func() time.Time
+	loc *time.Location
 }
 
 // apply copies the flags set on fs into the spec.
@@ -268,7 +279,7 @@ func (b *specBuilder) apply(fs *flag.FlagSet, f submitFlags) error {
 // in. The user is left to the server, which knows who is asking. It returns warnings about
 // the script and --export even with an error.
 func buildSpec(cfg Config, fs *flag.FlagSet, f submitFlags, script *batchScript, command []string) (api.JobSpec, []string, error) {
-	var b specBuilder
+	b := specBuilder{now: cfg.Now, loc: cfg.location()}
 	var warns []string
 	if f.file != "" {
 		var err error
@@ -427,6 +438,17 @@ func (b *specBuilder) applyFlag(f submitFlags, name string) error {
 		spec.Nice = f.nice
 	case "image":
 		spec.Image = strings.TrimSpace(f.image)
+	case "deadline":
+		var t time.Time
+		now := time.Now
+		if b.now != nil {
+			now = b.now
+		}
+		if t, err = parseWhen(f.deadline, now(), b.loc); err == nil {
+			spec.Deadline = &t
+		}
+	case "deadline-kind":
+		spec.DeadlineKind = strings.ToLower(strings.TrimSpace(f.deadlineKind))
 	case "notify":
 		spec.Notify = f.notify.list
 	case "env":

@@ -70,6 +70,13 @@ func (s *State) Snapshot(now time.Time, keep func(*api.Job) bool) *sched.Snapsho
 				NVLinkPeers: g.NVLinkPeers,
 			})
 		}
+		if m := n.Maintenance; m != nil {
+			sm := sched.Maintenance{Node: n.Name, Reason: m.Reason, Start: m.Start}
+			if m.End != nil {
+				sm.End = *m.End
+			}
+			snap.Maintenance = append(snap.Maintenance, sm)
+		}
 		snap.Nodes = append(snap.Nodes, sn)
 	}
 	for _, q := range s.queues {
@@ -108,6 +115,7 @@ func (s *State) Snapshot(now time.Time, keep func(*api.Job) bool) *sched.Snapsho
 			ID: id, Queue: j.Spec.Queue, Team: j.Spec.Team, User: j.Spec.User, SubmitTime: j.SubmitTime, Nice: j.Spec.Nice,
 			TimeLimit: time.Duration(j.Spec.TimeLimit) * time.Second, Image: j.Spec.Image,
 			AttainedService: sv.attained, LastRun: sv.lastRun, Requeued: sv.requeued,
+			StartBy: j.Spec.LatestStart(),
 			Request: sched.Request{
 				GPUs: j.Spec.GPUs, Nodes: j.Spec.Nodes, GPUsPerNode: j.Spec.GPUsPerNode, GPUModel: j.Spec.GPUModel,
 				GPUModels: GPUModels(j.Spec.GPUModel), CPUs: j.Spec.CPUs, MemoryMB: j.Spec.MemoryMB,

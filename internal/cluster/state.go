@@ -209,6 +209,19 @@ func (s *State) Jobs(keep func(*api.Job) bool) []api.Job {
 // PendingIDs returns the IDs of pending jobs, ascending.
 func (s *State) PendingIDs() []int64 { return sortedKeys(s.pending) }
 
+// UnfinishedIDs returns the IDs of the jobs not yet ended (held, pending or active),
+// ascending.
+func (s *State) UnfinishedIDs() []int64 {
+	out := make([]int64, 0, len(s.held)+len(s.pending)+len(s.active))
+	for _, m := range []map[int64]struct{}{s.held, s.pending, s.active} {
+		for id := range m {
+			out = append(out, id)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
 // ActiveIDs returns the IDs of jobs holding resources, ascending.
 func (s *State) ActiveIDs() []int64 { return sortedKeys(s.active) }
 
@@ -427,5 +440,37 @@ func Transition(j *api.Job, to api.JobState, reason, msg, actor string, now time
 		t := now
 		j.EndTime = &t
 	}
+	decideDeadline(j, to, now)
 	return ev, nil
+}
+
+// decideDeadline records whether the job met its deadline, at the transition that decides
+// it: a start-by deadline at the first assignment; a finish-by one when the job ends,
+// met only by success in time. A deadline already marked missed (it passed while the
+// job waited or ran, see the server's missedDeadlines) gets its lateness. A job
+// cancelled before its deadline has no result: it was not the schedule's doing.
+func decideDeadline(j *api.Job, to api.JobState, now time.Time) {
+	dl := j.Spec.Deadline
+	if dl == nil || j.DeadlineResult == api.DeadlineMet || j.DeadlineMissedBy > 0 {
+		return
+	}
+	late := now.After(*dl)
+	switch {
+	case j.Spec.DeadlineKind == api.DeadlineStart:
+		if to != api.StateAssigned || (j.DeadlineResult == "" && j.Attempts > 1) {
+			return
+		}
+	case !to.Terminal():
+		return
+	case to == api.StateCancelled && !late:
+		return
+	case to != api.StateSucceeded && !late:
+		j.DeadlineResult = api.DeadlineMissed // failed or timed out: not done by it
+		return
+	}
+	if late {
+		j.DeadlineResult, j.DeadlineMissedBy = api.DeadlineMissed, int64(now.Sub(*dl).Seconds())
+		return
+	}
+	j.DeadlineResult = api.DeadlineMet
 }

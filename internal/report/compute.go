@@ -86,7 +86,42 @@ func Compute(in Input, q Query) (api.UsageReport, error) {
 	for i := range records {
 		c.add(&records[i])
 	}
+	c.deadlines(records)
 	return c.report(records), nil
+}
+
+// deadlines counts the jobs whose deadline fell due in the window and is decided, met or
+// missed, in the group of that instant and of the job's last attempt's first rank (team,
+// user and queue need no attempt; a job that never started counts under "unknown" node
+// and model).
+func (c *computation) deadlines(records []AttemptUsage) {
+	last := map[int64]*AttemptUsage{}
+	for i := range records {
+		if a := &records[i]; last[a.JobID] == nil || a.N > last[a.JobID].N {
+			last[a.JobID] = a
+		}
+	}
+	for i := range c.in.Jobs {
+		j := &c.in.Jobs[i]
+		if j.Spec.Deadline == nil || j.DeadlineResult == "" || !c.inWindow(*j.Spec.Deadline) {
+			continue
+		}
+		a := last[j.ID]
+		if a == nil {
+			a = &AttemptUsage{JobID: j.ID, Team: j.Spec.Team, User: j.Spec.User, Queue: j.Spec.Queue}
+		}
+		first := Rank{Node: "unknown", Model: "unknown"}
+		if len(a.Ranks) > 0 {
+			first = a.Ranks[0]
+		}
+		for _, g := range []*group{c.total, c.row(c.g.key(a, first, *j.Spec.Deadline))} {
+			if j.DeadlineResult == api.DeadlineMet {
+				g.deadlinesMet++
+			} else {
+				g.deadlinesMissed++
+			}
+		}
+	}
 }
 
 // computation accumulates the rows of one report and its total.
@@ -136,6 +171,8 @@ type group struct {
 	succeeded int
 	failed    int
 	preempts  int
+	// deadlinesMet and deadlinesMissed count decided deadlines that fell due here.
+	deadlinesMet, deadlinesMissed int
 }
 
 func newGroup() *group {
@@ -318,7 +355,7 @@ func (g *group) row(key string) api.UsageRow {
 	r := api.UsageRow{Key: key, Jobs: len(g.jobs), Attempts: len(g.attempts),
 		GPUHours: round6(g.allocated / 3600), EffectiveGPUHours: round6(g.effective / 3600), MeasuredGPUHours: round6(g.measured / 3600),
 		IdleGPUHours: round6(g.idle / 3600), Succeeded: g.succeeded, Failed: g.failed, Preemptions: g.preempts,
-		PreemptionWasteGPUHours: round6(g.waste / 3600)}
+		PreemptionWasteGPUHours: round6(g.waste / 3600), DeadlinesMet: g.deadlinesMet, DeadlinesMissed: g.deadlinesMissed}
 	if g.measured > 0 {
 		u := round6(g.effective / g.measured * 100)
 		r.UtilizationPct = &u

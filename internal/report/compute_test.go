@@ -4,6 +4,7 @@ import (
 	"errors"
 	"maps"
 	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -332,5 +333,49 @@ func TestParseTime(t *testing.T) {
 		if _, err := ParseTime(in); err == nil {
 			t.Errorf("ParseTime(%q) took it", in)
 		}
+	}
+}
+
+// Deadlines count in the group of the instant they fall due, when decided: job 1 met its
+// deadline, job 3 missed it, job 6's fell due after the window, job 7's is undecided,
+// and a job that never started (no attempt) missed a start-by deadline.
+func TestDeadlineCounts(t *testing.T) {
+	in := scenario()
+	set := func(id int64, due time.Time, result string) {
+		for i := range in.Jobs {
+			if in.Jobs[i].ID == id {
+				in.Jobs[i].Spec.Deadline, in.Jobs[i].DeadlineResult = tp(due), result
+			}
+		}
+	}
+	set(1, oct31(11, 0), api.DeadlineMet)
+	set(3, oct31(13, 0), api.DeadlineMissed)
+	set(6, time.Date(2026, 11, 4, 0, 0, 0, 0, time.UTC), api.DeadlineMet)
+	set(7, oct31(23, 0), "")
+	in.Jobs = append(in.Jobs, api.Job{ID: 9, Spec: api.JobSpec{User: "carol", Team: "vision", Queue: "batch", Deadline: tp(oct31(18, 0)),
+		DeadlineKind: api.DeadlineStart}, State: api.StatePending, SubmitTime: oct31(17, 0), DeadlineResult: api.DeadlineMissed})
+	rep := compute(t, in, api.ByTeam, scenarioWindow)
+	if r := rowOf(t, rep, "nlp"); r.DeadlinesMet != 1 || r.DeadlinesMissed != 0 {
+		t.Errorf("nlp: %d met, %d missed; want 1, 0", r.DeadlinesMet, r.DeadlinesMissed)
+	}
+	if r := rowOf(t, rep, "vision"); r.DeadlinesMet != 0 || r.DeadlinesMissed != 2 {
+		t.Errorf("vision: %d met, %d missed; want 0, 2", r.DeadlinesMet, r.DeadlinesMissed)
+	}
+	if rep.Total.DeadlinesMet != 1 || rep.Total.DeadlinesMissed != 2 {
+		t.Errorf("total: %d met, %d missed; want 1, 2", rep.Total.DeadlinesMet, rep.Total.DeadlinesMissed)
+	}
+	byNode := compute(t, in, api.ByNode, scenarioWindow)
+	if r := rowOf(t, byNode, "unknown"); r.DeadlinesMissed != 1 {
+		t.Errorf("by node: the job that never ran counts %d missed under unknown; want 1", r.DeadlinesMissed)
+	}
+	var b strings.Builder
+	WriteTable(&b, rep)
+	if !strings.Contains(b.String(), "DEADLINES MET/MISSED") || !strings.Contains(b.String(), "0/2") {
+		t.Errorf("table lacks the deadline column:\n%s", b.String())
+	}
+	b.Reset()
+	WriteTable(&b, compute(t, scenario(), api.ByTeam, scenarioWindow))
+	if strings.Contains(b.String(), "DEADLINES") {
+		t.Errorf("a report without deadlines shows the column:\n%s", b.String())
 	}
 }

@@ -58,11 +58,19 @@ func Cells(rep api.UsageReport) (head []string, rows [][]string) {
 	if capacity {
 		head = append(head, "CAPACITY", "FREE")
 	}
+	// Only reports that count deadlines show them: most clusters use none.
+	deadlines := rep.Total.DeadlinesMet+rep.Total.DeadlinesMissed > 0
+	if deadlines {
+		head = append(head, "DEADLINES MET/MISSED")
+	}
 	for _, r := range append(slices.Clone(rep.Rows), rep.Total) {
 		line := []string{printable(r.Key), hours(r.GPUHours), effective(r), percent(r.UtilizationPct), strconv.Itoa(r.Jobs),
 			rate(r.SuccessRate), waits(r), failures(r.Failures), preemptions(r), hours(r.IdleGPUHours), money(r.Cost)}
 		if capacity {
 			line = append(line, hours(r.CapacityGPUHours), hours(r.IdleCapacityGPUHours))
+		}
+		if deadlines {
+			line = append(line, fmt.Sprintf("%d/%d", r.DeadlinesMet, r.DeadlinesMissed))
 		}
 		rows = append(rows, line)
 	}
@@ -91,7 +99,7 @@ func WriteTable(w io.Writer, rep api.UsageReport) error {
 // failures as "category=count;..." and the currency of the cost.
 var csvHead = []string{"key", "jobs", "attempts", "gpu_hours", "effective_gpu_hours", "measured_gpu_hours", "utilization_pct",
 	"idle_gpu_hours", "succeeded", "failed", "success_rate", "failures", "assigned", "wait_p50_s", "wait_p95_s", "preemptions",
-	"preemption_waste_gpu_hours", "capacity_gpu_hours", "idle_capacity_gpu_hours", "cost", "currency"}
+	"preemption_waste_gpu_hours", "capacity_gpu_hours", "idle_capacity_gpu_hours", "cost", "currency", "deadlines_met", "deadlines_missed"}
 
 // WriteCSV writes the report's rows, then its total, under a head line. A figure that is
 // unknown (utilisation without telemetry, cost without a price) is empty.
@@ -106,7 +114,8 @@ func WriteCSV(w io.Writer, rep api.UsageReport) error {
 		cw.Write([]string{csvSafe(r.Key), strconv.Itoa(r.Jobs), strconv.Itoa(r.Attempts), num(r.GPUHours), num(r.EffectiveGPUHours),
 			num(r.MeasuredGPUHours), optNum(r.UtilizationPct), num(r.IdleGPUHours), strconv.Itoa(r.Succeeded), strconv.Itoa(r.Failed),
 			optNum(r.SuccessRate), failureList(r.Failures), strconv.Itoa(r.Assigned), num(r.WaitP50Seconds), num(r.WaitP95Seconds), strconv.Itoa(r.Preemptions),
-			num(r.PreemptionWasteGPUHours), num(r.CapacityGPUHours), num(r.IdleCapacityGPUHours), optNum(r.Cost), csvSafe(currency)})
+			num(r.PreemptionWasteGPUHours), num(r.CapacityGPUHours), num(r.IdleCapacityGPUHours), optNum(r.Cost), csvSafe(currency),
+			strconv.Itoa(r.DeadlinesMet), strconv.Itoa(r.DeadlinesMissed)})
 	}
 	cw.Flush()
 	return cw.Error()

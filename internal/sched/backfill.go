@@ -70,7 +70,7 @@ func (st *state) earliestWithWindows(c cand, d *demand, limit int64) int64 {
 		next := t
 		end := addSat(t, d.dur)
 		for _, w := range st.nodes[c.node].windows {
-			if w.team != d.team && w.start < end && t < w.end {
+			if w.blocks(d.team) && w.start < end && t < w.end {
 				next = max(next, w.end)
 			}
 		}

@@ -2,7 +2,7 @@
 // out (Schedule, ScheduleWith). It owns the policy:
 //
 //   - the order of pending jobs: queue tier, then a Slurm-like multifactor score (fair
-//     share, age, size, service, nice), least attained service (Tiresias), or a research
+//     share, age, size, deadline, service, nice), least attained service (Tiresias), or a research
 //     baseline for the simulator (Options.Order);
 //   - admission against team quotas (in quota, borrowing, over the limit);
 //   - placement: whole GPUs on one node by best fit (or worst fit), NVLink-aware within a
@@ -13,7 +13,8 @@
 //     unhealthy or held by leftover processes, nor, for a job with an image, a node
 //     without a container runtime;
 //   - EASY backfill: the highest blocked jobs get reservations, which are also their
-//     estimated starts, and lower jobs start only where they do not delay them;
+//     estimated starts, and lower jobs start only where they do not delay them, nor run
+//     into another team's reservation or any maintenance window (Snapshot.Maintenance);
 //   - preemption of borrowed, lower-tier or (under LAS) more-served preemptible work of
 //     the same tier, losing the least, for single
 //     jobs and gangs alike, with a claim on what the victims free that the caller carries

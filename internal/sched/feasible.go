@@ -446,7 +446,7 @@ func inPoolsNode(n *Node, pools []string) bool {
 func (st *state) foreignWindow(ni int, d *demand, start int64) bool {
 	end := addSat(start, d.dur)
 	for _, w := range st.nodes[ni].windows {
-		if w.team != d.team && w.start < end && start < w.end {
+		if w.blocks(d.team) && w.start < end && start < w.end {
 			return true
 		}
 	}

@@ -61,6 +61,10 @@ type Options struct {
 	// service factor takes half its weight (Weights.Service): the factor is
 	// 1 - 2^(-service/ServiceHalf). Default 8 hours: one node of 8 GPUs for an hour.
 	ServiceHalf time.Duration
+	// DeadlineHorizon is how far ahead of a job's latest start (Job.StartBy) its deadline
+	// factor starts to grow: 0 a horizon or more before it, rising linearly to 1 at it and
+	// staying 1 after (default 24 hours).
+	DeadlineHorizon time.Duration
 	// Terse skips the one-sentence Reason.Message of pending jobs; codes and numbers are
 	// still set. For the simulator, which never shows them: at thousands of pending jobs
 	// the sentences cost more than the decisions.
@@ -78,6 +82,10 @@ type Weights struct {
 	// at ServiceHalf), so a short experiment does not queue behind a requeued week-long
 	// training of the same tier. Jobs of other queues, and jobs that never ran, lose none.
 	Service float64
+	// Deadline weighs the deadline factor: a job with a deadline gains up to this many
+	// points as its latest start nears. It acts inside the job's tier only, since the
+	// tier orders first.
+	Deadline float64
 }
 
 // Order and placement names.
@@ -100,6 +108,7 @@ const (
 	DefaultMinRuntime       = 10 * time.Minute
 	DefaultLASStarveLimit   = 8
 	DefaultServiceHalf      = 8 * time.Hour
+	DefaultDeadlineHorizon  = 24 * time.Hour
 )
 
 // DefaultLASThresholds are Tiresias' queue limits (its simulator's 3250 and 7200
@@ -123,6 +132,10 @@ const (
 	DefaultWeightAge       = 1000
 	DefaultWeightSize      = 0
 	DefaultWeightService   = 0
+	// DefaultWeightDeadline is half of fair share: a job whose latest start has come
+	// overtakes jobs of its tier whose teams are up to half a fair-share unit better
+	// placed, and a heavy team's deadlines cannot take the whole pool from a light one.
+	DefaultWeightDeadline = 5000
 	// WeightServiceOn is the service weight of the "service" policy.
 	WeightServiceOn = 500
 )
@@ -135,12 +148,13 @@ func DefaultOptions() Options {
 		SharePlacement:   SharePlacementFGD,
 		ReservationDepth: DefaultReservationDepth,
 		Weights: Weights{FairShare: DefaultWeightFairShare, Age: DefaultWeightAge, Size: DefaultWeightSize,
-			Service: DefaultWeightService},
-		MaxAge:         DefaultMaxAge,
-		MinRuntime:     DefaultMinRuntime,
-		LASThresholds:  DefaultLASThresholds(),
-		LASStarveLimit: DefaultLASStarveLimit,
-		ServiceHalf:    DefaultServiceHalf,
+			Service: DefaultWeightService, Deadline: DefaultWeightDeadline},
+		MaxAge:          DefaultMaxAge,
+		MinRuntime:      DefaultMinRuntime,
+		LASThresholds:   DefaultLASThresholds(),
+		LASStarveLimit:  DefaultLASStarveLimit,
+		ServiceHalf:     DefaultServiceHalf,
+		DeadlineHorizon: DefaultDeadlineHorizon,
 	}
 }
 
@@ -176,6 +190,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.ServiceHalf <= 0 {
 		o.ServiceHalf = d.ServiceHalf
+	}
+	if o.DeadlineHorizon <= 0 {
+		o.DeadlineHorizon = d.DeadlineHorizon
 	}
 	for i, t := range o.LASThresholds {
 		if t <= 0 || (i > 0 && t <= o.LASThresholds[i-1]) {

@@ -147,6 +147,9 @@ func fairShares(teams map[string]Team) map[string]float64 {
 //   - service, subtracted like nice: 1 - 2^(-attained/ServiceHalf) for jobs of
 //     preemptible queues, 0 for the others and for jobs that never ran: work that has had
 //     much GPU time in earlier attempts goes after work that has had little.
+//   - deadline: 0 while the job's latest start (Job.StartBy) is DeadlineHorizon or more
+//     away, rising linearly to 1 when it comes and staying 1 after; 0 without a deadline.
+//     Like every factor it orders only inside the tier.
 func priority(j *Job, q Queue, shares map[string]float64, clusterGPUs int, opts *Options, now int64) Priority {
 	p := Priority{Tier: q.Tier, Nice: float64(j.Nice)}
 	f := 1.0
@@ -168,7 +171,11 @@ func priority(j *Job, q Queue, shares map[string]float64, clusterGPUs int, opts 
 	if opts.Weights.Service != 0 && j.AttainedService > 0 && lasQueue(q) {
 		p.Service = opts.Weights.Service * (1 - math.Exp2(-j.AttainedService/opts.ServiceHalf.Seconds()))
 	}
-	p.Score = p.FairShare + p.Age + p.Size - p.Service - p.Nice
+	if !j.StartBy.IsZero() && opts.Weights.Deadline != 0 {
+		slack := float64(j.StartBy.UnixNano()-now) / float64(opts.DeadlineHorizon)
+		p.Deadline = opts.Weights.Deadline * min(max(1-slack, 0), 1)
+	}
+	p.Score = p.FairShare + p.Age + p.Size + p.Deadline - p.Service - p.Nice
 	return p
 }
 

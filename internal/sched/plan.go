@@ -138,7 +138,7 @@ type failure struct {
 }
 
 func newCycle(s *Snapshot, now time.Time, opts Options, st *state) *cycle {
-	st.addWindows(s.Reservations)
+	st.addWindows(s.Reservations, s.Maintenance)
 	c := &cycle{
 		s: s, opts: opts, st: st,
 		plan: Plan{

@@ -49,6 +49,15 @@ func genCluster(r *rand.Rand, nodes, pending int, busyFrac float64, rich bool) *
 		}
 		n.Sharing = rich && i%6 == 1
 		s.Nodes = append(s.Nodes, n)
+		// Maintenance windows: open now, planned ahead, open-ended or not. From i, not
+		// from r, so the other draws stay as they were.
+		if rich && i%15 == 4 {
+			m := Maintenance{Node: n.Name, Reason: "test", Start: t0.Add(time.Duration((i/15)%4-1) * 30 * time.Minute)}
+			if i%2 == 0 {
+				m.End = m.Start.Add(3 * time.Hour)
+			}
+			s.Maintenance = append(s.Maintenance, m)
+		}
 	}
 	id := int64(1)
 	for i := range s.Nodes {
@@ -129,6 +138,9 @@ func genCluster(r *rand.Rand, nodes, pending int, busyFrac float64, rich bool) *
 		}
 		if id%7 == 0 {
 			j.Image = "registry.example.com/ml/train:1"
+		}
+		if rich && id%11 == 0 {
+			j.StartBy = t0.Add(time.Duration(id%5) * time.Hour)
 		}
 		if r.IntN(3) == 0 { // requeued after earlier attempts
 			j.LastRun = time.Duration(1+r.IntN(600)) * time.Minute
@@ -219,6 +231,9 @@ next:
 					continue next
 				}
 			}
+			if inMaintenance(s, a.Node, now, j.TimeLimit) {
+				continue next
+			}
 			for _, idx := range a.GPUIndices {
 				k := gpuKey{a.Node, idx}
 				healthy := false
@@ -240,6 +255,20 @@ next:
 		}
 	}
 	return live, claimed
+}
+
+// inMaintenance reports whether a run of limit (zero: unlimited) from now on node would
+// overlap one of its maintenance windows.
+func inMaintenance(s *Snapshot, node string, now time.Time, limit time.Duration) bool {
+	for _, m := range s.Maintenance {
+		if m.Node != node || (!m.End.IsZero() && !m.End.After(now)) {
+			continue
+		}
+		if limit == 0 || m.Start.Before(now.Add(limit)) {
+			return true
+		}
+	}
+	return false
 }
 
 // checkPlan verifies what must hold of any plan: each job placed or explained once, no GPU
@@ -313,6 +342,9 @@ func checkPlanAt(t *testing.T, s *Snapshot, p Plan, now time.Time, minRuntime ti
 			}
 			if j.Image != "" && n.ContainerRuntime == "" {
 				t.Fatalf("job %d with an image placed on %s, which has no container runtime", j.ID, a.Node)
+			}
+			if inMaintenance(s, a.Node, now, j.TimeLimit) {
+				t.Fatalf("job %d (limit %v) placed on %s, whose maintenance window its run would cross", j.ID, j.TimeLimit, a.Node)
 			}
 			if pools := s.Queues[j.Queue].Pools; pools != nil && !slices.Contains(pools, n.Labels["pool"]) {
 				t.Fatalf("job %d of queue %s placed on %s of pool %q", j.ID, j.Queue, a.Node, n.Labels["pool"])

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 )
 
 // reason turns the chain's record into a Reason for a job that could not start now. The
@@ -29,9 +30,16 @@ func (c *cycle) reason(d *demand, dg *diag) Reason {
 		ni := dg.first[checkWindow].node
 		var w window
 		for _, w = range st.nodes[ni].windows {
-			if w.team != d.team {
+			if w.blocks(d.team) && w.start < addSat(st.now, d.dur) && st.now < w.end {
 				break
 			}
+		}
+		if w.maint {
+			r := Reason{Code: ReasonMaintenance, BestNode: st.nodes[ni].n.Name}
+			if !c.opts.Terse {
+				r.Message = maintenanceMessage(st.nodes[ni].n.Name, w, d.dur, st.now, c.loc)
+			}
+			return r
 		}
 		r := Reason{Code: ReasonReserved, BestNode: st.nodes[ni].n.Name}
 		if !c.opts.Terse {
@@ -352,4 +360,20 @@ func (st *state) mayTake(d *demand, model string) bool {
 	}
 	m, ok := st.modelByName[model]
 	return !ok || d.takes(m)
+}
+
+// maintenanceMessage says why a node with room is refused for maintenance: its window is
+// open, or the job's time limit (or the lack of one) would run into it.
+func maintenanceMessage(node string, w window, dur, now int64, loc *time.Location) string {
+	why := "is in maintenance"
+	switch {
+	case w.start > now && dur == forever:
+		why = fmt.Sprintf("goes into maintenance at %s and the job has no time limit", time.Unix(0, w.start).In(loc).Format(time.DateTime))
+	case w.start > now:
+		why = fmt.Sprintf("goes into maintenance at %s, before the job's time limit would end it", time.Unix(0, w.start).In(loc).Format(time.DateTime))
+	}
+	if w.name != "" {
+		why += " (" + w.name + ")"
+	}
+	return "node " + node + ", the first with room, " + why
 }

@@ -87,7 +87,7 @@ type nodeState struct {
 	// reserved counts backfill reservations here; without any, what is free can only grow,
 	// so the backfill check has nothing to walk.
 	reserved int
-	// windows are administrative reservations that cover the node.
+	// windows are administrative reservations and maintenance windows that cover the node.
 	windows []window
 }
 
@@ -100,11 +100,18 @@ type event struct {
 	mem   int64
 }
 
-// window is an administrative reservation of a node for a team.
+// window is an administrative reservation of a node for a team, or a planned
+// maintenance window (maint), which holds the node for no one.
 type window struct {
 	team       string
 	start, end int64
 	name       string
+	maint      bool
+}
+
+// blocks reports whether the window keeps a job of team off the node while it is open.
+func (w *window) blocks(team string) bool {
+	return w.maint || w.team != team
 }
 
 // modelIndex finds groups of one model by their number of free GPUs.

@@ -19,6 +19,9 @@ type Snapshot struct {
 	Teams map[string]Team
 	// Reservations are administrative windows that hold nodes for one team.
 	Reservations []Reservation
+	// Maintenance lists the planned maintenance windows of nodes: no job of any team may
+	// run on the node during one.
+	Maintenance []Maintenance
 	// Claims are the previous plan's Plan.Claims of the jobs still pending: the caller
 	// passes them back unchanged until the job starts, and drops the others.
 	Claims []Claim
@@ -56,6 +59,18 @@ type Reservation struct {
 	Nodes []string
 	Start time.Time
 	End   time.Time
+}
+
+// Maintenance is a planned window in which a node runs no job: from Start (zero: already
+// open) until End (zero: open-ended, until an operator resumes the node). Before it
+// opens the node takes only jobs whose time limit ends them by Start; a job without a
+// time limit does not start there at all. The caller marks the node unschedulable once
+// the window is open; the window alone keeps it free of work too.
+type Maintenance struct {
+	Node   string
+	Reason string
+	Start  time.Time
+	End    time.Time
 }
 
 // Node is one machine as the scheduler sees it.
@@ -180,6 +195,10 @@ type Job struct {
 	// Image is the container image the job runs in; empty: none. A job with an image
 	// runs only on nodes with a ContainerRuntime.
 	Image string
+	// StartBy is the latest start that meets the job's deadline (for a finish-by
+	// deadline, the deadline less the time limit); zero: no deadline. The default
+	// policy's deadline factor raises the job as it nears, within its tier.
+	StartBy time.Time
 }
 
 // Running is a job that holds resources.
@@ -325,8 +344,11 @@ type Priority struct {
 	FairShare float64
 	Age       float64
 	Size      float64
-	// Service and Nice are subtracted: Score = FairShare + Age + Size - Service - Nice.
-	// Service holds back jobs of preemptible queues that have had much GPU time.
+	// Deadline raises a job whose deadline nears (see Options.DeadlineHorizon).
+	Deadline float64
+	// Service and Nice are subtracted: Score = FairShare + Age + Size + Deadline -
+	// Service - Nice. Service holds back jobs of preemptible queues that have had much
+	// GPU time.
 	Service float64
 	Nice    float64
 	// LASQueue is the job's queue under the "las" order: 0 is served first.
@@ -355,6 +377,9 @@ const (
 	ReasonReserved ReasonCode = "Reserved"
 	// ReasonUserLimit: the job would take its user beyond the queue's per-user GPU cap.
 	ReasonUserLimit ReasonCode = "UserLimit"
+	// ReasonMaintenance: the only nodes with room go into planned maintenance before the
+	// job's time limit would end it.
+	ReasonMaintenance ReasonCode = "Maintenance"
 )
 
 // Reason is a code with the numbers behind it. Message is one plain sentence.

@@ -187,40 +187,6 @@ func (s *Server) handleDeleteTeam(w http.ResponseWriter, r *http.Request) {
 		func(b *store.Batch, name string) { b.DeleteTeams = append(b.DeleteTeams, name) })
 }
 
-// handleDrain stops new work on a node; its running jobs finish, then it is DRAINED.
-func (s *Server) handleDrain(w http.ResponseWriter, r *http.Request) {
-	s.setNodeState(w, r, api.NodeDraining, "drain")
-}
-
-func (s *Server) handleResume(w http.ResponseWriter, r *http.Request) {
-	s.setNodeState(w, r, api.NodeReady, "resume")
-}
-
-func (s *Server) setNodeState(w http.ResponseWriter, r *http.Request, to api.NodeState, verb string) {
-	name := r.PathValue("name")
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	n, ok := s.state.Node(name)
-	if !ok {
-		writeError(w, http.StatusNotFound, &api.Error{Code: api.CodeNotFound, Field: "name", Message: "no node " + name})
-		return
-	}
-	if to == api.NodeReady && n.State != api.NodeDraining && n.State != api.NodeDrained {
-		writeError(w, http.StatusConflict, &api.Error{Code: api.CodeConflict, Field: "name", Message: fmt.Sprintf("node %s is %s, not draining or drained", name, n.State)})
-		return
-	}
-	if to == api.NodeDraining && (n.State == api.NodeDraining || n.State == api.NodeDrained) {
-		writeJSON(w, http.StatusOK, n)
-		return
-	}
-	from := n.State
-	n.State = to
-	ev := withChange(audit(r, s.cfg.Clock.Now(), api.EventDrain, "%s node %s: %s -> %s", verb, name, from, to), from, to)
-	ev.Node = name
-	b := &store.Batch{Nodes: []api.Node{n}, Events: []api.Event{ev}}
-	s.adminCommit(w, r, b, http.StatusOK, n)
-}
-
 func (s *Server) handleReservations(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	list := s.state.Reservations()

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/rotahq/rota/internal/api"
 )
@@ -78,6 +79,11 @@ func TestResponsesMatchTheSpec(t *testing.T) {
 		check(call{method: "GET", route: "/api/v1/jobs/{id}/why", path: p + "/why"})
 		check(call{method: "GET", route: "/api/v1/jobs/{id}/telemetry", path: p + "/telemetry"})
 	}
+	// A window planned on c1, so that the node list shows one.
+	at := h.clock.Now().Add(time.Hour).Format(time.RFC3339)
+	check(call{method: "POST", route: "/api/v1/nodes/{name}/drain", path: "/api/v1/nodes/c1/drain",
+		body: fmt.Sprintf(`{"reason":"BIOS update","at":%q,"until":%q}`, at, h.clock.Now().Add(2*time.Hour).Format(time.RFC3339))})
+	check(call{method: "POST", route: "/api/v1/nodes/{name}/drain", path: "/api/v1/nodes/c1/drain", body: `{"until":"2000-01-01T00:00:00Z"}`})
 	for _, c := range []call{
 		{method: "GET", route: "/api/v1/jobs", path: "/api/v1/jobs"},
 		{method: "GET", route: "/api/v1/jobs", path: "/api/v1/jobs?state=all&limit=1"},

@@ -38,7 +38,8 @@ func invalid(field, format string, args ...any) *api.Error {
 
 // checkContentType refuses a body of the wrong media type: JSON routes take only
 // application/json, so that no web page can post a form or text/plain to them (browsers
-// send those cross-origin without asking). Routes without a body accept none or JSON.
+// send those cross-origin without asking). Routes without a body, or with an optional
+// one, accept none or JSON.
 func checkContentType(r *http.Request, kind bodyKind) *api.Error {
 	ct := r.Header.Get("Content-Type")
 	mt, _, err := mime.ParseMediaType(ct)
@@ -56,7 +57,7 @@ func checkContentType(r *http.Request, kind bodyKind) *api.Error {
 		want = []string{"application/yaml", "application/x-yaml", "text/yaml", "application/json"}
 	case bytesBody:
 		want = []string{"application/octet-stream"}
-	case noBody:
+	case noBody, optionalJSON:
 		if mt == "" || mt == "application/json" {
 			return nil
 		}
@@ -96,6 +97,7 @@ func decodeJSON(w http.ResponseWriter, r *http.Request, v any, limit int64) (int
 	if err := dec.Decode(v); err != nil {
 		var typeErr *json.UnmarshalTypeError
 		var syntaxErr *json.SyntaxError
+		var timeErr *time.ParseError
 		switch {
 		case errors.As(err, &typeErr):
 			return http.StatusBadRequest, invalid(typeErr.Field, "must be of type %s, not %s", typeErr.Type, typeErr.Value)
@@ -104,6 +106,10 @@ func decodeJSON(w http.ResponseWriter, r *http.Request, v any, limit int64) (int
 		case strings.HasPrefix(err.Error(), "json: unknown field "):
 			field := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
 			return http.StatusBadRequest, invalid(field, "unknown field %q", field)
+		case errors.As(err, &timeErr):
+			// encoding/json does not say which field a time came from: find it by value.
+			field := fieldWithValue(data, timeErr.Value)
+			return http.StatusBadRequest, invalid(field, "%q is not a time: want RFC 3339, e.g. 2026-11-30T18:00:00Z", timeErr.Value)
 		case errors.Is(err, io.EOF):
 			return http.StatusBadRequest, invalid("", "empty request body: expected a JSON object")
 		}
@@ -344,4 +350,45 @@ func querySeconds(q url.Values, name string, max time.Duration) (time.Duration, 
 		return 0, invalid(name, "%q is not a number of seconds from 0 to %d", truncateName(v), int(max.Seconds()))
 	}
 	return time.Duration(f * float64(time.Second)), nil
+}
+
+// fieldWithValue returns the dotted path of the first field of the JSON object in data
+// (in key order, at any depth) whose value is the string v, or "" when none is.
+func fieldWithValue(data []byte, v string) string {
+	var doc any
+	if json.Unmarshal(data, &doc) != nil {
+		return ""
+	}
+	var walk func(x any, path string) string
+	walk = func(x any, path string) string {
+		switch x := x.(type) {
+		case string:
+			if x == v {
+				return path
+			}
+		case []any:
+			for _, e := range x {
+				if p := walk(e, path); p != "" {
+					return p
+				}
+			}
+		case map[string]any:
+			keys := make([]string, 0, len(x))
+			for k := range x {
+				keys = append(keys, k)
+			}
+			slices.Sort(keys)
+			for _, k := range keys {
+				p := k
+				if path != "" {
+					p = path + "." + k
+				}
+				if p = walk(x[k], p); p != "" {
+					return p
+				}
+			}
+		}
+		return ""
+	}
+	return walk(doc, "")
 }

@@ -88,6 +88,10 @@ func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, e)
 		return
 	}
+	if e := validateDeadline(&spec, s.cfg.Clock.Now()); e != nil {
+		writeError(w, http.StatusBadRequest, e)
+		return
+	}
 	indices, limit := []int(nil), 0
 	if spec.Array != "" {
 		var e *api.Error
@@ -335,6 +339,7 @@ func (s *Server) handleGetJob(w http.ResponseWriter, r *http.Request) {
 	if found {
 		e = s.mayRead(who, &job)
 		job.Checkpoints = s.checkpointsNote(&job)
+		job.DeadlineWarning = deadlineWarning(&job, s.cfg.Clock.Now())
 		// The current or last attempt's usage: live from memory while its ranks run,
 		// from the placements once they ended.
 		if n := len(attempts); n > 0 {

@@ -17,7 +17,7 @@ import (
 // snapshot to the commit, so the plan is always applied to the state it was made from.
 //
 // 1. Release held jobs whose dependencies are now met (or fail those that never can be).
-// 2. Mark draining nodes with nothing left on them drained.
+// 2. Mark emptied drains drained, open and close maintenance windows, mark passed deadlines.
 // 3. Keep out of the snapshot the jobs that rules outside the core hold back.
 // 4. Plan, then apply placements and preemption orders, and record every pending reason.
 func (s *Server) Cycle(ctx context.Context) error {
@@ -28,6 +28,8 @@ func (s *Server) Cycle(ctx context.Context) error {
 	b := &store.Batch{}
 	s.releaseHeld(b, now)
 	s.finishDrains(b, now)
+	s.maintenanceWindows(b, now)
+	s.missedDeadlines(b, now)
 	if err := s.commit(ctx, b); err != nil {
 		return fmt.Errorf("commit held and drained: %w", err)
 	}
@@ -102,7 +104,7 @@ func (s *Server) Cycle(ctx context.Context) error {
 		}
 		pr := p.Priority
 		s.state.SetPendingReason(p.JobID, string(p.Reason.Code), p.Reason.Message, est, &api.Priority{
-			Tier: pr.Tier, Score: pr.Score, FairShare: pr.FairShare, Age: pr.Age, Size: pr.Size, Nice: pr.Nice})
+			Tier: pr.Tier, Score: pr.Score, FairShare: pr.FairShare, Age: pr.Age, Size: pr.Size, Deadline: pr.Deadline, Nice: pr.Nice})
 	}
 	for id, r := range held {
 		s.state.SetPendingReason(id, r[0], r[1], nil, nil)

@@ -338,8 +338,9 @@ type bodyKind int
 const (
 	noBody bodyKind = iota
 	jsonBody
-	yamlBody  // PUT /config: YAML or JSON
-	bytesBody // log chunks from agents
+	optionalJSON // a JSON body that may be left out
+	yamlBody     // PUT /config: YAML or JSON
+	bytesBody    // log chunks from agents
 )
 
 // routes is the whole API. A test checks that api/openapi.yaml documents every entry, and
@@ -359,7 +360,7 @@ var routes = []route{
 	{"POST", "/api/v1/arrays/{id}/release", ruleMember, noBody, (*Server).handleArrayRelease},
 	{"GET", "/api/v1/nodes", ruleViewer, noBody, (*Server).handleNodes},
 	{"GET", "/api/v1/nodes/{name}/telemetry", ruleViewer, noBody, (*Server).handleNodeTelemetry},
-	{"POST", "/api/v1/nodes/{name}/drain", ruleOperator, noBody, (*Server).handleDrain},
+	{"POST", "/api/v1/nodes/{name}/drain", ruleOperator, optionalJSON, (*Server).handleDrain},
 	{"POST", "/api/v1/nodes/{name}/resume", ruleOperator, noBody, (*Server).handleResume},
 	{"DELETE", "/api/v1/nodes/{name}", ruleAdmin, noBody, (*Server).handleDeleteNode},
 	{"GET", "/api/v1/queues", ruleViewer, noBody, (*Server).handleQueues},

@@ -41,6 +41,9 @@ func (s *Server) handleWhy(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	why := explain(job, ahead)
+	if warn := deadlineWarning(&job, s.cfg.Clock.Now()); warn != "" {
+		why.Reasons = append(why.Reasons, "Warning: "+warn+".")
+	}
 	if node != "" {
 		why.Reasons = append(why.Reasons[:1], append([]string{node}, why.Reasons[1:]...)...)
 	}
@@ -117,8 +120,13 @@ func explain(job api.Job, ahead int) api.Why {
 			add("%d jobs of higher priority are ahead of it.", ahead)
 		}
 		if p := job.Priority; p != nil {
-			add("Its priority: queue %s tier %d, score %.2f = fair share %.2f + age %.2f + size %.2f - nice %.2f.",
-				job.Spec.Queue, p.Tier, p.Score, p.FairShare, p.Age, p.Size, p.Nice)
+			if p.Deadline != 0 {
+				add("Its priority: queue %s tier %d, score %.2f = fair share %.2f + age %.2f + size %.2f + deadline %.2f - nice %.2f.",
+					job.Spec.Queue, p.Tier, p.Score, p.FairShare, p.Age, p.Size, p.Deadline, p.Nice)
+			} else {
+				add("Its priority: queue %s tier %d, score %.2f = fair share %.2f + age %.2f + size %.2f - nice %.2f.",
+					job.Spec.Queue, p.Tier, p.Score, p.FairShare, p.Age, p.Size, p.Nice)
+			}
 		}
 		// The estimated start travels in its own field; clients print it in the reader's zone.
 		if job.EstimatedStart == nil && waitsForResources(job.Reason) {
@@ -171,6 +179,14 @@ func (s *Server) nodeHints(job *api.Job) []string {
 		}
 		n := &nodes[i]
 		if n.State == api.NodeLost || !mayRunOn(job, q, n) {
+			continue
+		}
+		if m := n.Maintenance; m != nil && (n.State == api.NodeDraining || n.State == api.NodeDrained) {
+			until := "until an operator resumes it"
+			if m.End != nil {
+				until = "until " + m.End.UTC().Format(time.RFC3339)
+			}
+			hints = append(hints, fmt.Sprintf("Node %s takes no new work: it is drained for maintenance (%s) %s.", n.Name, m.Reason, until))
 			continue
 		}
 		if hc := n.HealthCheck; hc != nil && !hc.OK {
@@ -255,7 +271,7 @@ func outputTail(out string) string {
 // jobs' time limits.
 func waitsForResources(reason string) bool {
 	switch reason {
-	case "Resources", "Fragmented", "Priority", "Reserved":
+	case "Resources", "Fragmented", "Priority", "Reserved", "Maintenance":
 		return true
 	}
 	return false

@@ -62,7 +62,8 @@ func encodeJob(j api.Job) ([]byte, error) {
 	j.LastCheckpoint = utcPtr(j.LastCheckpoint)
 	j.NotBefore = utcPtr(j.NotBefore)
 	j.IdleSince = utcPtr(j.IdleSince)
-	j.Priority, j.Checkpoints, j.Usage = nil, "", nil
+	j.Spec.Deadline = utcPtr(j.Spec.Deadline)
+	j.Priority, j.Checkpoints, j.Usage, j.DeadlineWarning = nil, "", nil, ""
 	data, err := json.Marshal(j)
 	if err != nil {
 		return nil, fmt.Errorf("encode job %d: %w", j.ID, err)

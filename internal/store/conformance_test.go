@@ -160,7 +160,8 @@ func fullJob(id int64) api.Job {
 			TimeLimit: 86400, Signal: "SIGUSR1", Grace: 120,
 			After: []int64{3, 4}, AfterOK: []int64{5}, Array: "0-99%8", Hold: true, Nice: -5,
 			Retries: ptr(3), RestartPolicy: api.RestartOnFailure, Image: "registry.example.com/ml/torch:2.4",
-			Notify: []api.Notify{{URL: "https://hooks.example.com/j", Events: []string{api.NotifyFailed}}},
+			Notify:   []api.Notify{{URL: "https://hooks.example.com/j", Events: []string{api.NotifyFailed}}},
+			Deadline: ptr(t0.Add(30 * time.Hour)), DeadlineKind: api.DeadlineFinish,
 		},
 		State:            api.StateRunning,
 		Reason:           api.ReasonPreempted,
@@ -190,6 +191,9 @@ func fullJob(id int64) api.Job {
 		IdleSince:        ptr(t0.Add(150 * time.Minute)),
 		IdleWarned:       true,
 		Usage:            fullUsage(),
+		DeadlineResult:   api.DeadlineMissed,
+		DeadlineMissedBy: 5400,
+		DeadlineWarning:  "the deadline looks unreachable",
 	}
 }
 
@@ -204,7 +208,7 @@ func fullUsage() *api.Usage {
 // storedJob returns j as the store gives it back: without the API-only Priority,
 // Checkpoints and Usage.
 func storedJob(j api.Job) api.Job {
-	j.Priority, j.Checkpoints, j.Usage = nil, "", nil
+	j.Priority, j.Checkpoints, j.Usage, j.DeadlineWarning = nil, "", nil, ""
 	return j
 }
 
@@ -272,6 +276,7 @@ func fullNode(name string) api.Node {
 		Leftovers:     []api.GPUProcess{{GPU: 3, PID: 777, MemoryMB: 300, Command: "python", JobID: 4, Attempt: 1, Since: ptr(t0)}},
 		HeldGPUs:      []int{3},
 		SharedGPUs:    []api.SharedGPU{{Index: 1, Share: 0.5, MemoryMB: 40960, Tenants: []api.Tenant{{JobID: 9, Share: 0.5, MemoryMB: 40960}}}},
+		Maintenance:   &api.Maintenance{Reason: "BIOS update, ticket OPS-7", Start: t0.Add(time.Hour), End: ptr(t0.Add(3 * time.Hour)), By: "olga"},
 	}
 }
 

@@ -432,7 +432,8 @@ func appendNode(args []any, n *api.Node) ([]any, error) {
 	if err != nil {
 		return args, err
 	}
-	data, err := encodeJSON(nodeData{Agent: n.Agent, Syncing: n.Syncing, SyncEpoch: n.SyncEpoch, HealthCheck: n.HealthCheck, Degraded: n.Degraded})
+	data, err := encodeJSON(nodeData{Agent: n.Agent, Syncing: n.Syncing, SyncEpoch: n.SyncEpoch, HealthCheck: n.HealthCheck, Degraded: n.Degraded,
+		Maintenance: n.Maintenance})
 	if err != nil {
 		return args, err
 	}
@@ -447,6 +448,9 @@ type nodeData struct {
 	SyncEpoch   uint64           `json:"sync_epoch,omitempty"`
 	HealthCheck *api.HealthCheck `json:"health_check,omitempty"`
 	Degraded    []string         `json:"degraded,omitempty"`
+	// Maintenance is an operator's drain with its reason and window. It lives in the
+	// data column, which both backends keep as JSON, so it needs no new column.
+	Maintenance *api.Maintenance `json:"maintenance,omitempty"`
 }
 
 func appendSetting(args []any, s *Setting) ([]any, error) {
@@ -569,6 +573,7 @@ func (s *sqlStore) LoadNodes(ctx context.Context) ([]api.Node, error) {
 		var nd nodeData
 		err = decodeJSON(data, &nd)
 		n.Agent, n.Syncing, n.SyncEpoch, n.HealthCheck, n.Degraded = nd.Agent, nd.Syncing, nd.SyncEpoch, nd.HealthCheck, nd.Degraded
+		n.Maintenance = nd.Maintenance
 		return n, err
 	})
 	if err != nil {

@@ -494,6 +494,9 @@
       el('dt', null, 'CPUs, memory'), el('dd', null, (n.cpus_used || 0) + ' of ' + n.cpus + ' CPUs, ' + fmtMB(n.memory_mb)),
       el('dt', null, 'Heard from'), el('dd', null, since(n.last_heartbeat) + ' ago' + (n.agent && n.agent.version ? ', agent ' + n.agent.version : '')),
       el('dt', null, 'Scheduling'), el('dd', null, drainText(n)));
+    if (n.maintenance) {
+      info.append(el('dt', null, 'Maintenance'), el('dd', { class: 'warn' }, maintenanceText(n.maintenance)));
+    }
     if (n.health_check) {
       info.append(el('dt', null, 'Health check'), el('dd', { class: n.health_check.ok ? '' : 'error' },
         (n.health_check.ok ? 'passing' : 'failing (exit ' + n.health_check.exit_code + ')') + ', ' + since(n.health_check.time) + ' ago',
@@ -510,6 +513,13 @@
     }
     card.appendChild(el('div', { class: 'gpus' }, cells.map(gpuCell)));
     return card;
+  }
+
+  // maintenanceText is an operator's drain: its reason and window, planned or open.
+  function maintenanceText(m) {
+    const planned = new Date(m.start) > new Date();
+    return m.reason + (planned ? ', from ' + fmtTime(m.start) : '') +
+      ', until ' + (m.end ? fmtTime(m.end) : 'resumed') + (m.by ? ' (by ' + m.by + ')' : '');
   }
 
   function drainText(n) {
