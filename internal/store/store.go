@@ -147,5 +147,8 @@ type EventFilter struct {
 	Limit int
 }
 
+// ErrInUse is returned by Open for a SQLite file another server already has open.
+var ErrInUse = errors.New("store in use")
+
 // ErrUnsupportedURL is returned by Open for a store URL it cannot serve.
 var ErrUnsupportedURL = errors.New("unsupported store URL: use sqlite://PATH or postgres://…")
