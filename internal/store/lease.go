@@ -289,3 +289,10 @@ func (l *Lease) Status(ctx context.Context, since time.Time) (LeaseStatus, error
 	st.Replicas = reps
 	return st, nil
 }
+
+// ID is this server's replica ID, and URL its API's address, as given to OpenLease.
+func (l *Lease) ID() string  { return l.opts.ID }
+func (l *Lease) URL() string { return l.opts.URL }
+
+// Started is when this server's lease was opened, which is when it started.
+func (l *Lease) Started() time.Time { return l.started }

@@ -152,3 +152,12 @@ var ErrInUse = errors.New("store in use")
 
 // ErrUnsupportedURL is returned by Open for a store URL it cannot serve.
 var ErrUnsupportedURL = errors.New("unsupported store URL: use sqlite://PATH or postgres://…")
+
+// Kind names the backend of a store Open returned: "sqlite" or "postgres"; "" for any
+// other Store.
+func Kind(st Store) string {
+	if s, ok := st.(*sqlStore); ok {
+		return s.d.name
+	}
+	return ""
+}
