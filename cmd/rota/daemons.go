@@ -175,7 +175,7 @@ func runServer(ctx context.Context, args []string, stderr io.Writer) int {
 func runAgent(ctx context.Context, args []string, stderr io.Writer) int {
 	var af agentFlags
 	fs := newFlagSet("agent", stderr)
-	serverURL := fs.String("server", envOr("ROTA_SERVER", "https://"+defaultListen), "server URL (https://HOST:PORT)")
+	serverURL := fs.String("server", envOr("ROTA_SERVER", "https://"+defaultListen), "server URL (https://HOST:PORT), or a comma-separated list of a cluster's servers, among which the agent follows the leader")
 	join := fs.String("join", os.Getenv("ROTA_JOIN_TOKEN"), "join token from `rota admin join-token` (default $ROTA_JOIN_TOKEN); needed only the first time")
 	af.register(fs, true)
 	if code := parseFlags(fs, args); code >= 0 {
