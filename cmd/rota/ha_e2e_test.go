@@ -130,6 +130,7 @@ func TestHAProcesses(t *testing.T) {
 		acked     = map[string]int64{}
 		failed    []string
 		lastAcked time.Time
+		ackTimes  []time.Time
 		stop      = make(chan struct{})
 		wg        sync.WaitGroup
 	)
@@ -153,6 +154,7 @@ func TestHAProcesses(t *testing.T) {
 				} else {
 					acked[name] = j.ID
 					lastAcked = time.Now()
+					ackTimes = append(ackTimes, lastAcked)
 				}
 				mu.Unlock()
 				time.Sleep(100 * time.Millisecond)
@@ -185,20 +187,26 @@ func TestHAProcesses(t *testing.T) {
 		} else {
 			terminateLease(t, dbURL)
 		}
-		// The failover is over when a submit made after the fault is acknowledged by a
-		// leader of a later term.
+		// The failover is over at the first submit acknowledged after a later term began
+		// (the old leader is fenced from that moment, so it was the new leader's).
+		var began time.Time
 		waitFor(t, 60*time.Second, fmt.Sprintf("round %d: a new term acknowledging submits", round), func() bool {
-			mu.Lock()
-			after := lastAcked.After(fault)
-			mu.Unlock()
-			if !after {
+			now, err := client.Status(ctx)
+			if err != nil || !now.LeaderHeld || now.Term <= st.Term || now.LeaderSince == nil {
 				return false
 			}
-			now, err := client.Status(ctx)
-			return err == nil && now.LeaderHeld && now.Term > st.Term
+			began = *now.LeaderSince
+			mu.Lock()
+			defer mu.Unlock()
+			return lastAcked.After(began)
 		})
 		mu.Lock()
-		times = append(times, lastAcked.Sub(fault))
+		for _, at := range ackTimes {
+			if at.After(began) {
+				times = append(times, at.Sub(fault))
+				break
+			}
+		}
 		mu.Unlock()
 		if kill {
 			start(old) // back as a standby

@@ -243,6 +243,7 @@ func TestHA(t *testing.T) {
 		{"OneLeaderStandbysRefuse", testHAOneLeader},
 		{"DeposedLeaderCommitFails", testHADeposedCommit},
 		{"FailoverUnderLoad", testHAFailoverUnderLoad},
+		{"ReplicaWithoutTheCARefused", testHAReplicaWithoutCA},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.run(t, pg.NewDatabase(t)) })
 	}
@@ -612,5 +613,44 @@ func testHAFailoverUnderLoad(t *testing.T, dbURL string) {
 	}
 	if len(list.Jobs) != len(sub.acked) {
 		t.Errorf("%d jobs stored, %d acknowledged", len(list.Jobs), len(sub.acked))
+	}
+}
+
+// A replica joining an existing cluster without its CA would make one of its own, which
+// agents and clients of the cluster would refuse: it is stopped at start instead, having
+// written nothing.
+func testHAReplicaWithoutCA(t *testing.T, dbURL string) {
+	c := newHACluster(t, dbURL)
+	c.start("a", 20*time.Millisecond)
+	st, err := store.Open(context.Background(), dbURL, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	lease, err := store.OpenLease(dbURL, st, store.LeaseOptions{ID: "b", URL: "http://b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	_, err = New(context.Background(), Config{DataDir: dir, Lease: lease}, st, nil)
+	if err == nil || !strings.Contains(err.Error(), "copy the ca directory") {
+		t.Fatalf("New without the CA: %v, want an error saying to copy it", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "ca")); !os.IsNotExist(err) {
+		t.Errorf("a CA was made in the refused replica's data dir: %v", err)
+	}
+}
+
+// With SQLite there is one server: it leads, with no lease and term 0.
+func TestStatusOnSQLite(t *testing.T) {
+	h := newHarness(t)
+	h.srv.SetURL("https://rota-1:7070")
+	var st api.ClusterStatus
+	if code := h.do("GET", "/api/v1/status", nil, &st); code != http.StatusOK {
+		t.Fatalf("status: %d", code)
+	}
+	if st.Store != "sqlite" || st.Lease || st.Term != 0 || !st.LeaderHeld || st.LeaderURL != "https://rota-1:7070" ||
+		!st.AnsweredIsLeader || len(st.Replicas) != 1 || !st.Replicas[0].Leader || st.Replicas[0].URL != "https://rota-1:7070" {
+		t.Fatalf("status on SQLite: %+v", st)
 	}
 }

@@ -162,7 +162,7 @@ type Server struct {
 }
 
 // New loads the state from st and returns a server ready to serve. A nil logger discards.
-func New(ctx context.Context, cfg Config, st store.Store, logger *slog.Logger) (*Server, error) {
+func New(ctx context.Context, cfg Config, st store.Store, logger *slog.Logger) (_ *Server, err error) {
 	cfg.setDefaults()
 	if logger == nil {
 		logger = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -181,6 +181,12 @@ func New(ctx context.Context, cfg Config, st store.Store, logger *slog.Logger) (
 		started: time.Now().UTC(), leaseKick: make(chan struct{}, 1)}
 	s.state.HalfLife = cfg.HalfLife
 	if cfg.Lease != nil {
+		// A server that fails to start must not keep the lease from the others.
+		defer func() {
+			if err != nil {
+				cfg.Lease.Release()
+			}
+		}()
 		term, err := cfg.Lease.TryAcquire(ctx)
 		if err != nil {
 			return nil, fmt.Errorf("server: leader lease: %w", err)
