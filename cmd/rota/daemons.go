@@ -43,7 +43,7 @@ func defaultDataDir() string {
 type serverFlags struct {
 	dataDir, listen, storeURL, config, policy       string
 	heartbeat, notReady, lost, halfLife, minRuntime time.Duration
-	assignTimeout                                   time.Duration
+	assignTimeout, leaseInterval                    time.Duration
 	tls, insecureHTTP, metricsPublic                bool
 	tlsSANs                                         string
 }
@@ -60,6 +60,7 @@ func (f *serverFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.notReady, "node-not-ready-after", 15*time.Second, "silence after which a node takes no new work")
 	fs.DurationVar(&f.lost, "node-lost-after", 5*time.Minute, "silence after which a node's jobs are requeued")
 	fs.DurationVar(&f.assignTimeout, "assign-timeout", 2*time.Minute, "how long a live node's agent may take to start an attempt before it is requeued")
+	fs.DurationVar(&f.leaseInterval, "lease-interval", time.Second, "with a postgres:// store: how often the leader checks its lease and a standby tries to take it (see docs/ha.md)")
 	fs.BoolVar(&f.metricsPublic, "metrics-public", false, "serve /metrics without credentials (else a token of any role, or the local socket)")
 	fs.BoolVar(&f.tls, "tls", false, "serve TLS on --listen with a certificate from the cluster CA (agents need it; clients pin the CA fingerprint)")
 	fs.StringVar(&f.tlsSANs, "tls-san", "", "extra host names and IPs for the server's certificate, comma-separated (it always has localhost, the host name and the --listen address)")
@@ -179,7 +180,7 @@ func runServer(ctx context.Context, args []string, stderr io.Writer) int {
 func runAgent(ctx context.Context, args []string, stderr io.Writer) int {
 	var af agentFlags
 	fs := newFlagSet("agent", stderr)
-	serverURL := fs.String("server", envOr("ROTA_SERVER", "https://"+defaultListen), "server URL (https://HOST:PORT)")
+	serverURL := fs.String("server", envOr("ROTA_SERVER", "https://"+defaultListen), "server URL (https://HOST:PORT), or a comma-separated list of a cluster's servers, among which the agent follows the leader")
 	join := fs.String("join", os.Getenv("ROTA_JOIN_TOKEN"), "join token from `rota admin join-token` (default $ROTA_JOIN_TOKEN); needed only the first time")
 	af.register(fs, true)
 	if code := parseFlags(fs, args); code >= 0 {
@@ -299,14 +300,38 @@ func serve(ctx context.Context, sf serverFlags, scfg server.Config, log *slog.Lo
 	if url == "" {
 		url = "sqlite://" + filepath.Join(sf.dataDir, "rota.db")
 	}
+	if sf.leaseInterval <= 0 {
+		return fmt.Errorf("--lease-interval: must be more than 0, got %v", sf.leaseInterval)
+	}
+	policy, err := sched.OptionsFor(sf.policy)
+	if err != nil {
+		return fmt.Errorf("--policy: %w", err)
+	}
+	// The listener comes first: with a PostgreSQL store its address is what the lease
+	// records, for standbys to send callers to.
+	ln, err := net.Listen("tcp", sf.listen)
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	defer ln.Close()
+	scheme := "http"
+	if sf.tls {
+		scheme = "https"
+	}
+	selfURL := scheme + "://" + advertised(ln.Addr().String())
 	st, err := store.Open(ctx, url, log)
 	if err != nil {
 		return fmt.Errorf("open store %s: %w", redact(url), err)
 	}
 	defer st.Close()
-	policy, err := sched.OptionsFor(sf.policy)
-	if err != nil {
-		return fmt.Errorf("--policy: %w", err)
+	if store.Kind(st) == "postgres" {
+		// Several servers may share a PostgreSQL store: one leads, the others stand by.
+		host, _ := os.Hostname()
+		lease, err := store.OpenLease(url, st, store.LeaseOptions{ID: advertised(ln.Addr().String()), Host: host, URL: selfURL})
+		if err != nil {
+			return err
+		}
+		scfg.Lease, scfg.LeaseInterval = lease, sf.leaseInterval
 	}
 	policy.MinRuntime = sf.minRuntime
 	if sf.minRuntime <= 0 {
@@ -328,25 +353,17 @@ func serve(ctx context.Context, sf serverFlags, scfg server.Config, log *slog.Lo
 	}
 	defer srv.Close()
 
-	ln, err := net.Listen("tcp", sf.listen)
-	if err != nil {
-		return fmt.Errorf("listen: %w", err)
-	}
-	scheme := "http"
 	if sf.tls {
 		cert, err := srv.CA().ServerCertificate(serverHosts(ln.Addr(), sf.tlsSANs), 365*24*time.Hour)
 		if err != nil {
-			ln.Close()
 			return fmt.Errorf("server certificate: %w", err)
 		}
 		ln = tls.NewListener(ln, auth.ServerTLSConfig(srv.CA(), cert))
-		scheme = "https"
 	}
 	// What `rota ui` links to when it asks over the local socket.
-	srv.SetURL(scheme + "://" + advertised(ln.Addr().String()))
+	srv.SetURL(selfURL)
 	sock, err := listenSocket(socketPath(sf.dataDir))
 	if err != nil {
-		ln.Close()
 		return err
 	}
 	handler := srv.Handler()
@@ -371,7 +388,12 @@ func serve(ctx context.Context, sf serverFlags, scfg server.Config, log *slog.Lo
 	if up != nil {
 		up.started <- srv
 	}
-	go srv.Run(ctx)
+	// Run is stopped and waited for before the store closes: it gives the lease up, so a
+	// standby takes over at once.
+	runCtx, stopRun := context.WithCancel(ctx)
+	runDone := make(chan struct{})
+	go func() { defer close(runDone); srv.Run(runCtx) }()
+	defer func() { stopRun(); <-runDone }()
 	errc := make(chan error, len(servers))
 	for i, hs := range servers {
 		go func() { errc <- hs.Serve(listeners[i]) }()

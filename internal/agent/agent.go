@@ -42,7 +42,8 @@ const (
 
 // Config is what an agent needs to join a cluster.
 type Config struct {
-	// ServerURL is the server's base URL, e.g. "https://rota-server:8443".
+	// ServerURL is the server's base URL, e.g. "https://rota-server:8443", or a
+	// comma-separated list of a cluster's servers, among which the agent follows the leader.
 	ServerURL string
 	// Name is the node name; empty means the hostname.
 	Name   string
@@ -132,7 +133,7 @@ func (cfg Config) check() error {
 
 // Agent runs the jobs the server places on this node.
 type Agent struct {
-	server   string
+	servers  *serverSet
 	name     string
 	dataDir  string
 	interval time.Duration
@@ -202,9 +203,9 @@ func New(cfg Config, logger *slog.Logger) (*Agent, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	u, err := url.Parse(cfg.ServerURL)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("server URL %q: want http://host:port or https://host:port", cfg.ServerURL)
+	servers, scheme, err := parseServers(cfg.ServerURL)
+	if err != nil {
+		return nil, err
 	}
 	name := cfg.Name
 	if name == "" {
@@ -245,7 +246,7 @@ func New(cfg Config, logger *slog.Logger) (*Agent, error) {
 			lock.Close()
 		}
 	}()
-	creds, err := loadCredentials(cfg, name, dataDir, u.Scheme)
+	creds, err := loadCredentials(cfg, name, dataDir, scheme, servers)
 	if err != nil {
 		return nil, err
 	}
@@ -293,9 +294,8 @@ func New(cfg Config, logger *slog.Logger) (*Agent, error) {
 
 	interval := cmp(cfg.HeartbeatInterval, defaultHeartbeat)
 	logger = logger.With("node", name)
-	server := strings.TrimRight(cfg.ServerURL, "/")
 	a := &Agent{
-		server:           server,
+		servers:          servers,
 		name:             name,
 		dataDir:          dataDir,
 		interval:         interval,
@@ -338,7 +338,7 @@ func New(cfg Config, logger *slog.Logger) (*Agent, error) {
 		// Jobs see their fake GPUs the way the fake layer says (its directory, say).
 		a.runner.jobEnv = fake.JobEnv()
 	}
-	a.shipper = &logShipper{client: a.httpClient, server: server, node: name, poll: min(interval, maxLogPoll)}
+	a.shipper = &logShipper{client: a.httpClient, servers: servers, node: name, poll: min(interval, maxLogPoll)}
 	if cfg.HTTPClient != nil {
 		a.setClient(cfg.HTTPClient)
 	} else if !creds.joining() {
@@ -865,7 +865,8 @@ func (a *Agent) post(ctx context.Context, hb api.Heartbeat) (*api.HeartbeatRespo
 	stop := context.AfterFunc(ctx, func() { time.AfterFunc(stopGrace, cancel) })
 	defer stop()
 	ctx = pctx
-	u := a.server + "/api/v1/agents/" + url.PathEscape(a.name) + "/heartbeat"
+	server := a.servers.current()
+	u := server + "/api/v1/agents/" + url.PathEscape(a.name) + "/heartbeat"
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, bytes.NewReader(body))
 	if err != nil {
 		return nil, fmt.Errorf("heartbeat request: %w", err)
@@ -873,9 +874,14 @@ func (a *Agent) post(ctx context.Context, hb api.Heartbeat) (*api.HeartbeatRespo
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := a.httpClient().Do(req)
 	if err != nil {
+		a.servers.moveOn(server, nil)
 		return nil, fmt.Errorf("heartbeat: %w", err)
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusServiceUnavailable {
+		// A standby, or a leader that just lost its lease: nothing was recorded.
+		a.servers.moveOn(server, resp)
+	}
 	data, err := io.ReadAll(io.LimitReader(resp.Body, maxHeartbeatAnswer))
 	if err != nil {
 		return nil, fmt.Errorf("heartbeat: read answer: %w", err)
@@ -976,7 +982,8 @@ func (a *Agent) watch(ctx context.Context) {
 func (a *Agent) watchOnce(ctx context.Context, version uint64) (uint64, error) {
 	ctx, cancel := context.WithTimeout(ctx, watchWait+heartbeatTimeout)
 	defer cancel()
-	u := fmt.Sprintf("%s/api/v1/agents/%s/watch?version=%d&wait=%d", a.server, url.PathEscape(a.name), version, int(watchWait/time.Second))
+	server := a.servers.current()
+	u := fmt.Sprintf("%s/api/v1/agents/%s/watch?version=%d&wait=%d", server, url.PathEscape(a.name), version, int(watchWait/time.Second))
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
 		return 0, err
@@ -988,6 +995,9 @@ func (a *Agent) watchOnce(ctx context.Context, version uint64) (uint64, error) {
 	defer resp.Body.Close()
 	if resp.StatusCode == http.StatusNotFound {
 		return 0, errNoWatch
+	}
+	if resp.StatusCode == http.StatusServiceUnavailable {
+		a.servers.moveOn(server, resp)
 	}
 	if resp.StatusCode != http.StatusOK {
 		return 0, fmt.Errorf("watch: status %d", resp.StatusCode)

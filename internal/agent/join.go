@@ -36,7 +36,7 @@ const (
 type credentials struct {
 	dataDir string
 	node    string
-	server  string
+	servers *serverSet
 	https   bool
 	// given is set when Config.HTTPClient is used as is.
 	given bool
@@ -49,8 +49,8 @@ type credentials struct {
 }
 
 // loadCredentials finds the node's identity in the data directory, or prepares to join.
-func loadCredentials(cfg Config, node, dataDir, scheme string) (*credentials, error) {
-	c := &credentials{dataDir: dataDir, node: node, server: cfg.ServerURL, https: scheme == "https"}
+func loadCredentials(cfg Config, node, dataDir, scheme string, servers *serverSet) (*credentials, error) {
+	c := &credentials{dataDir: dataDir, node: node, servers: servers, https: scheme == "https"}
 	if cfg.HTTPClient != nil {
 		c.given = true
 		return c, nil
@@ -178,7 +178,9 @@ func (c *credentials) join(ctx context.Context) error {
 	host, _ := os.Hostname()
 	var resp api.JoinResponse
 	req := api.JoinRequest{Token: c.raw, Node: c.node, CSR: string(csr), Hostname: host}
-	if err := postJSON(ctx, tlsClient(cfg), c.server+"/api/v1/join", req, &resp); err != nil {
+	server := c.servers.current()
+	if err := postJSON(ctx, tlsClient(cfg), server+"/api/v1/join", req, &resp); err != nil {
+		c.servers.moveOn(server, nil) // a standby, or a server down: the next try goes on
 		return err
 	}
 	if resp.ClusterID != c.token.ClusterID {
@@ -263,8 +265,10 @@ func (a *Agent) renew(ctx context.Context) error {
 		return fmt.Errorf("certificate request: %w", err)
 	}
 	var resp api.JoinResponse
-	u := c.server + "/api/v1/agents/" + url.PathEscape(c.node) + "/renew"
+	server := c.servers.current()
+	u := server + "/api/v1/agents/" + url.PathEscape(c.node) + "/renew"
 	if err := postJSON(ctx, a.httpClient(), u, api.RenewRequest{CSR: string(csr)}, &resp); err != nil {
+		c.servers.moveOn(server, nil)
 		return err
 	}
 	ca := old.CAPEM

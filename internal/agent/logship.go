@@ -28,9 +28,9 @@ const (
 // logShipper copies each attempt's output.log to the server.
 type logShipper struct {
 	// client is the agent's current client: a renewed certificate replaces it.
-	client func() *http.Client
-	server string
-	node   string
+	client  func() *http.Client
+	servers *serverSet
+	node    string
 	// poll is how stale a followed log may be while the job runs.
 	poll time.Duration
 }
@@ -173,8 +173,9 @@ func readAt(path string, offset, n int64) ([]byte, error) {
 
 // send posts data at offset and returns the server's size, the next offset.
 func (s *logShipper) send(ctx context.Context, a *attempt, offset int64, data []byte) (int64, error) {
+	server := s.servers.current()
 	u := fmt.Sprintf("%s/api/v1/agents/%s/logs/%d/%d?offset=%d",
-		s.server, url.PathEscape(s.node), a.key.job, a.key.attempt, offset)
+		server, url.PathEscape(s.node), a.key.job, a.key.attempt, offset)
 	ctx, cancel := context.WithTimeout(ctx, logRequestTime)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, bytes.NewReader(data))
@@ -184,9 +185,13 @@ func (s *logShipper) send(ctx context.Context, a *attempt, offset int64, data []
 	req.Header.Set("Content-Type", "application/octet-stream")
 	resp, err := s.client().Do(req)
 	if err != nil {
+		s.servers.moveOn(server, nil)
 		return 0, fmt.Errorf("ship log: %w", err)
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusServiceUnavailable {
+		s.servers.moveOn(server, resp)
+	}
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	if err != nil {
 		return 0, fmt.Errorf("ship log: read answer: %w", err)

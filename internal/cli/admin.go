@@ -39,6 +39,7 @@ Commands:
   reservations                    list reservations
   unreserve ID...                 delete reservations
   apply -f FILE                   apply a YAML file of queues and teams
+  status                          show the servers, the leader, its term and the store
 
 Every command takes --server URL, --token TOKEN and -o table|json. Run
 'rota admin COMMAND -h' for a command's flags.
@@ -72,6 +73,7 @@ var adminCommands = []struct {
 	{"reservations", runReservations},
 	{"unreserve", runUnreserve},
 	{"apply", runApply},
+	{"status", runStatus},
 	{"price set", runPriceSet},
 	{"price list", runPriceList},
 	{"price delete", runPriceDelete},

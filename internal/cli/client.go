@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"net/url"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -35,12 +36,22 @@ type Client struct {
 	// Token is sent as "Authorization: Bearer" when not empty. The Client refuses to send
 	// it over plain http to any host but this machine's loopback.
 	Token string
+	// Servers, when it holds more than one, lists the servers of a cluster with several
+	// (BaseURL among them). A request no server could have acted on (the connection was
+	// refused, or a standby answered 503) goes to the leader the standby named, if it is
+	// listed, else to the next listed server; BaseURL then follows the one that answered.
+	Servers []string
 }
+
+// followFor is how long a Client with several servers keeps looking for the leader
+// while none answers: long enough for a failover (a few lease intervals).
+var followFor = 15 * time.Second
 
 // Endpoint names a server and the credentials to use with it.
 type Endpoint struct {
 	// Server is http://HOST:PORT, https://HOST:PORT or unix:///path/to/rota.sock; a bare
-	// HOST:PORT means http.
+	// HOST:PORT means http. A comma-separated list of http(s) URLs names the servers of
+	// a cluster with several; requests follow the leader among them.
 	Server string
 	// Token is an API token; empty sends none, as the server's Unix socket needs none.
 	Token string
@@ -52,10 +63,12 @@ type Endpoint struct {
 // NewClient makes a Client for e, with an HTTP client that dials a unix:// server's
 // socket and checks an https server against the pinned CA.
 func NewClient(e Endpoint) (*Client, error) {
-	server, err := normalizeServer(e.Server)
+	list, err := normalizeServer(e.Server)
 	if err != nil {
 		return nil, err
 	}
+	servers := strings.Split(list, ",")
+	server := servers[0]
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	u, _ := url.Parse(server) // normalizeServer has parsed it
 	switch u.Scheme {
@@ -68,12 +81,41 @@ func NewClient(e Endpoint) (*Client, error) {
 			}
 		}
 	}
-	return &Client{BaseURL: server, HTTP: &http.Client{Transport: tr}, Token: e.Token}, nil
+	c := &Client{BaseURL: server, HTTP: &http.Client{Transport: tr}, Token: e.Token}
+	if len(servers) > 1 {
+		c.Servers = servers
+	}
+	return c, nil
 }
 
-// normalizeServer checks a server URL and puts it in the form every comparison uses: a
-// scheme, no trailing slash.
+// normalizeServer checks a server URL, or a comma-separated list of them, and puts it in
+// the form every comparison uses: a scheme, no trailing slash, no blanks around commas.
+// A list may hold only http(s) URLs, each once.
 func normalizeServer(server string) (string, error) {
+	if !strings.Contains(server, ",") {
+		return normalizeOneServer(server)
+	}
+	var out []string
+	for _, part := range strings.Split(server, ",") {
+		if strings.TrimSpace(part) == "" {
+			return "", fmt.Errorf("server list %q has an empty entry", server)
+		}
+		s, err := normalizeOneServer(part)
+		if err != nil {
+			return "", err
+		}
+		if strings.HasPrefix(s, "unix://") {
+			return "", fmt.Errorf("server list %q: a list names the http:// or https:// servers of one cluster; a unix:// socket stands alone", server)
+		}
+		if slices.Contains(out, s) {
+			return "", fmt.Errorf("server list %q names %s twice", server, s)
+		}
+		out = append(out, s)
+	}
+	return strings.Join(out, ","), nil
+}
+
+func normalizeOneServer(server string) (string, error) {
 	s := strings.TrimRight(strings.TrimSpace(server), "/")
 	if !strings.Contains(s, "://") {
 		s = "http://" + s
@@ -119,6 +161,8 @@ type APIError struct {
 	Server string
 	// RetryAfter is how long a 429 asked the client to wait, 0 when it did not say.
 	RetryAfter time.Duration
+	// Leader is the leader a standby named in a 503 (the Rota-Leader header), if any.
+	Leader string
 }
 
 func (e *APIError) Error() string {
@@ -582,9 +626,66 @@ func (c *Client) doRequest(ctx context.Context, r request, out any) error {
 }
 
 // send makes the request and turns failures into *UnreachableError, *APIError or
-// *lostAnswer. On success the caller owns the response body.
+// *lostAnswer. On success the caller owns the response body. With several Servers it
+// follows the leader (see Client.Servers).
 func (c *Client) send(ctx context.Context, r request) (*http.Response, error) {
+	if len(c.Servers) < 2 {
+		return c.sendTo(ctx, c.BaseURL, r)
+	}
 	base := strings.TrimRight(c.BaseURL, "/")
+	tried := map[string]bool{}
+	deadline := time.Now().Add(followFor)
+	for {
+		resp, err := c.sendTo(ctx, base, r)
+		var (
+			unreachable *UnreachableError
+			apiErr      *APIError
+		)
+		switch {
+		case err == nil:
+			c.BaseURL = base
+			return resp, nil
+		case errors.As(err, &unreachable):
+		case errors.As(err, &apiErr) && apiErr.StatusCode == http.StatusServiceUnavailable:
+			// Nothing was done: a standby refuses before acting, and a leader answers 503
+			// only for a change it did not commit.
+		default:
+			return nil, err
+		}
+		tried[base] = true
+		next := ""
+		if apiErr != nil && slices.Contains(c.Servers, apiErr.Leader) && !tried[apiErr.Leader] {
+			next = apiErr.Leader
+		}
+		for _, s := range c.Servers {
+			if next == "" && !tried[s] {
+				next = s
+			}
+		}
+		if next == "" {
+			// Every server tried: an election is under way, or none is up. Look again
+			// shortly, for a while.
+			if time.Now().After(deadline) {
+				return nil, err
+			}
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-time.After(250 * time.Millisecond):
+			}
+			clear(tried)
+			next = c.Servers[0]
+			if apiErr != nil && slices.Contains(c.Servers, apiErr.Leader) {
+				next = apiErr.Leader
+			}
+		}
+		base = next
+	}
+}
+
+// sendTo is send to the server at base alone.
+func (c *Client) sendTo(ctx context.Context, base string, r request) (*http.Response, error) {
+	base = strings.TrimRight(base, "/")
 	target, err := c.requestBase(base)
 	if err != nil {
 		return nil, err
@@ -676,7 +777,8 @@ func (c *Client) httpClient(base string) *http.Client {
 // readAPIError decodes an api.Error body, falling back to the status and the start of
 // whatever else the body holds.
 func readAPIError(resp *http.Response) *APIError {
-	e := &APIError{StatusCode: resp.StatusCode, RetryAfter: retryAfter(resp.Header.Get("Retry-After"))}
+	e := &APIError{StatusCode: resp.StatusCode, RetryAfter: retryAfter(resp.Header.Get("Retry-After")),
+		Leader: strings.TrimRight(resp.Header.Get(api.LeaderHeader), "/")}
 	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	if json.Unmarshal(raw, &e.Detail) == nil && e.Detail.Message != "" {
 		return e

@@ -181,7 +181,7 @@ func newFlagSet(cfg Config, verb, usage string) (*flag.FlagSet, *globalFlags) {
 		cfg.onFlagSet(fs)
 	}
 	g := &globalFlags{}
-	fs.StringVar(&g.Server, "server", "", "rota server `URL` (default $ROTA_SERVER, else the saved login, else the local socket, else "+DefaultServer+")")
+	fs.StringVar(&g.Server, "server", "", "rota server `URL`, or a comma-separated list of a cluster's servers to follow the leader among (default $ROTA_SERVER, else the saved login, else the local socket, else "+DefaultServer+")")
 	fs.StringVar(&g.Token, "token", "", "API `token` (default $ROTA_TOKEN, else the saved login's)")
 	fs.StringVar(&g.CAFingerprint, "ca-fingerprint", "", "pin an https server's CA, `sha256:HEX` (default $ROTA_CA_FINGERPRINT, else the saved login's)")
 	fs.StringVar(&g.output, "o", "table", "output `format`: table or json")

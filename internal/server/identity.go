@@ -3,8 +3,10 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
+	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -85,6 +87,14 @@ func (s *Server) bootstrap(ctx context.Context) error {
 		b.Settings = append(b.Settings, store.Setting{Name: cluster.SettingCluster, Data: data})
 		b.Events = append(b.Events, api.Event{Time: now, Actor: "system", Kind: api.EventConfig, Message: "new cluster " + s.clusterID})
 	}
+	// Replicas of one cluster must share its CA, or agents and clients that trust one
+	// would refuse the others: a replica joining an existing cluster does not make its own.
+	if s.cfg.Lease != nil && len(b.Settings) == 0 {
+		if _, err := os.Stat(filepath.Join(s.cfg.DataDir, "ca")); errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("server: the store holds cluster %s but %s has no CA: copy the ca directory from the data dir of the server that created the cluster (docs/ha.md)",
+				s.clusterID, filepath.Join(s.cfg.DataDir, "ca"))
+		}
+	}
 	ca, created, err := auth.LoadOrCreateCA(filepath.Join(s.cfg.DataDir, "ca"), s.clusterID)
 	if err != nil {
 		return fmt.Errorf("server: cluster CA: %w", err)
@@ -96,6 +106,9 @@ func (s *Server) bootstrap(ctx context.Context) error {
 	s.ca = ca
 	if created {
 		s.log.Info("created the cluster CA", "dir", filepath.Join(s.cfg.DataDir, "ca"), "fingerprint", ca.Fingerprint())
+	}
+	if !s.isLeader() {
+		return nil // a standby writes nothing; the leader has made, or will make, the rest
 	}
 	if len(s.state.Queues()) == 0 {
 		b.Queues = DefaultQueues()

@@ -23,6 +23,9 @@ import (
 func (s *Server) Cycle(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if !s.isLeader() {
+		return nil // a standby schedules nothing (ha.go)
+	}
 	defer s.observeCycle(time.Now())
 	now := s.cfg.Clock.Now()
 	b := &store.Batch{}
@@ -414,6 +417,9 @@ func describeEnd(to api.JobState, code *int) string {
 func (s *Server) checkNodes(ctx context.Context) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if !s.isLeader() {
+		return
+	}
 	now := s.cfg.Clock.Now()
 	b := &store.Batch{}
 	lost := map[string]bool{}

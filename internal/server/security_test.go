@@ -113,6 +113,7 @@ func TestAccessTable(t *testing.T) {
 		"POST /api/v1/join-tokens":                        "admin",
 		"DELETE /api/v1/join-tokens/{id}":                 "admin",
 		"GET /api/v1/audit":                               "admin",
+		"GET /api/v1/status":                              "viewer",
 		"GET /api/v1/usage":                               "viewer",
 		"GET /api/v1/prices":                              "viewer",
 		"PUT /api/v1/prices/{model}":                      "admin",

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -73,6 +74,12 @@ type Config struct {
 	// AdvertiseURL is the server's address as agents reach it (https://HOST:PORT), for
 	// the command line a join token is printed with; empty means the request's host.
 	AdvertiseURL string
+	// Lease, when set, makes this server one of several on a PostgreSQL store: it writes
+	// and schedules only while it holds the lease, and stands by otherwise (see ha.go).
+	// LeaseInterval is how often the leader checks its lease and a standby tries to take
+	// it (default 1s); it bounds how long a failover takes once the old session is gone.
+	Lease         *store.Lease
+	LeaseInterval time.Duration
 }
 
 func (c *Config) setDefaults() {
@@ -99,6 +106,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.BootstrapAdmin == "" {
 		c.BootstrapAdmin = "admin"
+	}
+	if c.LeaseInterval <= 0 {
+		c.LeaseInterval = time.Second
 	}
 }
 
@@ -141,10 +151,18 @@ type Server struct {
 	notifier *notifier
 	// ui holds the web UI's one-time login links (ui.go).
 	ui *uiLinkStore
+
+	// leader is set while this server holds the lease (always true in effect without
+	// one: see isLeader); leaderURL is the leader's address as last read from the store,
+	// which a standby hands to its callers (ha.go). started is when New ran.
+	leader    atomic.Bool
+	leaderURL atomic.Pointer[string]
+	leaseKick chan struct{}
+	started   time.Time
 }
 
 // New loads the state from st and returns a server ready to serve. A nil logger discards.
-func New(ctx context.Context, cfg Config, st store.Store, logger *slog.Logger) (*Server, error) {
+func New(ctx context.Context, cfg Config, st store.Store, logger *slog.Logger) (_ *Server, err error) {
 	cfg.setDefaults()
 	if logger == nil {
 		logger = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -159,15 +177,39 @@ func New(ctx context.Context, cfg Config, st store.Store, logger *slog.Logger) (
 	if err != nil {
 		return nil, fmt.Errorf("server: open log dir: %w", err)
 	}
-	s := &Server{cfg: cfg, log: logger, store: st, kick: make(chan struct{}, 1), state: cluster.New(), logs: logs, tel: newTelemetry(), ui: newUILinkStore()}
+	s := &Server{cfg: cfg, log: logger, store: st, kick: make(chan struct{}, 1), state: cluster.New(), logs: logs, tel: newTelemetry(), ui: newUILinkStore(),
+		started: time.Now().UTC(), leaseKick: make(chan struct{}, 1)}
 	s.state.HalfLife = cfg.HalfLife
+	if cfg.Lease != nil {
+		// A server that fails to start must not keep the lease from the others.
+		defer func() {
+			if err != nil {
+				cfg.Lease.Release()
+			}
+		}()
+		term, err := cfg.Lease.TryAcquire(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("server: leader lease: %w", err)
+		}
+		s.leader.Store(term > 0)
+		if term > 0 {
+			logger.Info("took the leader lease: leading", "term", term)
+		} else {
+			logger.Info("another server holds the leader lease: standing by")
+		}
+	}
 	if err := s.load(ctx); err != nil {
 		return nil, err
+	}
+	if !s.isLeader() {
+		if err := s.waitForCluster(ctx); err != nil {
+			return nil, err
+		}
 	}
 	if err := s.bootstrap(ctx); err != nil {
 		return nil, err
 	}
-	if cfg.ConfigFile != "" {
+	if cfg.ConfigFile != "" && s.isLeader() {
 		data, err := os.ReadFile(cfg.ConfigFile)
 		if err != nil {
 			return nil, fmt.Errorf("server: config: %w", err)
@@ -258,6 +300,12 @@ func (s *Server) commit(ctx context.Context, b *store.Batch) error {
 	}
 	start := time.Now()
 	if err := s.store.Commit(ctx, b); err != nil {
+		if errors.Is(err, store.ErrNotLeader) {
+			// Refused before anything was written: memory still matches the store as far
+			// as this server's term went, and the new leader reads the store afresh.
+			s.stepDown(err)
+			return fmt.Errorf("%w: %v", errNotLeader, err)
+		}
 		s.suspect = true
 		if rerr := s.resync(ctx); rerr != nil {
 			s.log.Error("re-reading the store after a failed commit", "err", rerr)
@@ -290,7 +338,7 @@ func (s *Server) resync(ctx context.Context) error {
 // commitError answers a failed commit: 503 while the state cannot be vouched for, else 500.
 func commitError(w http.ResponseWriter, what string, err error) {
 	status, code := http.StatusInternalServerError, api.CodeInternal
-	if errors.Is(err, errStale) {
+	if errors.Is(err, errStale) || errors.Is(err, errNotLeader) {
 		status, code = http.StatusServiceUnavailable, api.CodeUnavailable
 	}
 	writeError(w, status, &api.Error{Code: code, Message: what + ": " + err.Error()})
@@ -304,14 +352,23 @@ func (s *Server) wake() {
 	}
 }
 
-// Run schedules and watches node liveness until ctx ends.
+// Run schedules and watches node liveness until ctx ends; with a lease, it also keeps or
+// seeks the lease, and schedules only while it leads. It returns once the lease, if
+// held, has been given up.
 func (s *Server) Run(ctx context.Context) error {
+	if s.cfg.Lease != nil {
+		done := make(chan struct{})
+		go func() { defer close(done); s.leaseLoop(ctx) }()
+		defer func() { <-done }()
+	}
 	t := time.NewTicker(s.cfg.CycleInterval)
 	defer t.Stop()
 	for {
-		s.checkNodes(ctx)
-		if err := s.Cycle(ctx); err != nil {
-			s.log.Error("scheduling cycle failed", "err", err)
+		if s.isLeader() {
+			s.checkNodes(ctx)
+			if err := s.Cycle(ctx); err != nil && !errors.Is(err, errNotLeader) {
+				s.log.Error("scheduling cycle failed", "err", err)
+			}
 		}
 		select {
 		case <-ctx.Done():
@@ -397,7 +454,11 @@ var routes = []route{
 	{"GET", "/api/v1/agents/{node}/watch", ruleAgent, noBody, (*Server).handleWatch},
 	{"POST", "/api/v1/agents/{node}/logs/{job}/{attempt}", ruleAgent, bytesBody, (*Server).handleShipLog},
 	{"POST", "/api/v1/agents/{node}/renew", ruleAgent, jsonBody, (*Server).handleRenew},
+	{"GET", statusPath, ruleViewer, noBody, (*Server).handleStatus},
 }
+
+// statusPath is the one route a standby serves (see ha.go).
+const statusPath = "/api/v1/status"
 
 // Handler returns the HTTP API. Serve it with ConnContext set, so that callers on the
 // local socket and the in-process agent are known.
@@ -439,6 +500,11 @@ func methodNotAllowed(methods []string) http.HandlerFunc {
 // serve authenticates and authorizes a request for rt, checks its content type, and only
 // then runs the handler, with the caller's identity in the request's context.
 func (s *Server) serve(rt route, w http.ResponseWriter, r *http.Request) {
+	// A standby's memory is as old as its start, so it answers nothing from it.
+	if !s.isLeader() && rt.path != statusPath {
+		s.refuseAsStandby(w)
+		return
+	}
 	id, e := s.authenticate(r)
 	if e != nil {
 		writeError(w, http.StatusUnauthorized, e)

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 	"log/slog"
+	"time"
 
 	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" driver
 )
@@ -16,6 +17,11 @@ const postgresWriteLock = 0x726f7461
 // postgresMaxConns bounds each server's connections, so several replicas stay well inside
 // PostgreSQL's default max_connections of 100.
 const postgresMaxConns = 16
+
+// postgresConnectTimeout bounds the first connection at start: an unreachable database
+// (a wrong host, a firewall dropping packets) is an error in seconds, not a start that
+// hangs for the minutes a TCP connect may take.
+const postgresConnectTimeout = 15 * time.Second
 
 // postgresDialect serializes writers with an advisory lock (see openPostgres).
 var postgresDialect = dialect{
@@ -38,9 +44,12 @@ func openPostgres(ctx context.Context, url string, logger *slog.Logger) (Store, 
 	db.SetMaxOpenConns(postgresMaxConns)
 	// Idle connections are kept because pgx caches prepared statements per connection.
 	db.SetMaxIdleConns(postgresMaxConns)
-	if err := db.PingContext(ctx); err != nil {
+	pctx, cancel := context.WithTimeout(ctx, postgresConnectTimeout)
+	err = db.PingContext(pctx)
+	cancel()
+	if err != nil {
 		db.Close()
-		return nil, fmt.Errorf("store: open postgres %s: %w", redact(url), err)
+		return nil, fmt.Errorf("store: open postgres %s: cannot reach the database (nothing was written): %w", redact(url), err)
 	}
 	if err := migrate(ctx, db, postgresDialect, logger); err != nil {
 		db.Close()

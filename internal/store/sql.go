@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"strconv"
 	"strings"
@@ -62,6 +63,13 @@ type sqlStore struct {
 	// lock keeps waiting writers from each holding a connection. It is a channel rather
 	// than a mutex so that a waiting Commit still honours its context.
 	writeSem chan struct{}
+
+	// fence is set by a Lease (PostgreSQL only): every write transaction then checks that
+	// the leader term in the store is still this server's, so a deposed leader's late
+	// commit fails instead of overwriting its successor's work.
+	fence *fence
+	// lock is the SQLite store's lock file, held until Close (see lockSQLite).
+	lock io.Closer
 }
 
 func newSQLStore(d dialect, write, read *sql.DB) *sqlStore {
@@ -73,6 +81,11 @@ func (s *sqlStore) Close() error {
 	err := s.write.Close()
 	if s.read != s.write {
 		err = errors.Join(err, s.read.Close())
+	}
+	if s.lock != nil {
+		// After the pools: the file is released only once nothing here can write it.
+		err = errors.Join(err, s.lock.Close())
+		s.lock = nil
 	}
 	if err != nil {
 		return fmt.Errorf("store: close %s: %w", s.d.name, err)
@@ -302,6 +315,11 @@ func (s *sqlStore) commit(ctx context.Context, b *Batch) (lastID int64, err erro
 		}
 	}()
 
+	if s.fence != nil {
+		if err := s.fence.check(ctx, tx); err != nil {
+			return 0, err
+		}
+	}
 	if len(b.Events) > 0 && s.d.lockWrites != "" {
 		if _, err := tx.ExecContext(ctx, s.d.lockWrites); err != nil {
 			return 0, fmt.Errorf("lock: %w", err)

@@ -3,12 +3,17 @@ package store
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/url"
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
 
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
 )
@@ -45,6 +50,16 @@ func openSQLite(ctx context.Context, path string, logger *slog.Logger) (Store, e
 	if f, err := os.OpenFile(path, os.O_RDONLY|os.O_CREATE, 0o600); err == nil {
 		f.Close()
 	}
+	lock, err := lockSQLite(path)
+	if err != nil {
+		return nil, err
+	}
+	opened := false
+	defer func() {
+		if !opened {
+			lock.Close()
+		}
+	}()
 	write, err := openSQLitePool(path, url.Values{
 		"_txlock":       {"immediate"},
 		"_journal_mode": {"WAL"},
@@ -80,7 +95,40 @@ func openSQLite(ctx context.Context, path string, logger *slog.Logger) (Store, e
 	read.SetMaxOpenConns(n)
 	read.SetMaxIdleConns(n)
 	logger.Info("store opened", "backend", "sqlite", "path", path)
-	return newSQLStore(sqliteDialect, write, read), nil
+	s := newSQLStore(sqliteDialect, write, read)
+	s.lock = lock
+	opened = true
+	return s, nil
+}
+
+// lockSQLite takes an exclusive lock on PATH.lock, held until the store closes: two
+// servers writing one SQLite file would each schedule from their own memory and give one
+// GPU to two jobs, so the second is refused at start, before it writes anything. The
+// kernel drops the lock when the process dies, so a crash never leaves the file locked.
+func lockSQLite(path string) (*os.File, error) {
+	lockPath := path + ".lock"
+	f, err := os.OpenFile(lockPath, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("store: open sqlite %s: lock file: %w", path, err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			holder := ""
+			if data, err := os.ReadFile(lockPath); err == nil && len(strings.TrimSpace(string(data))) > 0 {
+				holder = " (pid " + strings.TrimSpace(string(data)) + ")"
+			}
+			return nil, fmt.Errorf("store: open sqlite %s: %w: another rota server%s is using this file; "+
+				"a SQLite store serves one server: stop the other, give this one another --data-dir or --store, "+
+				"or run several servers on PostgreSQL (docs/ha.md)", path, ErrInUse, holder)
+		}
+		return nil, fmt.Errorf("store: open sqlite %s: lock %s: %w", path, lockPath, err)
+	}
+	// The pid only names the holder to a server that finds the file taken.
+	if err := f.Truncate(0); err == nil {
+		_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	}
+	return f, nil
 }
 
 // openSQLitePool opens a pool whose every connection is set up with params. The path is

@@ -147,5 +147,17 @@ type EventFilter struct {
 	Limit int
 }
 
+// ErrInUse is returned by Open for a SQLite file another server already has open.
+var ErrInUse = errors.New("store in use")
+
 // ErrUnsupportedURL is returned by Open for a store URL it cannot serve.
 var ErrUnsupportedURL = errors.New("unsupported store URL: use sqlite://PATH or postgres://…")
+
+// Kind names the backend of a store Open returned: "sqlite" or "postgres"; "" for any
+// other Store.
+func Kind(st Store) string {
+	if s, ok := st.(*sqlStore); ok {
+		return s.d.name
+	}
+	return ""
+}

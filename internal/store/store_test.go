@@ -15,6 +15,12 @@ func TestMain(m *testing.M) {
 	if url := os.Getenv(killChildEnv); url != "" {
 		os.Exit(runKillChild(url))
 	}
+	if url := os.Getenv(leaseChildEnv); url != "" {
+		os.Exit(runLeaseChild(url))
+	}
+	if path := os.Getenv(sqliteChildEnv); path != "" {
+		os.Exit(runSQLiteChild(path))
+	}
 	os.Exit(m.Run())
 }
 

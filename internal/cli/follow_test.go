@@ -1,0 +1,185 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/rotahq/rota/internal/api"
+)
+
+// haServer is a fake server of a cluster with several: a standby refuses everything with
+// the leader it names; the leader answers status and submits. Each counts its calls.
+type haServer struct {
+	url   string
+	calls atomic.Int64
+}
+
+func standbyServer(t *testing.T, leader func() string) *haServer {
+	s := &haServer{}
+	s.url = newHTTPServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.calls.Add(1)
+		if l := leader(); l != "" {
+			w.Header().Set(api.LeaderHeader, l)
+		}
+		w.Header().Set("Retry-After", "1")
+		writeTestJSON(w, http.StatusServiceUnavailable, api.Error{Code: api.CodeUnavailable, Message: "this rota server is a standby"})
+	}))
+	return s
+}
+
+func leaderServer(t *testing.T) *haServer {
+	s := &haServer{}
+	s.url = newHTTPServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.calls.Add(1)
+		switch r.Method + " " + r.URL.Path {
+		case "GET /api/v1/status":
+			since := testNow.Add(-time.Hour)
+			writeTestJSON(w, http.StatusOK, api.ClusterStatus{Store: "postgres", Lease: true, Term: 7, LeaderURL: s.url, LeaderHeld: true,
+				LeaderSince: &since, Answered: "b:7070", AnsweredIsLeader: true, Replicas: []api.Replica{
+					{ID: "a:7070", Host: "host-a", URL: "http://a:7070", Started: testNow.Add(-2 * time.Hour), Seen: testNow},
+					{ID: "b:7070", Host: "host-b", URL: s.url, Started: testNow.Add(-2 * time.Hour), Seen: testNow, Leader: true},
+				}})
+		case "POST /api/v1/jobs":
+			writeTestJSON(w, http.StatusCreated, api.Job{ID: 99, State: api.StatePending})
+		default:
+			writeTestJSON(w, http.StatusBadRequest, api.Error{Code: api.CodeInvalid, Message: "no", Field: "x"})
+		}
+	}))
+	return s
+}
+
+func writeTestJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	json.NewEncoder(w).Encode(v)
+}
+
+func deadAddress(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := "http://" + l.Addr().String()
+	l.Close()
+	return addr
+}
+
+// Given every server, a verb reaches the leader past a dead server and a standby, and
+// the client then sticks to it.
+func TestClientFollowsTheLeader(t *testing.T) {
+	leader := leaderServer(t)
+	standby := standbyServer(t, func() string { return leader.url })
+	dead := deadAddress(t)
+	code, out, errOut := run(t, dead+","+standby.url+","+leader.url, "admin", "status")
+	if code != ExitOK {
+		t.Fatalf("admin status: exit %d, stderr %q", code, errOut)
+	}
+	for _, want := range []string{"Store:  postgres", "Leader: " + leader.url, "Term:   7", "a:7070", "standby", "leader (answered)", "host-b"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("admin status output lacks %q:\n%s", want, out)
+		}
+	}
+	if standby.calls.Load() != 1 || leader.calls.Load() != 1 {
+		t.Errorf("calls: standby %d, leader %d; want 1 and 1", standby.calls.Load(), leader.calls.Load())
+	}
+
+	c, err := NewClient(Endpoint{Server: standby.url + ", " + leader.url + "/", Token: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j, err := c.Submit(context.Background(), api.JobSpec{Command: []string{"true"}}); err != nil || j.ID != 99 {
+		t.Fatalf("submit through a standby: %+v, %v", j, err)
+	}
+	if c.BaseURL != leader.url {
+		t.Errorf("BaseURL after following = %q, want the leader %q", c.BaseURL, leader.url)
+	}
+	before := standby.calls.Load()
+	if _, err := c.Submit(context.Background(), api.JobSpec{Command: []string{"true"}}); err != nil {
+		t.Fatal(err)
+	}
+	if standby.calls.Load() != before {
+		t.Error("the second call went to the standby again")
+	}
+}
+
+// A standby naming a leader outside the list is not followed: the token goes only to
+// the servers the user gave.
+func TestClientFollowsOnlyListedServers(t *testing.T) {
+	outsider := leaderServer(t)
+	leader := leaderServer(t)
+	standby := standbyServer(t, func() string { return outsider.url })
+	c, err := NewClient(Endpoint{Server: standby.url + "," + leader.url, Token: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Status(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if outsider.calls.Load() != 0 || leader.calls.Load() != 1 {
+		t.Errorf("calls: outsider %d, listed leader %d; want 0 and 1", outsider.calls.Load(), leader.calls.Load())
+	}
+}
+
+// Only answers that prove nothing was done are retried elsewhere: a 400 is the answer.
+func TestClientDoesNotRetryRealAnswers(t *testing.T) {
+	first, second := leaderServer(t), leaderServer(t)
+	c, err := NewClient(Endpoint{Server: first.url + "," + second.url, Token: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var apiErr *APIError
+	if err := c.do(context.Background(), "GET", "/api/v1/nope", nil, nil, nil); !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusBadRequest {
+		t.Fatalf("err %v, want the 400", err)
+	}
+	if second.calls.Load() != 0 {
+		t.Error("a 400 was retried on another server")
+	}
+}
+
+// With no leader anywhere, the client looks for one for a while, then says why it failed.
+func TestClientGivesUpWithoutALeader(t *testing.T) {
+	defer func(d time.Duration) { followFor = d }(followFor)
+	followFor = 600 * time.Millisecond
+	a := standbyServer(t, func() string { return "" })
+	b := standbyServer(t, func() string { return "" })
+	c, err := NewClient(Endpoint{Server: a.url + "," + b.url, Token: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	_, err = c.Status(context.Background())
+	var apiErr *APIError
+	if !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("err %v, want the standbys' 503", err)
+	}
+	if d := time.Since(start); d < followFor || d > followFor+2*time.Second {
+		t.Errorf("gave up after %v, want about %v", d, followFor)
+	}
+	if a.calls.Load() < 2 || b.calls.Load() < 2 {
+		t.Errorf("calls %d and %d: both should have been asked more than once", a.calls.Load(), b.calls.Load())
+	}
+}
+
+func TestServerListErrors(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"http://a:1,,http://b:1", "empty entry"},
+		{"http://a:1,unix:///run/rota.sock", "unix:// socket stands alone"},
+		{"http://a:1,a:1", "names http://a:1 twice"},
+		{"http://a:1,ftp://b", "want http://, https:// or unix://"},
+	} {
+		if _, err := NewClient(Endpoint{Server: tc.in}); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("NewClient(%q): %v, want an error containing %q", tc.in, err, tc.want)
+		}
+	}
+	got, err := normalizeServer(" a:1 , https://b:2/ ")
+	if err != nil || got != "http://a:1,https://b:2" {
+		t.Errorf("normalizeServer: %q, %v", got, err)
+	}
+}

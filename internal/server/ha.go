@@ -1,0 +1,209 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/rotahq/rota/internal/api"
+	"github.com/rotahq/rota/internal/cluster"
+	"github.com/rotahq/rota/internal/store"
+)
+
+// Several servers on one PostgreSQL store elect one leader through a store.Lease (see
+// docs/ha.md). The leader loads the state, writes and schedules; the others stand by:
+// they answer every API call but GET /api/v1/status with a 503 naming the leader, and try
+// to take the lease every LeaseInterval. A standby that takes it loads the state from the
+// store, as a restarting server does, and leads. A leader that loses its lease stops
+// scheduling and writing at once: its store refuses every commit from that moment, and a
+// commit already under way fails on the term check if a successor has begun.
+
+// errNotLeader answers a change the server can no longer make because it lost the lease.
+var errNotLeader = errors.New("this server has just lost the leader lease; send the request to the new leader")
+
+// isLeader reports whether this server may write and schedule: always without a lease.
+func (s *Server) isLeader() bool { return s.cfg.Lease == nil || s.leader.Load() }
+
+// stepDown makes this server a standby after its lease was lost. Its store already
+// refuses commits; this stops its cycles and sends its callers to the new leader.
+func (s *Server) stepDown(err error) {
+	if s.leader.Swap(false) {
+		s.log.Error("lost the leader lease: no more scheduling or writing here; standing by", "err", err)
+		// Callers are not sent back here while the new leader is unknown.
+		empty := ""
+		s.leaderURL.Store(&empty)
+		// Agents waiting on a watch are answered now, and go to the leader.
+		s.watch.bumpAll()
+		// The lease loop learns who leads now without waiting for its next round.
+		select {
+		case s.leaseKick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// leaseLoop keeps the lease: it checks it while leading, tries to take it while standing
+// by, and announces this server among the replicas. At the end it gives the lease up, so
+// a standby takes over at once rather than after the session times out.
+func (s *Server) leaseLoop(ctx context.Context) {
+	l := s.cfg.Lease
+	t := time.NewTicker(s.cfg.LeaseInterval)
+	defer t.Stop()
+	for {
+		s.tendLease(ctx)
+		select {
+		case <-ctx.Done():
+			s.leader.Store(false)
+			l.Release()
+			wctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			if err := l.Withdraw(wctx); err != nil {
+				s.log.Warn("could not remove this server from the replicas", "err", err)
+			}
+			cancel()
+			return
+		case <-t.C:
+		case <-s.leaseKick:
+		}
+	}
+}
+
+// tendLease does one round of leaseLoop.
+func (s *Server) tendLease(ctx context.Context) {
+	l := s.cfg.Lease
+	if s.leader.Load() {
+		if err := l.Check(ctx); err != nil && ctx.Err() == nil {
+			s.stepDown(err)
+		}
+	} else if l.Term() != 0 {
+		// Stepped down by a refused commit while the session still stood: let it go, so
+		// the term is not kept by a server that no longer acts on it.
+		l.Release()
+	} else {
+		term, err := l.TryAcquire(ctx)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			s.log.Warn("could not try for the leader lease", "err", err)
+		case term > 0:
+			s.lead(ctx, term)
+		}
+	}
+	if ctx.Err() != nil {
+		return
+	}
+	if err := l.Announce(ctx); err != nil && ctx.Err() == nil {
+		s.log.Warn("could not announce this server among the replicas", "err", err)
+	}
+	if st, err := l.Status(ctx, time.Time{}); err == nil {
+		s.leaderURL.Store(&st.URL)
+	}
+}
+
+// lead makes this server the leader in term: it reads the whole state from the store,
+// as at a restart, applies its config file, and starts scheduling. If the state cannot be
+// read the lease is given back for another server to try.
+func (s *Server) lead(ctx context.Context, term int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	start := time.Now()
+	if err := s.load(ctx); err != nil {
+		s.cfg.Lease.Release()
+		s.log.Error("took the leader lease but could not read the state; giving it back", "term", term, "err", err)
+		return
+	}
+	s.suspect, s.claims, s.reasons = false, nil, nil
+	s.leader.Store(true)
+	if s.cfg.ConfigFile != "" {
+		if data, err := os.ReadFile(s.cfg.ConfigFile); err != nil {
+			s.log.Error("config file not applied at takeover", "file", s.cfg.ConfigFile, "err", err)
+		} else if _, apiErr := s.applyConfig(ctx, data, api.Event{Actor: "config file", Source: s.cfg.ConfigFile}); apiErr != nil {
+			s.log.Error("config file not applied at takeover", "file", s.cfg.ConfigFile, "err", apiErr.Message)
+		}
+	}
+	s.watch.bumpAll()
+	s.log.Info("took the leader lease: leading", "term", term, "load_time", time.Since(start).Round(time.Millisecond))
+	s.wake()
+}
+
+// waitForCluster holds a standby's start until the store holds a cluster, which the
+// leader creates at its first start; should the lease come free meanwhile, this server
+// takes it and creates the cluster itself. Callers do not hold s.mu.
+func (s *Server) waitForCluster(ctx context.Context) error {
+	for {
+		if _, ok := s.state.Setting(cluster.SettingCluster); ok {
+			return nil
+		}
+		s.log.Info("waiting for the leader to create the cluster in the store")
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("server: waiting for the leader to create the cluster: %w", ctx.Err())
+		case <-time.After(s.cfg.LeaseInterval):
+		}
+		term, err := s.cfg.Lease.TryAcquire(ctx)
+		if err != nil {
+			return fmt.Errorf("server: leader lease: %w", err)
+		}
+		if term > 0 {
+			s.leader.Store(true)
+		}
+		if err := s.load(ctx); err != nil {
+			return err
+		}
+		if term > 0 {
+			return nil
+		}
+	}
+}
+
+// refuseAsStandby answers a call a standby does not serve: 503, with the leader's URL in
+// the Rota-Leader header and the message, so that clients and agents given a list of
+// servers go there.
+func (s *Server) refuseAsStandby(w http.ResponseWriter) {
+	w.Header().Set("Retry-After", "1")
+	msg := "this rota server is a standby and no leader is serving yet; try again shortly"
+	if u := s.leaderURL.Load(); u != nil && *u != "" {
+		w.Header().Set(api.LeaderHeader, *u)
+		msg = "this rota server is a standby: send the request to the leader at " + *u
+	}
+	writeError(w, http.StatusServiceUnavailable, &api.Error{Code: api.CodeUnavailable, Message: msg})
+}
+
+// replicaSeenWithin is how recently a server must have announced itself to be listed in
+// the status: several lease intervals, so one slow round does not drop it.
+func (s *Server) replicaSeenWithin() time.Duration { return 5*s.cfg.LeaseInterval + 5*time.Second }
+
+// handleStatus answers GET /api/v1/status: the replicas, the leader, the term and the
+// store. Standbys answer it too, from the store, so an operator can ask any server.
+func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) {
+	out := api.ClusterStatus{Store: store.Kind(s.store), Replicas: []api.Replica{}}
+	l := s.cfg.Lease
+	if l == nil {
+		links := s.uiLinks()
+		links.mu.Lock()
+		self := links.url
+		links.mu.Unlock()
+		out.LeaderURL, out.LeaderHeld, out.AnsweredIsLeader = self, true, true
+		out.Answered = self
+		out.Replicas = append(out.Replicas, api.Replica{ID: self, URL: self, Started: s.started, Seen: time.Now().UTC(), Leader: true})
+		writeJSON(w, http.StatusOK, out)
+		return
+	}
+	st, err := l.Status(r.Context(), time.Now().Add(-s.replicaSeenWithin()))
+	if err != nil {
+		writeError(w, http.StatusServiceUnavailable, &api.Error{Code: api.CodeUnavailable, Message: "reading the leader from the store: " + err.Error()})
+		return
+	}
+	out.Lease, out.Term, out.LeaderURL, out.LeaderHeld = true, st.Term, st.URL, st.Held
+	if !st.Since.IsZero() {
+		since := st.Since
+		out.LeaderSince = &since
+	}
+	out.Answered, out.AnsweredIsLeader = l.ID(), s.isLeader()
+	for _, rep := range st.Replicas {
+		out.Replicas = append(out.Replicas, api.Replica{ID: rep.ID, Host: rep.Host, URL: rep.URL, Started: rep.Started, Seen: rep.Seen,
+			Leader: st.Held && rep.ID == st.Holder})
+	}
+	writeJSON(w, http.StatusOK, out)
+}
