@@ -106,7 +106,11 @@ func writeJobHelp(w io.Writer) {
 
 A job runs its command under its user's Unix account, in its working directory (by
 default the directory it was submitted from), under a supervisor that outlives the
-agent. Its stdout and stderr go to a log per attempt that rota logs prints.
+agent. Its stdout and stderr go to a log per attempt that rota logs prints, and its
+stdin is /dev/null. An interactive job (rota run from a terminal, spec tty: true) has a
+pseudo-terminal on its node as stdin, stdout and stderr and controlling terminal instead,
+relayed to the terminal of rota run or rota attach; it runs as its user with its cgroup
+and limits all the same, and what it writes still goes to its log.
 
 Environment
   Besides the variables of its spec (--env, env:), every job is started with:
@@ -183,6 +187,7 @@ var specFields = []struct{ name, what string }{
 	{"retries", "failed attempts followed by another under the restart policy"},
 	{"notify", "webhooks told of the job's events: [{url: URL, events: [started, ended]}]"},
 	{"image", "run in this OCI container image through the node's container runtime"},
+	{"tty", "run on a pseudo-terminal that rota attach connects to (rota run sets it)"},
 }
 
 func writeSpecHelp(w io.Writer) {
