@@ -139,6 +139,7 @@ func TestInteractiveRun(t *testing.T) {
 	skipShort(t)
 	t.Parallel()
 	c := newTestCluster(t, map[string]string{"node-a": "2"}, clusterOpts{attachGrace: "4s"})
+	top := t // processes started for the whole test, not one subtest, register with it
 
 	t.Run("window size and exit code", func(t *testing.T) {
 		c.t = t
@@ -253,6 +254,43 @@ func TestInteractiveRun(t *testing.T) {
 		}
 		if d := c.job(id); d.State != api.StateFailed || d.ExitCode == nil || *d.ExitCode != 3 {
 			t.Errorf("job %d: %s exit %v; want FAILED with 3", id, d.State, d.ExitCode)
+		}
+	})
+
+	t.Run("the session survives an agent restart", func(t *testing.T) {
+		c.t = t
+		p := c.rotaPTY(t, c.token, "run", "--", "sh", "-c", `echo one; read a; echo "two $a"; exit 4`)
+		p.waitOutput(`one`)
+		c.agents["node-a"].kill()
+		c.t = top
+		c.restartAgent("node-a")
+		c.t = t
+		c.waitNodesReady("node-a")
+		p.typeText("zz\n") // kept by the server until the new agent's stream opens
+		p.waitOutput(`two zz`)
+		if code := p.exit(); code != 4 {
+			t.Errorf("rota run exited %d after the agent restarted; want the job's 4", code)
+		}
+	})
+
+	t.Run("after a server restart the job is attached again", func(t *testing.T) {
+		c.t = t
+		p := c.rotaPTY(t, c.token, "run", "--", "sh", "-c", `echo uno; read a; echo "dos $a"; exit 6`)
+		id := p.jobID()
+		p.waitOutput(`uno`)
+		c.server.kill()
+		if code := p.exit(); code != 1 || !strings.Contains(p.output(), "rota attach") {
+			t.Errorf("rota run when the server went away: exit %d, %q; want 1 and a hint to rota attach", code, p.output())
+		}
+		c.t = top
+		c.startServer()
+		c.t = t
+		q := c.rotaPTY(t, c.token, "attach", strconv.FormatInt(id, 10))
+		q.waitOutput(`uno`) // replayed by the job's supervisor through the agent's new stream
+		q.typeText("tres\n")
+		q.waitOutput(`dos tres`)
+		if code := q.exit(); code != 6 {
+			t.Errorf("rota attach exited %d; want the job's 6", code)
 		}
 	})
 
