@@ -103,6 +103,11 @@ func (s *Server) watchIdle(ss *ttySession) {
 		gone := cur == ss && ss.client == nil
 		if gone {
 			ss.idle = nil
+			if ss.agent == nil {
+				// Nothing is connected (the node was lost, say): nothing will end the
+				// session but this.
+				delete(s.attach.sessions, job)
+			}
 		}
 		s.attach.mu.Unlock()
 		if gone {

@@ -207,14 +207,14 @@ func TestAttachGraceCancelsAnAbandonedJob(t *testing.T) {
 	h := newAttachHarness(t, 150*time.Millisecond)
 	j := h.runningTTYJob()
 	agent, _ := h.dialAgentAttach("n1", j.ID, 1)
-	_ = agent
 	term, _ := h.dialAttach(h.token, j.ID)
 	// Attached: the grace does not run.
 	time.Sleep(400 * time.Millisecond)
 	if d := h.job(j.ID); d.CancelRequested {
 		t.Fatalf("job %d was cancelled while a terminal was attached", j.ID)
 	}
-	term.CloseNow() // the client vanishes without a word
+	agent.CloseNow() // the node is cut off, say
+	term.CloseNow()  // and the client vanishes without a word
 	deadline := time.Now().Add(5 * time.Second)
 	for !h.job(j.ID).CancelRequested {
 		if time.Now().After(deadline) {
@@ -225,6 +225,12 @@ func TestAttachGraceCancelsAnAbandonedJob(t *testing.T) {
 	resp := h.beat("n1", 1, api.TaskStatus{JobID: j.ID, Attempt: 1, State: api.StateRunning, PID: 42})
 	if len(resp.Tasks) != 1 || !resp.Tasks[0].Stop || resp.Tasks[0].StopReason != api.ReasonCancelled {
 		t.Errorf("n1's desired tasks %+v; want the job stopped as cancelled", resp.Tasks)
+	}
+	h.srv.attach.mu.Lock()
+	left := len(h.srv.attach.sessions)
+	h.srv.attach.mu.Unlock()
+	if left != 0 {
+		t.Errorf("%d relay sessions left after the grace ended one with nothing connected", left)
 	}
 	var ok bool
 	for _, e := range h.job(j.ID).Events {
