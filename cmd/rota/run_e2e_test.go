@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -168,6 +169,17 @@ func TestInteractiveRun(t *testing.T) {
 		// What the job wrote on its terminal is in its log too.
 		if log := c.logs(id); !strings.Contains(log, "41 123") {
 			t.Errorf("job %d's log lacks its terminal output: %q", id, log)
+		}
+	})
+
+	t.Run("a job quicker than the relay still shows its output", func(t *testing.T) {
+		c.t = t
+		for i := range 3 {
+			p := c.rotaPTY(t, c.token, "run", "--", "sh", "-c", fmt.Sprintf("echo quick-%d; exit 9", i))
+			if code := p.exit(); code != 9 {
+				t.Errorf("rota run of a quick job exited %d; want 9", code)
+			}
+			p.waitOutput(fmt.Sprintf("quick-%d", i))
 		}
 	})
 

@@ -102,45 +102,43 @@ func (a *Agent) relayOnce(ctx context.Context, att *attempt) error {
 	}
 	defer ws.CloseNow()
 	ws.SetReadLimit(api.MaxFrame + 1)
-	rctx, stop := context.WithCancel(ctx)
-	defer stop()
+	outDone := make(chan struct{})
 	go func() {
-		// Output from the job to the server.
-		defer stop()
+		// Output from the job to the server. The socket's end is the terminal's: the
+		// supervisor closes it once the job has ended and its output is all sent.
+		defer close(outDone)
 		for {
 			kind, p, err := api.ReadFrame(uc)
 			if err != nil {
 				ws.Close(websocket.StatusNormalClosure, "the job's terminal closed")
 				return
 			}
-			if err := ws.Write(rctx, websocket.MessageBinary, append([]byte{kind}, p...)); err != nil {
+			if err := ws.Write(ctx, websocket.MessageBinary, append([]byte{kind}, p...)); err != nil {
 				return
 			}
 		}
 	}()
-	go func() {
-		select {
-		case <-rctx.Done():
-		case <-att.exited:
-		}
-		stop()
-		uc.Close()
-	}()
+	var end error
 	for {
-		typ, msg, err := ws.Read(rctx)
+		typ, msg, err := ws.Read(ctx)
 		if err != nil {
-			if websocket.CloseStatus(err) == websocket.StatusNormalClosure || errors.Is(err, context.Canceled) {
-				return nil
+			if websocket.CloseStatus(err) != websocket.StatusNormalClosure && !errors.Is(err, context.Canceled) {
+				end = err
 			}
-			return err
+			break
 		}
 		if typ != websocket.MessageBinary || len(msg) == 0 {
 			continue
 		}
 		if err := api.WriteFrame(uc, msg[0], msg[1:]); err != nil {
-			return err
+			end = err
+			break
 		}
 	}
+	// Wait for the output side, so that its close of the stream is not cut short.
+	uc.Close()
+	<-outDone
+	return end
 }
 
 // HTTP1Client is c speaking HTTP/1.1 only, which a WebSocket's upgrade needs.

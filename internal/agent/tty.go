@@ -216,12 +216,24 @@ func (t *ttyJob) signal(sig syscall.Signal) {
 	}
 }
 
-// close waits a moment for the job's last output, then closes the terminal and its socket,
-// which ends the agent's relay.
+// ttyLinger is how long an ended job's terminal waits for the agent's relay, when none is
+// connected, so that the output of a job quicker than the relay still reaches the server.
+const ttyLinger = 3 * time.Second
+
+// close waits a moment for the job's last output, and for a relay to take it where none is
+// connected, then closes the terminal and its socket, which ends the agent's relay.
 func (t *ttyJob) close() {
 	select {
 	case <-t.copied:
 	case <-time.After(2 * time.Second):
+	}
+	for end := time.Now().Add(ttyLinger); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		t.mu.Lock()
+		connected := t.conn != nil
+		t.mu.Unlock()
+		if connected {
+			break
+		}
 	}
 	t.ln.Close()
 	t.mu.Lock()

@@ -46,6 +46,9 @@ const defaultRunQueue = "interactive"
 // runPoll is how often rota run asks whether its job has started or ended.
 const runPoll = 250 * time.Millisecond
 
+// attachCheck is how often an attached terminal asks whether the job has ended.
+const attachCheck = 2 * time.Second
+
 func runRun(ctx context.Context, cfg Config, args []string) int {
 	fs, g := newFlagSet(cfg, "run", runCmdUsage)
 	f := submitFlags{env: envFlag{}}
@@ -93,8 +96,8 @@ func runRun(ctx context.Context, cfg Config, args []string) int {
 	}
 	fmt.Fprintf(cfg.Stderr, "rota run: job %d submitted to queue %s; waiting for it to start (Ctrl-C cancels it)\n", job.ID, job.Spec.Queue)
 	code, started, ended := waitStarted(bg, cfg, c, job.ID, sigs)
-	if ended && !tty {
-		// It ran and ended between two looks: its output is still to show.
+	if ended {
+		// It ran and ended between two looks: its output, in its log, is still to show.
 		if err := copyLog(bg, c, job.ID, LogOptions{}, cfg.Stdout); err != nil {
 			return cfg.fail(bg, err)
 		}
@@ -327,6 +330,16 @@ func windowFrame(fd int) []byte {
 func attachTerminal(ctx context.Context, cfg Config, c *Client, id int64, in *os.File, sigs <-chan os.Signal) int {
 	conn, err := c.Attach(ctx, id)
 	if err != nil {
+		var ae *APIError
+		if errors.As(err, &ae) && ae.StatusCode == http.StatusConflict {
+			if d, gerr := c.GetJob(ctx, id); gerr == nil && d.Job.State.Terminal() {
+				// It ended before the terminal could attach: show what it wrote.
+				if err := copyLog(ctx, c, id, LogOptions{}, cfg.Stdout); err != nil {
+					return cfg.fail(ctx, err)
+				}
+				return jobExit(cfg, d.Job)
+			}
+		}
 		return cfg.fail(ctx, err)
 	}
 	defer conn.CloseNow()
@@ -399,8 +412,24 @@ func attachTerminal(ctx context.Context, cfg Config, c *Client, id int64, in *os
 		}
 		return signalExit(syscall.SIGHUP)
 	}
+	// A job whose terminal never reached the server (its agent was cut off) ends without
+	// the stream saying so: the job itself is looked at now and then.
+	check := time.NewTicker(attachCheck)
+	defer check.Stop()
+	endedSeen := false
 	for {
 		select {
+		case <-check.C:
+			d, err := c.GetJob(ctx, id)
+			if err != nil || !d.Job.State.Terminal() {
+				continue
+			}
+			if endedSeen {
+				unraw()
+				fmt.Fprintf(cfg.Stderr, "\r\nrota: job %d ended without its terminal closing here; rota logs %d has its output\n", id, id)
+				return jobExit(cfg, d.Job)
+			}
+			endedSeen = true // the stream's own end is usually a moment away
 		case sig := <-sigs:
 			switch sig {
 			case syscall.SIGWINCH:

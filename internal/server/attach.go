@@ -51,6 +51,9 @@ type ttySession struct {
 	pending []byte
 	// idle runs while no terminal is attached; when it fires, the job is cancelled.
 	idle *time.Timer
+	// ended is set when the job's terminal has closed. The session is kept for a grace,
+	// so that a terminal attaching a moment late still gets the output and the end.
+	ended bool
 }
 
 // attachHub holds the sessions of the interactive jobs that have a stream open.
@@ -93,7 +96,7 @@ func (ss *ttySession) closeAll(code websocket.StatusCode, why string) {
 
 // watchIdle starts the grace period of a session with no terminal. Callers hold h.mu.
 func (s *Server) watchIdle(ss *ttySession) {
-	if ss.client != nil || ss.idle != nil {
+	if ss.client != nil || ss.idle != nil || ss.ended {
 		return
 	}
 	job := ss.job
@@ -172,11 +175,11 @@ func (s *Server) handleAttach(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusConflict, &api.Error{Code: api.CodeConflict, Field: "id",
 			Message: fmt.Sprintf("job %d has no terminal: only jobs submitted with tty (rota run from a terminal) can be attached; follow its output with rota logs -f %d", id, id)})
 		return
-	case job.State.Terminal():
+	case job.State.Terminal() && !s.attach.hasEnded(id, job.Attempts):
 		writeError(w, http.StatusConflict, &api.Error{Code: api.CodeConflict, Field: "id",
 			Message: fmt.Sprintf("job %d has ended: %s", id, job.State)})
 		return
-	case !job.State.Active():
+	case !job.State.Active() && !job.State.Terminal():
 		writeError(w, http.StatusConflict, &api.Error{Code: api.CodeConflict, Field: "id",
 			Message: fmt.Sprintf("job %d is %s: a terminal attaches once it runs", id, job.State)})
 		return
@@ -202,13 +205,20 @@ func (s *Server) handleAttach(w http.ResponseWriter, r *http.Request) {
 		ss.idle.Stop()
 		ss.idle = nil
 	}
-	replay := slices.Clone(ss.recent)
+	replay, ended := slices.Clone(ss.recent), ss.ended
+	if ended {
+		ss.client = nil
+	}
 	s.attach.mu.Unlock()
 	s.log.Info("terminal attached", "job", id, "user", who.User)
 	if len(replay) > 0 {
 		wctx, wcancel := context.WithTimeout(ctx, attachWriteTimeout)
 		_ = c.Write(wctx, websocket.MessageBinary, append([]byte{api.FrameData}, replay...))
 		wcancel()
+	}
+	if ended {
+		c.Close(websocket.StatusNormalClosure, "the job's terminal closed")
+		return
 	}
 	for {
 		_, msg, err := c.Read(ctx)
@@ -366,12 +376,26 @@ func (s *Server) handleAgentAttach(w http.ResponseWriter, r *http.Request) {
 	}
 	ss.agent = nil
 	if websocket.CloseStatus(end) == websocket.StatusNormalClosure {
-		// The job's terminal closed: the job has ended.
+		// The job's terminal closed: the job has ended. The session stays a while for a
+		// terminal about to attach.
 		ss.closeAll(websocket.StatusNormalClosure, "the job's terminal closed")
-		if s.attach.sessions[jobID] == ss {
-			delete(s.attach.sessions, jobID)
-		}
+		ss.ended = true
+		time.AfterFunc(s.cfg.AttachGrace, func() {
+			s.attach.mu.Lock()
+			defer s.attach.mu.Unlock()
+			if s.attach.sessions[jobID] == ss {
+				delete(s.attach.sessions, jobID)
+			}
+		})
 	}
+}
+
+// hasEnded reports whether the job's attempt has a session whose terminal has closed.
+func (h *attachHub) hasEnded(job int64, attempt int) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	ss := h.sessions[job]
+	return ss != nil && ss.attempt == attempt && ss.ended
 }
 
 // upgrading reports whether r asks for a WebSocket, and answers 426 where it does not.

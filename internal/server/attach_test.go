@@ -255,3 +255,35 @@ func TestTTYSpecLimits(t *testing.T) {
 		}
 	}
 }
+
+// A job that ends before its terminal attaches: the terminal still gets its output and
+// the end, for the grace after.
+func TestAttachAfterTheJobsTerminalClosed(t *testing.T) {
+	h := newAttachHarness(t, time.Minute)
+	j := h.runningTTYJob()
+	agent, _ := h.dialAgentAttach("n1", j.ID, 1)
+	writeFrame(t, agent, []byte("dquick\r\n"))
+	agent.Close(websocket.StatusNormalClosure, "the job's terminal closed")
+	h.beat("n1", 1, api.TaskStatus{JobID: j.ID, Attempt: 1, State: api.StateSucceeded, PID: 42, ExitCode: new(int)})
+	if d := h.job(j.ID); d.State != api.StateSucceeded {
+		t.Fatalf("job %d is %s; want SUCCEEDED", j.ID, d.State)
+	}
+	term, code := h.dialAttach(h.token, j.ID)
+	if code != http.StatusSwitchingProtocols {
+		t.Fatalf("attaching just after the end: %d; want the stream", code)
+	}
+	if got := readFrame(t, term); string(got) != "dquick\r\n" {
+		t.Errorf("first frame %q; want the job's output", got)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, _, err := term.Read(ctx); websocket.CloseStatus(err) != websocket.StatusNormalClosure {
+		t.Errorf("after the output: %v; want close code 1000", err)
+	}
+	// Another job that ended, with no session: 409.
+	other := h.submit(api.JobSpec{Command: []string{"x"}, TTY: true})
+	h.do("POST", fmt.Sprintf("/api/v1/jobs/%d/cancel", other.ID), nil, nil)
+	if _, code := h.dialAttach(h.token, other.ID); code != http.StatusConflict {
+		t.Errorf("attaching to a job cancelled before it ran: %d; want 409", code)
+	}
+}
