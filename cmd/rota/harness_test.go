@@ -182,6 +182,7 @@ type clusterOpts struct {
 	lost          string // --node-lost-after
 	assignTimeout string // --assign-timeout
 	store         string // --store; default SQLite in the data dir
+	attachGrace   string // --attach-grace
 	// shared makes the cluster's directory traversable by every account, for jobs that
 	// run as another user than the test's.
 	shared bool
@@ -261,7 +262,7 @@ func (c *testCluster) serverArgs() []string {
 	args := []string{"server", "--tls", "--data-dir", c.dataDir, "--listen", c.addr, "--heartbeat-interval", hb, "--min-runtime", "0s"}
 	for _, f := range []struct{ flag, v string }{
 		{"--node-not-ready-after", c.opts.notReady}, {"--node-lost-after", c.opts.lost},
-		{"--assign-timeout", c.opts.assignTimeout}, {"--store", c.opts.store},
+		{"--assign-timeout", c.opts.assignTimeout}, {"--store", c.opts.store}, {"--attach-grace", c.opts.attachGrace},
 	} {
 		if f.v != "" {
 			args = append(args, f.flag, f.v)

@@ -195,6 +195,8 @@ type Agent struct {
 	healthCheck *api.HealthCheck
 	// notices holds, per live attempt, the notice text last written to its notice file.
 	notices map[attemptKey]string
+	// relays holds the interactive attempts whose terminal relay runs.
+	relays map[attemptKey]bool
 }
 
 // New checks cfg, takes the data directory, discovers the GPUs and loads or prepares the
@@ -316,6 +318,7 @@ func New(cfg Config, logger *slog.Logger) (*Agent, error) {
 		healthTimeout:    cmp(cfg.HealthCheckTimeout, defaultHealthCheckTimeout),
 		attempts:         map[attemptKey]*attempt{},
 		notices:          map[attemptKey]string{},
+		relays:           map[attemptKey]bool{},
 		cluster:          creds.clusterID(),
 	}
 	a.confirmed = a.cluster != ""
@@ -948,6 +951,7 @@ func (a *Agent) reconcile(desired []api.Task) {
 			delete(a.notices, k)
 		}
 	}
+	a.startRelays(desired)
 	a.settle()
 }
 

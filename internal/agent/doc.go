@@ -23,10 +23,14 @@
 //	supervisor.pid            the supervisor's pid, once it takes signals
 //	cgroup                    the attempt's cgroup leaf, before the job starts in it
 //	job.json                  the job's leader pid and process group, start time, tracking
-//	output.log                the job's stdout and stderr
+//	output.log                the job's stdout and stderr (and an interactive job's terminal
+//	                          output)
 //	stop.json                 written by the agent to stop the attempt ({"reason": ...}),
 //	                          then SIGUSR1 to the supervisor; SIGTERM to the supervisor is a
-//	                          stop with reason node_shutdown; SIGHUP and SIGINT are ignored
+//	                          stop with reason node_shutdown; SIGHUP and SIGINT are caught
+//	                          and dropped (not ignored, which the job would inherit)
+//	attach.sock               an interactive attempt's terminal (tty.go), which the agent
+//	                          relays to the server (attach.go)
 //	status.json               the end: state, reason, message, exit code, times, tracking
 //	job/                      the job's own (its account's, 0700): its default working
 //	                          directory, ROTA_EVENTS_FILE and ROTA_NOTICE_FILE

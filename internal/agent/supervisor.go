@@ -95,14 +95,17 @@ type supervisor struct {
 	limits string
 	// containerKilled is set once a kill has removed the task's container.
 	containerKilled bool
+	// tty is an interactive job's terminal.
+	tty *ttyJob
 }
 
 func (s *supervisor) run() error {
 	// Handlers first: the agent signals only a supervisor whose pid file exists, and
 	// SIGUSR1's default action would kill it.
 	s.sigs = make(chan os.Signal, 64)
-	signal.Notify(s.sigs, syscall.SIGCHLD, syscall.SIGUSR1, syscall.SIGTERM)
-	signal.Ignore(syscall.SIGHUP, syscall.SIGINT)
+	// SIGHUP and SIGINT are caught and dropped, not ignored: an ignored signal stays
+	// ignored in the job, whose Ctrl-C (on a terminal) or --signal INT would do nothing.
+	signal.Notify(s.sigs, syscall.SIGCHLD, syscall.SIGUSR1, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGINT)
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
 		s.logger.Warn("cannot become child subreaper; processes that leave the job's group may escape", "err", err)
 	}
@@ -142,6 +145,9 @@ func (s *supervisor) run() error {
 	}
 	s.supervise()
 	s.endAll()
+	if s.tty != nil {
+		s.tty.close()
+	}
 	return s.record()
 }
 
@@ -357,6 +363,23 @@ func (s *supervisor) start(spec jobSpec) error {
 		Files: []*os.File{devnull, s.output, s.output},
 		Sys:   &syscall.SysProcAttr{Setpgid: true, Credential: spec.cred},
 	}
+	var master *os.File
+	if s.task.TTY {
+		// The terminal is the job's stdin, stdout and stderr, and its controlling
+		// terminal: the job leads a session of its own, whose ID is its process group.
+		uid := -1
+		if spec.cred != nil {
+			uid = int(spec.cred.Uid)
+		}
+		m, slave, err := openTTY(uid)
+		if err != nil {
+			return err
+		}
+		defer slave.Close()
+		master = m
+		attr.Files = []*os.File{slave, slave, slave}
+		attr.Sys.Setpgid, attr.Sys.Setsid, attr.Sys.Setctty, attr.Sys.Ctty = false, true, true, 0
+	}
 
 	s.spec = spec
 	var proc *os.Process
@@ -389,6 +412,9 @@ func (s *supervisor) start(spec jobSpec) error {
 		if proc, err = os.StartProcess(spec.path, spec.argv, attr); err != nil {
 			leave()
 			s.cleanCgroups(leaf)
+			if master != nil {
+				master.Close()
+			}
 			if spec.runtime.Name != "" {
 				return fmt.Errorf("cannot start the container runtime %s: %w", spec.runtime.Path, err)
 			}
@@ -406,6 +432,13 @@ func (s *supervisor) start(spec jobSpec) error {
 	}
 	// The supervisor reaps with wait4(-1); the handle is not needed.
 	_ = proc.Release()
+	if master != nil {
+		if s.tty, err = serveTTY(s.dir, master, s.output, proc.Pid, s.logger); err != nil {
+			// The job runs, and its output reaches the log; no terminal can attach.
+			s.logger.Error("serve the job's terminal", "err", err)
+			go func() { _, _ = io.Copy(s.output, master) }()
+		}
+	}
 	if err := writeJSONAtomic(filepath.Join(s.dir, fileJob), s.job, 0o644, true); err != nil {
 		s.logger.Error("record the job's process group", "err", err)
 	}

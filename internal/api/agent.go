@@ -127,6 +127,9 @@ type Task struct {
 	// Notice, when set, is a warning the agent writes to the task's ROTA_NOTICE_FILE
 	// (once per distinct text), e.g. that the job holds GPUs it does not use.
 	Notice string `json:"notice,omitempty"`
+	// TTY: the job's stdin, stdout and stderr are a pseudo-terminal whose other end the
+	// agent relays to the server's attach stream (see attach.go).
+	TTY bool `json:"tty,omitempty"`
 }
 
 // HeartbeatResponse is the node's desired state.

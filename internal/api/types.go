@@ -121,6 +121,10 @@ type JobSpec struct {
 	// runtime (podman, docker or apptainer), with its GPUs, working directory, ROTA_*
 	// variables and checkpoint directory. Empty: the job runs on the node directly.
 	Image string `json:"image,omitempty" yaml:"image"`
+	// TTY runs the job's command on a pseudo-terminal on its node, which its owner reaches
+	// with GET /api/v1/jobs/{id}/attach (rota run, rota attach). The job is single-node and
+	// is cancelled when no terminal has been attached for the server's attach grace.
+	TTY bool `json:"tty,omitempty" yaml:"tty"`
 	// Deadline is when the job must have finished (DeadlineKind "finish", the default) or
 	// started ("start"); nil: none. It raises the job's priority within its tier as it
 	// nears. A finish-by deadline needs a time limit, and must leave room for it.

@@ -107,7 +107,11 @@ func writeJobHelp(w io.Writer) {
 
 A job runs its command under its user's Unix account, in its working directory (by
 default the directory it was submitted from), under a supervisor that outlives the
-agent. Its stdout and stderr go to a log per attempt that rota logs prints.
+agent. Its stdout and stderr go to a log per attempt that rota logs prints, and its
+stdin is /dev/null. An interactive job (rota run from a terminal, spec tty: true) has a
+pseudo-terminal on its node as stdin, stdout and stderr and controlling terminal instead,
+relayed to the terminal of rota run or rota attach; it runs as its user with its cgroup
+and limits all the same, and what it writes still goes to its log.
 
 Environment
   Besides the variables of its spec (--env, env:), every job is started with:
@@ -188,6 +192,7 @@ var specFields = []struct{ name, what string }{
 	{"image", "run in this OCI container image through the node's container runtime"},
 	{"deadline", "when the job must have finished (or started), RFC 3339: 2026-12-01T18:00:00Z"},
 	{"deadline_kind", "finish (default: start + time limit by the deadline) or start (start by it)"},
+	{"tty", "run on a pseudo-terminal that rota attach connects to (rota run sets it)"},
 }
 
 func writeSpecHelp(w io.Writer) {

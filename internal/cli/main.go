@@ -101,6 +101,8 @@ var verbs []verbEntry
 func init() {
 	verbs = []verbEntry{
 		{Verb{"submit", "submit a job: rota submit --gpus 1 -- python train.py"}, runSubmit},
+		{Verb{"run", "run a command interactively on a terminal: rota run --gpus 1 -- bash"}, runRun},
+		{Verb{"attach", "connect this terminal to a running interactive job again"}, runAttach},
 		{Verb{"queue", "list jobs with their state and why they wait"}, runQueue},
 		{Verb{"show", "show one job in full: request, times, usage, attempts, events"}, runShow},
 		{Verb{"why", "say why a job has not started, and when it may"}, runWhy},

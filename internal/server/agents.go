@@ -515,7 +515,7 @@ func (s *Server) desiredTasks(node string) []api.Task {
 			Env: s.taskEnv(job, a, rank), GPUIndices: p.GPUIndices, GPUIDs: p.GPUIDs,
 			CPUs: p.CPUs, MemoryMB: p.MemoryMB, Signal: job.Spec.Signal, GraceSeconds: job.Spec.Grace,
 			RunAs: runAs, AllowRoot: allowRoot, CheckpointDir: s.checkpointDir(&job),
-			Image: job.Spec.Image, Notice: s.taskNotice(&job),
+			Image: job.Spec.Image, Notice: s.taskNotice(&job), TTY: job.Spec.TTY,
 			GPUShare: p.GPUShare, GPUMemoryLimitMB: p.GPUMemoryMB,
 		}
 		if job.Spec.TimeLimit > 0 {

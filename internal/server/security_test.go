@@ -126,6 +126,10 @@ func TestAccessTable(t *testing.T) {
 		"GET /api/v1/agents/{node}/watch":                 "agent",
 		"POST /api/v1/agents/{node}/logs/{job}/{attempt}": "agent",
 		"POST /api/v1/agents/{node}/renew":                "agent",
+
+		// Interactive jobs: the owner's (or an admin's) terminal, the node's agent.
+		"GET /api/v1/jobs/{id}/attach":                     "member",
+		"GET /api/v1/agents/{node}/attach/{job}/{attempt}": "agent",
 	}
 	h := newHarness(t)
 	tokens := map[string]string{

@@ -80,6 +80,9 @@ type Config struct {
 	// it (default 1s); it bounds how long a failover takes once the old session is gone.
 	Lease         *store.Lease
 	LeaseInterval time.Duration
+	// AttachGrace is how long an interactive job may run with no terminal attached before
+	// it is cancelled (default 1m).
+	AttachGrace time.Duration
 }
 
 func (c *Config) setDefaults() {
@@ -103,6 +106,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.AssignTimeout <= 0 {
 		c.AssignTimeout = 2 * time.Minute
+	}
+	if c.AttachGrace <= 0 {
+		c.AttachGrace = time.Minute
 	}
 	if c.BootstrapAdmin == "" {
 		c.BootstrapAdmin = "admin"
@@ -142,6 +148,7 @@ type Server struct {
 	logs *os.Root
 
 	watch    nodeWatch
+	attach   attachHub
 	lastUsed lastUse
 	limiter  submitLimiter
 	// tel is the telemetry history, in memory only (see telemetry.go).
@@ -408,6 +415,7 @@ var routes = []route{
 	{"GET", "/api/v1/jobs/{id}", ruleViewer, noBody, (*Server).handleGetJob},
 	{"POST", "/api/v1/jobs/{id}/cancel", ruleMember, noBody, (*Server).handleCancel},
 	{"GET", "/api/v1/jobs/{id}/logs", ruleMember, noBody, (*Server).handleGetLogs},
+	{"GET", "/api/v1/jobs/{id}/attach", ruleMember, noBody, (*Server).handleAttach},
 	{"POST", "/api/v1/jobs/{id}/hold", ruleMember, noBody, (*Server).handleHold},
 	{"POST", "/api/v1/jobs/{id}/release", ruleMember, noBody, (*Server).handleRelease},
 	{"GET", "/api/v1/jobs/{id}/why", ruleViewer, noBody, (*Server).handleWhy},
@@ -453,6 +461,7 @@ var routes = []route{
 	{"POST", "/api/v1/agents/{node}/heartbeat", ruleAgent, jsonBody, (*Server).handleHeartbeat},
 	{"GET", "/api/v1/agents/{node}/watch", ruleAgent, noBody, (*Server).handleWatch},
 	{"POST", "/api/v1/agents/{node}/logs/{job}/{attempt}", ruleAgent, bytesBody, (*Server).handleShipLog},
+	{"GET", "/api/v1/agents/{node}/attach/{job}/{attempt}", ruleAgent, noBody, (*Server).handleAgentAttach},
 	{"POST", "/api/v1/agents/{node}/renew", ruleAgent, jsonBody, (*Server).handleRenew},
 	{"GET", statusPath, ruleViewer, noBody, (*Server).handleStatus},
 }

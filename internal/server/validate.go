@@ -112,6 +112,9 @@ func validateSpec(spec *api.JobSpec, st *cluster.State) *api.Error {
 	if err := validateImage(spec.Image); err != nil {
 		return err
 	}
+	if err := validateTTY(spec); err != nil {
+		return err
+	}
 	if err := allowedImage(spec.Image, q); err != nil {
 		return err
 	}
@@ -726,4 +729,20 @@ func atoiDigits(s string) (int, error) {
 		return 0, fmt.Errorf("%q is not a number", s)
 	}
 	return strconv.Atoi(s)
+}
+
+// validateTTY checks what a job with a terminal cannot be: one terminal is one process on
+// one node.
+func validateTTY(spec *api.JobSpec) *api.Error {
+	switch {
+	case !spec.TTY:
+		return nil
+	case spec.Nodes > 1:
+		return invalid("tty", "a job with a terminal runs on one node; this one asks for nodes=%d", spec.Nodes)
+	case spec.Array != "":
+		return invalid("tty", "an array cannot have a terminal: each element would need its own; submit the elements as batch jobs")
+	case spec.Image != "":
+		return invalid("tty", "a job with a terminal runs directly on its node; a container image is not supported with tty yet")
+	}
+	return nil
 }
