@@ -120,3 +120,49 @@ func TestParseJobRef(t *testing.T) {
 		}
 	}
 }
+
+// rota show of an array's ID shows the whole array, its jobs counted by state with their
+// indices; ARRAY_INDEX and a plain job's ID still show one job.
+func TestShowArray(t *testing.T) {
+	srv := newFakeServer(t)
+	code, out, errOut := run(t, srv.URL, "show", "60")
+	if code != ExitOK || errOut != "" {
+		t.Fatalf("show 60: exit %d, stderr %q", code, errOut)
+	}
+	t.Log("\n" + out)
+	for _, want := range []string{
+		"Array:       60 (0-8:2%2, 5 jobs)\n",
+		"States:      2 running (1 idle), 2 pending, 1 succeeded\n",
+		"Request:     1 GPU per job\n",
+		"At once:     2\n",
+		"  RUNNING    2     2,4\n",
+		"  PENDING    2     6,8\n",
+		"  SUCCEEDED  1     0\n",
+		"rota show 60_N shows the job of index N",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("show 60 lacks %q:\n%s", want, out)
+		}
+	}
+	// Not all have ended, so the array has not: no Ended line.
+	if strings.Contains(out, "Ended:") || strings.Contains(out, "Attempts:") {
+		t.Errorf("show 60 shows an end or one job's attempts:\n%s", out)
+	}
+
+	code, out, _ = run(t, srv.URL, "show", "-o", "json", "60")
+	var list api.JobList
+	if err := json.Unmarshal([]byte(out), &list); code != ExitOK || err != nil || len(list.Jobs) != 5 || list.Jobs[4].ID != 64 {
+		t.Errorf("show -o json 60: exit %d, %v\n%s", code, err, out)
+	}
+
+	// One element: the job's own detail, not the array's.
+	code, out, _ = run(t, srv.URL, "show", "60_0")
+	if code != ExitOK || !strings.Contains(out, "ID:") || !strings.Contains(out, "index 0 of array 60") || strings.Contains(out, "Jobs by state") {
+		t.Errorf("show 60_0: exit %d\n%s", code, out)
+	}
+	// An element's own ID is that job, not an array.
+	code, out, _ = run(t, srv.URL, "show", "62")
+	if code != ExitOK || strings.Contains(out, "Jobs by state") || !strings.Contains(out, "index 4 of array 60") {
+		t.Errorf("show 62: exit %d\n%s", code, out)
+	}
+}
