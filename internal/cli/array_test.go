@@ -1,11 +1,13 @@
 package cli
 
 import (
+	"bytes"
 	"encoding/json"
 	"net/http"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/rotahq/rota/internal/api"
 )
@@ -164,5 +166,32 @@ func TestShowArray(t *testing.T) {
 	code, out, _ = run(t, srv.URL, "show", "62")
 	if code != ExitOK || strings.Contains(out, "Jobs by state") || !strings.Contains(out, "index 4 of array 60") {
 		t.Errorf("show 62: exit %d\n%s", code, out)
+	}
+}
+
+// An array whose jobs have all ended shows when the last ended, and its time limit.
+func TestShowArrayEnded(t *testing.T) {
+	var jobs []api.Job
+	for i, state := range []api.JobState{api.StateSucceeded, api.StateFailed, api.StateSucceeded, api.StateCancelled} {
+		j := arrayJob(60+int64(i), 2*i, state, func(j *api.Job) {
+			j.StartTime, j.EndTime = at(time.Duration(-50+i)*time.Minute), at(time.Duration(-20-i)*time.Minute)
+			j.Spec.TimeLimit = 1800
+		})
+		jobs = append(jobs, j)
+	}
+	var out bytes.Buffer
+	printArrayDetail(Config{Stdout: &out, Now: func() time.Time { return testNow }, Location: time.UTC}, jobs[0], jobs)
+	for _, want := range []string{
+		"States:      2 succeeded, 1 failed, 1 cancelled\n",
+		"Time limit:  30m00s per job\n",
+		"Started:     " + formatTimeRel(at(-50*time.Minute), testNow, time.UTC) + "\n",
+		"Ended:       " + formatTimeRel(at(-20*time.Minute), testNow, time.UTC) + "\n",
+		"  SUCCEEDED  2     0,4\n",
+		"  FAILED     1     2\n",
+		"  CANCELLED  1     6\n",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("lacks %q:\n%s", want, out.String())
+		}
 	}
 }
