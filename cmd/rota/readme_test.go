@@ -25,13 +25,9 @@ import (
 // fresh data dir, reached through its local socket. Each step names the command it expects,
 // so a README that changes a command fails here until the test says what it should do.
 
-// readmeSubstitutions are the only changes made to the README's lines before they run:
-// each must be found exactly once, or the test fails.
-var readmeSubstitutions = []struct{ old, new string }{
-	// Job 1 holds two GPUs while the next commands show job 2 waiting for them; 30 s of
-	// that is for a person reading along, 6 s is enough for the test.
-	{"sleep 30'", "sleep 6'"},
-}
+// readmeSub is a change made to the README's lines before they run; each must be made
+// exactly once, or the test fails.
+type readmeSub struct{ old, new string }
 
 // readmeStep is one line of a README block: the command it must be (without its comment),
 // what a person would wait for before typing it, and what its result must show.
@@ -74,6 +70,12 @@ func TestReadme(t *testing.T) {
 	// As the README starts it, on a free port (the default one may be taken) and with
 	// quick heartbeats.
 	up := startProc(t, dir, "up", env, "up", "--fake-gpus", "8", "--listen", freePort(t), "--heartbeat-interval", "200ms")
+	// Job 1 holds two GPUs while the next commands show job 2 waiting for them: 30 s for a
+	// person reading along. The test's commands may be slow on a loaded machine, so job 1
+	// runs until the test lets it end instead, just before rota logs -f 1 follows it.
+	release := filepath.Join(dir, "release-job-1")
+	subs := []readmeSub{{"sleep 30'", fmt.Sprintf("until [ -e %s ]; do sleep 0.1; done'", release)}}
+	used := map[string]int{}
 	rota := func(args ...string) cliResult {
 		t.Helper()
 		return runCLI(t, env, args...)
@@ -125,6 +127,11 @@ func TestReadme(t *testing.T) {
 		{cmd: "rota why 2", check: want(`GPU`)},
 		{cmd: "rota show 2", check: want(`State:\s+PENDING`, `examples/train\.sh`)},
 		{cmd: "rota logs -f 1",
+			before: func(t *testing.T) {
+				if err := os.WriteFile(release, nil, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			},
 			check: func(t *testing.T, r cliResult) {
 				want(`on GPUs \d,\d\n`)(t, r)
 				if d := job("1"); d.State != api.StateSucceeded {
@@ -157,8 +164,7 @@ func TestReadme(t *testing.T) {
 				}
 			}},
 	}
-	used := map[string]int{}
-	runReadmeBlock(t, readme, "## A five-minute tour", root, env, tour, used)
+	runReadmeBlock(t, readme, "## A five-minute tour", root, env, tour, subs, used)
 
 	// The simulator block, in a directory of its own so that the files it writes stay out of
 	// the repository; its examples/ is the repository's.
@@ -193,18 +199,18 @@ func TestReadme(t *testing.T) {
 		{cmd: "rota sim --trace month.csv --format rota --cluster cluster.yaml --add-nodes 4xH100",
 			check: want(`2 jobs replayed`, `5 nodes, 40 GPUs`)},
 	}
-	runReadmeBlock(t, readme, "### Test a policy or a purchase before making it", simDir, env, sim, used)
-	for _, sub := range readmeSubstitutions {
+	runReadmeBlock(t, readme, "### Test a policy or a purchase before making it", simDir, env, sim, subs, used)
+	for _, sub := range subs {
 		if used[sub.old] != 1 {
-			t.Errorf("the README has %q %d times; the test shortens it once", sub.old, used[sub.old])
+			t.Errorf("the README has %q %d times; the test replaces it once", sub.old, used[sub.old])
 		}
 	}
 }
 
 // runReadmeBlock runs the first ```sh block under heading in dir, line by line, as the
-// steps say: the block's commands must be the steps' commands, and each must exit 0. used
-// counts the readmeSubstitutions made.
-func runReadmeBlock(t *testing.T, readme, heading, dir string, env []string, steps []readmeStep, used map[string]int) {
+// steps say: the block's commands must be the steps' commands, and each must exit 0. subs
+// are made in each line, and counted in used.
+func runReadmeBlock(t *testing.T, readme, heading, dir string, env []string, steps []readmeStep, subs []readmeSub, used map[string]int) {
 	t.Helper()
 	lines := readmeBlock(t, readme, heading, 0)
 	var cmds, want []string
@@ -219,7 +225,7 @@ func runReadmeBlock(t *testing.T, readme, heading, dir string, env []string, ste
 			heading, strings.Join(cmds, "\n  "), strings.Join(want, "\n  "))
 	}
 	for i, line := range lines {
-		for _, sub := range readmeSubstitutions {
+		for _, sub := range subs {
 			used[sub.old] += strings.Count(line, sub.old)
 			line = strings.ReplaceAll(line, sub.old, sub.new)
 		}
