@@ -40,3 +40,8 @@ require (
 	modernc.org/mathutil v1.7.1 // indirect
 	modernc.org/memory v1.12.1 // indirect
 )
+
+// go-nvml v0.13.4-1 with one change: its cgo CFLAGS also pass
+// -Wno-deprecated-declarations, so that the first build does not print ~29 warnings about
+// NVML functions it binds but rota does not call (see third_party/go-nvml/ROTA.md).
+replace github.com/NVIDIA/go-nvml => ./third_party/go-nvml

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -540,6 +541,52 @@ while :; do sleep 0.2 & wait $!; done`)))
 			t.Errorf("job %d ended with processes left: %v", j.ID, ps)
 		}
 		logsHaveBothRanks(t, d)
+	})
+
+	// examples/torchrun.sh on the same two nodes: rota's torchrun variables reach every
+	// rank, the two workers all-reduce over MASTER_ADDR:MASTER_PORT and get the same sums;
+	// workers that cannot run fail the job instead of leaving it hanging.
+	t.Run("examples/torchrun.sh", func(t *testing.T) {
+		c.t = t
+		script, err := filepath.Abs("../../examples/torchrun.sh")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := exec.LookPath("python3"); err != nil {
+			t.Fatal("examples/torchrun.sh's all-reduce needs python3 (.ci/run installs it)")
+		}
+		torchrun := func(steps string) api.JobSpec {
+			spec := gang([]string{script})
+			spec.Env = map[string]string{"STEPS": steps}
+			return spec
+		}
+		j := c.submit(torchrun("3"))
+		d := c.waitEnded(j.ID, 60*time.Second)
+		r := c.rota("logs", strconv.FormatInt(j.ID, 10))
+		if d.State != api.StateSucceeded || r.code != 0 {
+			t.Fatalf("job %d ended %s: %s\n%s", j.ID, d.State, d.Message, r)
+		}
+		for nodeRank, p := range d.AttemptList[0].Placements {
+			prefix := fmt.Sprintf("[rank %d %s] ", nodeRank, p.Node)
+			wants := []string{
+				prefix + fmt.Sprintf("node %d of 2 (%s,%s): 1 workers on GPUs 0, world size 2, master ", nodeRank,
+					d.AttemptList[0].Placements[0].Node, d.AttemptList[0].Placements[1].Node),
+				prefix + fmt.Sprintf("node %d: all workers done", nodeRank),
+			}
+			for step := 1; step <= 3; step++ {
+				// Every worker adds rank+1 times the step: 3 times the step in all.
+				wants = append(wants, prefix+fmt.Sprintf("rank %d/2 (local 0): step %d/3, all-reduce sum %d", nodeRank, step, 3*step))
+			}
+			for _, want := range wants {
+				if !strings.Contains(r.stdout, want) {
+					t.Errorf("the log lacks %q:\n%s", want, r.stdout)
+				}
+			}
+		}
+		bad := c.submit(torchrun("three"))
+		if d := c.waitEnded(bad.ID, 60*time.Second); d.State != api.StateFailed {
+			t.Errorf("a job whose workers cannot run ended %s; want FAILED", d.State)
+		}
 	})
 }
 

@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -216,87 +215,5 @@ func TestJobsRunAsTheirUsers(t *testing.T) {
 	}
 	if !strings.Contains(log, "shadow: refused") {
 		t.Errorf("alice's job could read /etc/shadow:\n%s", log)
-	}
-}
-
-// The README's tour, on `rota up` in a fresh data dir, through the local socket without a
-// token.
-func TestReadmeTour(t *testing.T) {
-	skipShort(t)
-	t.Parallel()
-	rotaBinary(t)
-	dir, err := os.MkdirTemp("", "rota-e2e-up-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		killProcessesUnder(dir)
-		os.RemoveAll(dir)
-	})
-	env := []string{"ROTA_DATA_DIR=" + dir, "HOME=" + filepath.Join(dir, "home"), "XDG_CONFIG_HOME=" + filepath.Join(dir, "home", ".config")}
-	up := startProc(t, dir, "up", env, "up", "--fake-gpus", "8", "--listen", freePort(t), "--heartbeat-interval", "200ms")
-	rota := func(args ...string) cliResult {
-		t.Helper()
-		return runCLI(t, env, args...)
-	}
-	waitFor(t, 30*time.Second, "rota nodes to show the node of rota up", func() bool {
-		if up.exited() {
-			t.Fatalf("rota up exited:\n%s", up.output())
-		}
-		r := rota("nodes", "-o", "json")
-		var list api.NodeList
-		return r.code == 0 && json.Unmarshal([]byte(r.stdout), &list) == nil && len(list.Nodes) == 1 &&
-			list.Nodes[0].State == api.NodeReady && !list.Nodes[0].Syncing && len(list.Nodes[0].GPUs) == 8
-	})
-	if r := rota("nodes"); r.code != 0 || !strings.Contains(r.stdout, "READY") {
-		t.Errorf("rota nodes: %s", r)
-	}
-	r := rota("submit", "--gpus", "2", "--time", "10m", "--", "sh", "-c", `echo "on GPUs $CUDA_VISIBLE_DEVICES"; sleep 3`)
-	if r.code != 0 {
-		t.Fatalf("rota submit: %s", r)
-	}
-	first := strconv.FormatInt(lastLineID(t, r.stdout), 10)
-	r = rota("submit", "--gpus", "8", "--", "sh", "-c", "echo all eight")
-	if r.code != 0 {
-		t.Fatalf("rota submit --gpus 8: %s", r)
-	}
-	second := strconv.FormatInt(lastLineID(t, r.stdout), 10)
-	waitFor(t, 20*time.Second, "the first job to run", func() bool {
-		r := rota("show", first, "-o", "json")
-		var j api.Job
-		return r.code == 0 && json.Unmarshal([]byte(r.stdout), &j) == nil && j.State == api.StateRunning
-	})
-	if r := rota("queue"); r.code != 0 || !strings.Contains(r.stdout, "RUNNING") || !strings.Contains(r.stdout, "PENDING") {
-		t.Errorf("rota queue does not show a running and a waiting job: %s", r)
-	}
-	r = rota("queue", "-o", "json")
-	var queued api.JobList
-	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &queued) != nil || len(queued.Jobs) != 2 ||
-		strconv.FormatInt(queued.Jobs[0].ID, 10) != first || strconv.FormatInt(queued.Jobs[1].ID, 10) != second {
-		t.Errorf("rota queue -o json: want jobs %s and %s, got %s", first, second, r)
-	}
-	if r := rota("show", second); r.code != 0 || !strings.Contains(r.stdout, "PENDING") {
-		t.Errorf("rota show %s: %s", second, r)
-	}
-	if r := rota("why", second); r.code != 0 || strings.TrimSpace(r.stdout) == "" {
-		t.Errorf("rota why %s: %s", second, r)
-	}
-	// Cancelled while it waits: following the first job's log lasts until it ends, when
-	// the second would start.
-	if r := rota("cancel", second); r.code != 0 {
-		t.Errorf("rota cancel %s: %s", second, r)
-	}
-	r = rota("logs", "-f", first)
-	if r.code != 0 || !regexp.MustCompile(`on GPUs \d,\d\n`).MatchString(r.stdout) {
-		t.Errorf("rota logs -f %s: want the job's two GPUs, got %s", first, r)
-	}
-	r = rota("show", first, "-o", "json")
-	var shown api.Job
-	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &shown) != nil || shown.State != api.StateSucceeded {
-		t.Errorf("rota show %s -o json: want SUCCEEDED, got %s", first, r)
-	}
-	r = rota("show", second, "-o", "json")
-	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &shown) != nil || shown.State != api.StateCancelled {
-		t.Errorf("rota show %s -o json after rota cancel: want CANCELLED, got %s", second, r)
 	}
 }

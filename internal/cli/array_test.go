@@ -1,11 +1,13 @@
 package cli
 
 import (
+	"bytes"
 	"encoding/json"
 	"net/http"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/rotahq/rota/internal/api"
 )
@@ -117,6 +119,79 @@ func TestParseJobRef(t *testing.T) {
 	for _, in := range []string{"", "x", "0", "-1", "40_", "_3", "40_x", "40_-1", "40_3_1", "40_1000000"} {
 		if got, err := parseJobRef(in); err == nil {
 			t.Errorf("parseJobRef(%q) = %+v, want an error", in, got)
+		}
+	}
+}
+
+// rota show of an array's ID shows the whole array, its jobs counted by state with their
+// indices; ARRAY_INDEX and a plain job's ID still show one job.
+func TestShowArray(t *testing.T) {
+	srv := newFakeServer(t)
+	code, out, errOut := run(t, srv.URL, "show", "60")
+	if code != ExitOK || errOut != "" {
+		t.Fatalf("show 60: exit %d, stderr %q", code, errOut)
+	}
+	t.Log("\n" + out)
+	for _, want := range []string{
+		"Array:       60 (0-8:2%2, 5 jobs)\n",
+		"States:      2 running (1 idle), 2 pending, 1 succeeded\n",
+		"Request:     1 GPU per job\n",
+		"At once:     2\n",
+		"  RUNNING    2     2,4\n",
+		"  PENDING    2     6,8\n",
+		"  SUCCEEDED  1     0\n",
+		"rota show 60_N shows the job of index N",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("show 60 lacks %q:\n%s", want, out)
+		}
+	}
+	// Not all have ended, so the array has not: no Ended line.
+	if strings.Contains(out, "Ended:") || strings.Contains(out, "Attempts:") {
+		t.Errorf("show 60 shows an end or one job's attempts:\n%s", out)
+	}
+
+	code, out, _ = run(t, srv.URL, "show", "-o", "json", "60")
+	var list api.JobList
+	if err := json.Unmarshal([]byte(out), &list); code != ExitOK || err != nil || len(list.Jobs) != 5 || list.Jobs[4].ID != 64 {
+		t.Errorf("show -o json 60: exit %d, %v\n%s", code, err, out)
+	}
+
+	// One element: the job's own detail, not the array's.
+	code, out, _ = run(t, srv.URL, "show", "60_0")
+	if code != ExitOK || !strings.Contains(out, "ID:") || !strings.Contains(out, "index 0 of array 60") || strings.Contains(out, "Jobs by state") {
+		t.Errorf("show 60_0: exit %d\n%s", code, out)
+	}
+	// An element's own ID is that job, not an array.
+	code, out, _ = run(t, srv.URL, "show", "62")
+	if code != ExitOK || strings.Contains(out, "Jobs by state") || !strings.Contains(out, "index 4 of array 60") {
+		t.Errorf("show 62: exit %d\n%s", code, out)
+	}
+}
+
+// An array whose jobs have all ended shows when the last ended, and its time limit.
+func TestShowArrayEnded(t *testing.T) {
+	var jobs []api.Job
+	for i, state := range []api.JobState{api.StateSucceeded, api.StateFailed, api.StateSucceeded, api.StateCancelled} {
+		j := arrayJob(60+int64(i), 2*i, state, func(j *api.Job) {
+			j.StartTime, j.EndTime = at(time.Duration(-50+i)*time.Minute), at(time.Duration(-20-i)*time.Minute)
+			j.Spec.TimeLimit = 1800
+		})
+		jobs = append(jobs, j)
+	}
+	var out bytes.Buffer
+	printArrayDetail(Config{Stdout: &out, Now: func() time.Time { return testNow }, Location: time.UTC}, jobs[0], jobs)
+	for _, want := range []string{
+		"States:      2 succeeded, 1 failed, 1 cancelled\n",
+		"Time limit:  30m00s per job\n",
+		"Started:     " + formatTimeRel(at(-50*time.Minute), testNow, time.UTC) + "\n",
+		"Ended:       " + formatTimeRel(at(-20*time.Minute), testNow, time.UTC) + "\n",
+		"  SUCCEEDED  2     0,4\n",
+		"  FAILED     1     2\n",
+		"  CANCELLED  1     6\n",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("lacks %q:\n%s", want, out.String())
 		}
 	}
 }

@@ -439,6 +439,14 @@ func (c *Client) Release(ctx context.Context, id int64) (api.Job, error) {
 	return job, err
 }
 
+// GetArray returns every element of the array whose ID (its first element's job ID) is
+// id, in ID order.
+func (c *Client) GetArray(ctx context.Context, id int64) ([]api.Job, error) {
+	var list api.JobList
+	err := c.do(ctx, http.MethodGet, "/api/v1/arrays/"+strconv.FormatInt(id, 10), nil, nil, &list)
+	return list.Jobs, err
+}
+
 // CancelArray cancels every element of the array whose ID (its first element's job ID) is
 // id, and returns the elements as they stand afterwards.
 func (c *Client) CancelArray(ctx context.Context, id int64) ([]api.Job, error) {

@@ -10,7 +10,8 @@
 // reached, ExitUsage for bad arguments (in which case nothing was sent). Human output is
 // aligned tables; -o json prints the API's objects indented: submit the job (of an array,
 // the first), cancel, hold and release the job (of an array an api.JobList; of several
-// IDs an array of those), queue an api.JobList with every page, show an api.JobDetail, why
+// IDs an array of those), queue an api.JobList with every page, show an api.JobDetail (of an array's ID an
+// api.JobList), why
 // an api.Why, nodes an api.NodeList, login and whoami an api.Whoami; admin user list an
 // api.UserList, token list an api.TokenList, join-token list {"join_tokens": [...]},
 // audit an api.EventList, queue list an api.QueueList, team list an api.TeamList,

@@ -488,6 +488,19 @@ func newFakeServerWith(t *testing.T, start func(*httptest.Server)) *fakeServer {
 		}
 		writeJSON(w, http.StatusOK, cancelled(job))
 	})
+	mux.HandleFunc("GET /api/v1/arrays/{id}", func(w http.ResponseWriter, r *http.Request) {
+		var elems []api.Job
+		for _, j := range fixtureJobs() {
+			if strconv.FormatInt(j.ArrayID, 10) == r.PathValue("id") {
+				elems = append(elems, j)
+			}
+		}
+		if elems == nil {
+			writeJSON(w, http.StatusNotFound, api.Error{Code: api.CodeNotFound, Field: "id", Message: "no array " + r.PathValue("id") + ": an array's ID is the ID of its first job"})
+			return
+		}
+		writeJSON(w, http.StatusOK, api.JobList{Jobs: elems})
+	})
 	mux.HandleFunc("POST /api/v1/arrays/{id}/{action}", func(w http.ResponseWriter, r *http.Request) {
 		f.record(r)
 		var elems []api.Job

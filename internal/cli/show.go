@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -22,7 +23,11 @@ Usage is what the current or last attempt used by its nodes' telemetry: GPU util
 last or peak; for a multi-node attempt also rank by rank. An attempt that ended with a
 message (out of memory, a GPU error) shows it under the attempts. A multi-node attempt's
 ranks are listed with how each ended. -o json prints the job with attempt_list and
-events.`
+events.
+
+An array's ID (the ID of its first job) shows the whole array: what its jobs ask for,
+how many are in each state and which indices those are, when the first started and the
+last ended; -o json prints its jobs as an api.JobList. ARRAY_INDEX shows one of them.`
 
 func runShow(ctx context.Context, cfg Config, args []string) int {
 	fs, g := newFlagSet(cfg, "show", showUsage)
@@ -49,11 +54,99 @@ func runShow(ctx context.Context, cfg Config, args []string) int {
 	if err != nil {
 		return cfg.fail(ctx, err)
 	}
+	if !ref.element && isArrayHead(d.Job) {
+		jobs, err := c.GetArray(ctx, id)
+		if err != nil {
+			return cfg.fail(ctx, err)
+		}
+		if g.output == "json" {
+			return cfg.printJSON(api.JobList{Jobs: jobs})
+		}
+		printArrayDetail(cfg, d.Job, jobs)
+		return ExitOK
+	}
 	if g.output == "json" {
 		return cfg.printJSON(d)
 	}
 	printJobDetail(cfg, d)
 	return ExitOK
+}
+
+// printArrayDetail shows array head.ArrayID as one job: what its jobs ask for (head's
+// spec, which they share), how many are in each state with their indices, and its span
+// from the first start to the last end.
+func printArrayDetail(cfg Config, head api.Job, jobs []api.Job) {
+	now, loc := cfg.Now(), cfg.location()
+	indices := map[api.JobState][]int{}
+	var started, ended *time.Time
+	allEnded := true
+	for _, j := range jobs {
+		if j.ArrayIndex != nil {
+			indices[j.State] = append(indices[j.State], *j.ArrayIndex)
+		}
+		if j.StartTime != nil && (started == nil || j.StartTime.Before(*started)) {
+			started = j.StartTime
+		}
+		if !j.State.Terminal() {
+			allEnded = false
+		} else if j.EndTime != nil && (ended == nil || j.EndTime.After(*ended)) {
+			ended = j.EndTime
+		}
+	}
+	endedLine := "" // left out until every job has ended
+	if allEnded {
+		endedLine = formatTimeRel(ended, now, loc)
+	}
+	timeLimit := "queue default"
+	if head.Spec.TimeLimit > 0 {
+		timeLimit = formatDuration(secondsDuration(head.Spec.TimeLimit)) + " per job"
+	}
+	spec := head.Spec.Array
+	if spec == "" {
+		spec = "-"
+	}
+	tw := newTable(cfg.Stdout)
+	for _, kv := range [][2]string{
+		{"Array", fmt.Sprintf("%d (%s, %s)", head.ArrayID, spec, plural(len(jobs), "job", "jobs"))},
+		{"Name", orDash(head.Spec.Name)},
+		{"User", orDash(head.Spec.User)},
+		{"Team", orDash(head.Spec.Team)},
+		{"Queue", orDash(head.Spec.Queue)},
+		{"States", countStates(jobs)},
+		{"Command", shellQuote(head.Spec.Command)},
+		{"Request", describeRequest(head.Spec) + " per job"},
+		{"Time limit", timeLimit},
+		{"At once", atOnce(head.ArrayLimit)},
+		{"Depends on", describeDependencies(head.Spec)},
+		{"Submitted", formatTimeRel(&head.SubmitTime, now, loc)},
+		{"Started", formatTimeRel(started, now, loc)},
+		{"Ended", endedLine},
+	} {
+		if kv[1] != "" {
+			fmt.Fprintf(tw, "%s:\t%s\n", kv[0], kv[1])
+		}
+	}
+	tw.Flush()
+
+	fmt.Fprintln(cfg.Stdout, "\nJobs by state:")
+	tw = newTable(cfg.Stdout)
+	fmt.Fprintln(tw, "  STATE\tJOBS\tINDICES")
+	for _, s := range stateOrder {
+		if idx := indices[s]; len(idx) > 0 {
+			slices.Sort(idx)
+			fmt.Fprintf(tw, "  %s\t%d\t%s\n", s, len(idx), formatIndices(idx))
+		}
+	}
+	tw.Flush()
+	fmt.Fprintf(cfg.Stdout, "\nrota show %d_N shows the job of index N; rota queue --expand lists them one a line.\n", head.ArrayID)
+}
+
+// atOnce is the At once line of an array: how many of its jobs may run at the same time.
+func atOnce(limit int) string {
+	if limit <= 0 {
+		return "no limit"
+	}
+	return strconv.Itoa(limit)
 }
 
 func parseJobID(s string) (int64, error) {

@@ -460,6 +460,36 @@ func (s *Server) cancel(r *http.Request, b *store.Batch, job api.Job, now time.T
 	return job, nil
 }
 
+// handleGetArray answers every element of an array, in ID order: its ID is the ID of its
+// first job. Read access is checked against that first element, whose user and team every
+// element shares.
+func (s *Server) handleGetArray(w http.ResponseWriter, r *http.Request) {
+	id, ok := s.jobID(w, r)
+	if !ok {
+		return
+	}
+	who := caller(r)
+	s.mu.Lock()
+	elems := s.state.Jobs(func(j *api.Job) bool { return j.ArrayID == id })
+	var e *api.Error
+	if len(elems) > 0 {
+		e = s.mayRead(who, &elems[0])
+	}
+	s.mu.Unlock()
+	switch {
+	case len(elems) == 0:
+		writeError(w, http.StatusNotFound, &api.Error{Code: api.CodeNotFound, Field: "id", Message: fmt.Sprintf("no array %d: an array's ID is the ID of its first job", id)})
+		return
+	case e != nil:
+		writeError(w, http.StatusForbidden, e)
+		return
+	}
+	for i := range elems {
+		redactEnv(who, &elems[i])
+	}
+	writeJSON(w, http.StatusOK, api.JobList{Jobs: elems})
+}
+
 // handleArrayCancel, handleArrayHold and handleArrayRelease act on every element of an
 // array: its ID is the ID of its first job. Elements the action does not apply to (a
 // finished one for cancel, a started one for hold) are left as they are.

@@ -82,6 +82,7 @@ func TestAccessTable(t *testing.T) {
 		"POST /api/v1/jobs/{id}/hold":                     "member",
 		"POST /api/v1/jobs/{id}/release":                  "member",
 		"GET /api/v1/jobs/{id}/why":                       "viewer",
+		"GET /api/v1/arrays/{id}":                         "viewer",
 		"POST /api/v1/arrays/{id}/cancel":                 "member",
 		"POST /api/v1/arrays/{id}/hold":                   "member",
 		"POST /api/v1/arrays/{id}/release":                "member",

@@ -420,6 +420,7 @@ var routes = []route{
 	{"POST", "/api/v1/jobs/{id}/release", ruleMember, noBody, (*Server).handleRelease},
 	{"GET", "/api/v1/jobs/{id}/why", ruleViewer, noBody, (*Server).handleWhy},
 	{"GET", "/api/v1/jobs/{id}/telemetry", ruleViewer, noBody, (*Server).handleJobTelemetry},
+	{"GET", "/api/v1/arrays/{id}", ruleViewer, noBody, (*Server).handleGetArray},
 	{"POST", "/api/v1/arrays/{id}/cancel", ruleMember, noBody, (*Server).handleArrayCancel},
 	{"POST", "/api/v1/arrays/{id}/hold", ruleMember, noBody, (*Server).handleArrayHold},
 	{"POST", "/api/v1/arrays/{id}/release", ruleMember, noBody, (*Server).handleArrayRelease},
