@@ -661,10 +661,10 @@ type Config struct {
 	Queues []Queue `json:"queues,omitempty" yaml:"queues"`
 	Teams  []Team  `json:"teams,omitempty" yaml:"teams"`
 	// Execution and Limits, when given, replace the current settings whole.
-	Execution *Execution `json:"execution,omitempty" yaml:"execution"`
-	Limits    *Limits    `json:"limits,omitempty" yaml:"limits"`
+	Execution *Execution `json:"execution,omitempty" yaml:"execution,omitempty"`
+	Limits    *Limits    `json:"limits,omitempty" yaml:"limits,omitempty"`
 	// Notifications, when given, replace the webhook settings whole.
-	Notifications *Notifications `json:"notifications,omitempty" yaml:"notifications"`
+	Notifications *Notifications `json:"notifications,omitempty" yaml:"notifications,omitempty"`
 }
 
 // Execution holds cluster-wide settings of how jobs run.

@@ -109,6 +109,9 @@ func decodeJSON(w http.ResponseWriter, r *http.Request, v any, limit int64) (int
 		}
 		return http.StatusBadRequest, invalid("", "bad JSON: %v", err)
 	}
+	if bytes.Equal(bytes.TrimSpace(data), []byte("null")) {
+		return http.StatusBadRequest, invalid("", "the request body is null: expected a JSON object")
+	}
 	// Decoder.More misses a stray closing bracket, so look at what is left instead.
 	if rest := bytes.TrimLeft(data[dec.InputOffset():], " \t\r\n"); len(rest) > 0 {
 		return http.StatusBadRequest, invalid("", "unexpected data after the JSON value at byte %d", dec.InputOffset())
@@ -120,11 +123,27 @@ func decodeJSON(w http.ResponseWriter, r *http.Request, v any, limit int64) (int
 }
 
 // requiredFields lists, per request type, the fields api/openapi.yaml marks required that
-// a body must carry (a test holds each to the spec). The spec's other required fields of
-// request bodies take their zero value when left out, as the Go clients send them.
+// a body must carry: every one the spec does not mark readOnly (a test holds the two to
+// each other). The Go clients send them all; a list they send as null when it is nil
+// (no omitempty) may be null.
 var requiredFields = map[reflect.Type][]string{
 	reflect.TypeFor[api.JobSpec]():          {"command"},
-	reflect.TypeFor[api.Heartbeat]():        {"node", "inventory"},
+	reflect.TypeFor[api.Heartbeat]():        {"node", "inventory", "tasks", "agent_time", "instance", "synced"},
+	reflect.TypeFor[api.Inventory]():        {"cpus", "memory_mb", "gpus", "device_source"},
+	reflect.TypeFor[api.GPU]():              {"index", "uuid", "model", "memory_mb", "healthy"},
+	reflect.TypeFor[api.TaskStatus]():       {"job_id", "attempt", "state"},
+	reflect.TypeFor[api.StoppedTask]():      {"job_id", "attempt", "reason"},
+	reflect.TypeFor[api.Telemetry]():        {"time", "gpus"},
+	reflect.TypeFor[api.GPUSample]():        {"index", "utilization_pct", "memory_used_mb", "power_w", "temperature_c"},
+	reflect.TypeFor[api.GPUProcess]():       {"gpu", "pid", "memory_mb"},
+	reflect.TypeFor[api.TaskUsage]():        {"job_id", "attempt", "gpu_util_pct", "gpu_memory_mb", "cpu_pct", "memory_mb"},
+	reflect.TypeFor[api.HealthCheck]():      {"time", "ok", "exit_code"},
+	reflect.TypeFor[api.Queue]():            {"name", "tier", "preemptible", "default_time_limit_s", "max_time_limit_s", "grace_s"},
+	reflect.TypeFor[api.Team]():             {"name", "weight"},
+	reflect.TypeFor[api.Quota]():            {"guaranteed", "limit"},
+	reflect.TypeFor[api.User]():             {"name", "role"},
+	reflect.TypeFor[api.Price]():            {"model", "per_gpu_hour"},
+	reflect.TypeFor[api.Reservation]():      {"name", "team", "gpus", "start", "end"},
 	reflect.TypeFor[api.JoinRequest]():      {"token", "node", "csr"},
 	reflect.TypeFor[api.RenewRequest]():     {"csr"},
 	reflect.TypeFor[api.UISessionRequest](): {"code"},
@@ -167,8 +186,10 @@ func checkPresence(data []byte, t reflect.Type, path string) *api.Error {
 			return nil
 		}
 		fields := cachedJSONFields(t)
+		nullable := cachedNullable(t)
 		for _, name := range requiredFields[t] {
-			if raw, ok := obj[name]; !ok || bytes.Equal(bytes.TrimSpace(raw), []byte("null")) {
+			raw, ok := obj[name]
+			if !ok || (!nullable[name] && bytes.Equal(bytes.TrimSpace(raw), []byte("null"))) {
 				return invalid(joinPath(path, name), "is required and must not be null")
 			}
 		}
@@ -176,6 +197,12 @@ func checkPresence(data []byte, t reflect.Type, path string) *api.Error {
 			ft, ok := fields[key]
 			if !ok {
 				continue // matched case-insensitively by encoding/json; its value was checked then
+			}
+			if !nullable[key] && bytes.Equal(bytes.TrimSpace(raw), []byte("null")) {
+				for ft.Kind() == reflect.Pointer {
+					ft = ft.Elem()
+				}
+				return invalid(joinPath(path, key), "must not be null: leave the field out or give %s", jsonKind(ft))
 			}
 			if e := checkPresence(raw, ft, joinPath(path, key)); e != nil {
 				return e
@@ -245,6 +272,42 @@ func cachedJSONFields(t reflect.Type) map[string]reflect.Type {
 	fieldsOf.Store(t, f)
 	return f
 }
+
+// cachedNullable is the set of t's JSON fields that may be null: the lists, maps and
+// pointers a Go client sends as null when they are nil (no omitempty). Every other field
+// is left out when it has no value, so a null there is refused.
+func cachedNullable(t reflect.Type) map[string]bool {
+	if v, ok := nullableOf.Load(t); ok {
+		return v.(map[string]bool)
+	}
+	out := map[string]bool{}
+	var walk func(t reflect.Type)
+	walk = func(t reflect.Type) {
+		for f := range t.Fields() {
+			tag := f.Tag.Get("json")
+			if !f.IsExported() || tag == "-" {
+				continue
+			}
+			name, opts, _ := strings.Cut(tag, ",")
+			if f.Anonymous && name == "" && f.Type.Kind() == reflect.Struct {
+				walk(f.Type)
+				continue
+			}
+			if name == "" {
+				name = f.Name
+			}
+			switch f.Type.Kind() {
+			case reflect.Pointer, reflect.Slice, reflect.Map, reflect.Interface:
+				out[name] = !slices.Contains(strings.Split(opts, ","), "omitempty")
+			}
+		}
+	}
+	walk(t)
+	nullableOf.Store(t, out)
+	return out
+}
+
+var nullableOf sync.Map
 
 // jsonFields maps the JSON names of a struct's fields to their types, with embedded
 // untagged structs flattened as encoding/json does.
@@ -317,8 +380,14 @@ func truncateName(v string) string {
 // queryInt reads an integer query parameter that api/openapi.yaml bounds to lo..hi,
 // answering def when it is absent. The error names the parameter and its bounds.
 func queryInt(q url.Values, name string, lo, hi, def int64) (int64, *api.Error) {
+	if len(q[name]) > 1 {
+		return 0, invalid(name, "is given %d times; give it once", len(q[name]))
+	}
 	v := q.Get(name)
 	if v == "" {
+		if q.Has(name) {
+			return 0, invalid(name, "is empty: give a whole number from %d, or leave the parameter out", lo)
+		}
 		return def, nil
 	}
 	n, err := strconv.ParseInt(v, 10, 64)
@@ -331,16 +400,58 @@ func queryInt(q url.Values, name string, lo, hi, def int64) (int64, *api.Error) 
 	return n, nil
 }
 
+// queryString reads a text query parameter of at most max bytes: "" when it is absent. One
+// given twice, given empty, too long or holding control characters is refused, naming it.
+func queryString(q url.Values, name string, max int) (string, *api.Error) {
+	vs, ok := q[name]
+	switch {
+	case !ok:
+		return "", nil
+	case len(vs) > 1:
+		return "", invalid(name, "is given %d times; give it once", len(vs))
+	case vs[0] == "":
+		return "", invalid(name, "is empty: give a value or leave the parameter out")
+	case len(vs[0]) > max:
+		return "", invalid(name, "is %d bytes long; at most %d", len(vs[0]), max)
+	case strings.ContainsFunc(vs[0], isControl):
+		return "", invalid(name, "holds control characters")
+	}
+	return vs[0], nil
+}
+
+// queryTime reads an RFC 3339 time query parameter; zero when it is absent.
+func queryTime(q url.Values, name string) (time.Time, *api.Error) {
+	v, e := queryString(q, name, maxQueryTime)
+	if e != nil || v == "" {
+		return time.Time{}, e
+	}
+	t, err := time.Parse(time.RFC3339, v)
+	if err != nil {
+		return time.Time{}, invalid(name, "%q is not an RFC 3339 time such as 2026-11-30T09:00:00Z", truncateName(v))
+	}
+	return t, nil
+}
+
+// maxQueryTime bounds a time given in a query (api/openapi.yaml states it as maxLength).
+const maxQueryTime = 64
+
 // querySeconds reads a wait in seconds (a number, fractions allowed) from 0 to max,
 // answering 0 when it is absent. NaN and infinities are refused like any other value out
 // of bounds.
 func querySeconds(q url.Values, name string, max time.Duration) (time.Duration, *api.Error) {
+	if len(q[name]) > 1 {
+		return 0, invalid(name, "is given %d times; give it once", len(q[name]))
+	}
 	v := q.Get(name)
 	if v == "" {
+		if q.Has(name) {
+			return 0, invalid(name, "is empty: give a number of seconds from 0 to %d, or leave the parameter out", int(max.Seconds()))
+		}
 		return 0, nil
 	}
 	f, err := strconv.ParseFloat(v, 64)
-	if err != nil || !(f >= 0 && f <= max.Seconds()) {
+	// ParseFloat also reads hexadecimal, underscores, Inf and NaN, which are no JSON number.
+	if strings.Trim(v, "0123456789.eE+-") != "" || err != nil || !(f >= 0 && f <= max.Seconds()) {
 		return 0, invalid(name, "%q is not a number of seconds from 0 to %d", truncateName(v), int(max.Seconds()))
 	}
 	return time.Duration(f * float64(time.Second)), nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"net/http"
 	"net/url"
 	"path/filepath"
@@ -633,40 +634,38 @@ var auditKinds = []string{api.EventSubmit, api.EventCancel, api.EventHold, api.E
 const (
 	defaultAuditPage = 1000
 	maxAuditPage     = 10_000
+	// maxAuditActor bounds the actor and kind asked for (api/openapi.yaml: maxLength).
+	maxAuditActor = 256
 )
 
 func (s *Server) handleAudit(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	f := store.EventFilter{Actor: q.Get("actor"), Kind: q.Get("kind"), Limit: defaultAuditPage}
-	for field, dst := range map[string]*time.Time{"since": &f.Since, "until": &f.Until} {
-		if v := q.Get(field); v != "" {
-			t, err := time.Parse(time.RFC3339, v)
-			if err != nil {
-				writeError(w, http.StatusBadRequest, invalid(field, "want an RFC 3339 time such as 2026-11-30T09:00:00Z"))
-				return
-			}
-			*dst = t
+	f := store.EventFilter{}
+	var e *api.Error
+	for _, read := range []func() *api.Error{
+		func() (e *api.Error) { f.Since, e = queryTime(q, "since"); return },
+		func() (e *api.Error) { f.Until, e = queryTime(q, "until"); return },
+		func() (e *api.Error) { f.Actor, e = queryString(q, "actor", maxAuditActor); return },
+		func() (e *api.Error) { f.Kind, e = queryString(q, "kind", maxAuditActor); return },
+		func() *api.Error {
+			n, e := queryInt(q, "limit", 1, maxAuditPage, defaultAuditPage)
+			f.Limit = int(n)
+			return e
+		},
+		func() (e *api.Error) { f.AfterID, e = queryInt(q, "after", 0, math.MaxInt64, 0); return },
+	} {
+		if e = read(); e != nil {
+			writeError(w, http.StatusBadRequest, e)
+			return
 		}
 	}
 	if f.Kind != "" && !slices.Contains(api.EventKinds(), f.Kind) {
-		writeError(w, http.StatusBadRequest, invalid("kind", "unknown kind %q; kinds are %s", f.Kind, strings.Join(api.EventKinds(), ", ")))
+		writeError(w, http.StatusBadRequest, invalid("kind", "unknown kind %q; kinds are %s", truncateName(f.Kind), strings.Join(api.EventKinds(), ", ")))
 		return
 	}
-	if v := q.Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > maxAuditPage {
-			writeError(w, http.StatusBadRequest, invalid("limit", "must be a number from 1 to %d", maxAuditPage))
-			return
-		}
-		f.Limit = n
-	}
-	if v := q.Get("after"); v != "" {
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || n < 0 {
-			writeError(w, http.StatusBadRequest, invalid("after", "must be the cursor from a previous page"))
-			return
-		}
-		f.AfterID = n
+	if !f.Since.IsZero() && !f.Until.IsZero() && !f.Until.After(f.Since) {
+		writeError(w, http.StatusBadRequest, invalid("until", "must be after since"))
+		return
 	}
 	// Without a kind, the trail's changes are read a page at a time and the job
 	// transitions between them skipped, until the page is full or the trail ends.

@@ -57,6 +57,7 @@ func TestSpecFuzz(t *testing.T) {
 		trace = regexp.MustCompile(v)
 	}
 	doc := readSpec(t)
+	kdoc := kinSpec(t)
 	spec := sfReadSpec(t)
 	ops := spec.operations()
 	if len(ops) < 50 {
@@ -98,6 +99,9 @@ func TestSpecFuzz(t *testing.T) {
 		for _, f := range sfCheck(doc, req, code, hdr, body) {
 			res.add(f, req, code, body)
 		}
+		for _, f := range sfKin(kdoc, req, code, hdr, body) {
+			res.add(f, req, code, body)
+		}
 	}
 	elapsed := time.Since(start)
 
@@ -117,7 +121,7 @@ func TestSpecFuzz(t *testing.T) {
 		if code != http.StatusOK {
 			t.Errorf("GET %s after the fuzz: %d %s", path, code, sfClip(body, 300))
 		}
-		for _, f := range sfCheck(doc, req, code, hdr, body) {
+		for _, f := range append(sfCheck(doc, req, code, hdr, body), sfKin(kdoc, req, code, hdr, body)...) {
 			t.Errorf("GET %s after the fuzz: %s", path, f.detail)
 		}
 	}
