@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"net/url"
 	"path/filepath"
+	"reflect"
 	"strconv"
 	"strings"
 	"time"
@@ -35,6 +36,9 @@ type Client struct {
 	// Token is sent as "Authorization: Bearer" when not empty. The Client refuses to send
 	// it over plain http to any host but this machine's loopback.
 	Token string
+	// Printable makes every string of a decoded answer, and of an error's message, safe
+	// to print in a table or a line (see clean): the CLI sets it for table output.
+	Printable bool
 }
 
 // Endpoint names a server and the credentials to use with it.
@@ -355,6 +359,9 @@ func (c *Client) Logs(ctx context.Context, id int64, opts LogOptions, w io.Write
 		}
 	}
 	chunk.Node = resp.Header.Get("X-Rota-Log-Node")
+	if c.Printable {
+		chunk.Node = clean(chunk.Node)
+	}
 	chunk.Done = resp.Header.Get("X-Rota-Log-Done") == "true"
 	chunk.N, err = io.Copy(w, resp.Body)
 	if err != nil {
@@ -574,6 +581,9 @@ func (c *Client) doRequest(ctx context.Context, r request, out any) error {
 		// The server has acted on the request; only its answer was cut short.
 		return &lostAnswer{fmt.Errorf("%s %s: reading the answer: %w", r.method, r.path, err)}
 	}
+	if c.Printable && out != nil {
+		cleanStrings(reflect.ValueOf(out))
+	}
 	return nil
 }
 
@@ -626,6 +636,9 @@ func (c *Client) send(ctx context.Context, r request) (*http.Response, error) {
 		defer resp.Body.Close()
 		e := readAPIError(resp)
 		e.Server = base
+		if c.Printable {
+			cleanStrings(reflect.ValueOf(e))
+		}
 		return nil, e
 	}
 	return resp, nil

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"mime"
 	"net/http"
@@ -94,20 +95,7 @@ func decodeJSON(w http.ResponseWriter, r *http.Request, v any, limit int64) (int
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		var typeErr *json.UnmarshalTypeError
-		var syntaxErr *json.SyntaxError
-		switch {
-		case errors.As(err, &typeErr):
-			return http.StatusBadRequest, invalid(typeErr.Field, "must be of type %s, not %s", typeErr.Type, typeErr.Value)
-		case errors.As(err, &syntaxErr):
-			return http.StatusBadRequest, invalid("", "malformed JSON at byte %d: %v", syntaxErr.Offset, err)
-		case strings.HasPrefix(err.Error(), "json: unknown field "):
-			field := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
-			return http.StatusBadRequest, invalid(field, "unknown field %q", field)
-		case errors.Is(err, io.EOF):
-			return http.StatusBadRequest, invalid("", "empty request body: expected a JSON object")
-		}
-		return http.StatusBadRequest, invalid("", "bad JSON: %v", err)
+		return http.StatusBadRequest, decodeError(err, data, reflect.TypeOf(v))
 	}
 	if bytes.Equal(bytes.TrimSpace(data), []byte("null")) {
 		return http.StatusBadRequest, invalid("", "the request body is null: expected a JSON object")
@@ -120,6 +108,111 @@ func decodeJSON(w http.ResponseWriter, r *http.Request, v any, limit int64) (int
 		return http.StatusBadRequest, e
 	}
 	return 0, nil
+}
+
+// decodeError words what encoding/json refused in the API's terms: the field, and the JSON
+// it takes, never a Go type ("json: cannot unmarshal string into Go struct field
+// JobSpec.gpus of type int" is "gpus: must be an integer, not a string"). t is the type
+// decoded into, where a bad time is looked for.
+func decodeError(err error, data []byte, t reflect.Type) *api.Error {
+	var typeErr *json.UnmarshalTypeError
+	var syntaxErr *json.SyntaxError
+	var timeErr *time.ParseError
+	switch {
+	case errors.As(err, &typeErr):
+		got, _, _ := strings.Cut(typeErr.Value, " ")
+		got = map[string]string{"string": "a string", "number": "a number", "bool": "true or false", "array": "an array", "object": "an object"}[got]
+		want := jsonKind(typeErr.Type)
+		if typeErr.Field == "" {
+			return invalid("", "the body must be %s, not %s", want, orWord(got, "that"))
+		}
+		if got == "a number" && want == "an integer" {
+			lo, hi := intRange(typeErr.Type)
+			return invalid(typeErr.Field, "must be a whole number from %d to %d", lo, hi)
+		}
+		return invalid(typeErr.Field, "must be %s, not %s", want, orWord(got, "that"))
+	case errors.As(err, &syntaxErr):
+		return invalid("", "malformed JSON at byte %d: %s", syntaxErr.Offset, strings.TrimPrefix(syntaxErr.Error(), "json: "))
+	case strings.HasPrefix(err.Error(), "json: unknown field "):
+		field := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
+		return invalid(field, "unknown field %q", truncateName(field))
+	case errors.Is(err, io.EOF):
+		return invalid("", "empty request body: expected a JSON object")
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return invalid("", "the JSON body ends before its value does")
+	case errors.As(err, &timeErr):
+		return invalid(badTime(data, t, ""), "%q is not an RFC 3339 time such as 2026-11-30T09:00:00Z", truncateName(timeErr.Value))
+	}
+	if field := badTime(data, t, ""); field != "" {
+		return invalid(field, "must be an RFC 3339 time, a string such as \"2026-11-30T09:00:00Z\"")
+	}
+	return invalid("", "the body is not JSON this route takes")
+}
+
+func orWord(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+// intRange is the range of an integer type, for "must be an integer from MIN to MAX".
+func intRange(t reflect.Type) (int64, int64) {
+	bits := t.Bits()
+	if t.Kind() >= reflect.Uint && t.Kind() <= reflect.Uintptr {
+		return 0, int64(min(uint64(math.MaxInt64), 1<<bits-1))
+	}
+	return -1 << (bits - 1), 1<<(bits-1) - 1
+}
+
+// badTime names the first time in data, decoded as t, that is not RFC 3339 ("" if none).
+func badTime(data []byte, t reflect.Type, path string) string {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t == reflect.TypeFor[time.Time]() {
+		var tm time.Time
+		if json.Unmarshal(data, &tm) != nil {
+			return path
+		}
+		return ""
+	}
+	switch t.Kind() {
+	case reflect.Struct:
+		var obj map[string]json.RawMessage
+		if json.Unmarshal(data, &obj) != nil {
+			return ""
+		}
+		fields := cachedJSONFields(t)
+		for _, key := range slices.Sorted(maps.Keys(obj)) {
+			if ft, ok := fields[key]; ok {
+				if p := badTime(obj[key], ft, joinPath(path, key)); p != "" {
+					return p
+				}
+			}
+		}
+	case reflect.Slice, reflect.Array:
+		var list []json.RawMessage
+		if json.Unmarshal(data, &list) != nil {
+			return ""
+		}
+		for i, raw := range list {
+			if p := badTime(raw, t.Elem(), fmt.Sprintf("%s[%d]", path, i)); p != "" {
+				return p
+			}
+		}
+	case reflect.Map:
+		var obj map[string]json.RawMessage
+		if json.Unmarshal(data, &obj) != nil {
+			return ""
+		}
+		for _, key := range slices.Sorted(maps.Keys(obj)) {
+			if p := badTime(obj[key], t.Elem(), joinPath(path, key)); p != "" {
+				return p
+			}
+		}
+	}
+	return ""
 }
 
 // requiredFields lists, per request type, the fields api/openapi.yaml marks required that
@@ -345,8 +438,13 @@ func jsonKind(t reflect.Type) string {
 		return "a string"
 	case reflect.Struct:
 		return "an object"
-	case reflect.Array:
+	case reflect.Array, reflect.Slice:
 		return "an array"
+	case reflect.Map:
+		return "an object"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
+		return "an integer"
 	}
 	return "a number"
 }

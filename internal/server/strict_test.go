@@ -12,10 +12,13 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"reflect"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/getkin/kin-openapi/openapi3"
 	"go.yaml.in/yaml/v3"
@@ -563,4 +566,84 @@ func BenchmarkDecodeHeartbeat(b *testing.B) {
 			}
 		}
 	})
+}
+
+// goLeak matches what a 400 must never show a client: encoding/json's own wording, Go type
+// names and format-string accidents.
+var goLeak = regexp.MustCompile(`Go struct|Go value|json: |%!|\bu?int(8|16|32|64)?\b|float(32|64)|\[\]|map\[|\bapi\.|\bstruct\b|time\.Time|reflect|unmarshal`)
+
+// Every way the decoder refuses a body is worded in the API's terms: each field of each
+// request type given each wrong kind of JSON value, bodies that are not objects, broken
+// JSON and bad times. The message names the field where there is one.
+func TestDecodeErrorsSpeakJSON(t *testing.T) {
+	types := []any{&api.JobSpec{}, &api.Heartbeat{}, &api.Queue{}, &api.Team{}, &api.User{}, &api.Price{}, &api.Reservation{},
+		&api.TokenRequest{}, &api.JoinTokenRequest{}, &api.JoinRequest{}, &api.RenewRequest{}, &api.UISessionRequest{}, &[]api.Notify{}}
+	wrong := []string{`"x"`, `1.5`, `-1e400`, `99999999999999999999`, `true`, `[]`, `{}`, `[1]`, `{"a":1}`, `null`}
+	decode := func(v any, body string) *api.Error {
+		r := httptest.NewRequest("POST", "/", strings.NewReader(body))
+		_, e := decodeJSON(httptest.NewRecorder(), r, v, 1<<20)
+		return e
+	}
+	check := func(body string, e *api.Error, wantField string) {
+		t.Helper()
+		if e == nil {
+			return
+		}
+		if goLeak.MatchString(e.Message) || goLeak.MatchString(e.Field) {
+			t.Errorf("%s: the error leaks Go: field %q, %q", body, e.Field, e.Message)
+		}
+		if wantField != "" && e.Field == "" {
+			t.Errorf("%s: %q names no field", body, e.Message)
+		}
+	}
+	n := 0
+	for _, v := range types {
+		typ := reflect.TypeOf(v).Elem()
+		for _, body := range []string{`[1]`, `"x"`, `7`, `true`, `{`, `{"a":`, `{}x`, `{"a" 1}`, "\xff"} {
+			check(body, decode(reflect.New(typ).Interface(), body), "")
+			n++
+		}
+		st := typ
+		if st.Kind() == reflect.Slice {
+			st = st.Elem()
+		}
+		for name, ft := range cachedJSONFields(st) {
+			for _, w := range wrong {
+				body := fmt.Sprintf(`{%q:%s}`, name, w)
+				if typ.Kind() == reflect.Slice {
+					body = "[" + body + "]"
+				}
+				e := decode(reflect.New(typ).Interface(), body)
+				check(body, e, name)
+				n++
+			}
+			if ft == reflect.TypeFor[time.Time]() {
+				body := fmt.Sprintf(`{%q:"yesterday"}`, name)
+				e := decode(reflect.New(typ).Interface(), body)
+				if e == nil || e.Field != name || !strings.Contains(e.Message, "RFC 3339") {
+					t.Errorf("%s: %+v; want 400 naming %s as not an RFC 3339 time", body, e, name)
+				}
+				check(body, e, name)
+			}
+		}
+	}
+	// The words a client reads, for one of each kind.
+	for body, want := range map[string]string{
+		`{"command":["x"],"gpus":"2"}`:                    "gpus: must be an integer, not a string",
+		`{"command":["x"],"gpus":1.5}`:                    "gpus: must be a whole number from",
+		`{"command":"x"}`:                                 "command: must be an array, not a string",
+		`{"command":["x"],"env":[]}`:                      "env: must be an object, not an array",
+		`{"command":["x"],"hold":1}`:                      "hold: must be true or false, not a number",
+		`[1]`:                                             ": the body must be an object, not an array",
+		`{"command":["x"],"time_limit_s":"1h"}`:           "time_limit_s: must be an integer, not a string",
+		`{"command":["x"],"hold":true,"retries":"three"}`: "retries: must be an integer, not a string",
+	} {
+		e := decode(&api.JobSpec{}, body)
+		if e == nil || !strings.Contains(e.Field+": "+e.Message, want) {
+			t.Errorf("%s: %+v; want %q", body, e, want)
+		}
+	}
+	if n < 500 {
+		t.Fatalf("only %d bodies tried", n)
+	}
 }
