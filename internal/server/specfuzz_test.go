@@ -40,8 +40,10 @@ import (
 // Every answer must: not be 5xx; have a status the operation documents (405 is documented
 // once for every path, components/responses/MethodNotAllowed); carry a body that matches
 // the schema documented for that status (conforms, from contract_test.go), or none where
-// the spec documents none; and hold no format-string accident ("%!"). Afterwards the
-// lists every client reads must still match the spec.
+// the spec documents none; and hold no format-string accident ("%!"). kin-openapi checks
+// every exchange as well (sfKin, kin_test.go): the response in full, and that no request the
+// spec refuses is accepted. Afterwards the lists every client reads must still match the
+// spec.
 //
 // ROTA_SPECFUZZ_N sets the number of requests (1500 by default), ROTA_SPECFUZZ_SEED the
 // seed. Failures are grouped by operation, status and kind, and listed once each with an
