@@ -792,10 +792,10 @@ type Config struct {
 	// Pools, when given, replace the pool settings whole.
 	Pools []Pool `json:"pools,omitempty" yaml:"pools"`
 	// Execution and Limits, when given, replace the current settings whole.
-	Execution *Execution `json:"execution,omitempty" yaml:"execution"`
-	Limits    *Limits    `json:"limits,omitempty" yaml:"limits"`
+	Execution *Execution `json:"execution,omitempty" yaml:"execution,omitempty"`
+	Limits    *Limits    `json:"limits,omitempty" yaml:"limits,omitempty"`
 	// Notifications, when given, replace the webhook settings whole.
-	Notifications *Notifications `json:"notifications,omitempty" yaml:"notifications"`
+	Notifications *Notifications `json:"notifications,omitempty" yaml:"notifications,omitempty"`
 }
 
 // Pool is the settings of the nodes whose "pool" label names it. A pool without settings

@@ -33,7 +33,8 @@ Commands:
   team delete NAME                delete a team
   drain NODE...                   start no new jobs on nodes; running ones finish
   resume NODE...                  let jobs start on drained nodes again
-  node remove NAME                forget a node without active jobs; revoke its certificate
+  node remove NAME [--force]      forget a node and revoke its certificate; --force
+                                  requeues the jobs that run there
   reserve --team T --gpus N --start TIME --end TIME [--name NAME]
                                   hold GPUs for a team in a time window
   reservations                    list reservations

@@ -160,7 +160,7 @@ func auditMessage(e api.Event) string {
 		parts = append(parts, e.Message)
 	}
 	if c := describeChange(e.Before, e.After); c != "" {
-		parts = append(parts, c)
+		parts = append(parts, clean(c)) // JSON leaves C1 controls and format characters raw
 	}
 	return strings.Join(parts, "; ")
 }

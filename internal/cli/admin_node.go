@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"strconv"
 	"strings"
@@ -146,13 +147,20 @@ func maintenanceText(m *api.Maintenance, now time.Time, loc *time.Location) stri
 	return s + ", until resumed"
 }
 
-const nodeRemoveUsage = `rota admin node remove NAME
+const nodeRemoveUsage = `rota admin node remove NAME [--force]
 
-Forgets a node that runs no active job and revokes its certificate: its agent can no
-longer connect, and must join again with a new join token to come back. Drain it first
-and wait for its jobs to end.`
+Forgets a node (its record, inventory and telemetry) and revokes its certificate: its
+agent can no longer connect, and must join again with a new join token to come back.
+A node that runs or is assigned jobs is refused: drain it first and wait for its jobs
+to end. With --force it is removed at once, and those jobs end as on a lost node
+(reason node_lost): requeued, or failed if they have been lost too often.`
 
 func runNodeRemove(ctx context.Context, cfg Config, args []string) int {
+	var force bool
 	return runDelete(ctx, cfg, args, deleteCommand{cmd: "admin node remove", usage: nodeRemoveUsage,
-		arg: "name", done: "Removed node", del: (*Client).RemoveNode})
+		arg: "name", done: "Removed node",
+		flags: func(fs *flag.FlagSet) {
+			fs.BoolVar(&force, "force", false, "remove it even while jobs run or are assigned there; they are requeued as on a lost node")
+		},
+		del: func(c *Client, ctx context.Context, name string) error { return c.RemoveNode(ctx, name, force) }})
 }

@@ -334,12 +334,17 @@ type deleteCommand struct {
 	arg string
 	// done is what table output says before the argument once it is done.
 	done string
-	del  func(c *Client, ctx context.Context, arg string) error
+	// flags, if set, adds the command's own flags.
+	flags func(fs *flag.FlagSet)
+	del   func(c *Client, ctx context.Context, arg string) error
 }
 
 // runDelete serves a deleteCommand.
 func runDelete(ctx context.Context, cfg Config, args []string, d deleteCommand) int {
 	fs, g := newFlagSet(cfg, d.cmd, d.usage)
+	if d.flags != nil {
+		d.flags(fs)
+	}
 	pos, code, ok := parseFlags(fs, g, args)
 	if !ok {
 		return code

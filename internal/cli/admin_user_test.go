@@ -155,6 +155,14 @@ func TestAdminRemovesAndRevokes(t *testing.T) {
 	if code != ExitError || out != "" || errOut != "rota: node node-a runs job 42; drain it and wait for its jobs to end\n" {
 		t.Errorf("node remove of a busy node: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
+	// --force, before or after the name, asks the server to remove it all the same.
+	for _, args := range [][]string{{"node", "remove", "node-a", "--force"}, {"node", "remove", "--force", "node-a"}} {
+		srv.deleted = nil
+		code, out, errOut = run(t, srv.URL, "admin", args...)
+		if code != ExitOK || out != "Removed node node-a\n" || !slices.Equal(srv.deleted, []string{"/api/v1/nodes/node-a?force=true"}) {
+			t.Errorf("%q: exit %d, stdout %q, stderr %q, deleted %q", args, code, out, errOut, srv.deleted)
+		}
+	}
 }
 
 func TestTokenListFilter(t *testing.T) {
@@ -188,6 +196,8 @@ func TestAdminAuthUsage(t *testing.T) {
 		{[]string{"audit", "--since", "1h", "--until", "2h"}, ExitUsage, "--until is not after --since"},
 		{[]string{"audit", "--limit", "-1"}, ExitUsage, "--limit must be 1 or more"},
 		{[]string{"node", "remove"}, ExitUsage, "want exactly one name"},
+		{[]string{"node", "remove", "--force"}, ExitUsage, "want exactly one name"},
+		{[]string{"node", "remove", "n1", "--force=maybe"}, ExitUsage, "--force"},
 		{[]string{"node"}, ExitUsage, "rota admin node: want remove"},
 	} {
 		code, out, errOut := run(t, srv.URL, "admin", tc.args...)

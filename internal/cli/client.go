@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"net/url"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -41,6 +42,9 @@ type Client struct {
 	// refused, or a standby answered 503) goes to the leader the standby named, if it is
 	// listed, else to the next listed server; BaseURL then follows the one that answered.
 	Servers []string
+	// Printable makes every string of a decoded answer, and of an error's message, safe
+	// to print in a table or a line (see clean): the CLI sets it for table output.
+	Printable bool
 }
 
 // followFor is how long a Client with several servers keeps looking for the leader
@@ -399,6 +403,9 @@ func (c *Client) Logs(ctx context.Context, id int64, opts LogOptions, w io.Write
 		}
 	}
 	chunk.Node = resp.Header.Get("X-Rota-Log-Node")
+	if c.Printable {
+		chunk.Node = clean(chunk.Node)
+	}
 	chunk.Done = resp.Header.Get("X-Rota-Log-Done") == "true"
 	chunk.N, err = io.Copy(w, resp.Body)
 	if err != nil {
@@ -630,6 +637,9 @@ func (c *Client) doRequest(ctx context.Context, r request, out any) error {
 		// The server has acted on the request; only its answer was cut short.
 		return &lostAnswer{fmt.Errorf("%s %s: reading the answer: %w", r.method, r.path, err)}
 	}
+	if c.Printable && out != nil {
+		cleanStrings(reflect.ValueOf(out))
+	}
 	return nil
 }
 
@@ -739,6 +749,9 @@ func (c *Client) sendTo(ctx context.Context, base string, r request) (*http.Resp
 		defer resp.Body.Close()
 		e := readAPIError(resp)
 		e.Server = base
+		if c.Printable {
+			cleanStrings(reflect.ValueOf(e))
+		}
 		return nil, e
 	}
 	return resp, nil

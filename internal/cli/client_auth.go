@@ -113,8 +113,13 @@ func (c *Client) Audit(ctx context.Context, opts AuditOptions) (api.EventList, e
 	return list, err
 }
 
-// RemoveNode forgets a node that runs no active job and revokes its certificate; its
-// agent must join again to come back.
-func (c *Client) RemoveNode(ctx context.Context, name string) error {
-	return c.do(ctx, http.MethodDelete, namePath("/api/v1/nodes/", name), nil, nil, nil)
+// RemoveNode forgets a node and revokes its certificate; its agent must join again. A
+// node that runs or is assigned jobs is refused unless force, which ends those jobs as on a
+// lost node (requeued when they may be).
+func (c *Client) RemoveNode(ctx context.Context, name string, force bool) error {
+	var q url.Values
+	if force {
+		q = url.Values{"force": {"true"}}
+	}
+	return c.do(ctx, http.MethodDelete, namePath("/api/v1/nodes/", name), q, nil, nil)
 }

@@ -749,6 +749,11 @@ func newFakeServerWith(t *testing.T, start func(*httptest.Server)) *fakeServer {
 		mux.HandleFunc("DELETE "+route, func(w http.ResponseWriter, r *http.Request) {
 			name := r.PathValue("name")
 			switch {
+			case name == "node-a" && r.URL.Query().Get("force") == "true":
+				f.mu.Lock()
+				f.deleted = append(f.deleted, r.URL.Path+"?"+r.URL.RawQuery)
+				f.mu.Unlock()
+				w.WriteHeader(http.StatusNoContent)
 			case name == "node-a":
 				writeJSON(w, http.StatusConflict, api.Error{Code: api.CodeConflict, Message: "node node-a runs job 42; drain it and wait for its jobs to end"})
 			case slices.Contains(known, name):

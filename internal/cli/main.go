@@ -236,7 +236,11 @@ func (cfg Config) client(g *globalFlags) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return cfg.newClient(e)
+	c, err := cfg.newClient(e)
+	if err == nil && g.output != "json" {
+		c.Printable = true // tables and lines: nothing the server relays reaches the terminal raw
+	}
+	return c, err
 }
 
 // newClient is NewClient sending through cfg.HTTP when that is set.

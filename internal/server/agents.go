@@ -250,6 +250,12 @@ func (s *Server) refreshNode(b *store.Batch, name string, hb *api.Heartbeat, id 
 		// about to get, which may not list what it runs.
 		n.Syncing = true
 		n.SyncEpoch++
+	case !known && hb.SyncEpoch > 0:
+		// An agent that echoes an epoch was answered before by a node of this name that
+		// has since been removed, and may still run what that node was given: it syncs
+		// to an epoch it has not seen before the node takes work.
+		n.SyncEpoch = hb.SyncEpoch + 1
+		n.Syncing = true
 	case hb.Synced && (hb.SyncEpoch == n.SyncEpoch || hb.SyncEpoch == 0):
 		// Only a heartbeat about the current epoch's answers ends syncing: one composed
 		// before the node was lost (held up in flight, or sent by a frozen agent) says

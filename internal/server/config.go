@@ -304,6 +304,15 @@ type configTeam struct {
 // unknown fields: an empty body, or a second document that would be silently dropped, is
 // refused.
 func decodeConfig(data []byte) (api.Config, *api.Error) {
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err == nil && len(doc.Content) > 0 {
+		if root := doc.Content[0]; root.Kind != yaml.MappingNode {
+			return api.Config{}, invalid("config", "line %d: the configuration must be a mapping of queues, teams, execution, limits and notifications", root.Line)
+		}
+		if e := configNulls(doc.Content[0], ""); e != nil {
+			return api.Config{}, e
+		}
+	}
 	var file configFile
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
@@ -322,6 +331,36 @@ func decodeConfig(data []byte) (api.Config, *api.Error) {
 		cfg.Teams = append(cfg.Teams, t.Team)
 	}
 	return cfg, nil
+}
+
+// configNulls refuses a null anywhere in a configuration (`limits: {max_env_bytes: null}`,
+// `teams:` with nothing after it): it would read as the zero value, which is not what was
+// written. path names the value, like limits.max_env_bytes.
+func configNulls(n *yaml.Node, path string) *api.Error {
+	switch n.Kind {
+	case yaml.MappingNode:
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			key, v := n.Content[i], n.Content[i+1]
+			p := joinPath(path, truncateName(key.Value))
+			if v.Kind == yaml.ScalarNode && v.Tag == "!!null" {
+				return invalid("config", "line %d: %s is null: leave it out or give a value", v.Line, p)
+			}
+			if e := configNulls(v, p); e != nil {
+				return e
+			}
+		}
+	case yaml.SequenceNode:
+		for i, v := range n.Content {
+			p := fmt.Sprintf("%s[%d]", path, i)
+			if v.Kind == yaml.ScalarNode && v.Tag == "!!null" {
+				return invalid("config", "line %d: %s is null: leave it out or give a value", v.Line, p)
+			}
+			if e := configNulls(v, p); e != nil {
+				return e
+			}
+		}
+	}
+	return nil
 }
 
 // itemLines maps the top-level keys "queues" and "teams" to the line of each of their items.

@@ -2,7 +2,6 @@ package server
 
 import (
 	"net/http"
-	"time"
 
 	"github.com/rotahq/rota/internal/api"
 )
@@ -10,18 +9,15 @@ import (
 // handleHistory lists ended jobs submitted in [since, until) with the run time of all their
 // attempts: the accounting record that `rota history export` turns into a replayable trace.
 func (s *Server) handleHistory(w http.ResponseWriter, r *http.Request) {
-	var since, until time.Time
-	for field, dst := range map[string]*time.Time{"since": &since, "until": &until} {
-		v := r.URL.Query().Get(field)
-		if v == "" {
-			continue
-		}
-		t, err := time.Parse(time.RFC3339, v)
-		if err != nil {
-			writeError(w, http.StatusBadRequest, invalid(field, "must be an RFC 3339 time such as 2026-11-01T00:00:00Z"))
-			return
-		}
-		*dst = t
+	since, e := queryTime(r.URL.Query(), "since")
+	if e != nil {
+		writeError(w, http.StatusBadRequest, e)
+		return
+	}
+	until, e := queryTime(r.URL.Query(), "until")
+	if e != nil {
+		writeError(w, http.StatusBadRequest, e)
+		return
 	}
 	who := caller(r)
 	s.mu.Lock()

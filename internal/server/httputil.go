@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"mime"
 	"net/http"
@@ -95,25 +96,10 @@ func decodeJSON(w http.ResponseWriter, r *http.Request, v any, limit int64) (int
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		var typeErr *json.UnmarshalTypeError
-		var syntaxErr *json.SyntaxError
-		var timeErr *time.ParseError
-		switch {
-		case errors.As(err, &typeErr):
-			return http.StatusBadRequest, invalid(typeErr.Field, "must be of type %s, not %s", typeErr.Type, typeErr.Value)
-		case errors.As(err, &syntaxErr):
-			return http.StatusBadRequest, invalid("", "malformed JSON at byte %d: %v", syntaxErr.Offset, err)
-		case strings.HasPrefix(err.Error(), "json: unknown field "):
-			field := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
-			return http.StatusBadRequest, invalid(field, "unknown field %q", field)
-		case errors.As(err, &timeErr):
-			// encoding/json does not say which field a time came from: find it by value.
-			field := fieldWithValue(data, timeErr.Value)
-			return http.StatusBadRequest, invalid(field, "%q is not a time: want RFC 3339, e.g. 2026-11-30T18:00:00Z", timeErr.Value)
-		case errors.Is(err, io.EOF):
-			return http.StatusBadRequest, invalid("", "empty request body: expected a JSON object")
-		}
-		return http.StatusBadRequest, invalid("", "bad JSON: %v", err)
+		return http.StatusBadRequest, decodeError(err, data, reflect.TypeOf(v))
+	}
+	if bytes.Equal(bytes.TrimSpace(data), []byte("null")) {
+		return http.StatusBadRequest, invalid("", "the request body is null: expected a JSON object")
 	}
 	// Decoder.More misses a stray closing bracket, so look at what is left instead.
 	if rest := bytes.TrimLeft(data[dec.InputOffset():], " \t\r\n"); len(rest) > 0 {
@@ -125,12 +111,133 @@ func decodeJSON(w http.ResponseWriter, r *http.Request, v any, limit int64) (int
 	return 0, nil
 }
 
+// decodeError words what encoding/json refused in the API's terms: the field, and the JSON
+// it takes, never a Go type ("json: cannot unmarshal string into Go struct field
+// JobSpec.gpus of type int" is "gpus: must be an integer, not a string"). t is the type
+// decoded into, where a bad time is looked for.
+func decodeError(err error, data []byte, t reflect.Type) *api.Error {
+	var typeErr *json.UnmarshalTypeError
+	var syntaxErr *json.SyntaxError
+	var timeErr *time.ParseError
+	switch {
+	case errors.As(err, &typeErr):
+		got, _, _ := strings.Cut(typeErr.Value, " ")
+		got = map[string]string{"string": "a string", "number": "a number", "bool": "true or false", "array": "an array", "object": "an object"}[got]
+		want := jsonKind(typeErr.Type)
+		if typeErr.Field == "" {
+			return invalid("", "the body must be %s, not %s", want, orWord(got, "that"))
+		}
+		if got == "a number" && want == "an integer" {
+			lo, hi := intRange(typeErr.Type)
+			return invalid(typeErr.Field, "must be a whole number from %d to %d", lo, hi)
+		}
+		return invalid(typeErr.Field, "must be %s, not %s", want, orWord(got, "that"))
+	case errors.As(err, &syntaxErr):
+		return invalid("", "malformed JSON at byte %d: %s", syntaxErr.Offset, strings.TrimPrefix(syntaxErr.Error(), "json: "))
+	case strings.HasPrefix(err.Error(), "json: unknown field "):
+		field := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
+		return invalid(field, "unknown field %q", truncateName(field))
+	case errors.Is(err, io.EOF):
+		return invalid("", "empty request body: expected a JSON object")
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return invalid("", "the JSON body ends before its value does")
+	case errors.As(err, &timeErr):
+		return invalid(badTime(data, t, ""), "%q is not an RFC 3339 time such as 2026-11-30T09:00:00Z", truncateName(timeErr.Value))
+	}
+	if field := badTime(data, t, ""); field != "" {
+		return invalid(field, "must be an RFC 3339 time, a string such as \"2026-11-30T09:00:00Z\"")
+	}
+	return invalid("", "the body is not JSON this route takes")
+}
+
+func orWord(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+// intRange is the range of an integer type, for "must be an integer from MIN to MAX".
+func intRange(t reflect.Type) (int64, int64) {
+	bits := t.Bits()
+	if t.Kind() >= reflect.Uint && t.Kind() <= reflect.Uintptr {
+		return 0, int64(min(uint64(math.MaxInt64), 1<<bits-1))
+	}
+	return -1 << (bits - 1), 1<<(bits-1) - 1
+}
+
+// badTime names the first time in data, decoded as t, that is not RFC 3339 ("" if none).
+func badTime(data []byte, t reflect.Type, path string) string {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t == reflect.TypeFor[time.Time]() {
+		var tm time.Time
+		if json.Unmarshal(data, &tm) != nil {
+			return path
+		}
+		return ""
+	}
+	switch t.Kind() {
+	case reflect.Struct:
+		var obj map[string]json.RawMessage
+		if json.Unmarshal(data, &obj) != nil {
+			return ""
+		}
+		fields := cachedJSONFields(t)
+		for _, key := range slices.Sorted(maps.Keys(obj)) {
+			if ft, ok := fields[key]; ok {
+				if p := badTime(obj[key], ft, joinPath(path, key)); p != "" {
+					return p
+				}
+			}
+		}
+	case reflect.Slice, reflect.Array:
+		var list []json.RawMessage
+		if json.Unmarshal(data, &list) != nil {
+			return ""
+		}
+		for i, raw := range list {
+			if p := badTime(raw, t.Elem(), fmt.Sprintf("%s[%d]", path, i)); p != "" {
+				return p
+			}
+		}
+	case reflect.Map:
+		var obj map[string]json.RawMessage
+		if json.Unmarshal(data, &obj) != nil {
+			return ""
+		}
+		for _, key := range slices.Sorted(maps.Keys(obj)) {
+			if p := badTime(obj[key], t.Elem(), joinPath(path, key)); p != "" {
+				return p
+			}
+		}
+	}
+	return ""
+}
+
 // requiredFields lists, per request type, the fields api/openapi.yaml marks required that
-// a body must carry (a test holds each to the spec). The spec's other required fields of
-// request bodies take their zero value when left out, as the Go clients send them.
+// a body must carry: every one the spec does not mark readOnly (a test holds the two to
+// each other). The Go clients send them all; a list they send as null when it is nil
+// (no omitempty) may be null.
 var requiredFields = map[reflect.Type][]string{
 	reflect.TypeFor[api.JobSpec]():          {"command"},
-	reflect.TypeFor[api.Heartbeat]():        {"node", "inventory"},
+	reflect.TypeFor[api.Heartbeat]():        {"node", "inventory", "tasks", "agent_time", "instance", "synced"},
+	reflect.TypeFor[api.Inventory]():        {"cpus", "memory_mb", "gpus", "device_source"},
+	reflect.TypeFor[api.GPU]():              {"index", "uuid", "model", "memory_mb", "healthy"},
+	reflect.TypeFor[api.TaskStatus]():       {"job_id", "attempt", "state"},
+	reflect.TypeFor[api.StoppedTask]():      {"job_id", "attempt", "reason"},
+	reflect.TypeFor[api.Telemetry]():        {"time", "gpus"},
+	reflect.TypeFor[api.GPUSample]():        {"index", "utilization_pct", "memory_used_mb", "power_w", "temperature_c"},
+	reflect.TypeFor[api.GPUProcess]():       {"gpu", "pid", "memory_mb"},
+	reflect.TypeFor[api.TaskUsage]():        {"job_id", "attempt", "gpu_util_pct", "gpu_memory_mb", "cpu_pct", "memory_mb"},
+	reflect.TypeFor[api.HealthCheck]():      {"time", "ok", "exit_code"},
+	reflect.TypeFor[api.Queue]():            {"name", "tier", "preemptible", "default_time_limit_s", "max_time_limit_s", "grace_s"},
+	reflect.TypeFor[api.Team]():             {"name", "weight"},
+	reflect.TypeFor[api.Quota]():            {"guaranteed", "limit"},
+	reflect.TypeFor[api.User]():             {"name", "role"},
+	reflect.TypeFor[api.Price]():            {"model", "per_gpu_hour"},
+	reflect.TypeFor[api.Reservation]():      {"name", "team", "gpus", "start", "end"},
 	reflect.TypeFor[api.JoinRequest]():      {"token", "node", "csr"},
 	reflect.TypeFor[api.RenewRequest]():     {"csr"},
 	reflect.TypeFor[api.UISessionRequest](): {"code"},
@@ -173,8 +280,10 @@ func checkPresence(data []byte, t reflect.Type, path string) *api.Error {
 			return nil
 		}
 		fields := cachedJSONFields(t)
+		nullable := cachedNullable(t)
 		for _, name := range requiredFields[t] {
-			if raw, ok := obj[name]; !ok || bytes.Equal(bytes.TrimSpace(raw), []byte("null")) {
+			raw, ok := obj[name]
+			if !ok || (!nullable[name] && bytes.Equal(bytes.TrimSpace(raw), []byte("null"))) {
 				return invalid(joinPath(path, name), "is required and must not be null")
 			}
 		}
@@ -182,6 +291,12 @@ func checkPresence(data []byte, t reflect.Type, path string) *api.Error {
 			ft, ok := fields[key]
 			if !ok {
 				continue // matched case-insensitively by encoding/json; its value was checked then
+			}
+			if !nullable[key] && bytes.Equal(bytes.TrimSpace(raw), []byte("null")) {
+				for ft.Kind() == reflect.Pointer {
+					ft = ft.Elem()
+				}
+				return invalid(joinPath(path, key), "must not be null: leave the field out or give %s", jsonKind(ft))
 			}
 			if e := checkPresence(raw, ft, joinPath(path, key)); e != nil {
 				return e
@@ -252,6 +367,42 @@ func cachedJSONFields(t reflect.Type) map[string]reflect.Type {
 	return f
 }
 
+// cachedNullable is the set of t's JSON fields that may be null: the lists, maps and
+// pointers a Go client sends as null when they are nil (no omitempty). Every other field
+// is left out when it has no value, so a null there is refused.
+func cachedNullable(t reflect.Type) map[string]bool {
+	if v, ok := nullableOf.Load(t); ok {
+		return v.(map[string]bool)
+	}
+	out := map[string]bool{}
+	var walk func(t reflect.Type)
+	walk = func(t reflect.Type) {
+		for f := range t.Fields() {
+			tag := f.Tag.Get("json")
+			if !f.IsExported() || tag == "-" {
+				continue
+			}
+			name, opts, _ := strings.Cut(tag, ",")
+			if f.Anonymous && name == "" && f.Type.Kind() == reflect.Struct {
+				walk(f.Type)
+				continue
+			}
+			if name == "" {
+				name = f.Name
+			}
+			switch f.Type.Kind() {
+			case reflect.Pointer, reflect.Slice, reflect.Map, reflect.Interface:
+				out[name] = !slices.Contains(strings.Split(opts, ","), "omitempty")
+			}
+		}
+	}
+	walk(t)
+	nullableOf.Store(t, out)
+	return out
+}
+
+var nullableOf sync.Map
+
 // jsonFields maps the JSON names of a struct's fields to their types, with embedded
 // untagged structs flattened as encoding/json does.
 func jsonFields(t reflect.Type) map[string]reflect.Type {
@@ -288,8 +439,13 @@ func jsonKind(t reflect.Type) string {
 		return "a string"
 	case reflect.Struct:
 		return "an object"
-	case reflect.Array:
+	case reflect.Array, reflect.Slice:
 		return "an array"
+	case reflect.Map:
+		return "an object"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
+		return "an integer"
 	}
 	return "a number"
 }
@@ -323,8 +479,14 @@ func truncateName(v string) string {
 // queryInt reads an integer query parameter that api/openapi.yaml bounds to lo..hi,
 // answering def when it is absent. The error names the parameter and its bounds.
 func queryInt(q url.Values, name string, lo, hi, def int64) (int64, *api.Error) {
+	if len(q[name]) > 1 {
+		return 0, invalid(name, "is given %d times; give it once", len(q[name]))
+	}
 	v := q.Get(name)
 	if v == "" {
+		if q.Has(name) {
+			return 0, invalid(name, "is empty: give a whole number from %d, or leave the parameter out", lo)
+		}
 		return def, nil
 	}
 	n, err := strconv.ParseInt(v, 10, 64)
@@ -337,58 +499,59 @@ func queryInt(q url.Values, name string, lo, hi, def int64) (int64, *api.Error) 
 	return n, nil
 }
 
+// queryString reads a text query parameter of at most max bytes: "" when it is absent. One
+// given twice, given empty, too long or holding control characters is refused, naming it.
+func queryString(q url.Values, name string, max int) (string, *api.Error) {
+	vs, ok := q[name]
+	switch {
+	case !ok:
+		return "", nil
+	case len(vs) > 1:
+		return "", invalid(name, "is given %d times; give it once", len(vs))
+	case vs[0] == "":
+		return "", invalid(name, "is empty: give a value or leave the parameter out")
+	case len(vs[0]) > max:
+		return "", invalid(name, "is %d bytes long; at most %d", len(vs[0]), max)
+	case strings.ContainsFunc(vs[0], isControl):
+		return "", invalid(name, "holds control characters")
+	}
+	return vs[0], nil
+}
+
+// queryTime reads an RFC 3339 time query parameter; zero when it is absent.
+func queryTime(q url.Values, name string) (time.Time, *api.Error) {
+	v, e := queryString(q, name, maxQueryTime)
+	if e != nil || v == "" {
+		return time.Time{}, e
+	}
+	t, err := time.Parse(time.RFC3339, v)
+	if err != nil {
+		return time.Time{}, invalid(name, "%q is not an RFC 3339 time such as 2026-11-30T09:00:00Z", truncateName(v))
+	}
+	return t, nil
+}
+
+// maxQueryTime bounds a time given in a query (api/openapi.yaml states it as maxLength).
+const maxQueryTime = 64
+
 // querySeconds reads a wait in seconds (a number, fractions allowed) from 0 to max,
 // answering 0 when it is absent. NaN and infinities are refused like any other value out
 // of bounds.
 func querySeconds(q url.Values, name string, max time.Duration) (time.Duration, *api.Error) {
+	if len(q[name]) > 1 {
+		return 0, invalid(name, "is given %d times; give it once", len(q[name]))
+	}
 	v := q.Get(name)
 	if v == "" {
+		if q.Has(name) {
+			return 0, invalid(name, "is empty: give a number of seconds from 0 to %d, or leave the parameter out", int(max.Seconds()))
+		}
 		return 0, nil
 	}
 	f, err := strconv.ParseFloat(v, 64)
-	if err != nil || !(f >= 0 && f <= max.Seconds()) {
+	// ParseFloat also reads hexadecimal, underscores, Inf and NaN, which are no JSON number.
+	if strings.Trim(v, "0123456789.eE+-") != "" || err != nil || !(f >= 0 && f <= max.Seconds()) {
 		return 0, invalid(name, "%q is not a number of seconds from 0 to %d", truncateName(v), int(max.Seconds()))
 	}
 	return time.Duration(f * float64(time.Second)), nil
-}
-
-// fieldWithValue returns the dotted path of the first field of the JSON object in data
-// (in key order, at any depth) whose value is the string v, or "" when none is.
-func fieldWithValue(data []byte, v string) string {
-	var doc any
-	if json.Unmarshal(data, &doc) != nil {
-		return ""
-	}
-	var walk func(x any, path string) string
-	walk = func(x any, path string) string {
-		switch x := x.(type) {
-		case string:
-			if x == v {
-				return path
-			}
-		case []any:
-			for _, e := range x {
-				if p := walk(e, path); p != "" {
-					return p
-				}
-			}
-		case map[string]any:
-			keys := make([]string, 0, len(x))
-			for k := range x {
-				keys = append(keys, k)
-			}
-			slices.Sort(keys)
-			for _, k := range keys {
-				p := k
-				if path != "" {
-					p = path + "." + k
-				}
-				if p = walk(x[k], p); p != "" {
-					return p
-				}
-			}
-		}
-		return ""
-	}
-	return walk(doc, "")
 }

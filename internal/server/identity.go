@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -548,9 +550,18 @@ func orDash(s string) string {
 	return s
 }
 
-// handleDeleteNode forgets a node with nothing running on it, and its certificate with it.
+// handleDeleteNode forgets a node, its inventory, its telemetry and its certificate. A node
+// that runs or is assigned work is refused (409) unless force=true: then the ranks there end
+// as a lost node's do (node_lost, requeued when the job may be, else failed), in the same
+// commit that removes the node. An agent that reports again afterwards registers as a new
+// node, syncing until it has stopped what the server no longer lists.
 func (s *Server) handleDeleteNode(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
+	force, e := queryBool(r.URL.Query(), "force")
+	if e != nil {
+		writeError(w, http.StatusBadRequest, e)
+		return
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	n, ok := s.state.Node(name)
@@ -558,14 +569,78 @@ func (s *Server) handleDeleteNode(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, &api.Error{Code: api.CodeNotFound, Field: "name", Message: "no node " + name})
 		return
 	}
+	now := s.cfg.Clock.Now()
+	b := &store.Batch{DeleteNodes: []string{name}}
+	var ended []string
 	if u := s.state.NodeUsage(name); u != nil {
-		writeError(w, http.StatusConflict, &api.Error{Code: api.CodeConflict, Field: "name", Message: fmt.Sprintf("node %s still runs jobs %v; drain it and wait for them to end", name, u.Jobs)})
+		if !force {
+			writeError(w, http.StatusConflict, &api.Error{Code: api.CodeConflict, Field: "name", Message: fmt.Sprintf(
+				"node %s still runs or is assigned jobs %v; drain it and wait for them to end, or remove it with force to requeue them as if the node were lost", name, u.Jobs)})
+			return
+		}
+		ended = s.endRanksOn(b, name, now)
+	}
+	msg := fmt.Sprintf("removed node %s (was %s); its certificate no longer works", name, n.State)
+	if len(ended) > 0 {
+		msg += "; forced: ended its ranks of jobs " + strings.Join(ended, ", ")
+	}
+	ev := audit(r, now, api.EventNode, "%s", msg)
+	ev.Node = name
+	b.Events = append(b.Events, ev)
+	if err := s.commit(r.Context(), b); err != nil {
+		commitError(w, "the change could not be stored", err)
 		return
 	}
-	now := s.cfg.Clock.Now()
-	ev := audit(r, now, api.EventNode, "removed node %s (was %s); its certificate no longer works", name, n.State)
-	ev.Node = name
-	s.adminCommit(w, r, &store.Batch{DeleteNodes: []string{name}, Events: []api.Event{ev}}, http.StatusNoContent, nil)
+	s.pruneTelemetry(now)
+	s.wake()
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// endRanksOn ends, in b, every rank of an active attempt placed on node, as checkNodes ends
+// those of a lost node, and returns the IDs of the jobs it touched. Callers hold s.mu.
+func (s *Server) endRanksOn(b *store.Batch, node string, now time.Time) []string {
+	var ids []string
+	for _, id := range s.state.ActiveIDs() {
+		job, _ := s.state.Job(id)
+		a, ok := s.state.CurrentAttempt(id)
+		if !ok || !placedOn(a, node) {
+			continue
+		}
+		a.Placements = slices.Clone(a.Placements)
+		var evs []api.Event
+		changed := false
+		for rank := range a.Placements {
+			p := &a.Placements[rank]
+			if p.Node != node || p.State.Terminal() {
+				continue
+			}
+			end := now
+			p.State, p.Reason, p.EndTime = api.StateFailed, api.ReasonNodeLost, &end
+			p.Message = "node " + node + " was removed by an administrator while the rank ran there"
+			s.endRankUsage(p, rankKey{id, a.N, rank}, 0, now)
+			changed = true
+			evs = append(evs, s.rankEnded(&job, &a, rank, now)...)
+			if job.State.Terminal() || job.State == api.StatePending {
+				break
+			}
+		}
+		if changed {
+			b.Jobs, b.Attempts, b.Events = append(b.Jobs, job), append(b.Attempts, a), append(b.Events, evs...)
+			ids = append(ids, strconv.FormatInt(id, 10))
+		}
+	}
+	return ids
+}
+
+// queryBool reads a true/false query parameter; absent is false.
+func queryBool(q url.Values, name string) (bool, *api.Error) {
+	switch q.Get(name) {
+	case "", "false":
+		return false, nil
+	case "true":
+		return true, nil
+	}
+	return false, invalid(name, "%q is not true or false", truncateName(q.Get(name)))
 }
 
 // auditKinds are the kinds `rota admin audit` lists when no kind is asked for: changes made
@@ -577,40 +652,38 @@ var auditKinds = []string{api.EventSubmit, api.EventCancel, api.EventHold, api.E
 const (
 	defaultAuditPage = 1000
 	maxAuditPage     = 10_000
+	// maxAuditActor bounds the actor and kind asked for (api/openapi.yaml: maxLength).
+	maxAuditActor = 256
 )
 
 func (s *Server) handleAudit(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	f := store.EventFilter{Actor: q.Get("actor"), Kind: q.Get("kind"), Limit: defaultAuditPage}
-	for field, dst := range map[string]*time.Time{"since": &f.Since, "until": &f.Until} {
-		if v := q.Get(field); v != "" {
-			t, err := time.Parse(time.RFC3339, v)
-			if err != nil {
-				writeError(w, http.StatusBadRequest, invalid(field, "want an RFC 3339 time such as 2026-11-30T09:00:00Z"))
-				return
-			}
-			*dst = t
+	f := store.EventFilter{}
+	var e *api.Error
+	for _, read := range []func() *api.Error{
+		func() (e *api.Error) { f.Since, e = queryTime(q, "since"); return },
+		func() (e *api.Error) { f.Until, e = queryTime(q, "until"); return },
+		func() (e *api.Error) { f.Actor, e = queryString(q, "actor", maxAuditActor); return },
+		func() (e *api.Error) { f.Kind, e = queryString(q, "kind", maxAuditActor); return },
+		func() *api.Error {
+			n, e := queryInt(q, "limit", 1, maxAuditPage, defaultAuditPage)
+			f.Limit = int(n)
+			return e
+		},
+		func() (e *api.Error) { f.AfterID, e = queryInt(q, "after", 0, math.MaxInt64, 0); return },
+	} {
+		if e = read(); e != nil {
+			writeError(w, http.StatusBadRequest, e)
+			return
 		}
 	}
 	if f.Kind != "" && !slices.Contains(api.EventKinds(), f.Kind) {
-		writeError(w, http.StatusBadRequest, invalid("kind", "unknown kind %q; kinds are %s", f.Kind, strings.Join(api.EventKinds(), ", ")))
+		writeError(w, http.StatusBadRequest, invalid("kind", "unknown kind %q; kinds are %s", truncateName(f.Kind), strings.Join(api.EventKinds(), ", ")))
 		return
 	}
-	if v := q.Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > maxAuditPage {
-			writeError(w, http.StatusBadRequest, invalid("limit", "must be a number from 1 to %d", maxAuditPage))
-			return
-		}
-		f.Limit = n
-	}
-	if v := q.Get("after"); v != "" {
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || n < 0 {
-			writeError(w, http.StatusBadRequest, invalid("after", "must be the cursor from a previous page"))
-			return
-		}
-		f.AfterID = n
+	if !f.Since.IsZero() && !f.Until.IsZero() && !f.Until.After(f.Since) {
+		writeError(w, http.StatusBadRequest, invalid("until", "must be after since"))
+		return
 	}
 	// Without a kind, the trail's changes are read a page at a time and the job
 	// transitions between them skipped, until the page is full or the trail ends.

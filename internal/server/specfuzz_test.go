@@ -40,8 +40,10 @@ import (
 // Every answer must: not be 5xx; have a status the operation documents (405 is documented
 // once for every path, components/responses/MethodNotAllowed); carry a body that matches
 // the schema documented for that status (conforms, from contract_test.go), or none where
-// the spec documents none; and hold no format-string accident ("%!"). Afterwards the
-// lists every client reads must still match the spec.
+// the spec documents none; and hold no format-string accident ("%!"). kin-openapi checks
+// every exchange as well (sfKin, kin_test.go): the response in full, and that no request the
+// spec refuses is accepted. Afterwards the lists every client reads must still match the
+// spec.
 //
 // ROTA_SPECFUZZ_N sets the number of requests (1500 by default), ROTA_SPECFUZZ_SEED the
 // seed. Failures are grouped by operation, status and kind, and listed once each with an
@@ -57,6 +59,7 @@ func TestSpecFuzz(t *testing.T) {
 		trace = regexp.MustCompile(v)
 	}
 	doc := readSpec(t)
+	kdoc := kinSpec(t)
 	spec := sfReadSpec(t)
 	ops := spec.operations()
 	if len(ops) < 50 {
@@ -98,6 +101,9 @@ func TestSpecFuzz(t *testing.T) {
 		for _, f := range sfCheck(doc, req, code, hdr, body) {
 			res.add(f, req, code, body)
 		}
+		for _, f := range sfKin(kdoc, req, code, hdr, body) {
+			res.add(f, req, code, body)
+		}
 	}
 	elapsed := time.Since(start)
 
@@ -117,7 +123,7 @@ func TestSpecFuzz(t *testing.T) {
 		if code != http.StatusOK {
 			t.Errorf("GET %s after the fuzz: %d %s", path, code, sfClip(body, 300))
 		}
-		for _, f := range sfCheck(doc, req, code, hdr, body) {
+		for _, f := range append(sfCheck(doc, req, code, hdr, body), sfKin(kdoc, req, code, hdr, body)...) {
 			t.Errorf("GET %s after the fuzz: %s", path, f.detail)
 		}
 	}

@@ -12,11 +12,15 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"reflect"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/getkin/kin-openapi/openapi3"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/rotahq/rota/internal/api"
@@ -84,22 +88,38 @@ func TestStrictJSONDecoding(t *testing.T) {
 	if slices.ContainsFunc(queues.Queues, func(q api.Queue) bool { return q.Name == "q1" }) {
 		t.Error("a refused queue was stored")
 	}
-	// What a Go client sends for nil slices and maps, and pointers left nil, still passes.
-	if code, e, _ := h.rawCall("POST", "/api/v1/jobs", "application/json", `{"command":["true"],"env":null,"after":null,"retries":null}`); code != http.StatusCreated {
-		t.Errorf("null for nillable fields: %d %+v", code, e)
+	// A field a Go client leaves out when it has no value (omitempty) is never null from
+	// one: null there is refused like anywhere the spec does not allow it.
+	for _, field := range []string{"env", "after", "retries"} {
+		body := fmt.Sprintf(`{"command":["true"],%q:null}`, field)
+		if code, e, _ := h.rawCall("POST", "/api/v1/jobs", "application/json", body); code != http.StatusBadRequest || e.Field != field {
+			t.Errorf("%s: %d %+v; want 400 naming %s", body, code, e, field)
+		}
+	}
+	// What a Go client sends for a nil list it always sends (no omitempty) still passes.
+	hb := fmt.Sprintf(`{"node":"n9","inventory":{"cpus":1,"memory_mb":1,"gpus":null,"device_source":"fake"},"tasks":null,"agent_time":"2026-11-01T09:00:00Z","instance":"agent-n9","synced":true,"cluster_id":%q}`, h.srv.ClusterID())
+	if code, e := h.call("local", "POST", "/api/v1/agents/n9/heartbeat", "application/json", []byte(hb)); code != http.StatusOK {
+		t.Errorf("null for lists a Go client always sends: %d %+v", code, e)
 	}
 }
 
-// The agent's heartbeat needs its node and inventory, and holds no null in them.
+// The agent's heartbeat carries every field the spec marks required, at every level, and
+// holds no null in them.
 func TestStrictHeartbeatDecoding(t *testing.T) {
 	h := newHarness(t)
+	const rest = `"tasks":[],"agent_time":"2026-11-01T09:00:00Z","instance":"agent-n1","synced":true`
+	const inv = `{"cpus":4,"memory_mb":1,"gpus":[],"device_source":"fake"}`
 	for _, tc := range []struct{ body, field string }{
 		{`{}`, "node"},
 		{`{"node":"n1"}`, "inventory"},
-		{`{"node":"n1","inventory":null}`, "inventory"},
-		{`{"node":"n1","inventory":{"cpus":null}}`, "inventory.cpus"},
-		{`{"node":"n1","inventory":{"cpus":4,"gpus":[{"index":0,"model":null}]}}`, "inventory.gpus[0].model"},
-		{`{"node":"n1","inventory":{"cpus":4},"agent_time":null}`, "agent_time"},
+		{`{"node":"n1","inventory":null,` + rest + `}`, "inventory"},
+		{`{"node":"n1","inventory":` + inv + `}`, "tasks"},
+		{`{"node":"n1","inventory":{"cpus":null,"memory_mb":1,"gpus":[],"device_source":"fake"},` + rest + `}`, "inventory.cpus"},
+		{`{"node":"n1","inventory":{"cpus":4,"memory_mb":1,"gpus":[]},` + rest + `}`, "inventory.device_source"},
+		{`{"node":"n1","inventory":{"cpus":4,"memory_mb":1,"device_source":"fake","gpus":[{"index":0,"uuid":"u","model":null,"memory_mb":1,"healthy":true}]},` + rest + `}`, "inventory.gpus[0].model"},
+		{`{"node":"n1","inventory":` + inv + `,"tasks":[{"job_id":1,"attempt":1}],"agent_time":"2026-11-01T09:00:00Z","instance":"agent-n1","synced":true}`, "tasks[0].state"},
+		{`{"node":"n1","inventory":` + inv + `,"tasks":[],"agent_time":null,"instance":"agent-n1","synced":true}`, "agent_time"},
+		{`{"node":"n1","inventory":` + inv + `,"tasks":[],"agent_time":"2026-11-01T09:00:00Z","instance":"agent-n1"}`, "synced"},
 	} {
 		req, _ := http.NewRequest("POST", "http://rota-up/api/v1/agents/n1/heartbeat", strings.NewReader(tc.body))
 		req.Header.Set("Content-Type", "application/json")
@@ -120,18 +140,66 @@ func TestStrictHeartbeatDecoding(t *testing.T) {
 	}
 }
 
-// requiredFields asks for no field the spec does not mark required.
+// requiredFields is exactly what the spec marks required and not readOnly, for every
+// schema a JSON request body holds, and Go clients can meet it: no required field is
+// left out by omitempty.
 func TestRequiredFieldsAreTheSpecs(t *testing.T) {
-	schemas := readSpec(t).Components.Schemas
+	doc := kinSpec(t)
 	for typ, fields := range requiredFields {
-		s, ok := schemas[typ.Name()]
+		ref, ok := doc.Components.Schemas[typ.Name()]
 		if !ok {
 			t.Errorf("api/openapi.yaml has no schema %s", typ.Name())
 			continue
 		}
-		for _, f := range fields {
-			if !slices.Contains(s.Required, f) {
-				t.Errorf("the server requires %s.%s, which api/openapi.yaml does not mark required", typ.Name(), f)
+		var want []string
+		for _, f := range ref.Value.Required {
+			if p := ref.Value.Properties[f]; p == nil || !p.Value.ReadOnly {
+				want = append(want, f)
+			}
+		}
+		if !slices.Equal(slices.Sorted(slices.Values(fields)), slices.Sorted(slices.Values(want))) {
+			t.Errorf("the server requires %s %v; api/openapi.yaml requires %v (readOnly left out)", typ.Name(), fields, want)
+		}
+		for f := range typ.Fields() {
+			name, opts, _ := strings.Cut(f.Tag.Get("json"), ",")
+			if slices.Contains(fields, name) && strings.Contains(opts, "omitempty") {
+				t.Errorf("%s.%s is required, but Go clients leave it out when empty (omitempty)", typ.Name(), name)
+			}
+		}
+	}
+	// Every schema of a JSON request body, at any depth, is in the table.
+	inTable := map[string]bool{}
+	for typ := range requiredFields {
+		inTable[typ.Name()] = true
+	}
+	seen := map[*openapi3.Schema]bool{}
+	var walk func(name string, s *openapi3.SchemaRef)
+	walk = func(name string, s *openapi3.SchemaRef) {
+		if s == nil || s.Value == nil || seen[s.Value] {
+			return
+		}
+		seen[s.Value] = true
+		if n, ok := strings.CutPrefix(s.Ref, "#/components/schemas/"); ok {
+			name = n
+		}
+		if len(s.Value.Required) > 0 && name != "" && !inTable[name] {
+			t.Errorf("request schema %s requires %v, but requiredFields has no entry for it", name, s.Value.Required)
+		}
+		for _, p := range s.Value.Properties {
+			walk("", p)
+		}
+		walk("", s.Value.Items)
+		if s.Value.AdditionalProperties.Schema != nil {
+			walk("", s.Value.AdditionalProperties.Schema)
+		}
+	}
+	for path, item := range doc.Paths.Map() {
+		for method, op := range item.Operations() {
+			if op.RequestBody == nil || path == "/api/v1/config" {
+				continue // PUT /config is YAML, read by its own decoder (config.go)
+			}
+			if m := op.RequestBody.Value.Content.Get("application/json"); m != nil {
+				walk(method+" "+path, m.Schema)
 			}
 		}
 	}
@@ -149,6 +217,11 @@ func TestPutConfigDecoding(t *testing.T) {
 		{"two documents", "queues:\n- name: a\n---\nqueues:\n- name: b\n", http.StatusBadRequest},
 		{"an empty second document", "queues:\n- name: a\n---\n", http.StatusBadRequest},
 		{"unknown field", "queues:\n- name: a\n  priority: 3\n", http.StatusBadRequest},
+		{"null document", "null\n", http.StatusBadRequest},
+		{"a list, not a mapping", "- queues\n", http.StatusBadRequest},
+		{"null limit", "limits:\n  max_env_bytes: null\n", http.StatusBadRequest},
+		{"empty teams", "teams:\nqueues:\n- name: a\n", http.StatusBadRequest},
+		{"null queue", "queues:\n- null\n", http.StatusBadRequest},
 		{"teams as GET /teams answers", "teams:\n- name: t1\n  weight: 2\n  usage_gpu_hours: 3.5\n  gpus_in_use: {H100: 2}\n", http.StatusOK},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -209,6 +282,7 @@ func TestQueryLimits(t *testing.T) {
 	h := newHarness(t)
 	h.beat("n1", 1)
 	j := h.submit(api.JobSpec{Command: []string{"true"}})
+	h.cycle()
 	logs := "/api/v1/jobs/" + strconv.FormatInt(j.ID, 10) + "/logs?"
 	for _, tc := range []struct{ path, field string }{
 		{logs + "attempt=0", "attempt"},
@@ -221,6 +295,37 @@ func TestQueryLimits(t *testing.T) {
 		{"/api/v1/jobs?limit=0", "limit"},
 		{"/api/v1/jobs?limit=5001", "limit"},
 		{"/api/v1/jobs?limit=x", "limit"},
+		{"/api/v1/jobs?limit=", "limit"},
+		{"/api/v1/jobs?limit=1&limit=2", "limit"},
+		{logs + "wait=", "wait"},
+		{logs + "wait=0x1p-3", "wait"},
+		{logs + "wait=1_0", "wait"},
+		{logs + "wait=1&wait=2", "wait"},
+		{logs + "rank=", "rank"},
+		// The audit trail, telemetry, usage and history read their parameters the same way.
+		{"/api/v1/audit?limit=0", "limit"},
+		{"/api/v1/audit?limit=10001", "limit"},
+		{"/api/v1/audit?limit=", "limit"},
+		{"/api/v1/audit?after=-1", "after"},
+		{"/api/v1/audit?after=x", "after"},
+		{"/api/v1/audit?after=1&after=2", "after"},
+		{"/api/v1/audit?actor=", "actor"},
+		{"/api/v1/audit?actor=" + strings.Repeat("a", 257), "actor"},
+		{"/api/v1/audit?actor=a%1b%5b31m", "actor"},
+		{"/api/v1/audit?kind=bogus", "kind"},
+		{"/api/v1/audit?since=yesterday", "since"},
+		{"/api/v1/audit?since=2026-11-02T00:00:00Z&until=2026-11-01T00:00:00Z", "until"},
+		{"/api/v1/jobs/" + strconv.FormatInt(j.ID, 10) + "/telemetry?attempt=0", "attempt"},
+		{"/api/v1/jobs/" + strconv.FormatInt(j.ID, 10) + "/telemetry?attempt=", "attempt"},
+		{"/api/v1/jobs/" + strconv.FormatInt(j.ID, 10) + "/telemetry?attempt=2147483648", "attempt"},
+		{"/api/v1/jobs/" + strconv.FormatInt(j.ID, 10) + "/telemetry?attempt=1&attempt=1", "attempt"},
+		{"/api/v1/usage?by=", "by"},
+		{"/api/v1/usage?by=bogus", "by"},
+		{"/api/v1/usage?since=", "since"},
+		{"/api/v1/usage?until=x&until=y", "until"},
+		{"/api/v1/usage?since=" + strings.Repeat("2", 65), "since"},
+		{"/api/v1/history?since=", "since"},
+		{"/api/v1/history?until=soon", "until"},
 	} {
 		if code, e, _ := h.rawCall("GET", tc.path, "", ""); code != http.StatusBadRequest || e.Field != tc.field || strings.Contains(e.Message, "%!") {
 			t.Errorf("GET %s: %d %+v, want 400 naming %s", tc.path, code, e, tc.field)
@@ -237,8 +342,12 @@ func TestQueryLimits(t *testing.T) {
 			t.Errorf("watch?%s: %d, want 400", q, resp.StatusCode)
 		}
 	}
-	if code, e, _ := h.rawCall("GET", "/api/v1/jobs?limit=5000", "", ""); code != http.StatusOK {
-		t.Errorf("limit=5000: %d %+v", code, e)
+	for _, path := range []string{"/api/v1/jobs?limit=5000", "/api/v1/audit?limit=10000&after=0&actor=admin&kind=submit&since=2026-11-01T00:00:00Z",
+		"/api/v1/jobs/" + strconv.FormatInt(j.ID, 10) + "/telemetry?attempt=1", "/api/v1/usage?by=node&since=2026-10-01&until=2026-11-01",
+		"/api/v1/history?since=2026-10-01T00:00:00Z&until=2026-11-02T00:00:00Z"} {
+		if code, e, _ := h.rawCall("GET", path, "", ""); code != http.StatusOK {
+			t.Errorf("GET %s: %d %+v", path, code, e)
+		}
 	}
 }
 
@@ -457,4 +566,84 @@ func BenchmarkDecodeHeartbeat(b *testing.B) {
 			}
 		}
 	})
+}
+
+// goLeak matches what a 400 must never show a client: encoding/json's own wording, Go type
+// names and format-string accidents.
+var goLeak = regexp.MustCompile(`Go struct|Go value|json: |%!|\bu?int(8|16|32|64)?\b|float(32|64)|\[\]|map\[|\bapi\.|\bstruct\b|time\.Time|reflect|unmarshal`)
+
+// Every way the decoder refuses a body is worded in the API's terms: each field of each
+// request type given each wrong kind of JSON value, bodies that are not objects, broken
+// JSON and bad times. The message names the field where there is one.
+func TestDecodeErrorsSpeakJSON(t *testing.T) {
+	types := []any{&api.JobSpec{}, &api.Heartbeat{}, &api.Queue{}, &api.Team{}, &api.User{}, &api.Price{}, &api.Reservation{},
+		&api.TokenRequest{}, &api.JoinTokenRequest{}, &api.JoinRequest{}, &api.RenewRequest{}, &api.UISessionRequest{}, &[]api.Notify{}}
+	wrong := []string{`"x"`, `1.5`, `-1e400`, `99999999999999999999`, `true`, `[]`, `{}`, `[1]`, `{"a":1}`, `null`}
+	decode := func(v any, body string) *api.Error {
+		r := httptest.NewRequest("POST", "/", strings.NewReader(body))
+		_, e := decodeJSON(httptest.NewRecorder(), r, v, 1<<20)
+		return e
+	}
+	check := func(body string, e *api.Error, wantField string) {
+		t.Helper()
+		if e == nil {
+			return
+		}
+		if goLeak.MatchString(e.Message) || goLeak.MatchString(e.Field) {
+			t.Errorf("%s: the error leaks Go: field %q, %q", body, e.Field, e.Message)
+		}
+		if wantField != "" && e.Field == "" {
+			t.Errorf("%s: %q names no field", body, e.Message)
+		}
+	}
+	n := 0
+	for _, v := range types {
+		typ := reflect.TypeOf(v).Elem()
+		for _, body := range []string{`[1]`, `"x"`, `7`, `true`, `{`, `{"a":`, `{}x`, `{"a" 1}`, "\xff"} {
+			check(body, decode(reflect.New(typ).Interface(), body), "")
+			n++
+		}
+		st := typ
+		if st.Kind() == reflect.Slice {
+			st = st.Elem()
+		}
+		for name, ft := range cachedJSONFields(st) {
+			for _, w := range wrong {
+				body := fmt.Sprintf(`{%q:%s}`, name, w)
+				if typ.Kind() == reflect.Slice {
+					body = "[" + body + "]"
+				}
+				e := decode(reflect.New(typ).Interface(), body)
+				check(body, e, name)
+				n++
+			}
+			if ft == reflect.TypeFor[time.Time]() {
+				body := fmt.Sprintf(`{%q:"yesterday"}`, name)
+				e := decode(reflect.New(typ).Interface(), body)
+				if e == nil || e.Field != name || !strings.Contains(e.Message, "RFC 3339") {
+					t.Errorf("%s: %+v; want 400 naming %s as not an RFC 3339 time", body, e, name)
+				}
+				check(body, e, name)
+			}
+		}
+	}
+	// The words a client reads, for one of each kind.
+	for body, want := range map[string]string{
+		`{"command":["x"],"gpus":"2"}`:                    "gpus: must be an integer, not a string",
+		`{"command":["x"],"gpus":1.5}`:                    "gpus: must be a whole number from",
+		`{"command":"x"}`:                                 "command: must be an array, not a string",
+		`{"command":["x"],"env":[]}`:                      "env: must be an object, not an array",
+		`{"command":["x"],"hold":1}`:                      "hold: must be true or false, not a number",
+		`[1]`:                                             ": the body must be an object, not an array",
+		`{"command":["x"],"time_limit_s":"1h"}`:           "time_limit_s: must be an integer, not a string",
+		`{"command":["x"],"hold":true,"retries":"three"}`: "retries: must be an integer, not a string",
+	} {
+		e := decode(&api.JobSpec{}, body)
+		if e == nil || !strings.Contains(e.Field+": "+e.Message, want) {
+			t.Errorf("%s: %+v; want %q", body, e, want)
+		}
+	}
+	if n < 500 {
+		t.Fatalf("only %d bodies tried", n)
+	}
 }

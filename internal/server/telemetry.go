@@ -5,7 +5,6 @@ import (
 	"math"
 	"net/http"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -701,14 +700,12 @@ func (s *Server) handleJobTelemetry(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	n := 0
-	if v := r.URL.Query().Get("attempt"); v != "" {
-		var err error
-		if n, err = strconv.Atoi(v); err != nil || n < 1 {
-			writeError(w, http.StatusBadRequest, invalid("attempt", "%q is not an attempt number: attempts are numbered from 1", truncateName(v)))
-			return
-		}
+	n64, qe := queryInt(r.URL.Query(), "attempt", 1, math.MaxInt32, 0) // 0: the current one
+	if qe != nil {
+		writeError(w, http.StatusBadRequest, qe)
+		return
 	}
+	n := int(n64)
 	who := caller(r)
 	s.mu.Lock()
 	job, found := s.state.Job(id)

@@ -152,8 +152,8 @@ func TestTelemetryRoutesRefuse(t *testing.T) {
 		field string
 		says  string
 	}{
-		{fmt.Sprintf("/api/v1/jobs/%d/telemetry?attempt=0", running.ID), 400, "attempt", "numbered from 1"},
-		{fmt.Sprintf("/api/v1/jobs/%d/telemetry?attempt=x", running.ID), 400, "attempt", "not an attempt number"},
+		{fmt.Sprintf("/api/v1/jobs/%d/telemetry?attempt=0", running.ID), 400, "attempt", "from 1 to"},
+		{fmt.Sprintf("/api/v1/jobs/%d/telemetry?attempt=x", running.ID), 400, "attempt", `"x" is not a whole number`},
 		{fmt.Sprintf("/api/v1/jobs/%d/telemetry?attempt=3", running.ID), 404, "attempt", "there is no attempt 3"},
 		{fmt.Sprintf("/api/v1/jobs/%d/telemetry", waiting.ID), 404, "attempt", "has not been placed"},
 		{"/api/v1/jobs/999/telemetry", 404, "id", "no job 999"},

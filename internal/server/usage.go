@@ -72,12 +72,21 @@ func (s *Server) handleUsage(w http.ResponseWriter, r *http.Request) {
 // usageQuery reads by, since and until, with their defaults: by team, until now, since
 // 30 days before until. The bounds are RFC 3339 or YYYY-MM-DD (midnight UTC).
 func usageQuery(v url.Values, now time.Time) (report.Query, *api.Error) {
-	q := report.Query{By: v.Get("by"), Until: now.UTC()}
+	q := report.Query{Until: now.UTC()}
+	var e *api.Error
+	if q.By, e = queryString(v, "by", maxQueryTime); e != nil {
+		return q, e
+	}
 	if q.By == "" {
 		q.By = api.ByTeam
 	}
-	for field, dst := range map[string]*time.Time{"since": &q.Since, "until": &q.Until} {
-		if s := v.Get(field); s != "" {
+	for _, field := range []string{"since", "until"} {
+		dst := map[string]*time.Time{"since": &q.Since, "until": &q.Until}[field]
+		s, e := queryString(v, field, maxQueryTime)
+		if e != nil {
+			return q, e
+		}
+		if s != "" {
 			t, err := report.ParseTime(s)
 			if err != nil {
 				return q, invalid(field, "%s", err.Error())
