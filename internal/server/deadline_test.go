@@ -18,7 +18,7 @@ func TestDeadlineBadInput(t *testing.T) {
 	ts := func(d time.Duration) string { return now.Add(d).Format(time.RFC3339) }
 	for _, c := range []struct{ body, field, msg string }{
 		{`{"command":["x"],"deadline":"` + ts(-time.Minute) + `"}`, "deadline", "in the past"},
-		{`{"command":["x"],"deadline":"next friday"}`, "deadline", "not a time"},
+		{`{"command":["x"],"deadline":"next friday"}`, "deadline", "not an RFC 3339 time"},
 		{`{"command":["x"],"time_limit_s":7200,"deadline":"` + ts(time.Hour) + `"}`, "deadline", "less than the time limit of 2h"},
 		// The train queue's default limit is a day: a deadline in six hours cannot be met.
 		{`{"command":["x"],"deadline":"` + ts(6*time.Hour) + `"}`, "deadline", "less than the time limit of 1d"},

@@ -163,13 +163,21 @@ func audit(r *http.Request, now time.Time, kind string, format string, args ...a
 
 // withChange adds a setting's values before and after to ev; a nil side is left out.
 func withChange(ev api.Event, before, after any) api.Event {
-	if before != nil {
-		ev.Before, _ = json.Marshal(before)
-	}
-	if after != nil {
-		ev.After, _ = json.Marshal(after)
-	}
+	ev.Before, ev.After = changeJSON(before), changeJSON(after)
 	return ev
+}
+
+// changeJSON is one side of a change as JSON: nothing for nil, a nil pointer or a nil
+// slice or map included, whose JSON null the audit log's schema does not allow.
+func changeJSON(v any) json.RawMessage {
+	if v == nil {
+		return nil
+	}
+	data, err := json.Marshal(v)
+	if err != nil || string(data) == "null" {
+		return nil
+	}
+	return data
 }
 
 func (s *Server) handleWhoami(w http.ResponseWriter, r *http.Request) {
