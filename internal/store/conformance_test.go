@@ -156,7 +156,7 @@ func fullJob(id int64) api.Job {
 			Command: []string{"python", "train.py", "--lr=3e-4"},
 			WorkDir: "/home/ada/resnet",
 			Env:     map[string]string{"WANDB_MODE": "offline", "SEED": "7"},
-			GPUs:    16, GPUsPerNode: 8, Nodes: 2, GPUModel: "H100", CPUs: 64, MemoryMB: 512000, GPUShare: 0.25, GPUMemoryMB: 20480,
+			GPUs:    16, GPUsPerNode: 8, Nodes: 2, GPUModel: "H100", CPUs: 64, MemoryMB: 512000, GPUShare: 0.25, GPUMemoryMB: 20480, TTY: true,
 			TimeLimit: 86400, Signal: "SIGUSR1", Grace: 120,
 			After: []int64{3, 4}, AfterOK: []int64{5}, Array: "0-99%8", Hold: true, Nice: -5,
 			Retries: ptr(3), RestartPolicy: api.RestartOnFailure, Image: "registry.example.com/ml/torch:2.4",
