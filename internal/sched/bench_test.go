@@ -1,6 +1,7 @@
 package sched
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"testing"
 )
@@ -44,4 +45,42 @@ func BenchmarkPlan_SingleJobIdleCluster(b *testing.B) {
 	for b.Loop() {
 		mustSchedule(s, Options{})
 	}
+}
+
+// benchShared plans a cluster where every node allows sharing and every pending job asks
+// for a share of a GPU: the worst case for the share placements, which look at every GPU
+// with room for every job they place.
+func benchShared(b *testing.B, nodes, pending int, placement string) {
+	var ns []Node
+	for i := range nodes {
+		n := gpuNode(fmt.Sprintf("node-%05d", i), "H100", 8)
+		n.Sharing = true
+		ns = append(ns, n)
+	}
+	var jobs []Job
+	for i := range pending {
+		j := shareJob(int64(i+1), []int{100, 250, 500, 750}[i%4])
+		jobs = append(jobs, j)
+	}
+	s := snapshot(ns, nil, jobs...)
+	b.ReportAllocs()
+	placed := 0
+	for b.Loop() {
+		p := mustSchedule(s, Options{SharePlacement: placement})
+		placed += len(p.Placements)
+	}
+	b.ReportMetric(float64(placed)/b.Elapsed().Seconds(), "placements/s")
+	b.ReportMetric(float64(placed)/float64(b.N), "placed/op")
+}
+
+func BenchmarkPlanShared_100Nodes_1000Pending_FGD(b *testing.B) {
+	benchShared(b, 100, 1000, SharePlacementFGD)
+}
+
+func BenchmarkPlanShared_100Nodes_1000Pending_BestFit(b *testing.B) {
+	benchShared(b, 100, 1000, SharePlacementBestFit)
+}
+
+func BenchmarkPlanShared_100Nodes_1000Pending_Packing(b *testing.B) {
+	benchShared(b, 100, 1000, SharePlacementPacking)
 }

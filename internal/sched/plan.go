@@ -126,8 +126,10 @@ type cycle struct {
 	// noCache makes every job search afresh; tests use it to check the cache changes
 	// nothing.
 	noCache bool
-	// sharePlacer places shared requests, chosen on first use from the options.
+	// sharePlacer places shared requests, chosen on first use from the options;
+	// shareView is its view of one node, reused node after node.
 	sharePlacer sharePlacer
+	shareView   shareView
 	// blockedShared counts the shared requests left waiting.
 	blockedShared int
 }

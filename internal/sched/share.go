@@ -18,9 +18,19 @@ import (
 // of its tenants ends. Tenants are never chosen as preemption victims (stopping one frees
 // no whole GPU), and a shared request neither preempts nor reserves: it waits for room.
 
-// sharePlacer ranks a GPU for a shared request: lower is better.
+// sharePlacer ranks a GPU for a shared request: lower is better. v is the GPU's node, i
+// the GPU's place in v.rooms, need what the request takes of it.
 type sharePlacer interface {
-	score(st *state, ni int, k int, room, need int) float64
+	score(st *state, v *shareView, i, need int) float64
+}
+
+// shareView is a node as the share placements look at it: the room of each of its usable
+// GPUs, and, for FGD, its fragmentation as it is, worked out on first use.
+type shareView struct {
+	ni     int
+	rooms  []int
+	before float64
+	frag   bool // before is set
 }
 
 // newSharePlacer returns the placer a SharePlacement names, chosen once per cycle.
@@ -40,8 +50,8 @@ func newSharePlacer(name string) (sharePlacer, error) {
 // the fewest free GPUs.
 type bestFitShare struct{}
 
-func (bestFitShare) score(st *state, ni, _ int, room, need int) float64 {
-	return float64(room-need)*1e6 + float64(st.nodes[ni].freeGPUs)
+func (bestFitShare) score(st *state, v *shareView, i, need int) float64 {
+	return float64(v.rooms[i]-need)*1e6 + float64(st.nodes[v.ni].freeGPUs)
 }
 
 // packingShare, in three bands: a GPU with tenants (the less room left the better), a
@@ -49,32 +59,30 @@ func (bestFitShare) score(st *state, ni, _ int, room, need int) float64 {
 // unused node (the smaller the node the better).
 type packingShare struct{}
 
-func (packingShare) score(st *state, ni, _ int, room, need int) float64 {
-	ns := &st.nodes[ni]
+func (packingShare) score(st *state, v *shareView, i, need int) float64 {
+	ns := &st.nodes[v.ni]
 	switch {
-	case room < MilliGPU:
-		return float64(room - need)
-	case ns.freeGPUs < st.usableGPUs(ni):
+	case v.rooms[i] < MilliGPU:
+		return float64(v.rooms[i] - need)
+	case ns.freeGPUs < len(v.rooms):
 		return 1e6 + float64(ns.freeGPUs)
 	}
-	return 2e6 + float64(st.usableGPUs(ni))
+	return 2e6 + float64(len(v.rooms))
 }
 
 // fgdShare is fragmentation gradient descent: the GPU whose node's expected
 // fragmentation, given the mix of requests, grows least; ties to the tightest GPU.
 type fgdShare struct{}
 
-func (fgdShare) score(st *state, ni, k int, room, need int) float64 {
-	free := st.nodeRooms(ni)
-	before := st.mix.frag(free)
-	for i, gk := range st.nodeGPUs(ni) {
-		if gk == k {
-			free[i] -= need
-		}
+func (fgdShare) score(st *state, v *shareView, i, need int) float64 {
+	if !v.frag {
+		v.before, v.frag = st.mix.frag(v.rooms), true
 	}
-	growth := st.mix.frag(free) - before
+	v.rooms[i] -= need
+	growth := st.mix.frag(v.rooms) - v.before
+	v.rooms[i] += need
 	// Growth is in milli-GPU; the room left breaks ties (best fit).
-	return growth*1e4 + float64(room-need)
+	return growth*1e4 + float64(v.rooms[i]-need)
 }
 
 // shareMix is the mix of requests FGD weighs fragmentation by: the GPU request kinds of
@@ -185,38 +193,6 @@ func (st *state) room(g *group, p int) int {
 	return 0
 }
 
-// usableGPUs counts node ni's usable GPUs.
-func (st *state) usableGPUs(ni int) int {
-	n := 0
-	for _, gi := range st.nodes[ni].groups {
-		n += len(st.groups[gi].index)
-	}
-	return n
-}
-
-// nodeGPUs lists node ni's usable GPUs by their place in frees; nodeRooms their rooms.
-func (st *state) nodeGPUs(ni int) []int {
-	var ks []int
-	for _, gi := range st.nodes[ni].groups {
-		g := &st.groups[gi]
-		for p := range g.index {
-			ks = append(ks, g.off+p)
-		}
-	}
-	return ks
-}
-
-func (st *state) nodeRooms(ni int) []int {
-	var rooms []int
-	for _, gi := range st.nodes[ni].groups {
-		g := &st.groups[gi]
-		for p := range g.index {
-			rooms = append(rooms, st.room(g, p))
-		}
-	}
-	return rooms
-}
-
 // gpuMemory is the memory of the GPU at position p of group g.
 func (st *state) gpuMemory(g *group, p int) int64 {
 	return st.nodes[g.node].n.GPUs[g.pos[p]].MemoryMB
@@ -308,18 +284,24 @@ func (c *cycle) findShared(d *demand, dg *diag) (shareSpot, bool) {
 		st.mix = newShareMix(c.s)
 	}
 	best, bestScore, found := shareSpot{}, 0.0, false
+	v := &c.shareView
 	for _, ni := range st.shareNodes(d) {
-		// The chain once per node for a fresh GPU (which, for backfill, takes a whole
-		// GPU until the job ends) and once for joining tenants.
-		fresh, join := -1, -1
+		*v = shareView{ni: ni, rooms: v.rooms[:0]}
 		for _, gi := range st.nodes[ni].groups {
 			g := &st.groups[gi]
-			if !d.takes(g.model) {
-				continue
-			}
 			for p := range g.index {
-				room := st.room(g, p)
-				if room == 0 {
+				v.rooms = append(v.rooms, st.room(g, p))
+			}
+		}
+		// The chain once per node for a fresh GPU (which, for backfill, takes a whole
+		// GPU until the job ends) and once for joining tenants.
+		fresh, join, i := -1, -1, -1
+		for _, gi := range st.nodes[ni].groups {
+			g := &st.groups[gi]
+			for p := range g.index {
+				i++
+				room := v.rooms[i]
+				if room == 0 || !d.takes(g.model) {
 					continue
 				}
 				milli, mem := d.need(st.gpuMemory(g, p))
@@ -339,7 +321,7 @@ func (c *cycle) findShared(d *demand, dg *diag) (shareSpot, bool) {
 				if !ok {
 					continue
 				}
-				score := c.sharePlacer.score(st, ni, k, room, milli)
+				score := c.sharePlacer.score(st, v, i, milli)
 				if !found || score < bestScore {
 					best, bestScore, found = shareSpot{cand{ni, gi}, p, milli, mem}, score, true
 				}
