@@ -60,6 +60,10 @@ func runApply(ctx context.Context, cfg Config, args []string) int {
 	if g.output == "json" {
 		return cfg.printJSON(applied)
 	}
-	fmt.Fprintf(cfg.Stdout, "Applied: %s, %s\n", plural(len(applied.Queues), "queue", "queues"), plural(len(applied.Teams), "team", "teams"))
+	pools := ""
+	if len(applied.Pools) > 0 {
+		pools = ", " + plural(len(applied.Pools), "pool", "pools")
+	}
+	fmt.Fprintf(cfg.Stdout, "Applied: %s, %s%s\n", plural(len(applied.Queues), "queue", "queues"), plural(len(applied.Teams), "team", "teams"), pools)
 	return ExitOK
 }

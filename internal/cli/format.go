@@ -71,9 +71,15 @@ func plural(n int, one, many string) string {
 	return strconv.Itoa(n) + " " + many
 }
 
-// describeGPUs says what a spec asks for in GPUs: "2 GPUs", "8 GPUs on 2 nodes", "no GPUs".
+// describeGPUs says what a spec asks for in GPUs: "2 GPUs", "8 GPUs on 2 nodes", "no GPUs",
+// "0.5 of a GPU", "20G of a GPU".
 func describeGPUs(s api.JobSpec) string {
-	if s.GPUs == 0 {
+	switch {
+	case s.GPUShare > 0:
+		return strconv.FormatFloat(s.GPUShare, 'f', -1, 64) + " of a GPU"
+	case s.GPUMemoryMB > 0:
+		return formatMB(s.GPUMemoryMB) + " of a GPU"
+	case s.GPUs == 0:
 		return "no GPUs"
 	}
 	d := plural(s.GPUs, "GPU", "GPUs")

@@ -314,3 +314,18 @@ func TestSubmitDeadline(t *testing.T) {
 		t.Errorf("--deadline soonish: exit %d, stderr %q; want a usage error naming the flag", code, stderr)
 	}
 }
+
+func TestDescribeSharedGPUs(t *testing.T) {
+	for _, c := range []struct {
+		spec api.JobSpec
+		want string
+	}{
+		{api.JobSpec{GPUs: 1, GPUShare: 0.5}, "0.5 of a GPU"},
+		{api.JobSpec{GPUs: 1, GPUMemoryMB: 20 << 10}, "20G of a GPU"},
+		{api.JobSpec{GPUs: 2}, "2 GPUs"},
+	} {
+		if got := describeGPUs(c.spec); got != c.want {
+			t.Errorf("%+v: %q; want %q", c.spec, got, c.want)
+		}
+	}
+}
