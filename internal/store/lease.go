@@ -183,6 +183,14 @@ func (l *Lease) Check(ctx context.Context) error {
 func (l *Lease) Release() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.conn != nil {
+		// Unlock before closing: the server frees a closed session's locks only once its
+		// backend has exited, a moment after the client has gone, and until then a
+		// standby would find the lease still held.
+		ctx, cancel := context.WithTimeout(context.Background(), l.opts.CheckTimeout)
+		_, _ = l.conn.ExecContext(ctx, "SELECT pg_advisory_unlock($1)", leaseLockKey)
+		cancel()
+	}
 	l.dropLocked()
 }
 
