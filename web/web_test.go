@@ -1,14 +1,10 @@
 package web
 
 import (
-	"go/parser"
-	"go/token"
 	"io/fs"
 	"net/http/httptest"
 	"path/filepath"
 	"regexp"
-	"strconv"
-	"strings"
 	"testing"
 )
 
@@ -80,25 +76,5 @@ func TestNoInlineCodeOrData(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
-	}
-}
-
-// TestImports holds doc.go's rule: the UI package imports none of rota's packages.
-func TestImports(t *testing.T) {
-	files, _ := filepath.Glob("*.go")
-	fset := token.NewFileSet()
-	for _, name := range files {
-		if strings.HasSuffix(name, "_test.go") {
-			continue
-		}
-		f, err := parser.ParseFile(fset, name, nil, parser.ImportsOnly)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, imp := range f.Imports {
-			if p, _ := strconv.Unquote(imp.Path.Value); strings.HasPrefix(p, "github.com/rotahq/rota/") {
-				t.Errorf("%s imports %s; the web package must import none of rota's packages", name, p)
-			}
-		}
 	}
 }

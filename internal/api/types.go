@@ -58,7 +58,19 @@ const (
 	// ReasonGPUMemoryExceeded: a job sharing a GPU held more GPU memory than its slice
 	// for longer than the grace, and its node stopped it.
 	ReasonGPUMemoryExceeded = "gpu_memory_exceeded"
+	// ReasonRankFailed: another rank of a multi-node attempt failed or was lost, so the
+	// server stopped this one.
+	ReasonRankFailed = "rank_failed"
+	// ReasonNotStarted: the agent of its node did not start the attempt (or one of its ranks)
+	// within the server's assign timeout.
+	ReasonNotStarted = "not_started"
 )
+
+// EndReasons lists every reason rota itself ends an attempt with; an agent may report
+// other short codes.
+var EndReasons = []string{ReasonExitCode, ReasonOOM, ReasonGPUError, ReasonGPUMemoryExceeded, ReasonNodeLost,
+	ReasonNodeShutdown, ReasonTimeout, ReasonIdle, ReasonPreempted, ReasonCancelled, ReasonStartError,
+	ReasonRankFailed, ReasonNotStarted}
 
 // JobSpec is what a user asks for. It is stored as submitted, after defaults are filled in.
 type JobSpec struct {

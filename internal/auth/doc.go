@@ -8,6 +8,6 @@
 // server and the agent wire it in.
 //
 // It must not import any rota package but internal/api and internal/atomicfile: not the
-// server, store, cluster, agent or CLI. A test holds that rule. Its only dependency outside the standard library
+// server, store, cluster, agent or CLI. cmd/rota's TestImportDirections holds that rule. Its only dependency outside the standard library
 // is golang.org/x/sys/unix, for SO_PEERCRED.
 package auth

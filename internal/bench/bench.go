@@ -2,14 +2,10 @@ package bench
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"slices"
 	"strings"
-	"sync"
-	"testing"
 	"time"
 )
 
@@ -42,10 +38,11 @@ type Options struct {
 // benchmark is one entry of a suite.
 type benchmark struct {
 	suite, name string
-	// benchtime is testing's -test.benchtime for this benchmark: a duration, or "Nx" for a
-	// fixed count where an operation is slow or a percentile needs enough samples.
+	// benchtime is how long this benchmark runs, as go test's -benchtime says it: a
+	// duration, or "Nx" for a fixed count where an operation is slow or a percentile needs
+	// enough samples.
 	benchtime string
-	run       func(ctx context.Context, benchtime string) (testing.BenchmarkResult, error)
+	run       func(ctx context.Context, benchtime string) (runResult, error)
 }
 
 // Run runs the chosen suites one benchmark at a time and returns their results in order.
@@ -97,62 +94,18 @@ func Run(ctx context.Context, opts Options) ([]Result, error) {
 	return results, nil
 }
 
-// toResult converts what testing measured.
-func toResult(suite, name string, r testing.BenchmarkResult) Result {
-	res := Result{Suite: suite, Name: name, N: r.N, Metrics: map[string]float64{},
-		AllocsPerOp: r.AllocsPerOp(), BytesPerOp: r.AllocedBytesPerOp()}
+// toResult converts what measure measured.
+func toResult(suite, name string, r runResult) Result {
+	res := Result{Suite: suite, Name: name, N: r.N, Metrics: map[string]float64{}}
 	if r.N > 0 {
 		res.NsPerOp = float64(r.T.Nanoseconds()) / float64(r.N)
+		res.AllocsPerOp = int64(r.allocs / uint64(r.N))
+		res.BytesPerOp = int64(r.bytes / uint64(r.N))
 	}
-	for unit, v := range r.Extra {
+	for unit, v := range r.extra {
 		res.Metrics[unit] = v
 	}
 	return res
-}
-
-// benchtimeMu serialises measure: testing.Benchmark reads its duration from a package-wide
-// flag.
-var benchtimeMu sync.Mutex
-
-// measure runs f under testing.Benchmark for benchtime. f returns an error instead of
-// calling b.Fatal, because a failed testing.Benchmark says only that it ran nothing.
-func measure(benchtime string, f func(b *testing.B) error) (testing.BenchmarkResult, error) {
-	benchtimeMu.Lock()
-	defer benchtimeMu.Unlock()
-	// Outside `go test` the testing flags exist only after testing.Init, and -test.benchtime
-	// is the one way to tell testing.Benchmark how long to run.
-	testing.Init()
-	bt := flag.Lookup("test.benchtime")
-	if bt == nil {
-		return testing.BenchmarkResult{}, errors.New("testing registered no -test.benchtime flag")
-	}
-	old := bt.Value.String()
-	if err := bt.Value.Set(benchtime); err != nil {
-		return testing.BenchmarkResult{}, fmt.Errorf("benchtime %q: %w", benchtime, err)
-	}
-	defer bt.Value.Set(old)
-
-	var (
-		mu    sync.Mutex
-		first error
-	)
-	r := testing.Benchmark(func(b *testing.B) {
-		if err := f(b); err != nil {
-			mu.Lock()
-			if first == nil {
-				first = err
-			}
-			mu.Unlock()
-			b.FailNow()
-		}
-	})
-	if first != nil {
-		return r, first
-	}
-	if r.N == 0 {
-		return r, errors.New("the benchmark ran no operations")
-	}
-	return r, nil
 }
 
 // formatNs writes a duration in nanoseconds with three significant digits.

@@ -26,8 +26,9 @@
 // name, so results compare only like with like. A full run takes about 70 seconds on two
 // cores, most of it the 100,000-job replay.
 //
-// Each benchmark runs under testing.Benchmark (outside `go test`), which picks the number of
-// iterations; custom metrics come from b.ReportMetric. The same numbers, by other code, come
+// Each benchmark runs under measure, which picks the number of iterations as go test -bench
+// does (rota's binary does not link package testing); custom metrics come from
+// b.ReportMetric. The same numbers, by other code, come
 // from the go test -bench targets of internal/sched, internal/server and internal/sim; this
 // package exists so that a build of rota can measure itself and write JSON.
 //

@@ -16,7 +16,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"testing"
 	"time"
 
 	"github.com/rotahq/rota/internal/api"
@@ -49,7 +48,7 @@ func e2eBenchmarks(quick bool) []benchmark {
 	return []benchmark{
 		{suite: "e2e", name: fmt.Sprintf("submit/%dclients", submitClients), benchtime: submitTime, run: benchSubmit},
 		{suite: "e2e", name: fmt.Sprintf("submit-to-running/%dagents", agents), benchtime: latencyCount,
-			run: func(ctx context.Context, bt string) (testing.BenchmarkResult, error) {
+			run: func(ctx context.Context, bt string) (runResult, error) {
 				return benchSubmitToRunning(ctx, bt, agents)
 			}},
 	}
@@ -58,14 +57,14 @@ func e2eBenchmarks(quick bool) []benchmark {
 // benchSubmit measures durable submissions: each operation is one POST /api/v1/jobs,
 // answered only after its commit to SQLite, with submitClients clients at once. The
 // scheduling loop does not run, so nothing competes with the submits.
-func benchSubmit(ctx context.Context, benchtime string) (testing.BenchmarkResult, error) {
+func benchSubmit(ctx context.Context, benchtime string) (runResult, error) {
 	ls, err := startServer(ctx)
 	if err != nil {
-		return testing.BenchmarkResult{}, err
+		return runResult{}, err
 	}
 	defer ls.close()
 	spec := api.JobSpec{Command: []string{"true"}, User: "bench"}
-	return measure(benchtime, func(b *testing.B) error {
+	return measure(benchtime, func(b *B) error {
 		var (
 			next  atomic.Int64
 			wg    sync.WaitGroup
@@ -96,10 +95,10 @@ func benchSubmit(ctx context.Context, benchtime string) (testing.BenchmarkResult
 // benchSubmitToRunning measures the latency from a submit's acknowledgement to the job
 // being reported RUNNING by its agent, one 1-GPU job at a time, on agents simulated nodes of
 // 8 GPUs with the scheduling loop and heartbeats running.
-func benchSubmitToRunning(ctx context.Context, benchtime string, agents int) (testing.BenchmarkResult, error) {
+func benchSubmitToRunning(ctx context.Context, benchtime string, agents int) (runResult, error) {
 	ls, err := startServer(ctx)
 	if err != nil {
-		return testing.BenchmarkResult{}, err
+		return runResult{}, err
 	}
 	defer ls.close()
 	ls.runScheduler()
@@ -107,10 +106,10 @@ func benchSubmitToRunning(ctx context.Context, benchtime string, agents int) (te
 		ls.startAgent(fmt.Sprintf("bench-%03d", i))
 	}
 	if err := ls.waitNodes(ctx, agents); err != nil {
-		return testing.BenchmarkResult{}, err
+		return runResult{}, err
 	}
 	spec := api.JobSpec{Command: []string{"x"}, GPUs: 1, User: "bench"}
-	return measure(benchtime, func(b *testing.B) error {
+	return measure(benchtime, func(b *B) error {
 		var lat []time.Duration
 		for b.Loop() {
 			var j api.Job

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
-	"testing"
 	"time"
 
 	"github.com/rotahq/rota/internal/sched"
@@ -32,12 +31,12 @@ func schedBenchmarks(quick bool) []benchmark {
 			name += "/policy"
 		}
 		list = append(list, benchmark{suite: "sched", name: name, benchtime: benchtime,
-			run: func(_ context.Context, bt string) (testing.BenchmarkResult, error) {
+			run: func(_ context.Context, bt string) (runResult, error) {
 				return benchPlan(bt, genSnapshot(rand.New(rand.NewPCG(1, 2)), sz.nodes, sz.pending, 0.5, sz.policy))
 			}})
 	}
 	list = append(list, benchmark{suite: "sched", name: fmt.Sprintf("plan/%dnodes/1job-idle", idle), benchtime: benchtime,
-		run: func(_ context.Context, bt string) (testing.BenchmarkResult, error) {
+		run: func(_ context.Context, bt string) (runResult, error) {
 			s := genSnapshot(rand.New(rand.NewPCG(1, 2)), idle, 0, 0, false)
 			s.Pending = []sched.Job{{ID: 1, Queue: "train", Team: "vision", User: "ada", SubmitTime: t0, TimeLimit: time.Hour,
 				Request: sched.Request{GPUs: 4, GPUModel: "H100", CPUs: 1, MemoryMB: 1024}}}
@@ -48,8 +47,8 @@ func schedBenchmarks(quick bool) []benchmark {
 
 // benchPlan plans s once per operation under the default policy. The snapshot is not
 // changed by planning, so every cycle does the same work.
-func benchPlan(benchtime string, s *sched.Snapshot) (testing.BenchmarkResult, error) {
-	return measure(benchtime, func(b *testing.B) error {
+func benchPlan(benchtime string, s *sched.Snapshot) (runResult, error) {
+	return measure(benchtime, func(b *B) error {
 		placed := 0
 		for b.Loop() {
 			p, err := sched.ScheduleWith(s, t0, sched.Options{})

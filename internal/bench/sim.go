@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"testing"
 	"time"
 
 	"github.com/rotahq/rota/internal/sim"
@@ -21,23 +20,23 @@ func simBenchmarks(quick bool) []benchmark {
 		jobs, benchtime = 3000, "1x"
 	}
 	return []benchmark{{suite: "sim", name: fmt.Sprintf("replay/%djobs/%s", jobs, simPolicy), benchtime: benchtime,
-		run: func(ctx context.Context, bt string) (testing.BenchmarkResult, error) {
+		run: func(ctx context.Context, bt string) (runResult, error) {
 			return benchReplay(ctx, bt, jobs)
 		}}}
 }
 
 // benchReplay replays a generated trace of n jobs once per operation. Loading and checking
 // the trace is not timed.
-func benchReplay(ctx context.Context, benchtime string, n int) (testing.BenchmarkResult, error) {
+func benchReplay(ctx context.Context, benchtime string, n int) (runResult, error) {
 	tr, err := sim.ReadTrace(bytes.NewReader(phillyLikeTrace(rand.New(rand.NewPCG(3, 4)), n)), "philly", true)
 	if err != nil {
-		return testing.BenchmarkResult{}, fmt.Errorf("generated trace: %w", err)
+		return runResult{}, fmt.Errorf("generated trace: %w", err)
 	}
 	w, err := sim.Prepare(tr, sim.PhillyCluster(), true)
 	if err != nil {
-		return testing.BenchmarkResult{}, fmt.Errorf("generated trace: %w", err)
+		return runResult{}, fmt.Errorf("generated trace: %w", err)
 	}
-	return measure(benchtime, func(b *testing.B) error {
+	return measure(benchtime, func(b *B) error {
 		events, jobs, plans := 0, 0, 0
 		for b.Loop() {
 			res, err := sim.Run(ctx, w, sim.DefaultConfig(), []string{simPolicy})

@@ -99,7 +99,8 @@ var endReasons = []struct{ name, what string }{
 	{api.ReasonPreempted, "a job of higher priority needed its GPUs; it is requeued"},
 	{api.ReasonCancelled, "rota cancel (state CANCELLED)"},
 	{api.ReasonStartError, "it could not start: no such command, working directory or user, say"},
-	{"rank_failed", "multi-node: another rank failed, so this one was stopped"},
+	{api.ReasonRankFailed, "multi-node: another rank failed, so this one was stopped"},
+	{api.ReasonNotStarted, "the agent of its node did not start it in time; it is requeued"},
 }
 
 func writeJobHelp(w io.Writer) {

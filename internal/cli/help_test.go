@@ -116,3 +116,15 @@ func TestHelpTopics(t *testing.T) {
 		t.Errorf("rota help nonsense: exit %d, stderr %q", code, errOut)
 	}
 }
+
+// TestEndReasonsListsEveryReason keeps api.EndReasons, which the server's metrics count
+// by, in step with the Reason constants that rota help job explains.
+func TestEndReasonsListsEveryReason(t *testing.T) {
+	consts := stringConsts(t, "../api/types.go", "Reason")
+	listed := slices.Clone(api.EndReasons)
+	slices.Sort(consts)
+	slices.Sort(listed)
+	if !slices.Equal(consts, listed) {
+		t.Fatalf("api.EndReasons = %v, the Reason constants are %v", listed, consts)
+	}
+}

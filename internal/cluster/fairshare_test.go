@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/rotahq/rota/internal/api"
-	"github.com/rotahq/rota/internal/store"
+	"github.com/rotahq/rota/internal/batch"
 )
 
 // tau is the mean life of a one-hour half-life in seconds: one GPU held for ever is worth
@@ -80,19 +80,19 @@ func TestTeamUsageFollowsAnAttempt(t *testing.T) {
 	s.HalfLife = time.Hour
 	job := api.Job{ID: 1, Spec: api.JobSpec{Team: "vision"}, State: api.StateAssigned}
 	a := api.Attempt{JobID: 1, N: 1, AssignTime: t0, Placements: []api.Placement{{Node: "n1", GPUIndices: []int{0}}}}
-	s.Apply(&store.Batch{Jobs: []api.Job{job}, Attempts: []api.Attempt{a}})
+	s.Apply(&batch.Batch{Jobs: []api.Job{job}, Attempts: []api.Attempt{a}})
 	if got, want := s.TeamUsage(t0.Add(time.Hour))["vision"], tau/2; math.Abs(got-want) > 1e-6 {
 		t.Errorf("assigned for an hour: %v; want %v", got, want)
 	}
 	started := t0.Add(30 * time.Minute)
 	a.StartTime = &started
-	s.Apply(&store.Batch{Attempts: []api.Attempt{a}})
+	s.Apply(&batch.Batch{Attempts: []api.Attempt{a}})
 	if got, want := s.TeamUsage(t0.Add(time.Hour))["vision"], tau*(1-math.Exp2(-0.5)); math.Abs(got-want) > 1e-6 {
 		t.Errorf("running for half an hour: %v; want %v", got, want)
 	}
 	end := t0.Add(90 * time.Minute)
 	a.EndTime = &end
-	s.Apply(&store.Batch{Attempts: []api.Attempt{a}})
+	s.Apply(&batch.Batch{Attempts: []api.Attempt{a}})
 	if got, want := s.TeamUsage(end.Add(time.Hour))["vision"], tau/4; math.Abs(got-want) > 1e-6 {
 		t.Errorf("one half-life after an hour's run: %v; want %v", got, want)
 	}

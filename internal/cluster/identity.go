@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/rotahq/rota/internal/api"
-	"github.com/rotahq/rota/internal/store"
+	"github.com/rotahq/rota/internal/batch"
 )
 
 // Names of the settings the store keeps.
@@ -25,12 +25,12 @@ const (
 // moment its revocation is durable.
 type identity struct {
 	users      map[string]api.User
-	tokens     map[string]store.TokenRecord // by hash
+	tokens     map[string]batch.TokenRecord // by hash
 	tokenIDs   map[string]string            // ID -> hash
-	joins      map[string]store.JoinTokenRecord
-	certs      map[string]store.NodeCert
+	joins      map[string]batch.JoinTokenRecord
+	certs      map[string]batch.NodeCert
 	settings   map[string]json.RawMessage
-	idempotent map[idemKey]store.IdempotencyRecord
+	idempotent map[idemKey]batch.IdempotencyRecord
 	// limits and execution are the settings of those names, decoded once as they are
 	// applied (they are read on every request and every heartbeat answer).
 	limits    api.Limits
@@ -44,17 +44,17 @@ type idemKey struct{ user, key string }
 func newIdentity() identity {
 	return identity{
 		users:      map[string]api.User{},
-		tokens:     map[string]store.TokenRecord{},
+		tokens:     map[string]batch.TokenRecord{},
 		tokenIDs:   map[string]string{},
-		joins:      map[string]store.JoinTokenRecord{},
-		certs:      map[string]store.NodeCert{},
+		joins:      map[string]batch.JoinTokenRecord{},
+		certs:      map[string]batch.NodeCert{},
 		settings:   map[string]json.RawMessage{},
-		idempotent: map[idemKey]store.IdempotencyRecord{},
+		idempotent: map[idemKey]batch.IdempotencyRecord{},
 		limits:     api.DefaultLimits(),
 	}
 }
 
-func (s *State) applyIdentity(b *store.Batch) {
+func (s *State) applyIdentity(b *batch.Batch) {
 	id := &s.id
 	for _, st := range b.Settings {
 		id.settings[st.Name] = st.Data
@@ -157,23 +157,23 @@ func (s *State) TeamsOf(user string) []string {
 }
 
 // TokenByHash returns the token record with the given hash.
-func (s *State) TokenByHash(hash string) (store.TokenRecord, bool) {
+func (s *State) TokenByHash(hash string) (batch.TokenRecord, bool) {
 	t, ok := s.id.tokens[hash]
 	return t, ok
 }
 
 // Token returns the token record with the given ID.
-func (s *State) Token(id string) (store.TokenRecord, bool) {
+func (s *State) Token(id string) (batch.TokenRecord, bool) {
 	h, ok := s.id.tokenIDs[id]
 	if !ok {
-		return store.TokenRecord{}, false
+		return batch.TokenRecord{}, false
 	}
 	return s.id.tokens[h], true
 }
 
 // Tokens returns the token records accepted by keep, ordered by ID.
-func (s *State) Tokens(keep func(*store.TokenRecord) bool) []store.TokenRecord {
-	var out []store.TokenRecord
+func (s *State) Tokens(keep func(*batch.TokenRecord) bool) []batch.TokenRecord {
+	var out []batch.TokenRecord
 	for _, t := range s.id.tokens {
 		if keep == nil || keep(&t) {
 			out = append(out, t)
@@ -184,14 +184,14 @@ func (s *State) Tokens(keep func(*store.TokenRecord) bool) []store.TokenRecord {
 }
 
 // JoinToken returns the join token record with the given ID.
-func (s *State) JoinToken(id string) (store.JoinTokenRecord, bool) {
+func (s *State) JoinToken(id string) (batch.JoinTokenRecord, bool) {
 	j, ok := s.id.joins[id]
 	return j, ok
 }
 
 // JoinTokens returns every join token record, ordered by ID.
-func (s *State) JoinTokens() []store.JoinTokenRecord {
-	out := make([]store.JoinTokenRecord, 0, len(s.id.joins))
+func (s *State) JoinTokens() []batch.JoinTokenRecord {
+	out := make([]batch.JoinTokenRecord, 0, len(s.id.joins))
 	for _, j := range s.id.joins {
 		out = append(out, j)
 	}
@@ -200,7 +200,7 @@ func (s *State) JoinTokens() []store.JoinTokenRecord {
 }
 
 // NodeCert returns the certificate the named node may use.
-func (s *State) NodeCert(node string) (store.NodeCert, bool) {
+func (s *State) NodeCert(node string) (batch.NodeCert, bool) {
 	c, ok := s.id.certs[node]
 	return c, ok
 }
@@ -233,7 +233,7 @@ func (s *State) PoolList() []api.Pool {
 }
 
 // Idempotency returns what a submit with the user's key created, if it is remembered.
-func (s *State) Idempotency(user, key string) (store.IdempotencyRecord, bool) {
+func (s *State) Idempotency(user, key string) (batch.IdempotencyRecord, bool) {
 	r, ok := s.id.idempotent[idemKey{user, key}]
 	return r, ok
 }

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/rotahq/rota/internal/api"
-	"github.com/rotahq/rota/internal/store"
+	"github.com/rotahq/rota/internal/batch"
 )
 
 var allStates = []api.JobState{api.StatePending, api.StateHeld, api.StateAssigned, api.StateRunning,
@@ -154,7 +154,7 @@ func TestIndexesMatchAFullScan(t *testing.T) {
 			return n
 		}
 		for step := range 100 {
-			b := &store.Batch{}
+			b := &batch.Batch{}
 			for range 1 + rng.IntN(4) {
 				switch op := rng.IntN(10); {
 				case op < 3 || len(jobs) == 0: // a new job, usually next in order
@@ -228,7 +228,7 @@ func TestIndexesMatchAFullScan(t *testing.T) {
 			checkIndexes(t, s, rng, fmt.Sprintf("seed %d step %d", seed, step))
 		}
 		// A restart: everything at once, in no particular order.
-		all := &store.Batch{Jobs: slices.Clone(jobs)}
+		all := &batch.Batch{Jobs: slices.Clone(jobs)}
 		rng.Shuffle(len(all.Jobs), func(i, j int) { all.Jobs[i], all.Jobs[j] = all.Jobs[j], all.Jobs[i] })
 		for _, list := range attempts {
 			all.Attempts = append(all.Attempts, list...)
@@ -256,7 +256,7 @@ func TestIndexesMatchAFullScan(t *testing.T) {
 // gets each job of the states asked for exactly once, in order.
 func TestJobsPageWalksTheCursor(t *testing.T) {
 	s := New()
-	b := &store.Batch{}
+	b := &batch.Batch{}
 	var want []int64
 	for id := int64(1); id <= 300; id++ {
 		st := allStates[id%int64(len(allStates))]

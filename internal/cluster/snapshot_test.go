@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/rotahq/rota/internal/api"
+	"github.com/rotahq/rota/internal/batch"
 	"github.com/rotahq/rota/internal/sched"
-	"github.com/rotahq/rota/internal/store"
 )
 
 var snapT0 = time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
@@ -42,7 +42,7 @@ func newSnapState(nodes ...api.Node) *State {
 	run := api.Job{ID: 1, State: api.StateRunning, Attempts: 1, Spec: api.JobSpec{Queue: "train", Team: "default", User: "bo", GPUs: 1}}
 	a := api.Attempt{JobID: 1, N: 1, AssignTime: snapT0.Add(-time.Hour),
 		Placements: []api.Placement{{Node: nodes[0].Name, GPUIndices: []int{0}, CPUs: 1, MemoryMB: 1024}}}
-	s.Apply(&store.Batch{Nodes: nodes, Queues: []api.Queue{{Name: "train", Tier: 1}}, Jobs: []api.Job{run}, Attempts: []api.Attempt{a}})
+	s.Apply(&batch.Batch{Nodes: nodes, Queues: []api.Queue{{Name: "train", Tier: 1}}, Jobs: []api.Job{run}, Attempts: []api.Attempt{a}})
 	return s
 }
 
@@ -72,7 +72,7 @@ func reasonOf(p sched.Plan, id int64) sched.Reason {
 // gets the whole other island, not the lowest free indices {1,2,3,4}.
 func TestSnapshotCarriesNVLinkTopology(t *testing.T) {
 	s := newSnapState(eightGPUs("a"))
-	s.Apply(&store.Batch{Jobs: []api.Job{pendingJob(2, 4, "")}})
+	s.Apply(&batch.Batch{Jobs: []api.Job{pendingJob(2, 4, "")}})
 	if got := placed(t, plan(s), 2).GPUIndices; !slices.Equal(got, []int{4, 5, 6, 7}) {
 		t.Errorf("GPUs %v; want the NVLink island {4,5,6,7}", got)
 	}
@@ -97,7 +97,7 @@ func TestSnapshotKeepsUnusableGPUsFromNewWork(t *testing.T) {
 			for id := int64(2); id <= 8; id++ {
 				jobs = append(jobs, pendingJob(id, 1, ""))
 			}
-			s.Apply(&store.Batch{Jobs: jobs})
+			s.Apply(&batch.Batch{Jobs: jobs})
 			p := plan(s)
 			for _, pl := range p.Placements {
 				if slices.Contains(pl.Allocs[0].GPUIndices, 5) {
@@ -109,7 +109,7 @@ func TestSnapshotKeepsUnusableGPUsFromNewWork(t *testing.T) {
 			}
 
 			s = newSnapState(n)
-			s.Apply(&store.Batch{Jobs: []api.Job{pendingJob(2, 7, "")}})
+			s.Apply(&batch.Batch{Jobs: []api.Job{pendingJob(2, 7, "")}})
 			if r := reasonOf(plan(s), 2); !strings.Contains(r.Message, tt.want) {
 				t.Errorf("reason %+v; want it to say %q", r, tt.want)
 			}
@@ -123,7 +123,7 @@ func TestSnapshotLeavesOutNodesThatFailedTheirHealthCheck(t *testing.T) {
 	well := eightGPUs("b")
 	well.HealthCheck = &api.HealthCheck{Time: snapT0, OK: true}
 	s := newSnapState(sick, well)
-	s.Apply(&store.Batch{Jobs: []api.Job{pendingJob(2, 2, ""), pendingJob(3, 8, "")}})
+	s.Apply(&batch.Batch{Jobs: []api.Job{pendingJob(2, 2, ""), pendingJob(3, 8, "")}})
 	p := plan(s)
 	if a := placed(t, p, 2); a.Node != "b" {
 		t.Errorf("job 2 on %s; want b, a failed its health check", a.Node)
@@ -139,7 +139,7 @@ func TestSnapshotPassesImagesAndRuntimes(t *testing.T) {
 	s := newSnapState(plain, podman)
 	// Best fit would put the image job on a, where one GPU is busy already and the job's
 	// seven fit exactly.
-	s.Apply(&store.Batch{Jobs: []api.Job{pendingJob(2, 7, "registry.example.com/ml/train:1"), pendingJob(3, 7, "")}})
+	s.Apply(&batch.Batch{Jobs: []api.Job{pendingJob(2, 7, "registry.example.com/ml/train:1"), pendingJob(3, 7, "")}})
 	p := plan(s)
 	if a := placed(t, p, 2); a.Node != "b" {
 		t.Errorf("image job on %s; want b, the node with a container runtime", a.Node)
@@ -149,7 +149,7 @@ func TestSnapshotPassesImagesAndRuntimes(t *testing.T) {
 	}
 
 	s = newSnapState(plain)
-	s.Apply(&store.Batch{Jobs: []api.Job{pendingJob(2, 1, "docker.io/library/alpine")}})
+	s.Apply(&batch.Batch{Jobs: []api.Job{pendingJob(2, 1, "docker.io/library/alpine")}})
 	r := reasonOf(plan(s), 2)
 	if r.Code != sched.ReasonNoNodeMatches || !strings.Contains(r.Message, "no node has a container runtime for image jobs") {
 		t.Errorf("reason %+v; want NoNodeMatches: no node has a container runtime", r)

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/rotahq/rota/internal/api"
-	"github.com/rotahq/rota/internal/store"
+	"github.com/rotahq/rota/internal/batch"
 )
 
 // State is the authoritative in-memory copy of what the store holds. It changes only through
@@ -74,7 +74,7 @@ func New() *State {
 
 // Apply makes a committed batch part of the in-memory state; at start, the whole store is
 // applied as one batch.
-func (s *State) Apply(b *store.Batch) {
+func (s *State) Apply(b *batch.Batch) {
 	inOrder := true
 	for i := range b.Jobs {
 		j := b.Jobs[i]

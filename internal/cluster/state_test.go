@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/rotahq/rota/internal/api"
-	"github.com/rotahq/rota/internal/store"
+	"github.com/rotahq/rota/internal/batch"
 )
 
 func TestTransitionFollowsTheLifecycle(t *testing.T) {
@@ -52,7 +52,7 @@ func TestUsageDecaysByHalfLife(t *testing.T) {
 	job := api.Job{ID: 1, Spec: api.JobSpec{Team: "vision"}, State: api.StateSucceeded}
 	a := api.Attempt{JobID: 1, N: 1, AssignTime: start, StartTime: &start, EndTime: &end,
 		Placements: []api.Placement{{Node: "n1", GPUIndices: []int{0, 1}}}}
-	s.Apply(&store.Batch{Jobs: []api.Job{job}, Attempts: []api.Attempt{a}})
+	s.Apply(&batch.Batch{Jobs: []api.Job{job}, Attempts: []api.Attempt{a}})
 	// Two GPUs for one half-life, each GPU-second decayed from when it was used, is
 	// 2·h/(2 ln 2) = 3600/ln 2 GPU-seconds at the end (FairShare); one half-life later, half.
 	want := 3600 / math.Ln2
@@ -63,7 +63,7 @@ func TestUsageDecaysByHalfLife(t *testing.T) {
 		t.Errorf("usage one half-life later %v; want %v", got, want/2)
 	}
 	// Re-applying the same ended attempt (a duplicate report) does not charge it twice.
-	s.Apply(&store.Batch{Attempts: []api.Attempt{a}})
+	s.Apply(&batch.Batch{Attempts: []api.Attempt{a}})
 	if got := s.TeamUsage(end)["vision"]; math.Abs(got-want) > 1e-6 {
 		t.Errorf("usage after a duplicate %v; want %v", got, want)
 	}
@@ -86,7 +86,7 @@ func TestWaitingFollowsStates(t *testing.T) {
 		{[]api.Job{job(2, "ada", api.StateCancelled), job(3, "bob", api.StateRunning)}, 1, 0},
 		{[]api.Job{job(3, "bob", api.StateSucceeded), job(1, "ada", api.StateFailed)}, 0, 0},
 	} {
-		s.Apply(&store.Batch{Jobs: step.jobs})
+		s.Apply(&batch.Batch{Jobs: step.jobs})
 		if s.Waiting("ada") != step.ada || s.Waiting("bob") != step.bob {
 			t.Fatalf("after %v: ada %d bob %d; want %d and %d", step.jobs, s.Waiting("ada"), s.Waiting("bob"), step.ada, step.bob)
 		}

@@ -485,14 +485,6 @@ func reportEvent(e map[string]any, job api.Job, node string, now time.Time) (api
 
 func placedOn(a api.Attempt, node string) bool { return rankOn(a, node) >= 0 }
 
-// Reasons the server stops the other ranks of an attempt with.
-const (
-	// reasonRankFailed stops the ranks of a multi-node attempt after one of them failed.
-	reasonRankFailed = "rank_failed"
-	// reasonNotStarted ends a rank that no agent started within AssignTimeout.
-	reasonNotStarted = "not_started"
-)
-
 // desiredTasks lists what the node should run: every rank of an active attempt placed on it
 // that has not ended, with a stop order where the job is being stopped. The state's
 // per-node index names those jobs, so the answer costs what the node runs.
@@ -535,7 +527,7 @@ func (s *Server) desiredTasks(node string) []api.Task {
 		case job.PreemptRequested:
 			t.Stop, t.StopReason = true, api.ReasonPreempted
 		case job.Stopping != "":
-			t.Stop, t.StopReason = true, reasonRankFailed
+			t.Stop, t.StopReason = true, api.ReasonRankFailed
 		}
 		tasks = append(tasks, t)
 	}

@@ -247,18 +247,18 @@ func TestGangEndsTogether(t *testing.T) {
 		t.Fatalf("after rank 1 failed: %s stopping %q; want RUNNING while rank 0 stops", got.State, got.Stopping)
 	}
 	resp = h.beat(n0, 8)
-	if len(resp.Tasks) != 1 || !resp.Tasks[0].Stop || resp.Tasks[0].StopReason != reasonRankFailed {
+	if len(resp.Tasks) != 1 || !resp.Tasks[0].Stop || resp.Tasks[0].StopReason != api.ReasonRankFailed {
 		t.Fatalf("rank 0's desired task: %+v; want a stop for rank_failed", resp.Tasks)
 	}
 	code := 143
-	h.beat(n0, 8, api.TaskStatus{JobID: bad.ID, Attempt: 1, State: api.StateFailed, Reason: reasonRankFailed, ExitCode: &code})
+	h.beat(n0, 8, api.TaskStatus{JobID: bad.ID, Attempt: 1, State: api.StateFailed, Reason: api.ReasonRankFailed, ExitCode: &code})
 	got = h.job(bad.ID)
 	want := fmt.Sprintf("rank 1 on %s: exited with code 3; the other ranks were stopped", n1)
 	if got.State != api.StateFailed || got.Message != want || got.ExitCode == nil || *got.ExitCode != 3 {
 		t.Fatalf("the gang's end: %s %q exit %v; want FAILED %q exit 3", got.State, got.Message, got.ExitCode, want)
 	}
 	a := h.job(bad.ID).AttemptList[0]
-	if a.Placements[1].ExitCode == nil || *a.Placements[1].ExitCode != 3 || a.Placements[0].Reason != reasonRankFailed {
+	if a.Placements[1].ExitCode == nil || *a.Placements[1].ExitCode != 3 || a.Placements[0].Reason != api.ReasonRankFailed {
 		t.Fatalf("per-rank record: %+v", a.Placements)
 	}
 }
@@ -283,7 +283,7 @@ func TestGangNodeLost(t *testing.T) {
 		t.Fatalf("rank 0 not told to stop: %+v", resp.Tasks)
 	}
 	code := 143
-	h.beat("n1", 8, api.TaskStatus{JobID: j.ID, Attempt: 1, State: api.StateFailed, Reason: reasonRankFailed, ExitCode: &code})
+	h.beat("n1", 8, api.TaskStatus{JobID: j.ID, Attempt: 1, State: api.StateFailed, Reason: api.ReasonRankFailed, ExitCode: &code})
 	if got := h.job(j.ID); got.State != api.StatePending || got.Reason != api.ReasonNodeLost || got.Failures != 0 {
 		t.Fatalf("after rank 0 stopped: %s (%s) failures %d; want PENDING (node_lost), no retry spent", got.State, got.Reason, got.Failures)
 	}
@@ -379,7 +379,7 @@ func TestAssignTimeoutRequeues(t *testing.T) {
 	h.beat("n1", 1)
 	h.srv.checkNodes(context.Background())
 	got := h.job(j.ID)
-	if got.State != api.StatePending || got.Reason != reasonNotStarted || got.Failures != 0 || !strings.Contains(got.Message, "did not start it within 2m0s") {
+	if got.State != api.StatePending || got.Reason != api.ReasonNotStarted || got.Failures != 0 || !strings.Contains(got.Message, "did not start it within 2m0s") {
 		t.Fatalf("after the timeout: %s (%s) %q failures %d", got.State, got.Reason, got.Message, got.Failures)
 	}
 	if resp := h.beat("n1", 1); len(resp.Tasks) != 0 {

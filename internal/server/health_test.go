@@ -238,11 +238,11 @@ func TestGPUErrorRequeues(t *testing.T) {
 	h.beat(n0, 8, api.TaskStatus{JobID: gang.ID, Attempt: 1, State: api.StateRunning})
 	st.JobID = gang.ID
 	h.beat(n1, 8, st)
-	if resp := h.beat(n0, 8); len(resp.Tasks) != 1 || !resp.Tasks[0].Stop || resp.Tasks[0].StopReason != reasonRankFailed {
+	if resp := h.beat(n0, 8); len(resp.Tasks) != 1 || !resp.Tasks[0].Stop || resp.Tasks[0].StopReason != api.ReasonRankFailed {
 		t.Fatalf("the other rank after a GPU error: %+v; want it stopped", resp.Tasks)
 	}
 	code := 143
-	h.beat(n0, 8, api.TaskStatus{JobID: gang.ID, Attempt: 1, State: api.StateFailed, Reason: reasonRankFailed, ExitCode: &code})
+	h.beat(n0, 8, api.TaskStatus{JobID: gang.ID, Attempt: 1, State: api.StateFailed, Reason: api.ReasonRankFailed, ExitCode: &code})
 	if got := h.job(gang.ID); got.State != api.StatePending || got.Reason != api.ReasonGPUError || got.Failures != 0 {
 		t.Errorf("gang after a GPU error: %s %s, %d failures; want requeued", got.State, got.Reason, got.Failures)
 	}

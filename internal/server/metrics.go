@@ -195,10 +195,7 @@ func (s *Server) attemptOpen(job int64, n int) bool {
 // reasonLabel bounds the reasons an attempt is counted under to those rota gives: an
 // agent may report any short code, and each distinct label value costs a series.
 func reasonLabel(r string) string {
-	switch r {
-	case "", api.ReasonExitCode, api.ReasonOOM, api.ReasonGPUError, api.ReasonNodeLost, api.ReasonTimeout,
-		api.ReasonIdle, api.ReasonPreempted, api.ReasonCancelled, api.ReasonStartError, api.ReasonNodeShutdown, api.ReasonGPUMemoryExceeded,
-		reasonRankFailed, reasonNotStarted:
+	if r == "" || slices.Contains(api.EndReasons, r) {
 		return r
 	}
 	return "other"

@@ -245,7 +245,7 @@ func attemptOutcome(a *api.Attempt, now time.Time) (state api.JobState, reason, 
 		if p.EndTime != nil && p.EndTime.After(end) {
 			end = *p.EndTime
 		}
-		if p.State == api.StateSucceeded || p.Reason == reasonRankFailed {
+		if p.State == api.StateSucceeded || p.Reason == api.ReasonRankFailed {
 			continue
 		}
 		if cause < 0 || (p.EndTime != nil && a.Placements[cause].EndTime != nil && p.EndTime.Before(*a.Placements[cause].EndTime)) {
@@ -383,7 +383,7 @@ func (s *Server) endAttempt(job *api.Job, a *api.Attempt, now time.Time) (api.Ev
 // systemEnd reports whether an attempt ended through no doing of its job: its node was
 // lost or shut down, or no agent started it. Such ends requeue without spending retries.
 func systemEnd(reason string) bool {
-	return reason == api.ReasonNodeLost || reason == api.ReasonNodeShutdown || reason == reasonNotStarted
+	return reason == api.ReasonNodeLost || reason == api.ReasonNodeShutdown || reason == api.ReasonNotStarted
 }
 
 // systemRequeues counts the job's attempts that ended through no doing of its own,
@@ -462,7 +462,7 @@ func (s *Server) checkNodes(ctx context.Context) {
 			case lost[p.Node]:
 				p.State, p.Reason, p.Message = api.StateFailed, api.ReasonNodeLost, "node "+p.Node+" stopped reporting"
 			case p.State == "" && live[p.Node] && now.Sub(a.AssignTime) >= s.cfg.AssignTimeout:
-				p.State, p.Reason = api.StateFailed, reasonNotStarted
+				p.State, p.Reason = api.StateFailed, api.ReasonNotStarted
 				p.Message = fmt.Sprintf("the agent of node %s did not start it within %s", p.Node, s.cfg.AssignTimeout)
 			default:
 				continue

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/rotahq/rota/internal/api"
+	"github.com/rotahq/rota/internal/sched"
 )
 
 // handleWhy answers "why is my job where it is" in plain sentences with the numbers.
@@ -116,7 +117,7 @@ func explain(job api.Job, ahead int) api.Why {
 		} else {
 			add("The job waits for the next scheduling cycle.")
 		}
-		if ahead > 0 && job.Reason != "Priority" {
+		if ahead > 0 && job.Reason != string(sched.ReasonPriority) {
 			add("%d jobs of higher priority are ahead of it.", ahead)
 		}
 		if p := job.Priority; p != nil {
@@ -162,7 +163,7 @@ const maxHints = 3
 // model. The scheduler's reason gives the numbers; these sentences give the causes and
 // what ends them.
 func (s *Server) nodeHints(job *api.Job) []string {
-	if !waitsForResources(job.Reason) && job.Reason != "NoNodeMatches" {
+	if !waitsForResources(job.Reason) && job.Reason != string(sched.ReasonNoNodeMatches) {
 		return nil
 	}
 	q, _ := s.state.Queue(job.Spec.Queue)
@@ -270,8 +271,8 @@ func outputTail(out string) string {
 // waitsForResources tells the reasons for which a start could be estimated from running
 // jobs' time limits.
 func waitsForResources(reason string) bool {
-	switch reason {
-	case "Resources", "Fragmented", "Priority", "Reserved", "Maintenance":
+	switch sched.ReasonCode(reason) {
+	case sched.ReasonResources, sched.ReasonFragmented, sched.ReasonPriority, sched.ReasonReserved, sched.ReasonMaintenance:
 		return true
 	}
 	return false
