@@ -747,6 +747,9 @@ func (a *Agent) beat(ctx context.Context) (*api.HeartbeatResponse, error) {
 		ClusterID: a.cluster, Instance: a.instance, PreviousInstance: a.previousInstance, PID: os.Getpid(), Version: Version,
 		Telemetry: a.telemetry, HealthCheck: a.healthCheck,
 	}
+	if hb.Inventory.GPUs == nil {
+		hb.Inventory.GPUs = []api.GPU{} // a CPU-only node: [] as the spec says, not null
+	}
 	carried := map[attemptKey]sent{}
 	stops := map[attemptKey]*attempt{}
 	for _, k := range keys {

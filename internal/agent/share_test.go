@@ -146,3 +146,17 @@ func TestSharedTaskSeesItsShareAndMPSLimits(t *testing.T) {
 		return strings.Contains(s.logOf(taskKey{1, 1}), "share=0.5 mem=40960 mps=0=40960M threads=50")
 	})
 }
+
+// A node without GPUs reports "gpus": [], as the spec says, never null.
+func TestCPUOnlyNodeReportsNoGPUsAsAList(t *testing.T) {
+	s := newFakeServer(t)
+	cfg := agentConfig(t, s, t.TempDir())
+	cfg.FakeGPUs = "" // no NVML here either: a node without GPUs
+	launch(t, cfg, testLogger(t))
+	eventually(t, 10*time.Second, "a heartbeat", func() bool { return s.beatCount() > 0 })
+	hb, _ := s.lastBeat()
+	// Where NVML finds real GPUs the list has them; either way it is a list.
+	if hb.Inventory.GPUs == nil || (hb.Inventory.DeviceSource == SourceNone && len(hb.Inventory.GPUs) != 0) {
+		t.Fatalf("inventory gpus %#v from %s; want a list, empty without devices", hb.Inventory.GPUs, hb.Inventory.DeviceSource)
+	}
+}
