@@ -261,7 +261,16 @@ type mixGroup struct {
 	share float64
 }
 
-// newTaskMix counts the kinds of tasks.
+// typicalShare is the share of the tasks FGD's mix describes: the most frequent kinds of
+// task, most frequent first, until they make up this share of the tasks; the rarer kinds
+// are left out and the shares of those kept renormalised to sum to 1. This is the "typical
+// pods" of the paper's simulator (popularity threshold 95%, one kind at a time, CPU-only
+// tasks included). Rare kinds, each a few tasks, otherwise spread the expected
+// fragmentation thinly over shapes that hardly ever arrive: a GPU share that only they
+// could use counts as usable, and FGD leaves it fragmented for the kinds that do arrive.
+const typicalShare = 0.95
+
+// newTaskMix counts the kinds of tasks and keeps the typical ones (typicalShare).
 func newTaskMix(tasks []task) *taskMix {
 	type groupKey struct {
 		gpus, milli int
@@ -278,8 +287,25 @@ func newTaskMix(tasks []task) *taskMix {
 		count[kindKey{g, t.cpu}]++
 		models[g] = t.models
 	}
-	byGroup := map[groupKey][]kindKey{}
+	// Most frequent first; equals in a fixed order, since map order is random.
+	kinds := make([]kindKey, 0, len(count))
 	for k := range count {
+		kinds = append(kinds, k)
+	}
+	slices.SortFunc(kinds, func(a, b kindKey) int {
+		return cmp.Or(cmp.Compare(count[b], count[a]), cmp.Compare(a.g.gpus, b.g.gpus),
+			cmp.Compare(a.g.milli, b.g.milli), cmp.Compare(a.cpu, b.cpu), strings.Compare(a.g.models, b.g.models))
+	})
+	kept := 0
+	for i, k := range kinds {
+		if float64(kept) >= typicalShare*float64(len(tasks)) {
+			kinds = kinds[:i]
+			break
+		}
+		kept += count[k]
+	}
+	byGroup := map[groupKey][]kindKey{}
+	for _, k := range kinds {
 		byGroup[k.g] = append(byGroup[k.g], k)
 	}
 	m := &taskMix{}
@@ -287,7 +313,7 @@ func newTaskMix(tasks []task) *taskMix {
 		slices.SortFunc(kinds, func(a, b kindKey) int { return cmp.Compare(a.cpu, b.cpu) })
 		mg := mixGroup{gpus: g.gpus, milli: g.milli, models: models[g]}
 		for _, k := range kinds {
-			mg.share += float64(count[k]) / float64(len(tasks))
+			mg.share += float64(count[k]) / float64(kept)
 			mg.cpu = append(mg.cpu, k.cpu)
 			mg.upTo = append(mg.upTo, mg.share)
 		}
