@@ -224,7 +224,7 @@ func (packingPlacer) rank(n *fillNode, t task) (float64, []int) {
 // scores best, the first of equals. Among nodes of equal score the one left with the least
 // free GPU capacity wins, then the first in the list. The paper's simulator leaves such
 // ties to the scheduler framework; packing them onto the fuller node keeps emptier nodes
-// whole for the tasks that need whole GPUs, and allocates 0.2–0.4 points more on every
+// whole for the tasks that need whole GPUs, and allocates 0.1–0.4 points more on every
 // workload of the paper's protocol (TestFGDProtocol). maxGPU is the largest node's GPU
 // capacity in milli-GPU, so that the tie-break stays below one point of score.
 type fgdPlacer struct {
