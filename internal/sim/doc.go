@@ -128,10 +128,12 @@
 // nothing queues, so the columns are placements (--placement), not policies (--policy is
 // refused): fgd (fragmentation gradient descent, Weng et al., ATC'23: the node and GPU that
 // least increase the node's expected fragmentation, the free GPU capacity each kind of task
-// of the workload's mix could not use, weighted by the kind's share), bestfit (least CPU and
+// of the workload's mix could not use, weighted by the kind's share, over the most frequent
+// kinds that make up 95% of the tasks; equal scores go to the node left with the least free
+// GPU capacity), bestfit (least CPU and
 // GPU left, as the FGD simulator's BestFit) and packing (partly used GPUs first, as its
 // GpuPacking); all three by default. A fractional task takes a share of one GPU, a
-// multi-GPU task whole free GPUs. Ties go to the first node of the cluster. The report's
+// multi-GPU task whole free GPUs. Remaining ties go to the first node of the cluster. The report's
 // allocation rows then measure how much GPU capacity a placement allocates as demand passes
 // capacity; the progress bar counts GPUs requested. The paper's protocol over its workloads
 // and seeds, next to its published results, is TestFGDProtocol (ROTA_FGD_PROTOCOL=1).
