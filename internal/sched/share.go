@@ -132,14 +132,37 @@ func newShareMix(s *Snapshot) *shareMix {
 			}
 		}
 	}
-	m := &shareMix{}
-	for k, n := range count {
-		m.kinds = append(m.kinds, mixKind{gpus: k[0], milli: k[1], share: float64(n) / float64(total)})
+	// The typical kinds only, as the FGD paper's simulator weighs them: the most frequent
+	// first (equals in a fixed order, map order being random), until they make up
+	// typicalShare of the requests; their shares renormalised over what is kept.
+	keys := make([][2]int, 0, len(count))
+	for k := range count {
+		keys = append(keys, k)
 	}
-	// Map order is random, and sums of floats depend on their order.
+	slices.SortFunc(keys, func(a, b [2]int) int {
+		return cmp.Or(cmp.Compare(count[b], count[a]), cmp.Compare(a[0], b[0]), cmp.Compare(a[1], b[1]))
+	})
+	kept := 0
+	for i, k := range keys {
+		if float64(kept) >= typicalShare*float64(total) {
+			keys = keys[:i]
+			break
+		}
+		kept += count[k]
+	}
+	m := &shareMix{}
+	for _, k := range keys {
+		m.kinds = append(m.kinds, mixKind{gpus: k[0], milli: k[1], share: float64(count[k]) / float64(kept)})
+	}
+	// Sums of floats depend on their order: keep one.
 	slices.SortFunc(m.kinds, func(a, b mixKind) int { return cmp.Or(cmp.Compare(a.gpus, b.gpus), cmp.Compare(a.milli, b.milli)) })
 	return m
 }
+
+// typicalShare is the share of the requests the FGD mix describes; the rarest kinds
+// beyond it are left out, so that a GPU share only they could use does not count as
+// usable (the "typical pods" of the FGD paper's simulator, 95%).
+const typicalShare = 0.95
 
 // frag is a node's expected fragmentation in milli-GPU (FGD's F_n(M)) given the room of
 // each of its GPUs: for each kind of request, the room it could not use, weighted by the

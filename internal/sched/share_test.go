@@ -321,3 +321,27 @@ func TestExclusivePool(t *testing.T) {
 		}
 	}
 }
+
+func TestShareMixKeepsTypicalKinds(t *testing.T) {
+	// 19 halves and one 0.3: the 0.3 is the rarest 5% and left out; the halves weigh 1.
+	var pending []Job
+	for i := range 19 {
+		pending = append(pending, shareJob(int64(i+1), 500))
+	}
+	pending = append(pending, shareJob(20, 300))
+	m := newShareMix(snapshot(nil, nil, pending...))
+	if len(m.kinds) != 1 || m.kinds[0].milli != 500 || m.kinds[0].share != 1 {
+		t.Fatalf("mix %+v; want the halves alone, weighing 1", m.kinds)
+	}
+	// With one more 0.3 the halves are below 95%: both kinds stay, by their shares.
+	pending = append(pending, shareJob(21, 300))
+	m = newShareMix(snapshot(nil, nil, pending...))
+	if len(m.kinds) != 2 || m.kinds[0].milli != 300 || m.kinds[0].share != 2.0/21 {
+		t.Fatalf("mix %+v; want 0.3 at 2/21 and 0.5 at 19/21", m.kinds)
+	}
+	// A node whose free room only the rare kind could use counts it fragmented.
+	rooms := []int{300, 0}
+	if f := m.frag(rooms); f <= 0 {
+		t.Fatalf("frag %v with both kinds", f)
+	}
+}
