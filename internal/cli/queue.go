@@ -71,14 +71,26 @@ func runQueue(ctx context.Context, cfg Config, args []string) int {
 			continue
 		}
 		j := row[0]
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n",
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
 			displayID(j), orDash(truncate(j.Spec.Name, 32)), orDash(j.Spec.User), orDash(j.Spec.Queue), jobState(j, now),
-			j.Spec.GPUs, joinOrDash(j.Nodes), formatDuration(jobTime(j, now)), jobStart(j, now), jobReason(j))
+			gpusCell(j.Spec), joinOrDash(j.Nodes), formatDuration(jobTime(j, now)), jobStart(j, now), jobReason(j))
 	}
 	if err := tw.Flush(); err != nil {
 		return cfg.fail(ctx, err)
 	}
 	return ExitOK
+}
+
+// gpusCell is the GPUS cell of rota queue: the whole GPUs, or a share of one ("0.5",
+// "20G" for a memory slice).
+func gpusCell(s api.JobSpec) string {
+	switch {
+	case s.GPUShare > 0:
+		return strconv.FormatFloat(s.GPUShare, 'f', -1, 64)
+	case s.GPUMemoryMB > 0:
+		return formatMB(s.GPUMemoryMB)
+	}
+	return strconv.Itoa(s.GPUs)
 }
 
 // queueRows groups jobs into the lines of rota queue: one job a line, except that the

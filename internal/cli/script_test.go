@@ -327,5 +327,8 @@ func TestDescribeSharedGPUs(t *testing.T) {
 		if got := describeGPUs(c.spec); got != c.want {
 			t.Errorf("%+v: %q; want %q", c.spec, got, c.want)
 		}
+		if cell, _, _ := strings.Cut(c.want, " "); gpusCell(c.spec) != cell {
+			t.Errorf("%+v: queue cell %q; want %q", c.spec, gpusCell(c.spec), cell)
+		}
 	}
 }
