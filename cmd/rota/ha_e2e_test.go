@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -182,7 +181,7 @@ func TestHAProcesses(t *testing.T) {
 		if kill {
 			old.p.kill()
 		} else {
-			terminateLease(t, dbURL)
+			storetest.TerminateLease(t, dbURL)
 		}
 		// The failover is over at the first submit acknowledged after a later term began
 		// (the old leader is fenced from that moment, so it was the new leader's).
@@ -280,23 +279,6 @@ func TestHAProcesses(t *testing.T) {
 		}
 	}
 	t.Logf("%d jobs acknowledged and succeeded across %d failovers", len(acked), rounds)
-}
-
-// terminateLease ends the database session holding the leader lease, as a DBA's
-// pg_terminate_backend or a broken connection would.
-func terminateLease(t *testing.T, dbURL string) {
-	t.Helper()
-	db, err := sql.Open("pgx", dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	var n int
-	const q = `SELECT count(pg_terminate_backend(pid)) FROM pg_locks WHERE locktype = 'advisory' AND granted
-		AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) AND objid = $1::bigint::oid`
-	if err := db.QueryRow(q, int64(0x4c454144)).Scan(&n); err != nil || n != 1 {
-		t.Fatalf("terminate the lease session: %d sessions, %v", n, err)
-	}
 }
 
 // copyTree copies the regular files of src into dst, keeping their modes.

@@ -2,11 +2,9 @@ package agent
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -15,6 +13,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/rotahq/rota/internal/api"
+	"github.com/rotahq/rota/internal/auth"
 )
 
 // The agent's side of an interactive attempt's terminal (see tty.go and api/attach.go):
@@ -92,7 +91,7 @@ func (a *Agent) relayOnce(ctx context.Context, att *attempt) error {
 
 	u := fmt.Sprintf("%s/api/v1/agents/%s/attach/%d/%d", a.servers.current(), url.PathEscape(a.name), att.key.job, att.key.attempt)
 	dctx, cancel := context.WithTimeout(ctx, heartbeatTimeout)
-	ws, resp, err := websocket.Dial(dctx, u, &websocket.DialOptions{HTTPClient: HTTP1Client(a.httpClient())})
+	ws, resp, err := websocket.Dial(dctx, u, &websocket.DialOptions{HTTPClient: auth.HTTP1Only(a.httpClient())})
 	cancel()
 	if resp != nil && resp.Body != nil {
 		resp.Body.Close()
@@ -139,21 +138,4 @@ func (a *Agent) relayOnce(ctx context.Context, att *attempt) error {
 	uc.Close()
 	<-outDone
 	return end
-}
-
-// HTTP1Client is c speaking HTTP/1.1 only, which a WebSocket's upgrade needs.
-func HTTP1Client(c *http.Client) *http.Client {
-	t, ok := c.Transport.(*http.Transport)
-	if !ok {
-		return c
-	}
-	t = t.Clone()
-	t.ForceAttemptHTTP2 = false
-	t.TLSNextProto = map[string]func(string, *tls.Conn) http.RoundTripper{}
-	p := new(http.Protocols)
-	p.SetHTTP1(true)
-	t.Protocols = p
-	out := *c
-	out.Transport = t
-	return &out
 }

@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"net/http"
 	"slices"
 	"strings"
 	"time"
@@ -170,4 +171,23 @@ func mismatch(got, want string, err error) error {
 		return fmt.Errorf("%s (%w)", msg, err)
 	}
 	return errors.New(msg)
+}
+
+// HTTP1Only is c speaking HTTP/1.1 only, which a WebSocket's upgrade needs (the agent's
+// and the CLI's attach streams). A client whose transport is not an *http.Transport is
+// returned as it is.
+func HTTP1Only(c *http.Client) *http.Client {
+	t, ok := c.Transport.(*http.Transport)
+	if !ok {
+		return c
+	}
+	t = t.Clone()
+	t.ForceAttemptHTTP2 = false
+	t.TLSNextProto = map[string]func(string, *tls.Conn) http.RoundTripper{}
+	p := new(http.Protocols)
+	p.SetHTTP1(true)
+	t.Protocols = p
+	out := *c
+	out.Transport = t
+	return &out
 }

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -17,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/rotahq/rota/internal/api"
+	"github.com/rotahq/rota/internal/auth"
 )
 
 const runCmdUsage = `rota run [submit flags] -- CMD ARGS...
@@ -266,7 +266,7 @@ func (c *Client) Attach(ctx context.Context, id int64) (*websocket.Conn, error) 
 	if c.Token != "" {
 		h.Set("Authorization", "Bearer "+c.Token)
 	}
-	conn, resp, err := websocket.Dial(ctx, target+jobPath(id)+"/attach", &websocket.DialOptions{HTTPClient: http1Only(c.httpClient(base)), HTTPHeader: h})
+	conn, resp, err := websocket.Dial(ctx, target+jobPath(id)+"/attach", &websocket.DialOptions{HTTPClient: auth.HTTP1Only(c.httpClient(base)), HTTPHeader: h})
 	if err != nil {
 		if resp != nil && resp.StatusCode != http.StatusSwitchingProtocols && resp.Body != nil {
 			e := readAPIError(resp)
@@ -277,23 +277,6 @@ func (c *Client) Attach(ctx context.Context, id int64) (*websocket.Conn, error) 
 	}
 	conn.SetReadLimit(api.MaxFrame + 1)
 	return conn, nil
-}
-
-// http1Only is hc speaking HTTP/1.1 only, which a WebSocket's upgrade needs.
-func http1Only(hc *http.Client) *http.Client {
-	t, ok := hc.Transport.(*http.Transport)
-	if !ok {
-		return hc
-	}
-	t = t.Clone()
-	t.ForceAttemptHTTP2 = false
-	t.TLSNextProto = map[string]func(string, *tls.Conn) http.RoundTripper{}
-	p := new(http.Protocols)
-	p.SetHTTP1(true)
-	t.Protocols = p
-	out := *hc
-	out.Transport = t
-	return &out
 }
 
 // rawMode puts the terminal fd in raw mode and returns what restores it.

@@ -3,7 +3,6 @@ package server
 import (
 	"bytes"
 	"context"
-	"database/sql"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -212,27 +211,6 @@ func (c *haCluster) byURL(url string) *replica {
 	return nil
 }
 
-// terminateLeaseSession ends the lease holder's database session from outside.
-func terminateLeaseSession(t testing.TB, dbURL string) {
-	t.Helper()
-	db, err := sql.Open("pgx", dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	var n int
-	// The holder is the one session of this database with a session-level advisory lock.
-	const q = `SELECT count(pg_terminate_backend(pid)) FROM pg_locks WHERE locktype = 'advisory' AND granted
-		AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
-		AND objid = $1::bigint::oid`
-	if err := db.QueryRow(q, int64(0x4c454144)).Scan(&n); err != nil {
-		t.Fatalf("terminate the lease session: %v", err)
-	}
-	if n != 1 {
-		t.Fatalf("terminated %d lease sessions, want 1", n)
-	}
-}
-
 // TestHA runs the several-server tests on one PostgreSQL server, a database each.
 func TestHA(t *testing.T) {
 	pg := storetest.NewPostgres(t)
@@ -328,7 +306,7 @@ func testHADeposedCommit(t *testing.T, dbURL string) {
 	c := newHACluster(t, dbURL)
 	a := c.start("a", time.Hour)
 	b := c.start("b", 10*time.Millisecond)
-	terminateLeaseSession(t, dbURL)
+	storetest.TerminateLease(t, dbURL)
 	for deadline := time.Now().Add(10 * time.Second); !b.srv.isLeader(); time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("b never took over")
@@ -524,7 +502,7 @@ func (c *haCluster) failoverRound(round, perRound int, nodes []*haNode, sub *sub
 	var recovered time.Duration
 	for i := range perRound {
 		if i == perRound/2 {
-			terminateLeaseSession(t, c.dbURL)
+			storetest.TerminateLease(t, c.dbURL)
 			killed = time.Now()
 		}
 		sub.submit(fmt.Sprintf("r%d-j%d", round, i))

@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"os"
 	"os/exec"
@@ -18,6 +17,9 @@ import (
 
 // TestLease runs the leader-lease tests on one PostgreSQL server, a database each.
 func TestLease(t *testing.T) {
+	if storetest.LeaseLockKey != leaseLockKey {
+		t.Fatalf("storetest.LeaseLockKey %#x is not the lease's lock %#x", storetest.LeaseLockKey, leaseLockKey)
+	}
 	pg := storetest.NewPostgres(t)
 	for _, tc := range []struct {
 		name string
@@ -49,27 +51,6 @@ func acquire(t *testing.T, l *Lease) int64 {
 		t.Fatalf("TryAcquire: %v", err)
 	}
 	return term
-}
-
-// terminateLeaseSession ends, from outside, the session that holds the lease, as an
-// operator's pg_terminate_backend or a broken connection would.
-func terminateLeaseSession(t *testing.T, url string) {
-	t.Helper()
-	db, err := sql.Open("pgx", url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	var n int
-	const q = `SELECT count(pg_terminate_backend(pid)) FROM pg_locks WHERE locktype = 'advisory' AND granted
-		AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
-		AND classid = $1::bigint::oid AND objid = $2::bigint::oid AND objsubid = 1`
-	if err := db.QueryRow(q, int64(uint64(leaseLockKey)>>32), int64(uint64(leaseLockKey)&0xffffffff)).Scan(&n); err != nil {
-		t.Fatalf("terminate the lease session: %v", err)
-	}
-	if n != 1 {
-		t.Fatalf("terminated %d lease sessions, want 1", n)
-	}
 }
 
 func jobBatch(id int64) *Batch {
@@ -106,7 +87,7 @@ func testLeaseFencesADeposedLeader(t *testing.T, url string) {
 	}
 
 	// The session dies; b takes over before a notices.
-	terminateLeaseSession(t, url)
+	storetest.TerminateLease(t, url)
 	var term int64
 	for deadline := time.Now().Add(10 * time.Second); term == 0; {
 		if term = acquire(t, lb); term == 0 && time.Now().After(deadline) {
@@ -146,7 +127,7 @@ func testLeaseCheckFencesAtOnce(t *testing.T, url string) {
 	a := openStore(t, url)
 	la := openLease(t, url, a, "a")
 	acquire(t, la)
-	terminateLeaseSession(t, url)
+	storetest.TerminateLease(t, url)
 	if err := la.Check(context.Background()); !errors.Is(err, ErrNotLeader) {
 		t.Fatalf("Check: %v, want ErrNotLeader", err)
 	}

@@ -205,3 +205,29 @@ func freePort() (int, error) {
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
+
+// LeaseLockKey is the advisory lock the store's leader lease holds (store.leaseLockKey,
+// which the store's tests check this against: storetest cannot import the store).
+const LeaseLockKey int64 = 0x726f74614c454144
+
+// TerminateLease ends, from outside, the database session that holds the leader lease,
+// as an operator's pg_terminate_backend or a broken connection would, and fails the test
+// unless exactly one session held it.
+func TerminateLease(t testing.TB, dbURL string) {
+	t.Helper()
+	db, err := sql.Open("pgx", dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var n int
+	const q = `SELECT count(pg_terminate_backend(pid)) FROM pg_locks WHERE locktype = 'advisory' AND granted
+		AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+		AND classid = $1::bigint::oid AND objid = $2::bigint::oid AND objsubid = 1`
+	if err := db.QueryRow(q, int64(uint64(LeaseLockKey)>>32), int64(uint64(LeaseLockKey)&0xffffffff)).Scan(&n); err != nil {
+		t.Fatalf("terminate the lease session: %v", err)
+	}
+	if n != 1 {
+		t.Fatalf("terminated %d lease sessions, want 1", n)
+	}
+}
