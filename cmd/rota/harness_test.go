@@ -557,9 +557,18 @@ func (c *testCluster) rota(args ...string) cliResult {
 
 func runCLI(t testing.TB, env []string, args ...string) cliResult {
 	t.Helper()
+	return runCommand(t, "", env, rotaBinary(t), args...)
+}
+
+// runCommand runs a program in dir ("" for the test's own) with the environment env
+// added to the test process's, bounded by a minute, and returns its output and exit code.
+// A program that cannot be run at all fails the test.
+func runCommand(t testing.TB, dir string, env []string, name string, args ...string) cliResult {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, rotaBinary(t), args...)
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Dir = dir
 	cmd.Env = processEnv(env...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -570,7 +579,7 @@ func runCLI(t testing.TB, env []string, args ...string) cliResult {
 	case errors.As(err, &exit):
 		r.code = exit.ExitCode()
 	case err != nil:
-		t.Fatalf("rota %v: %v", args, err)
+		t.Fatalf("%s %q: %v", filepath.Base(name), args, err)
 	}
 	return r
 }
