@@ -57,8 +57,24 @@ func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request) {
 	}
 
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	locked := true
+	defer func() {
+		if locked {
+			s.mu.Unlock()
+		}
+	}()
+	// Job IDs are handed out from memory, which must first be vouched for.
+	if err := s.resync(r.Context()); err != nil {
+		commitError(w, "the job could not be stored", err)
+		return
+	}
 	if key != "" {
+		// A submit with the same key still being stored answers this one: wait for it.
+		for g, ok := s.inflightKey(id.User, key); ok; g, ok = s.inflightKey(id.User, key) {
+			s.mu.Unlock()
+			_ = g.wait()
+			s.mu.Lock()
+		}
 		if rec, ok := s.state.Idempotency(id.User, key); ok {
 			s.replaySubmit(w, rec, hash)
 			return
@@ -101,14 +117,14 @@ func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	count := max(len(indices), 1)
-	if waiting := s.state.Waiting(spec.User); waiting+count > limits.MaxPendingPerUser {
+	if waiting := s.state.Waiting(spec.User) + s.inflightWaiting(spec.User); waiting+count > limits.MaxPendingPerUser {
 		w.Header().Set("Retry-After", "60")
 		writeError(w, http.StatusTooManyRequests, &api.Error{Code: api.CodeRateLimited,
 			Message: fmt.Sprintf("%s has %d jobs waiting to start and may have at most %d; this submit adds %d", spec.User, waiting, limits.MaxPendingPerUser, count)})
 		return
 	}
 	now := s.cfg.Clock.Now()
-	first := s.state.NextJobID()
+	first := s.reserveJobIDs(count)
 	b := &store.Batch{}
 	submittedBy := ""
 	if id.User != spec.User {
@@ -139,8 +155,19 @@ func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	job := b.Jobs[0]
-	// The answer goes out only after the commit: an acknowledged job is a durable job.
-	if err := s.commit(r.Context(), b); err != nil {
+	g, err := s.enqueueSubmit(b, id.User, key)
+	if err != nil {
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusTooManyRequests, &api.Error{Code: api.CodeRateLimited,
+			Message: fmt.Sprintf("the server has %d jobs waiting to be stored; try again in 1 s", s.groups.jobs)})
+		return
+	}
+	// The answer goes out only after the group's commit: an acknowledged job is a durable
+	// job. The commit runs outside s.mu (groupcommit.go).
+	s.mu.Unlock()
+	err = g.wait()
+	s.mu.Lock()
+	if err != nil {
 		// After a commit of unknown outcome the state was read again: the key tells
 		// whether the job was stored after all.
 		if rec, ok := s.state.Idempotency(id.User, key); key != "" && ok && rec.Hash == hash {

@@ -39,8 +39,10 @@ type serverMetrics struct {
 	requests *prometheus.HistogramVec // by method, route pattern and status code
 	commits  prometheus.Histogram
 	cycles   prometheus.Histogram
-	wait     *prometheus.HistogramVec // by queue
-	ended    *prometheus.CounterVec   // by state and reason
+	// groups is how many submits each group commit carried (groupcommit.go).
+	groups prometheus.Histogram
+	wait   *prometheus.HistogramVec // by queue
+	ended  *prometheus.CounterVec   // by state and reason
 
 	webhookDeliveries, webhookRetries, webhookDrops prometheus.Counter
 }
@@ -63,6 +65,10 @@ func newServerMetrics(s *Server) *serverMetrics {
 		cycles: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "rota_scheduler_cycle_duration_seconds", Help: "Duration of scheduling cycles, commits included.", Buckets: latencyBuckets,
 		}),
+		groups: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "rota_submit_group_size", Help: "Submits written by one group commit: one transaction, one disk sync.",
+			Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024},
+		}),
 		wait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "rota_job_wait_seconds", Help: "Time a job waited for an attempt to be assigned: from submission, or from the end of its previous attempt.", Buckets: waitBuckets,
 		}, []string{"queue"}),
@@ -73,7 +79,7 @@ func newServerMetrics(s *Server) *serverMetrics {
 		webhookRetries:    prometheus.NewCounter(prometheus.CounterOpts{Name: "rota_webhook_retries_total", Help: "Webhook delivery attempts that failed and were retried."}),
 		webhookDrops:      prometheus.NewCounter(prometheus.CounterOpts{Name: "rota_webhook_drops_total", Help: "Webhook notifications dropped: queue full, or retries exhausted."}),
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.commits, m.cycles, m.wait, m.ended,
+	for _, c := range []prometheus.Collector{m.requests, m.commits, m.cycles, m.groups, m.wait, m.ended,
 		m.webhookDeliveries, m.webhookRetries, m.webhookDrops, stateCollector{s}} {
 		if err := reg.Register(c); err != nil {
 			s.log.Error("metrics: cannot register a collector", "err", err)
@@ -88,6 +94,12 @@ func newServerMetrics(s *Server) *serverMetrics {
 
 // The notifier reports each webhook's fate through these. They are safe on a nil
 // receiver, for a server built without metrics.
+
+func (m *serverMetrics) observeGroup(submits int) {
+	if m != nil {
+		m.groups.Observe(float64(submits))
+	}
+}
 
 func (m *serverMetrics) webhookDelivered() {
 	if m != nil {

@@ -80,6 +80,9 @@ type Config struct {
 	// it (default 1s); it bounds how long a failover takes once the old session is gone.
 	Lease         *store.Lease
 	LeaseInterval time.Duration
+	// MaxInflightSubmits bounds the jobs waiting for their group commit (default 50,000):
+	// beyond it a submit is answered 429 with Retry-After (groupcommit.go).
+	MaxInflightSubmits int
 	// AttachGrace is how long an interactive job may run with no terminal attached before
 	// it is cancelled (default 1m).
 	AttachGrace time.Duration
@@ -113,6 +116,9 @@ func (c *Config) setDefaults() {
 	if c.BootstrapAdmin == "" {
 		c.BootstrapAdmin = "admin"
 	}
+	if c.MaxInflightSubmits <= 0 {
+		c.MaxInflightSubmits = 50000
+	}
 	if c.LeaseInterval <= 0 {
 		c.LeaseInterval = time.Second
 	}
@@ -142,6 +148,10 @@ type Server struct {
 	// claims are the resources held for jobs waiting on their preemption victims, carried
 	// from one scheduling cycle to the next (see sched.Claim).
 	claims []sched.Claim
+	// nextJobID is the lowest job ID not yet handed out, and groups the submits waiting
+	// for their group commit (groupcommit.go).
+	nextJobID int64
+	groups    groupCommitter
 
 	logMu sync.Mutex // serialises writes to shipped log files
 	// logs is the directory of shipped logs; every log file is opened through it.
@@ -319,11 +329,17 @@ func (s *Server) commit(ctx context.Context, b *store.Batch) error {
 		}
 		return err
 	}
-	s.observeCommit(b, time.Since(start))
+	s.applyCommitted(b, time.Since(start))
+	return nil
+}
+
+// applyCommitted brings memory and those watching it up to date with a batch the store
+// now holds. Callers hold s.mu.
+func (s *Server) applyCommitted(b *store.Batch, took time.Duration) {
+	s.observeCommit(b, took)
 	s.state.Apply(b)
 	s.watch.bump(b)
 	s.notifyCommitted(b)
-	return nil
 }
 
 // resync re-reads the state from the store if a failed commit left memory suspect.

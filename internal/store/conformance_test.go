@@ -762,13 +762,18 @@ func testMigrateFromVersion1(t *testing.T, url string) {
 		t.Fatal(err)
 	}
 	job, queue := bareJob(1), api.Queue{Name: "train", Tier: 1, Grace: 30}
-	if err := insert(ctx, tx, jobsTable, []api.Job{job}, appendJob); err != nil {
+	stmts := &stmtCache{db: db}
+	w := writeTx{tx, stmts}
+	if err := insert(ctx, w, jobsTable, []api.Job{job}, appendJob); err != nil {
 		t.Fatal(err)
 	}
-	if err := insert(ctx, tx, queuesTable, []api.Queue{queue}, appendQueue); err != nil {
+	if err := insert(ctx, w, queuesTable, []api.Queue{queue}, appendQueue); err != nil {
 		t.Fatal(err)
 	}
 	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if err := stmts.close(); err != nil {
 		t.Fatal(err)
 	}
 	if err := db.Close(); err != nil {

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/rotahq/rota/internal/api"
@@ -70,15 +71,17 @@ type sqlStore struct {
 	fence *fence
 	// lock is the SQLite store's lock file, held until Close (see lockSQLite).
 	lock io.Closer
+	// stmts are the write statements, prepared once.
+	stmts stmtCache
 }
 
 func newSQLStore(d dialect, write, read *sql.DB) *sqlStore {
-	return &sqlStore{d: d, write: write, read: read, writeSem: make(chan struct{}, 1)}
+	return &sqlStore{d: d, write: write, read: read, writeSem: make(chan struct{}, 1), stmts: stmtCache{db: write}}
 }
 
 // Close releases both pools.
 func (s *sqlStore) Close() error {
-	err := s.write.Close()
+	err := errors.Join(s.stmts.close(), s.write.Close())
 	if s.read != s.write {
 		err = errors.Join(err, s.read.Close())
 	}
@@ -209,11 +212,37 @@ func isKey(key []string, col string) bool {
 	return false
 }
 
+// chunks splits n rows into statement sizes: as many of rowsPerStatement as fit, then the
+// rest as a sum of powers of two. A table is then written by at most a few distinct
+// statements, each prepared once per connection and kept (see stmtCache), rather than by
+// a statement text of its own for every row count.
+func chunks(n int) []int {
+	var out []int
+	for ; n >= rowsPerStatement; n -= rowsPerStatement {
+		out = append(out, rowsPerStatement)
+	}
+	for p := 32; p > 0; p /= 2 {
+		if n >= p {
+			out = append(out, p)
+			n -= p
+		}
+	}
+	return out
+}
+
 // insert writes rows into t in statements of at most rowsPerStatement rows. appendRow
 // appends the column values of row i, in t.cols order, to args.
-func insert[T any](ctx context.Context, tx *sql.Tx, t table, rows []T, appendRow func(args []any, r *T) ([]any, error)) error {
-	for start := 0; start < len(rows); start += rowsPerStatement {
-		chunk := rows[start:min(len(rows), start+rowsPerStatement)]
+func insert[T any](ctx context.Context, w writeTx, t table, rows []T, appendRow func(args []any, r *T) ([]any, error)) error {
+	start := 0
+	for _, n := range chunks(len(rows)) {
+		if w.Tx == nil {
+			if _, err := w.stmts.get(ctx, t.insertSQL(n)); err != nil {
+				return err
+			}
+			continue
+		}
+		chunk := rows[start : start+n]
+		start += n
 		args := make([]any, 0, len(chunk)*len(t.cols))
 		for i := range chunk {
 			var err error
@@ -221,11 +250,64 @@ func insert[T any](ctx context.Context, tx *sql.Tx, t table, rows []T, appendRow
 				return fmt.Errorf("encode %s row: %w", t.name, err)
 			}
 		}
-		if _, err := tx.ExecContext(ctx, t.insertSQL(len(chunk)), args...); err != nil {
+		if _, err := w.exec(ctx, t.insertSQL(len(chunk)), args...); err != nil {
 			return fmt.Errorf("write %s: %w", t.name, err)
 		}
 	}
 	return nil
+}
+
+// writeTx is a write transaction and the store's prepared statements. A writeTx with no
+// transaction prepares the statements it is asked to run, and runs none.
+type writeTx struct {
+	*sql.Tx
+	stmts *stmtCache
+}
+
+// exec runs query in the transaction through its prepared statement; with no
+// transaction, it only prepares it.
+func (w writeTx) exec(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	st, err := w.stmts.get(ctx, query)
+	if err != nil || w.Tx == nil {
+		return nil, err
+	}
+	return w.StmtContext(ctx, st).ExecContext(ctx, args...)
+}
+
+// stmtCache holds the write statements prepared on the write pool, by their text. The
+// texts are few (a handful of sizes per table: see chunks), so it is never pruned.
+type stmtCache struct {
+	db *sql.DB
+	mu sync.Mutex
+	m  map[string]*sql.Stmt
+}
+
+func (c *stmtCache) get(ctx context.Context, query string) (*sql.Stmt, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if st, ok := c.m[query]; ok {
+		return st, nil
+	}
+	st, err := c.db.PrepareContext(ctx, query)
+	if err != nil {
+		return nil, fmt.Errorf("prepare: %w", err)
+	}
+	if c.m == nil {
+		c.m = map[string]*sql.Stmt{}
+	}
+	c.m[query] = st
+	return st, nil
+}
+
+func (c *stmtCache) close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var err error
+	for _, st := range c.m {
+		err = errors.Join(err, st.Close())
+	}
+	c.m = nil
+	return err
 }
 
 // lastByKey returns rows with only the last row of each key kept, in the order keys first
@@ -252,9 +334,11 @@ func lastByKey[T any, K comparable](rows []T, key func(*T) K) []T {
 
 // deleteKeys deletes the rows of t whose single-column key is in keys, in statements of at
 // most rowsPerStatement keys. A key with no row is not an error.
-func deleteKeys[K any](ctx context.Context, tx *sql.Tx, t table, keys []K) error {
-	for start := 0; start < len(keys); start += rowsPerStatement {
-		chunk := keys[start:min(len(keys), start+rowsPerStatement)]
+func deleteKeys[K any](ctx context.Context, w writeTx, t table, keys []K) error {
+	start := 0
+	for _, n := range chunks(len(keys)) {
+		chunk := keys[start : start+n]
+		start += n
 		var q strings.Builder
 		fmt.Fprintf(&q, "DELETE FROM %s WHERE %s IN (", t.name, t.key[0])
 		args := make([]any, len(chunk))
@@ -266,7 +350,7 @@ func deleteKeys[K any](ctx context.Context, tx *sql.Tx, t table, keys []K) error
 			args[i] = k
 		}
 		q.WriteByte(')')
-		if _, err := tx.ExecContext(ctx, q.String(), args...); err != nil {
+		if _, err := w.exec(ctx, q.String(), args...); err != nil {
 			return fmt.Errorf("delete from %s: %w", t.name, err)
 		}
 	}
@@ -304,6 +388,11 @@ func (s *sqlStore) Commit(ctx context.Context, b *Batch) error {
 
 // commit runs the transaction and returns the ID given to the batch's last event.
 func (s *sqlStore) commit(ctx context.Context, b *Batch) (lastID int64, err error) {
+	// The statements are prepared before the transaction begins: SQLite's write pool has
+	// one connection, which the transaction then holds.
+	if _, err := s.writeBatch(ctx, writeTx{nil, &s.stmts}, b); err != nil {
+		return 0, err
+	}
 	tx, err := s.write.BeginTx(ctx, nil)
 	if err != nil {
 		return 0, fmt.Errorf("begin: %w", err)
@@ -325,86 +414,100 @@ func (s *sqlStore) commit(ctx context.Context, b *Batch) (lastID int64, err erro
 			return 0, fmt.Errorf("lock: %w", err)
 		}
 	}
+	if lastID, err = s.writeBatch(ctx, writeTx{tx, &s.stmts}, b); err != nil {
+		return 0, err
+	}
+	if err := tx.Commit(); err != nil {
+		return 0, fmt.Errorf("commit transaction: %w", err)
+	}
+	return lastID, nil
+}
+
+// writeBatch writes b in w and returns the ID given to its last event. With no
+// transaction in w it only prepares the statements that writing b takes.
+func (s *sqlStore) writeBatch(ctx context.Context, w writeTx, b *Batch) (lastID int64, err error) {
 	// Each table's deletes follow its upserts, so that a key the batch both upserts and
 	// deletes ends deleted.
 	queues := lastByKey(b.Queues, func(q *api.Queue) string { return q.Name })
-	if err := insert(ctx, tx, queuesTable, queues, appendQueue); err != nil {
+	if err := insert(ctx, w, queuesTable, queues, appendQueue); err != nil {
 		return 0, err
 	}
-	if err := deleteKeys(ctx, tx, queuesTable, b.DeleteQueues); err != nil {
+	if err := deleteKeys(ctx, w, queuesTable, b.DeleteQueues); err != nil {
 		return 0, err
 	}
 	teams := lastByKey(b.Teams, func(t *api.Team) string { return t.Name })
-	if err := insert(ctx, tx, teamsTable, teams, appendTeam); err != nil {
+	if err := insert(ctx, w, teamsTable, teams, appendTeam); err != nil {
 		return 0, err
 	}
-	if err := deleteKeys(ctx, tx, teamsTable, b.DeleteTeams); err != nil {
+	if err := deleteKeys(ctx, w, teamsTable, b.DeleteTeams); err != nil {
 		return 0, err
 	}
 	reservations := lastByKey(b.Reservations, func(r *api.Reservation) int64 { return r.ID })
-	if err := insert(ctx, tx, reservationsTable, reservations, appendReservation); err != nil {
+	if err := insert(ctx, w, reservationsTable, reservations, appendReservation); err != nil {
 		return 0, err
 	}
-	if err := deleteKeys(ctx, tx, reservationsTable, b.DeleteReservations); err != nil {
+	if err := deleteKeys(ctx, w, reservationsTable, b.DeleteReservations); err != nil {
 		return 0, err
 	}
 	// Jobs go before attempts: attempts reference jobs, and PostgreSQL checks foreign keys
 	// at the end of each statement.
 	jobs := lastByKey(b.Jobs, func(j *api.Job) int64 { return j.ID })
-	if err := insert(ctx, tx, jobsTable, jobs, appendJob); err != nil {
+	if err := insert(ctx, w, jobsTable, jobs, appendJob); err != nil {
 		return 0, err
 	}
 	attempts := lastByKey(b.Attempts, func(a *api.Attempt) attemptKey { return attemptKey{a.JobID, a.N} })
-	if err := insert(ctx, tx, attemptsTable, attempts, appendAttempt); err != nil {
+	if err := insert(ctx, w, attemptsTable, attempts, appendAttempt); err != nil {
 		return 0, err
 	}
 	nodes := lastByKey(b.Nodes, func(n *api.Node) string { return n.Name })
-	if err := insert(ctx, tx, nodesTable, nodes, appendNode); err != nil {
+	if err := insert(ctx, w, nodesTable, nodes, appendNode); err != nil {
 		return 0, err
 	}
 	settings := lastByKey(b.Settings, func(s *Setting) string { return s.Name })
-	if err := insert(ctx, tx, settingsTable, settings, appendSetting); err != nil {
+	if err := insert(ctx, w, settingsTable, settings, appendSetting); err != nil {
 		return 0, err
 	}
 	users := lastByKey(b.Users, func(u *api.User) string { return u.Name })
-	if err := insert(ctx, tx, usersTable, users, appendUser); err != nil {
+	if err := insert(ctx, w, usersTable, users, appendUser); err != nil {
 		return 0, err
 	}
-	if err := deleteKeys(ctx, tx, usersTable, b.DeleteUsers); err != nil {
+	if err := deleteKeys(ctx, w, usersTable, b.DeleteUsers); err != nil {
 		return 0, err
 	}
 	tokens := lastByKey(b.Tokens, func(t *TokenRecord) string { return t.ID })
-	if err := insert(ctx, tx, tokensTable, tokens, appendToken); err != nil {
+	if err := insert(ctx, w, tokensTable, tokens, appendToken); err != nil {
 		return 0, err
 	}
 	joins := lastByKey(b.JoinTokens, func(t *JoinTokenRecord) string { return t.ID })
-	if err := insert(ctx, tx, joinTokensTable, joins, appendJoinToken); err != nil {
+	if err := insert(ctx, w, joinTokensTable, joins, appendJoinToken); err != nil {
 		return 0, err
 	}
 	certs := lastByKey(b.NodeCerts, func(c *NodeCert) string { return c.Node })
-	if err := insert(ctx, tx, nodeCertsTable, certs, appendNodeCert); err != nil {
+	if err := insert(ctx, w, nodeCertsTable, certs, appendNodeCert); err != nil {
 		return 0, err
 	}
 	// A node's certificate goes with it: a node added again must join again.
-	if err := deleteKeys(ctx, tx, nodeCertsTable, b.DeleteNodes); err != nil {
+	if err := deleteKeys(ctx, w, nodeCertsTable, b.DeleteNodes); err != nil {
 		return 0, err
 	}
-	if err := deleteKeys(ctx, tx, nodesTable, b.DeleteNodes); err != nil {
+	if err := deleteKeys(ctx, w, nodesTable, b.DeleteNodes); err != nil {
 		return 0, err
 	}
-	if err := insert(ctx, tx, idempotencyTable, b.Idempotency, appendIdempotency); err != nil {
+	if err := insert(ctx, w, idempotencyTable, b.Idempotency, appendIdempotency); err != nil {
 		return 0, err
 	}
 	if !b.PruneIdempotency.IsZero() {
-		if _, err := tx.ExecContext(ctx, "DELETE FROM idempotency WHERE created < $1", formatTime(b.PruneIdempotency)); err != nil {
+		if _, err := w.exec(ctx, "DELETE FROM idempotency WHERE created < $1", formatTime(b.PruneIdempotency)); err != nil {
 			return 0, fmt.Errorf("prune idempotency keys: %w", err)
 		}
 	}
 	if len(b.Events) > 0 {
 		// Under the write lock no other transaction can append, so IDs follow commit order
 		// and a reader polling with AfterID never skips an event committed later.
-		if err := tx.QueryRowContext(ctx, "SELECT COALESCE(MAX(id), 0) FROM events").Scan(&lastID); err != nil {
-			return 0, fmt.Errorf("read last event id: %w", err)
+		if w.Tx != nil {
+			if err := w.QueryRowContext(ctx, "SELECT COALESCE(MAX(id), 0) FROM events").Scan(&lastID); err != nil {
+				return 0, fmt.Errorf("read last event id: %w", err)
+			}
 		}
 		next := lastID
 		appendEvent := func(args []any, e *api.Event) ([]any, error) {
@@ -412,13 +515,10 @@ func (s *sqlStore) commit(ctx context.Context, b *Batch) (lastID int64, err erro
 			return append(args, next, formatTime(e.Time), e.Actor, e.Kind, e.JobID, e.Attempt, e.Node,
 				string(e.From), string(e.To), e.Reason, e.Message, e.Role, e.Source, string(e.Before), string(e.After)), nil
 		}
-		if err := insert(ctx, tx, eventsTable, b.Events, appendEvent); err != nil {
+		if err := insert(ctx, w, eventsTable, b.Events, appendEvent); err != nil {
 			return 0, err
 		}
 		lastID = next
-	}
-	if err := tx.Commit(); err != nil {
-		return 0, fmt.Errorf("commit transaction: %w", err)
 	}
 	return lastID, nil
 }
