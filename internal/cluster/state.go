@@ -47,6 +47,14 @@ type State struct {
 	models   map[string]int // GPU model -> nodes reporting it
 
 	id identity
+
+	// Change sequence (see Seq): seq counts the batches applied; jobSeq and nodeSeq say
+	// when each job and node last changed, configSeq when queues, teams, reservations,
+	// settings or users last did.
+	seq       uint64
+	jobSeq    map[int64]uint64
+	nodeSeq   map[string]uint64
+	configSeq uint64
 }
 
 // New returns an empty state.
@@ -69,12 +77,44 @@ func New() *State {
 		fit:      map[fitKey]map[string]struct{}{},
 		models:   map[string]int{},
 		id:       newIdentity(),
+		jobSeq:   map[int64]uint64{},
+		nodeSeq:  map[string]uint64{},
 	}
 }
+
+// Seq returns the state's change sequence: it grows with every change that may alter a
+// scheduling decision, so a plan made from a snapshot taken at Seq() can be checked
+// against what changed since (JobChangedSince, NodeChangedSince, ConfigChangedSince),
+// and a scheduling loop can skip a cycle when nothing did.
+func (s *State) Seq() uint64 { return s.seq }
+
+// JobChangedSince reports whether job id changed after sequence seq.
+func (s *State) JobChangedSince(id int64, seq uint64) bool { return s.jobSeq[id] > seq }
+
+// NodeChangedSince reports whether node name changed (or went) after sequence seq.
+func (s *State) NodeChangedSince(name string, seq uint64) bool { return s.nodeSeq[name] > seq }
+
+// ConfigChangedSince reports whether queues, teams, reservations, settings or users
+// changed after sequence seq.
+func (s *State) ConfigChangedSince(seq uint64) bool { return s.configSeq > seq }
 
 // Apply makes a committed batch part of the in-memory state; at start, the whole store is
 // applied as one batch.
 func (s *State) Apply(b *batch.Batch) {
+	s.seq++
+	for i := range b.Jobs {
+		s.jobSeq[b.Jobs[i].ID] = s.seq
+	}
+	for i := range b.Nodes {
+		s.nodeSeq[b.Nodes[i].Name] = s.seq
+	}
+	for _, name := range b.DeleteNodes {
+		s.nodeSeq[name] = s.seq
+	}
+	if len(b.Queues)+len(b.Teams)+len(b.Reservations)+len(b.Settings)+len(b.Users)+
+		len(b.DeleteQueues)+len(b.DeleteTeams)+len(b.DeleteReservations)+len(b.DeleteUsers) > 0 {
+		s.configSeq = s.seq
+	}
 	inOrder := true
 	for i := range b.Jobs {
 		j := b.Jobs[i]
@@ -266,6 +306,11 @@ func (s *State) SetLastHeartbeat(name string, t time.Time) {
 // change with every reading and live in memory only: a restart learns them from the next.
 func (s *State) SetNodeLive(name string, tel *api.Telemetry, leftovers []api.GPUProcess, held []int) {
 	if n, ok := s.nodes[name]; ok {
+		if !slices.Equal(n.HeldGPUs, held) {
+			// GPUs held by leftovers take or give back room: a scheduling change.
+			s.seq++
+			s.nodeSeq[name] = s.seq
+		}
 		n.Telemetry, n.Leftovers, n.HeldGPUs = tel, leftovers, held
 	}
 }

@@ -100,7 +100,11 @@ func (s *Server) enqueueSubmit(b *store.Batch, user, key string) (*submitGroup, 
 	}
 	if !gc.running {
 		gc.running = true
-		go s.commitGroups()
+		s.committing.Add(1)
+		go func() {
+			defer s.committing.Done()
+			s.commitGroups()
+		}()
 	}
 	return g, nil
 }

@@ -13,16 +13,26 @@ import (
 	"github.com/rotahq/rota/internal/store"
 )
 
-// Cycle runs the scheduler once and applies its plan in one commit. The lock is held from the
-// snapshot to the commit, so the plan is always applied to the state it was made from.
+// Cycle runs the scheduler once and applies its plan in one commit. The plan is made on a
+// snapshot without holding s.mu, so submits, heartbeats and reads go on meanwhile; it is
+// then checked against what changed since (cluster.State.Seq) and applied in part or in
+// whole, and any part dropped is planned again in the next cycle, which is asked for at
+// once. Cycles run one at a time.
 //
 // 1. Release held jobs whose dependencies are now met (or fail those that never can be).
 // 2. Mark emptied drains drained, open and close maintenance windows, mark passed deadlines.
 // 3. Keep out of the snapshot the jobs that rules outside the core hold back.
 // 4. Plan, then apply placements and preemption orders, and record every pending reason.
 func (s *Server) Cycle(ctx context.Context) error {
+	s.cycleMu.Lock()
+	defer s.cycleMu.Unlock()
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	locked := true
+	defer func() {
+		if locked {
+			s.mu.Unlock()
+		}
+	}()
 	if !s.isLeader() {
 		return nil // a standby schedules nothing (ha.go)
 	}
@@ -37,6 +47,7 @@ func (s *Server) Cycle(ctx context.Context) error {
 		return fmt.Errorf("commit held and drained: %w", err)
 	}
 
+	s.lastCycle = now
 	held := s.admission(now)
 	snap := s.state.Snapshot(now, func(j *api.Job) bool { _, out := held[j.ID]; return !out })
 	// Claims of jobs that are no longer pending are dropped: they started, or were
@@ -45,17 +56,45 @@ func (s *Server) Cycle(ctx context.Context) error {
 		j, ok := s.state.Job(c.JobID)
 		return !ok || j.State != api.StatePending
 	})
-	snap.Claims = s.claims
+	snap.Claims = slices.Clone(s.claims)
+	s.cycled = s.state.Seq()
 	if len(snap.Pending) == 0 && len(held) == 0 {
 		return nil
 	}
+	state, seq := s.state, s.state.Seq()
+	s.mu.Unlock()
+	locked = false
+	if s.planning != nil {
+		s.planning()
+	}
 	plan, err := sched.ScheduleWith(snap, now, s.cfg.Policy)
+	s.mu.Lock()
+	locked = true
 	if err != nil {
 		return fmt.Errorf("scheduling policy: %w", err)
 	}
+	if !s.isLeader() {
+		return nil
+	}
+	if s.state != state || s.state.ConfigChangedSince(seq) {
+		// The state was read again, or queues, teams or reservations changed: the plan's
+		// premises are gone. Plan again.
+		s.log.Debug("scheduling plan dropped: the configuration changed while it was made")
+		s.wake()
+		return nil
+	}
 
 	b = &store.Batch{}
+	stale := 0
 	for _, p := range plan.Placements {
+		// A placement whose job or nodes changed while the plan was made is dropped and
+		// planned again: the job may have been cancelled or held, a node drained, lost or
+		// found with a GPU gone. Nothing else takes resources, since cycles run one at a
+		// time, so a placement on unchanged nodes is still free to make.
+		if !s.placementCurrent(p, seq) {
+			stale++
+			continue
+		}
 		// A placement the state cannot honour is a bug in the core; it is logged and
 		// skipped rather than allowed to wedge every later cycle.
 		job, ok := s.state.Job(p.JobID)
@@ -93,8 +132,18 @@ func (s *Server) Cycle(ctx context.Context) error {
 		b.Events = append(b.Events, api.Event{Time: now, Actor: "scheduler", Kind: api.EventPreempt, JobID: job.ID, Attempt: job.Attempts,
 			Reason: api.ReasonPreempted, Message: fmt.Sprintf("preempted for job %d: %s", p.ForJob, p.Reason)})
 	}
+	before := s.state.Seq()
 	if err := s.commit(ctx, b); err != nil {
 		return fmt.Errorf("commit plan: %w", err)
+	}
+	if before == s.cycled && !b.Empty() {
+		// Nothing changed between the snapshot and this commit but the plan itself, which
+		// gives the next cycle nothing new to decide.
+		s.cycled = s.state.Seq()
+	}
+	if stale > 0 {
+		s.log.Info("scheduling plan: placements dropped because their job or nodes changed meanwhile; planning again", "dropped", stale)
+		s.wake()
 	}
 	s.claims = plan.Claims
 	s.reasons = make(map[int64]sched.Reason, len(plan.Pending))
@@ -116,6 +165,20 @@ func (s *Server) Cycle(ctx context.Context) error {
 		s.log.Info("scheduling cycle", "placed", len(plan.Placements), "preempting", len(plan.Preemptions), "pending", len(plan.Pending)+len(held))
 	}
 	return nil
+}
+
+// placementCurrent reports whether neither p's job nor any node it uses changed after
+// seq. Callers hold s.mu.
+func (s *Server) placementCurrent(p sched.Placement, seq uint64) bool {
+	if s.state.JobChangedSince(p.JobID, seq) {
+		return false
+	}
+	for _, al := range p.Allocs {
+		if s.state.NodeChangedSince(al.Node, seq) {
+			return false
+		}
+	}
+	return true
 }
 
 // releaseHeld moves held jobs whose dependencies are met to PENDING, and fails those whose
@@ -161,6 +224,7 @@ func (s *Server) finishDrains(b *store.Batch, now time.Time) {
 // each with its reason code and sentence.
 func (s *Server) admission(now time.Time) map[int64][2]string {
 	out := map[int64][2]string{}
+	s.wakeAt = time.Time{}
 	arrayActive := map[int64]int{}
 	for _, id := range s.state.ActiveIDs() {
 		if j, _ := s.state.Job(id); j.ArrayID != 0 {
@@ -170,6 +234,9 @@ func (s *Server) admission(now time.Time) map[int64][2]string {
 	for _, id := range s.state.PendingIDs() {
 		j, _ := s.state.Job(id)
 		if j.NotBefore != nil && now.Before(*j.NotBefore) {
+			if s.wakeAt.IsZero() || j.NotBefore.Before(s.wakeAt) {
+				s.wakeAt = *j.NotBefore
+			}
 			out[id] = [2]string{reasonBackoff, fmt.Sprintf("retrying after a failure (%d of %d retries used); starts no sooner than %s",
 				j.Failures, retries(j.Spec), j.NotBefore.Format("15:04:05 MST"))}
 			continue

@@ -46,6 +46,11 @@ type Config struct {
 	// CycleInterval is the longest time between two scheduling cycles (default 1s); a cycle
 	// also runs right after any change that may let a job start.
 	CycleInterval time.Duration
+	// RecomputeInterval is the longest time between two cycles while nothing changes
+	// (default 5 × CycleInterval): what depends on time alone, such as a job's age,
+	// fair-share decay, a deadline nearing or a maintenance window opening, is weighed
+	// again at least this often.
+	RecomputeInterval time.Duration
 	// HalfLife is how fast fair-share usage decays (default 7 days).
 	HalfLife time.Duration
 	// ConfigFile, if set, is applied at start (queues and teams); an invalid file stops the
@@ -101,6 +106,9 @@ func (c *Config) setDefaults() {
 	if c.CycleInterval <= 0 {
 		c.CycleInterval = time.Second
 	}
+	if c.RecomputeInterval <= 0 {
+		c.RecomputeInterval = 5 * c.CycleInterval
+	}
 	if c.Clock == nil {
 		c.Clock = wallClock{}
 	}
@@ -152,6 +160,19 @@ type Server struct {
 	// for their group commit (groupcommit.go).
 	nextJobID int64
 	groups    groupCommitter
+	// committing counts the running group committers; Close waits for them, so that no
+	// commit outlives the server into a closed store.
+	committing sync.WaitGroup
+	// cycleMu makes cycles run one at a time (Cycle plans without s.mu). cycled is the
+	// state's change sequence the last cycle saw, lastCycle when it ran, and wakeAt the
+	// earliest time a job held back by a timer (a retry's backoff) may start: the loop
+	// runs a cycle only when one of them says something may have changed (cycleDue).
+	cycleMu   sync.Mutex
+	cycled    uint64
+	lastCycle time.Time
+	wakeAt    time.Time
+	// planning, if set (by tests), runs while a cycle plans, without s.mu.
+	planning func()
 
 	logMu sync.Mutex // serialises writes to shipped log files
 	// logs is the directory of shipped logs; every log file is opened through it.
@@ -245,6 +266,7 @@ func New(ctx context.Context, cfg Config, st store.Store, logger *slog.Logger) (
 
 // Close releases what the server holds open. The store is the caller's to close.
 func (s *Server) Close() error {
+	s.committing.Wait()
 	s.notifier.close()
 	return s.logs.Close()
 }
@@ -389,8 +411,10 @@ func (s *Server) Run(ctx context.Context) error {
 	for {
 		if s.isLeader() {
 			s.checkNodes(ctx)
-			if err := s.Cycle(ctx); err != nil && !errors.Is(err, errNotLeader) {
-				s.log.Error("scheduling cycle failed", "err", err)
+			if s.cycleDue() {
+				if err := s.Cycle(ctx); err != nil && !errors.Is(err, errNotLeader) {
+					s.log.Error("scheduling cycle failed", "err", err)
+				}
 			}
 		}
 		select {
@@ -400,6 +424,18 @@ func (s *Server) Run(ctx context.Context) error {
 		case <-s.kick:
 		}
 	}
+}
+
+// cycleDue reports whether a cycle may decide anything the last one did not: the state
+// changed since, a timer it noted is due, or RecomputeInterval has passed. Cycles are thus
+// coalesced: any number of changes between two ticks make one cycle, and an idle cluster
+// makes none beyond the bounded recompute.
+func (s *Server) cycleDue() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.cfg.Clock.Now()
+	return s.state.Seq() != s.cycled || now.Sub(s.lastCycle) >= s.cfg.RecomputeInterval ||
+		(!s.wakeAt.IsZero() && !now.Before(s.wakeAt))
 }
 
 // route is one entry of the API: method, path pattern, who may call it, what body it

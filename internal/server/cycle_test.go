@@ -1,0 +1,255 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/rotahq/rota/internal/api"
+)
+
+// planPause makes the server's next cycle stop while it plans, without the lock, until
+// the test lets it go on. It returns a channel that is closed once planning has begun,
+// and the function that lets it finish; the cycle's error arrives on done.
+func (h *harness) planPause() (planning <-chan struct{}, resume func(), done <-chan error) {
+	started, gate, errc := make(chan struct{}), make(chan struct{}), make(chan error, 1)
+	once := false
+	h.srv.planning = func() {
+		if !once {
+			once = true
+			close(started)
+			<-gate
+		}
+	}
+	go func() { errc <- h.srv.Cycle(context.Background()) }()
+	h.t.Cleanup(func() { h.srv.planning = nil })
+	return started, func() { close(gate) }, errc
+}
+
+// While a cycle plans, the server answers submits, reads and heartbeats: planning does
+// not hold the lock.
+func TestSubmitsAndReadsGoOnWhilePlanning(t *testing.T) {
+	h := newHarness(t)
+	h.beat("n1", 8)
+	h.submit(api.JobSpec{GPUs: 1, Command: []string{"train"}})
+	planning, resume, done := h.planPause()
+	<-planning
+
+	finished := make(chan string, 1)
+	go func() {
+		code, j, _ := h.postSubmit(api.JobSpec{GPUs: 1, Command: []string{"second"}}, "")
+		var list api.JobList
+		lcode := h.do("GET", "/api/v1/jobs?state=all", nil, &list)
+		h.beat("n1", 8)
+		finished <- fmt.Sprintf("%d %d %d %d", code, j.ID, lcode, len(list.Jobs))
+	}()
+	select {
+	case got := <-finished:
+		if got != "201 2 200 2" {
+			t.Fatalf("submit, list during planning: %s; want 201 job 2, 200 with 2 jobs", got)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a submit waited for the cycle's planning")
+	}
+	resume()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	// The first job was planned and placed; the second, submitted meanwhile, waits for
+	// the next cycle, which places it.
+	if st := h.job(1).State; st != api.StateAssigned {
+		t.Fatalf("job 1 is %s after the cycle; want ASSIGNED", st)
+	}
+	if st := h.job(2).State; st != api.StatePending {
+		t.Fatalf("job 2 is %s; want PENDING until a cycle sees it", st)
+	}
+	h.cycle()
+	if st := h.job(2).State; st != api.StateAssigned {
+		t.Fatalf("job 2 is %s after the next cycle; want ASSIGNED", st)
+	}
+}
+
+// A job cancelled while the cycle that places it plans is not placed: the placement is
+// dropped, and the job stays cancelled with no attempt.
+func TestPlacementOfAJobCancelledWhilePlanningIsDropped(t *testing.T) {
+	h := newHarness(t)
+	h.beat("n1", 8)
+	j := h.submit(api.JobSpec{GPUs: 8, Command: []string{"train"}})
+	planning, resume, done := h.planPause()
+	<-planning
+	if code := h.do("POST", fmt.Sprintf("/api/v1/jobs/%d/cancel", j.ID), nil, nil); code != http.StatusOK {
+		t.Fatalf("cancel: %d", code)
+	}
+	resume()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	got := h.job(j.ID)
+	if got.State != api.StateCancelled || got.Attempts != 0 {
+		t.Fatalf("job is %s with %d attempts; want CANCELLED with none", got.State, got.Attempts)
+	}
+	// The node's GPUs are free for the next job.
+	k := h.submit(api.JobSpec{GPUs: 8, Command: []string{"next"}})
+	h.cycle()
+	if st := h.job(k.ID).State; st != api.StateAssigned {
+		t.Fatalf("next job is %s; want ASSIGNED on the freed node", st)
+	}
+}
+
+// A node drained while a cycle plans a job onto it does not get the job; the next cycle
+// places it on the other node.
+func TestPlacementOnANodeDrainedWhilePlanningIsDropped(t *testing.T) {
+	h := newHarness(t)
+	h.beat("n1", 8)
+	h.beat("n2", 8)
+	j := h.submit(api.JobSpec{GPUs: 8, Command: []string{"train"}})
+	planning, resume, done := h.planPause()
+	<-planning
+	// The plan may have picked either node; n1 is drained, and whichever it picked, the
+	// job must end up on n2.
+	if code := h.do("POST", "/api/v1/nodes/n1/drain", nil, nil); code != http.StatusOK {
+		t.Fatalf("drain: %d", code)
+	}
+	resume()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	got := h.job(j.ID)
+	if got.State == api.StateAssigned && len(got.Nodes) == 1 && got.Nodes[0] == "n1" {
+		t.Fatalf("job placed on n1, drained while the plan was made")
+	}
+	if got.State == api.StatePending {
+		h.cycle()
+		got = h.job(j.ID)
+	}
+	if got.State != api.StateAssigned || len(got.Nodes) != 1 || got.Nodes[0] != "n2" {
+		t.Fatalf("job is %s on %v; want ASSIGNED on n2", got.State, got.Nodes)
+	}
+}
+
+// A placement onto a node that changed while planning is dropped, and asks for another
+// cycle at once.
+func TestStalePlacementAsksForAnotherCycle(t *testing.T) {
+	h := newHarness(t)
+	h.beat("n1", 8)
+	j := h.submit(api.JobSpec{GPUs: 8, Command: []string{"train"}})
+	planning, resume, done := h.planPause()
+	<-planning
+	// A GPU falls ill: the node's record changes.
+	inv := api.Inventory{CPUs: 64, MemoryMB: 512 << 10, DeviceSource: "fake"}
+	for i := range 8 {
+		inv.GPUs = append(inv.GPUs, api.GPU{Index: i, UUID: fmt.Sprintf("GPU-n1-%d", i), Model: "H100", MemoryMB: 81559, Healthy: i != 3})
+	}
+	h.heartbeat("n1", inv, nil)
+	select {
+	case <-h.srv.kick:
+	default:
+	}
+	resume()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if st := h.job(j.ID).State; st != api.StatePending {
+		t.Fatalf("job is %s; want PENDING: its node lost a GPU while the plan was made", st)
+	}
+	select {
+	case <-h.srv.kick:
+	default:
+		t.Fatal("a dropped placement did not ask for another cycle")
+	}
+	h.cycle()
+	if st := h.job(j.ID).State; st != api.StatePending {
+		t.Fatalf("job is %s; want PENDING: 7 healthy GPUs cannot hold 8", st)
+	}
+}
+
+// Queues or teams changed while planning void the whole plan.
+func TestConfigChangeWhilePlanningVoidsThePlan(t *testing.T) {
+	h := newHarness(t)
+	h.beat("n1", 8)
+	j := h.submit(api.JobSpec{GPUs: 4, Command: []string{"train"}})
+	planning, resume, done := h.planPause()
+	<-planning
+	if code, e := h.putConfig("teams:\n  - name: default\n    quotas: {\"*\": {guaranteed: 0, limit: 2}}\n"); code != http.StatusOK {
+		t.Fatalf("config: %d %s", code, e.Message)
+	}
+	resume()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if st := h.job(j.ID).State; st != api.StatePending {
+		t.Fatalf("job is %s; want PENDING: its team's limit fell to 2 GPUs while the plan was made", st)
+	}
+	h.cycle()
+	if st := h.job(j.ID).State; st != api.StatePending {
+		t.Fatalf("job is %s after a fresh cycle; want PENDING over its team's limit", st)
+	}
+}
+
+// The scheduling loop runs a cycle when the state changed, when a held-back job's timer
+// is due, or when RecomputeInterval has passed; otherwise none.
+func TestCyclesAreCoalesced(t *testing.T) {
+	h := &harness{t: t, clock: &fakeClock{t: time.Date(2026, 11, 1, 9, 0, 0, 0, time.UTC)}, dir: t.TempDir(),
+		cfg: func(c *Config) { c.RecomputeInterval = time.Hour }}
+	h.open()
+	h.beat("n1", 8)
+	h.cycle()
+	if h.srv.cycleDue() {
+		t.Fatal("a cycle is due right after one, with nothing changed")
+	}
+	h.beat("n1", 8) // a heartbeat that changes nothing
+	if h.srv.cycleDue() {
+		t.Fatal("a heartbeat that changed nothing made a cycle due")
+	}
+	j := h.submit(api.JobSpec{GPUs: 1, Command: []string{"train"}})
+	if !h.srv.cycleDue() {
+		t.Fatal("no cycle due after a submit")
+	}
+	h.cycle()
+	if st := h.job(j.ID).State; st != api.StateAssigned {
+		t.Fatalf("job %s", st)
+	}
+	// The cycle's own placement gives the next cycle nothing to decide.
+	if h.srv.cycleDue() {
+		t.Fatal("a cycle is due after one that only applied its own plan")
+	}
+
+	// A failed job retried after a backoff: the loop wakes when the backoff ends, with
+	// nothing else changing.
+	r := h.submit(api.JobSpec{GPUs: 1, Command: []string{"flaky"}, Retries: intp(1)})
+	h.cycle()
+	h.beat("n1", 8, api.TaskStatus{JobID: j.ID, Attempt: 1, State: api.StateRunning}, api.TaskStatus{JobID: r.ID, Attempt: 1, State: api.StateRunning})
+	one := 1
+	h.beat("n1", 8, api.TaskStatus{JobID: j.ID, Attempt: 1, State: api.StateRunning}, api.TaskStatus{JobID: r.ID, Attempt: 1, State: api.StateFailed, ExitCode: &one})
+	h.cycle()
+	d := h.job(r.ID)
+	if d.State != api.StatePending || d.NotBefore == nil {
+		t.Fatalf("retried job is %s, not before %v; want PENDING with a backoff", d.State, d.NotBefore)
+	}
+	if h.srv.cycleDue() {
+		t.Fatal("a cycle is due during the backoff with nothing changed")
+	}
+	h.clock.Add(d.NotBefore.Sub(h.clock.Now()) - time.Second)
+	if h.srv.cycleDue() {
+		t.Fatal("a cycle is due a second before the backoff ends")
+	}
+	h.clock.Add(time.Second)
+	if !h.srv.cycleDue() {
+		t.Fatal("no cycle due once the backoff ended")
+	}
+	h.cycle()
+	if st := h.job(r.ID).State; st != api.StateAssigned {
+		t.Fatalf("retried job is %s after its backoff; want ASSIGNED", st)
+	}
+	h.cycle()
+	if h.srv.cycleDue() {
+		t.Fatal("a cycle is due with nothing changed")
+	}
+	// Time alone makes a cycle due after RecomputeInterval.
+	h.clock.Add(time.Hour)
+	if !h.srv.cycleDue() {
+		t.Fatal("no cycle due after RecomputeInterval")
+	}
+}
