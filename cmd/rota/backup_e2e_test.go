@@ -14,6 +14,7 @@ import (
 
 	"github.com/rotahq/rota/internal/api"
 	"github.com/rotahq/rota/internal/cli"
+	"github.com/rotahq/rota/internal/store"
 	"github.com/rotahq/rota/internal/store/storetest"
 )
 
@@ -195,13 +196,7 @@ func TestBackupAndRestore(t *testing.T) {
 	if m.code != 0 {
 		t.Fatalf("rota admin migrate:\n%s", m)
 	}
-	printed := false
-	for _, line := range strings.Split(m.stdout, "\n") {
-		if f := strings.Fields(line); len(f) == 2 && f[0] == "jobs" && f[1] == fmt.Sprint(rows["jobs"]) {
-			printed = true
-		}
-	}
-	if !printed {
+	if !hasRow(m.stdout, "jobs", fmt.Sprint(rows["jobs"])) {
 		t.Errorf("rota admin migrate does not print the jobs' count, %d:\n%s", rows["jobs"], m.stdout)
 	}
 	// Copying again into the now full database is refused, and writes nothing.
@@ -230,4 +225,72 @@ func copyFile(t *testing.T, src, dst string) {
 	if err := os.WriteFile(dst, data, 0o600); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestStoreCommands runs rota admin backup and migrate in this process against real
+// SQLite files: what they print, and how they refuse bad input (exit 1, nothing written).
+func TestStoreCommands(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	src := filepath.Join(dir, "rota.db")
+	st, err := store.Open(ctx, "sqlite://"+src, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Commit(ctx, &store.Batch{Jobs: []api.Job{{ID: 1, State: api.StatePending}, {ID: 2, State: api.StatePending}}}); err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	rota := func(args ...string) (int, string, string) {
+		var out, errOut strings.Builder
+		code := run(ctx, args, &out, &errOut)
+		return code, out.String(), errOut.String()
+	}
+
+	code, out, errOut := rota("admin", "backup", "--store", "sqlite://"+src, "--to", filepath.Join(dir, "b.db"))
+	if code != 0 || !strings.HasPrefix(out, "Backed up "+src+" to "+filepath.Join(dir, "b.db")+" (schema ") || !hasRow(out, "jobs", "2") {
+		t.Errorf("rota admin backup: exit %d\n%s%s", code, out, errOut)
+	}
+	code, out, errOut = rota("admin", "migrate", "--from", "sqlite://"+src, "--to", "sqlite://"+filepath.Join(dir, "c.db"))
+	if code != 0 || !hasRow(out, "jobs", "2") || !hasRow(out, "events", "0") ||
+		!strings.Contains(out, "Not copied: schema_migrations, leader, replicas") {
+		t.Errorf("rota admin migrate: exit %d\n%s%s", code, out, errOut)
+	}
+
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"backup", "--store", "postgres://rota:secret@db.example.com/rota", "--to", filepath.Join(dir, "p.db")}, "pg_dump"},
+		{[]string{"backup", "--store", "sqlite://" + filepath.Join(dir, "missing.db"), "--to", filepath.Join(dir, "m.db")}, "no such file"},
+		{[]string{"backup", "--data-dir", filepath.Join(dir, "nowhere"), "--to", filepath.Join(dir, "n.db")}, "no such file"},
+		{[]string{"backup", "--store", "sqlite://" + src, "--to", filepath.Join(dir, "b.db")}, "exists"},
+		{[]string{"migrate", "--from", "sqlite://" + src, "--to", "sqlite://" + src}, "the same store"},
+		{[]string{"migrate", "--from", "sqlite://" + src, "--to", "sqlite://" + filepath.Join(dir, "c.db")}, "not empty (jobs has 2 rows)"},
+		{[]string{"migrate", "--from", "sqlite://" + filepath.Join(dir, "missing.db"), "--to", "sqlite://" + filepath.Join(dir, "d.db")}, "no such file"},
+		{[]string{"migrate", "--from", "sqlite://" + src, "--to", "postgres://rota:secret@127.0.0.1:1/rota?connect_timeout=5"}, "cannot reach the database"},
+	} {
+		code, out, errOut := rota(append([]string{"admin"}, tc.args...)...)
+		if code != 1 || out != "" || !strings.Contains(errOut, tc.want) {
+			t.Errorf("rota admin %s: exit %d, want 1 and an error saying %q\nstdout %q\nstderr %q", strings.Join(tc.args, " "), code, tc.want, out, errOut)
+		}
+		if strings.Contains(errOut, "secret") {
+			t.Errorf("rota admin %s: the error shows the URL's password: %s", strings.Join(tc.args, " "), errOut)
+		}
+	}
+	for _, name := range []string{"p.db", "m.db", "n.db", "d.db", "missing.db", "nowhere"} {
+		if _, err := os.Stat(filepath.Join(dir, name)); err == nil {
+			t.Errorf("a refused command left %s behind", name)
+		}
+	}
+}
+
+// hasRow says whether a printed table has a row of exactly these cells.
+func hasRow(table string, cells ...string) bool {
+	for _, line := range strings.Split(table, "\n") {
+		if strings.Join(strings.Fields(line), " ") == strings.Join(cells, " ") {
+			return true
+		}
+	}
+	return false
 }

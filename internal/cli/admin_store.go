@@ -139,6 +139,8 @@ func runMigrate(ctx context.Context, cfg Config, args []string) int {
 		switch {
 		case v == "":
 			return cfg.usageError(cmd, "%s: name a store URL: sqlite:///path/rota.db or postgres://user@host/db", f.name)
+		case !strings.Contains(v, "://"):
+			return cfg.usageError(cmd, "%s: %q is not a store URL: want sqlite:///path/rota.db or postgres://user@host/db", f.name, v)
 		case !strings.HasPrefix(v, "sqlite://") && !strings.HasPrefix(v, "postgres://") && !strings.HasPrefix(v, "postgresql://"):
 			scheme, _, _ := strings.Cut(v, "://")
 			return cfg.usageError(cmd, "%s: unknown kind of store %q: want sqlite:///path/rota.db or postgres://user@host/db", f.name, scheme)
