@@ -1,13 +1,16 @@
 package store
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/rotahq/rota/internal/api"
 )
@@ -200,4 +203,60 @@ func TestBackupRefuses(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, "nope.db")); err == nil {
 		t.Errorf("a backup of a missing store created it")
 	}
+}
+
+// TestBackupOtherProcessAndCrash backs up a store that another process holds open, as a
+// server does, then the same store after that process was killed with its last commit
+// still in the WAL only; and copies the crashed store with Migrate. Each copy has the
+// commit.
+func TestBackupOtherProcessAndCrash(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "rota.db")
+	url := "sqlite://" + path
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), killChildEnv+"="+url)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start child: %v", err)
+	}
+	defer cmd.Process.Kill() //nolint:errcheck // killed below unless the test failed first
+	if line, _ := bufio.NewReader(stdout).ReadString('\n'); line != "committed\n" {
+		t.Fatalf("child did not commit: stdout %q, stderr:\n%s", line, stderr.String())
+	}
+	check := func(what, url string) {
+		t.Helper()
+		c := load(t, openStore(t, url))
+		if len(c.Jobs) != 1 || c.Jobs[0].ID != killChildJob || len(c.Events) != 1 {
+			t.Errorf("%s: %d jobs, %d events; want job %d and its event", what, len(c.Jobs), len(c.Events), killChildJob)
+		}
+	}
+	if _, err := Backup(ctx, url, filepath.Join(dir, "live.db")); err != nil {
+		t.Fatalf("Backup of a store another process holds: %v", err)
+	}
+	if _, err := Migrate(ctx, url, "sqlite://"+filepath.Join(dir, "refused.db"), nil); !errors.Is(err, ErrInUse) {
+		t.Errorf("Migrate of a store another process holds: %v, want ErrInUse", err)
+	}
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait() // it was killed; its exit status says only that
+	if fi, err := os.Stat(path + "-wal"); err != nil || fi.Size() == 0 {
+		t.Fatalf("the killed process left no WAL (%v): the test would not show that its commits are read from it", err)
+	}
+	if _, err := Backup(ctx, url, filepath.Join(dir, "crashed.db")); err != nil {
+		t.Fatalf("Backup of a crashed store: %v", err)
+	}
+	if _, err := Migrate(ctx, url, "sqlite://"+filepath.Join(dir, "moved.db"), nil); err != nil {
+		t.Fatalf("Migrate of a crashed store: %v", err)
+	}
+	check("backup while another process holds the store", "sqlite://"+filepath.Join(dir, "live.db"))
+	check("backup after that process was killed", "sqlite://"+filepath.Join(dir, "crashed.db"))
+	check("copy after that process was killed", "sqlite://"+filepath.Join(dir, "moved.db"))
 }
