@@ -460,7 +460,7 @@ func copyAll(ctx context.Context, src, dst *copyEnd, ms []migration, logger *slo
 		}
 	}
 	for _, t := range copiedTables {
-		n, err := copyTable(ctx, stx, tx, t)
+		n, err := copyTable(ctx, stx, tx, dst.d, t)
 		if err != nil {
 			return nil, fmt.Errorf("copy %s: %w", t, err)
 		}
@@ -485,7 +485,7 @@ func copyAll(ctx context.Context, src, dst *copyEnd, ms []migration, logger *slo
 
 // copyTable streams every row of table from src to dst and returns how many it copied.
 // The columns are the target's, read from its schema, so their order need not match.
-func copyTable(ctx context.Context, src, dst *sql.Tx, table string) (int64, error) {
+func copyTable(ctx context.Context, src, dst *sql.Tx, d dialect, table string) (int64, error) {
 	probe, err := dst.QueryContext(ctx, "SELECT * FROM "+quoteIdent(table)+" WHERE 1 = 0")
 	if err != nil {
 		return 0, err
@@ -507,7 +507,14 @@ func copyTable(ctx context.Context, src, dst *sql.Tx, table string) (int64, erro
 	defer rows.Close()
 
 	// As many rows a statement as stay well inside both backends' limits on parameters.
+	// The statement for a full chunk is prepared once: parsing hundreds of parameters
+	// costs more than inserting the rows.
 	perStatement := max(1, 900/len(cols))
+	full, err := dst.PrepareContext(ctx, multiInsert(d, table, list, len(cols), perStatement))
+	if err != nil {
+		return 0, err
+	}
+	defer full.Close()
 	var (
 		n    int64
 		args []any
@@ -516,12 +523,14 @@ func copyTable(ctx context.Context, src, dst *sql.Tx, table string) (int64, erro
 		if len(args) == 0 {
 			return nil
 		}
-		k := len(args) / len(cols)
-		if _, err := dst.ExecContext(ctx, multiInsert(table, list, len(cols), k), args...); err != nil {
-			return err
+		var err error
+		if k := len(args) / len(cols); k == perStatement {
+			_, err = full.ExecContext(ctx, args...)
+		} else {
+			_, err = dst.ExecContext(ctx, multiInsert(d, table, list, len(cols), k), args...)
 		}
 		args = args[:0]
-		return nil
+		return err
 	}
 	vals := make([]any, len(cols))
 	ptrs := make([]any, len(cols))
@@ -546,8 +555,10 @@ func copyTable(ctx context.Context, src, dst *sql.Tx, table string) (int64, erro
 	return n, flush()
 }
 
-// multiInsert is the statement inserting rows rows of cols columns named by list.
-func multiInsert(table, list string, cols, rows int) string {
+// multiInsert is the statement inserting rows rows of cols columns named by list. SQLite
+// gets anonymous parameters (?): binding numbered ones ($N) looks each one's name up in a
+// list, which costs the square of their number in a statement of hundreds.
+func multiInsert(d dialect, table, list string, cols, rows int) string {
 	var b strings.Builder
 	b.WriteString("INSERT INTO ")
 	b.WriteString(quoteIdent(table))
@@ -564,8 +575,12 @@ func multiInsert(table, list string, cols, rows int) string {
 			if c > 0 {
 				b.WriteString(", ")
 			}
-			b.WriteByte('$')
-			b.WriteString(strconv.Itoa(p))
+			if d.name == sqliteDialect.name {
+				b.WriteByte('?')
+			} else {
+				b.WriteByte('$')
+				b.WriteString(strconv.Itoa(p))
+			}
 			p++
 		}
 		b.WriteByte(')')
