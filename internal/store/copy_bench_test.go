@@ -96,4 +96,3 @@ func BenchmarkMigrate(b *testing.B) {
 		reportRows(b)
 	})
 }
-
