@@ -71,17 +71,17 @@ func Migrate(ctx context.Context, from, to string, logger *slog.Logger) (res Mig
 		return res, fmt.Errorf("store: migrate: target: %w", err)
 	}
 	if sameStore(from, fromKind, to, toKind) {
-		return res, fmt.Errorf("store: migrate: the source and the target are the same store (%s): name a new, empty one as the target", redact(to))
+		return res, fmt.Errorf("store: migrate: the source and the target are the same store (%s): name a new, empty one as the target", showURL(to))
 	}
 
 	src, err := openCopySource(ctx, from, fromKind, len(ms))
 	if err != nil {
-		return res, fmt.Errorf("store: migrate: source %s: %w", redact(from), err)
+		return res, fmt.Errorf("store: migrate: source %s: %w", showURL(from), err)
 	}
 	defer src.close(false)
 	dst, err := openCopyTarget(ctx, to, toKind, len(ms))
 	if err != nil {
-		return res, fmt.Errorf("store: migrate: target %s: %w", redact(to), err)
+		return res, fmt.Errorf("store: migrate: target %s: %w", showURL(to), err)
 	}
 	defer func() {
 		dst.close(err != nil)
@@ -89,7 +89,7 @@ func Migrate(ctx context.Context, from, to string, logger *slog.Logger) (res Mig
 
 	counts, err := copyAll(ctx, src, dst, ms, logger)
 	if err != nil {
-		return res, fmt.Errorf("store: migrate %s to %s: nothing was written: %w", redact(from), redact(to), err)
+		return res, fmt.Errorf("store: migrate %s to %s: nothing was written: %w", showURL(from), showURL(to), err)
 	}
 	// Counted again outside the transaction, as any reader of the target now sees it.
 	for _, c := range counts {
@@ -117,7 +117,7 @@ func storeKind(u string) (string, error) {
 	case strings.HasPrefix(u, "postgres://"), strings.HasPrefix(u, "postgresql://"):
 		return postgresDialect.name, nil
 	}
-	return "", fmt.Errorf("%q: %w", redact(u), ErrUnsupportedURL)
+	return "", fmt.Errorf("%q: %w", showURL(u), ErrUnsupportedURL)
 }
 
 // sameStore says whether two store URLs name one store: the same file (also through
@@ -586,4 +586,26 @@ func multiInsert(d dialect, table, list string, cols, rows int) string {
 		b.WriteByte(')')
 	}
 	return b.String()
+}
+
+// showURL is a store URL as an error may show it: a SQLite file's path in full, a
+// PostgreSQL URL without its password.
+func showURL(u string) string {
+	if strings.HasPrefix(u, "sqlite://") {
+		return u
+	}
+	p, err := url.Parse(u)
+	if err != nil || p.Scheme == "" {
+		return redact(u)
+	}
+	if _, has := p.User.Password(); has {
+		p.User = url.UserPassword(p.User.Username(), "xxx")
+	}
+	for _, secret := range []string{"password", "sslpassword"} {
+		if q := p.Query(); q.Has(secret) {
+			q.Set(secret, "xxx")
+			p.RawQuery = q.Encode()
+		}
+	}
+	return p.String()
 }
