@@ -425,6 +425,15 @@ func TestMigrateRefusesPostgres(t *testing.T) {
 			t.Errorf("Migrate once the leader has gone: %v", err)
 		}
 	})
+	t.Run("EmptyRotaSchemaAccepted", func(t *testing.T) {
+		// A database a rota opened but never wrote to is empty: the copy goes in.
+		url := pg.NewDatabase(t)
+		openStore(t, url).Close()
+		if _, err := Migrate(ctx, src, url, testLogger(t)); err != nil {
+			t.Fatalf("Migrate into a database with rota's tables and no rows: %v", err)
+		}
+		equal(t, "rows", dumpTables(t, url), dumpTables(t, src))
+	})
 	t.Run("NewerSchemaTarget", func(t *testing.T) {
 		url := pg.NewDatabase(t)
 		openStore(t, url).Close()
