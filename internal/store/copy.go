@@ -83,14 +83,18 @@ func Migrate(ctx context.Context, from, to string, logger *slog.Logger) (res Mig
 	if err != nil {
 		return res, fmt.Errorf("store: migrate: target %s: %w", showURL(to), err)
 	}
+	// Until the copy commits, a failure removes the SQLite file this call created; after,
+	// the target holds the copy and stays.
+	committed := false
 	defer func() {
-		dst.close(err != nil)
+		dst.close(!committed)
 	}()
 
 	counts, err := copyAll(ctx, src, dst, ms, logger)
 	if err != nil {
 		return res, fmt.Errorf("store: migrate %s to %s: nothing was written: %w", showURL(from), showURL(to), err)
 	}
+	committed = true
 	// Counted again outside the transaction, as any reader of the target now sees it.
 	for _, c := range counts {
 		n, err := countRows(ctx, dst.db, c.Table)
@@ -102,7 +106,7 @@ func Migrate(ctx context.Context, from, to string, logger *slog.Logger) (res Mig
 		}
 	}
 	res.Tables = counts
-	res.Skipped = notCopiedTables
+	res.Skipped = slices.Clone(notCopiedTables)
 	return res, nil
 }
 
@@ -183,6 +187,13 @@ type copyEnd struct {
 }
 
 func (e *copyEnd) close(failed bool) {
+	// The lease session is one of the pool's connections: it is given up before the pool
+	// closes. A SQLite lock file is let go only after the pool, once nothing here can
+	// write the file, as a server's store does (Close).
+	if e.held != nil && e.d.name == postgresDialect.name {
+		e.held()
+		e.held = nil
+	}
 	if e.db != nil {
 		e.db.Close()
 	}

@@ -424,6 +424,11 @@ func TestMigrateRefusesPostgres(t *testing.T) {
 		if _, err := Migrate(ctx, url, "sqlite://"+filepath.Join(t.TempDir(), "y.db"), nil); err != nil {
 			t.Errorf("Migrate once the leader has gone: %v", err)
 		}
+		// And the copy gives the lease back: a server may lead there again.
+		if term, err := lease.TryAcquire(ctx); err != nil || term == 0 {
+			t.Errorf("TryAcquire after the copy: term %d, %v; want the lease", term, err)
+		}
+		lease.Release()
 	})
 	t.Run("EmptyRotaSchemaAccepted", func(t *testing.T) {
 		// A database a rota opened but never wrote to is empty: the copy goes in.
