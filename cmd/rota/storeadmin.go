@@ -20,7 +20,7 @@ func (storeTools) Backup(ctx context.Context, from, to string) (cli.StoreBackup,
 }
 
 func (storeTools) Migrate(ctx context.Context, from, to string) (cli.StoreCopy, error) {
-	res, err := store.Migrate(ctx, from, to, nil)
+	res, err := store.Copy(ctx, from, to, nil)
 	if err != nil {
 		return cli.StoreCopy{}, err
 	}

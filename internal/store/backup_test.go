@@ -207,7 +207,7 @@ func TestBackupRefuses(t *testing.T) {
 
 // TestBackupOtherProcessAndCrash backs up a store that another process holds open, as a
 // server does, then the same store after that process was killed with its last commit
-// still in the WAL only; and copies the crashed store with Migrate. Each copy has the
+// still in the WAL only; and copies the crashed store with Copy. Each copy has the
 // commit.
 func TestBackupOtherProcessAndCrash(t *testing.T) {
 	dir := t.TempDir()
@@ -240,8 +240,8 @@ func TestBackupOtherProcessAndCrash(t *testing.T) {
 	if _, err := Backup(ctx, url, filepath.Join(dir, "live.db")); err != nil {
 		t.Fatalf("Backup of a store another process holds: %v", err)
 	}
-	if _, err := Migrate(ctx, url, "sqlite://"+filepath.Join(dir, "refused.db"), nil); !errors.Is(err, ErrInUse) {
-		t.Errorf("Migrate of a store another process holds: %v, want ErrInUse", err)
+	if _, err := Copy(ctx, url, "sqlite://"+filepath.Join(dir, "refused.db"), nil); !errors.Is(err, ErrInUse) {
+		t.Errorf("Copy of a store another process holds: %v, want ErrInUse", err)
 	}
 	if err := cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
@@ -253,8 +253,8 @@ func TestBackupOtherProcessAndCrash(t *testing.T) {
 	if _, err := Backup(ctx, url, filepath.Join(dir, "crashed.db")); err != nil {
 		t.Fatalf("Backup of a crashed store: %v", err)
 	}
-	if _, err := Migrate(ctx, url, "sqlite://"+filepath.Join(dir, "moved.db"), nil); err != nil {
-		t.Fatalf("Migrate of a crashed store: %v", err)
+	if _, err := Copy(ctx, url, "sqlite://"+filepath.Join(dir, "moved.db"), nil); err != nil {
+		t.Fatalf("Copy of a crashed store: %v", err)
 	}
 	check("backup while another process holds the store", "sqlite://"+filepath.Join(dir, "live.db"))
 	check("backup after that process was killed", "sqlite://"+filepath.Join(dir, "crashed.db"))

@@ -15,7 +15,7 @@ import (
 	"time"
 )
 
-// copiedTables are the tables Migrate copies, in the order it copies them: a table
+// copiedTables are the tables Copy copies, in the order it copies them: a table
 // another refers to (attempts refer to jobs) comes first. Together with notCopiedTables
 // they must name every table of the schema; TestCopyCoversSchema checks that a new
 // migration's table is named in one of them.
@@ -30,8 +30,8 @@ var copiedTables = []string{
 // announced themselves (lease.go), both about the servers on the source's database.
 var notCopiedTables = []string{"schema_migrations", "leader", "replicas"}
 
-// MigrateResult describes a copy Migrate made.
-type MigrateResult struct {
+// CopyResult describes a copy Copy made.
+type CopyResult struct {
 	// Schema is the schema version of both stores.
 	Schema int
 	// Tables counts the rows copied into every table, in copy order; each equals the
@@ -41,10 +41,10 @@ type MigrateResult struct {
 	Skipped []string
 }
 
-// Migrate copies the whole of the store at from into the empty store at to, across
+// Copy copies the whole of the store at from into the empty store at to, across
 // backends (sqlite:// to postgres:// and back) or within one.
 //
-// The source must have this binary's schema version and no server on it: Migrate holds
+// The source must have this binary's schema version and no server on it: Copy holds
 // what a server takes for the length of the copy (a SQLite store's lock file, a PostgreSQL
 // store's leader lease), so it fails at once when a server runs there and no server can
 // start there meanwhile. It reads the source in one transaction and never writes it.
@@ -52,8 +52,8 @@ type MigrateResult struct {
 // The target must be empty: a database without rota's tables, or with them and no rows
 // (a new SQLite file is created). Its schema and every row are written in one transaction,
 // and the rows per table are counted on both sides before the commit: a copy that fails
-// writes nothing (a SQLite file Migrate created is removed again).
-func Migrate(ctx context.Context, from, to string, logger *slog.Logger) (res MigrateResult, err error) {
+// writes nothing (a SQLite file Copy created is removed again).
+func Copy(ctx context.Context, from, to string, logger *slog.Logger) (res CopyResult, err error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
@@ -181,7 +181,7 @@ type copyEnd struct {
 	db *sql.DB
 	// held is the SQLite lock file or the PostgreSQL lease session, held until close.
 	held func()
-	// created lists the files Migrate made for a SQLite target, removed again if the copy
+	// created lists the files Copy made for a SQLite target, removed again if the copy
 	// fails.
 	created []string
 }

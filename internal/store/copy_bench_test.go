@@ -73,7 +73,7 @@ func BenchmarkMigrate(b *testing.B) {
 		for b.Loop() {
 			i++
 			to := filepath.Join(dir, fmt.Sprintf("copy-%d.db", i))
-			if _, err := Migrate(context.Background(), url, "sqlite://"+to, nil); err != nil {
+			if _, err := Copy(context.Background(), url, "sqlite://"+to, nil); err != nil {
 				b.Fatal(err)
 			}
 			b.StopTimer()
@@ -89,7 +89,7 @@ func BenchmarkMigrate(b *testing.B) {
 			b.StopTimer()
 			to := pg.NewDatabase(b)
 			b.StartTimer()
-			if _, err := Migrate(context.Background(), url, to, nil); err != nil {
+			if _, err := Copy(context.Background(), url, to, nil); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -152,21 +152,21 @@ func loadAll(t *testing.T, url string) (contents, identity) {
 	return c, id
 }
 
-func checkCounts(t *testing.T, res MigrateResult, dump map[string][]string) {
+func checkCounts(t *testing.T, res CopyResult, dump map[string][]string) {
 	t.Helper()
 	var names []string
 	for _, c := range res.Tables {
 		names = append(names, c.Table)
 		if int64(len(dump[c.Table])) != c.Rows {
-			t.Errorf("Migrate counted %d rows of %s; the source holds %d", c.Rows, c.Table, len(dump[c.Table]))
+			t.Errorf("Copy counted %d rows of %s; the source holds %d", c.Rows, c.Table, len(dump[c.Table]))
 		}
 	}
 	if !slices.Equal(names, copiedTables) {
-		t.Errorf("Migrate counted tables %v, want %v", names, copiedTables)
+		t.Errorf("Copy counted tables %v, want %v", names, copiedTables)
 	}
 }
 
-// TestCopyCoversSchema fails when a migration adds a table Migrate does not know: it must
+// TestCopyCoversSchema fails when a migration adds a table Copy does not know: it must
 // be copied (copiedTables) or said to describe the servers only (notCopiedTables).
 func TestCopyCoversSchema(t *testing.T) {
 	url := "sqlite://" + filepath.Join(t.TempDir(), "rota.db")
@@ -180,7 +180,7 @@ func TestCopyCoversSchema(t *testing.T) {
 	known := append(slices.Clone(copiedTables), notCopiedTables...)
 	sort.Strings(known)
 	if !slices.Equal(tables, known) {
-		t.Errorf("the schema's tables are %v; Migrate copies %v and leaves %v: name every table in one of the two lists in copy.go",
+		t.Errorf("the schema's tables are %v; Copy copies %v and leaves %v: name every table in one of the two lists in copy.go",
 			tables, copiedTables, notCopiedTables)
 	}
 }
@@ -189,9 +189,9 @@ func TestMigrateSQLiteToSQLite(t *testing.T) {
 	dir := t.TempDir()
 	from, to := "sqlite://"+filepath.Join(dir, "a.db"), "sqlite://"+filepath.Join(dir, "b.db")
 	fillStore(t, from)
-	res, err := Migrate(context.Background(), from, to, testLogger(t))
+	res, err := Copy(context.Background(), from, to, testLogger(t))
 	if err != nil {
-		t.Fatalf("Migrate: %v", err)
+		t.Fatalf("Copy: %v", err)
 	}
 	want := dumpTables(t, from)
 	checkCounts(t, res, want)
@@ -218,9 +218,9 @@ func TestMigrateRoundTrip(t *testing.T) {
 	want := dumpTables(t, first)
 	wantC, wantID := loadAll(t, first)
 
-	res, err := Migrate(ctx, first, mid, testLogger(t))
+	res, err := Copy(ctx, first, mid, testLogger(t))
 	if err != nil {
-		t.Fatalf("Migrate sqlite to postgres: %v", err)
+		t.Fatalf("Copy sqlite to postgres: %v", err)
 	}
 	checkCounts(t, res, want)
 	equal(t, "postgres rows", dumpTables(t, mid), want)
@@ -228,9 +228,9 @@ func TestMigrateRoundTrip(t *testing.T) {
 	equal(t, "postgres contents", gotC, wantC)
 	equal(t, "postgres identity", gotID, wantID)
 
-	res, err = Migrate(ctx, mid, back, testLogger(t))
+	res, err = Copy(ctx, mid, back, testLogger(t))
 	if err != nil {
-		t.Fatalf("Migrate postgres to sqlite: %v", err)
+		t.Fatalf("Copy postgres to sqlite: %v", err)
 	}
 	checkCounts(t, res, want)
 	equal(t, "rows after the round trip", dumpTables(t, back), want)
@@ -246,7 +246,7 @@ func TestMigrateRoundTrip(t *testing.T) {
 	}
 }
 
-// checkRefused runs Migrate, wants an error saying want, and checks that the target's
+// checkRefused runs Copy, wants an error saying want, and checks that the target's
 // rows are as they were, or that no file was made for a SQLite target that did not exist.
 // (A target that is not a rota store is checked by its own test.)
 func checkRefused(t *testing.T, from, to, want string) error {
@@ -255,12 +255,12 @@ func checkRefused(t *testing.T, from, to, want string) error {
 	_, statErr := os.Stat(path)
 	existed := !isFile || statErr == nil
 	before, dumpErr := tryDump(to)
-	_, err := Migrate(context.Background(), from, to, testLogger(t))
+	_, err := Copy(context.Background(), from, to, testLogger(t))
 	if err == nil {
-		t.Fatalf("Migrate %s to %s: want an error saying %q, got none", from, to, want)
+		t.Fatalf("Copy %s to %s: want an error saying %q, got none", from, to, want)
 	}
 	if !strings.Contains(err.Error(), want) {
-		t.Errorf("Migrate %s to %s: error %q does not say %q", from, to, err, want)
+		t.Errorf("Copy %s to %s: error %q does not say %q", from, to, err, want)
 	}
 	if isFile && !existed {
 		for _, suffix := range []string{"", ".lock", "-wal", "-shm"} {
@@ -421,8 +421,8 @@ func TestMigrateRefusesPostgres(t *testing.T) {
 		}
 		lease.Release()
 		// With the leader gone the copy runs.
-		if _, err := Migrate(ctx, url, "sqlite://"+filepath.Join(t.TempDir(), "y.db"), nil); err != nil {
-			t.Errorf("Migrate once the leader has gone: %v", err)
+		if _, err := Copy(ctx, url, "sqlite://"+filepath.Join(t.TempDir(), "y.db"), nil); err != nil {
+			t.Errorf("Copy once the leader has gone: %v", err)
 		}
 		// And the copy gives the lease back: a server may lead there again.
 		if term, err := lease.TryAcquire(ctx); err != nil || term == 0 {
@@ -434,8 +434,8 @@ func TestMigrateRefusesPostgres(t *testing.T) {
 		// A database a rota opened but never wrote to is empty: the copy goes in.
 		url := pg.NewDatabase(t)
 		openStore(t, url).Close()
-		if _, err := Migrate(ctx, src, url, testLogger(t)); err != nil {
-			t.Fatalf("Migrate into a database with rota's tables and no rows: %v", err)
+		if _, err := Copy(ctx, src, url, testLogger(t)); err != nil {
+			t.Fatalf("Copy into a database with rota's tables and no rows: %v", err)
 		}
 		equal(t, "rows", dumpTables(t, url), dumpTables(t, src))
 	})

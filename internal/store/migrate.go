@@ -100,7 +100,7 @@ func applyMigrations(ctx context.Context, db *sql.DB, d dialect, logger *slog.Lo
 }
 
 // applyMigrationsTx applies the migrations of ms that tx's database lacks, inside tx: the
-// caller commits, so that a copy into a new store (see Migrate) writes its schema and its
+// caller commits, so that a copy into a new store (see Copy) writes its schema and its
 // rows in one transaction.
 func applyMigrationsTx(ctx context.Context, tx *sql.Tx, d dialect, logger *slog.Logger, ms []migration) error {
 	// Several servers starting at once against one PostgreSQL must not both migrate.
