@@ -63,7 +63,7 @@ func binary() cli.Binary {
 		// rota version then says "unknown"; store's tests keep the embedded migrations valid.
 		schema = 0
 	}
-	return cli.Binary{StoreSchema: schema, OtherVerbs: ownVerbs}
+	return cli.Binary{StoreSchema: schema, OtherVerbs: ownVerbs, Store: storeTools{}}
 }
 
 func main() {

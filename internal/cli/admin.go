@@ -42,8 +42,14 @@ Commands:
   apply -f FILE                   apply a YAML file of queues and teams
   status                          show the servers, the leader, its term and the store
 
-Every command takes --server URL, --token TOKEN and -o table|json. Run
-'rota admin COMMAND -h' for a command's flags.
+Commands that act on the store itself, on the machine they run on:
+  backup [--store URL | --data-dir DIR] --to FILE
+                                  copy a SQLite store to a new file while its server runs
+  migrate --from URL --to URL     copy a whole store into an empty one, SQLite to
+                                  PostgreSQL or back; the servers must be stopped
+
+Every command takes -o table|json, and those that ask a server --server URL and
+--token TOKEN. Run 'rota admin COMMAND -h' for a command's flags.
 `
 
 // adminCommands are the commands under `rota admin`, named by one or two words.
@@ -75,6 +81,8 @@ var adminCommands = []struct {
 	{"unreserve", runUnreserve},
 	{"apply", runApply},
 	{"status", runStatus},
+	{"backup", runBackup},
+	{"migrate", runMigrate},
 	{"price set", runPriceSet},
 	{"price list", runPriceList},
 	{"price delete", runPriceDelete},

@@ -65,6 +65,9 @@ type Binary struct {
 	// OtherVerbs are the verbs cmd/rota runs itself (server, agent, up, ...), which
 	// `rota completion` offers beside the client verbs.
 	OtherVerbs []Verb
+	// Store runs `rota admin backup` and `rota admin migrate`, which act on a store
+	// directly; nil in a binary without them.
+	Store StoreTools
 }
 
 // Main runs one client verb with the process's environment and returns its exit code.

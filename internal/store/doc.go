@@ -9,4 +9,7 @@
 // The store writes what it is given in one transaction per Batch and reads it back. It
 // must not know about HTTP, the job state machine or scheduling: it never decides whether
 // a change is allowed, never fills in defaults and never reads the clock to change state.
+//
+// Backup copies a live SQLite store to a new file, and Copy a whole store into an empty
+// one across backends: `rota admin backup` and `rota admin migrate`.
 package store

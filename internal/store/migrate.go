@@ -90,6 +90,19 @@ func applyMigrations(ctx context.Context, db *sql.DB, d dialect, logger *slog.Lo
 			_ = tx.Rollback() // err says what went wrong; nothing was committed
 		}
 	}()
+	if err := applyMigrationsTx(ctx, tx, d, logger, ms); err != nil {
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	return nil
+}
+
+// applyMigrationsTx applies the migrations of ms that tx's database lacks, inside tx: the
+// caller commits, so that a copy into a new store (see Copy) writes its schema and its
+// rows in one transaction.
+func applyMigrationsTx(ctx context.Context, tx *sql.Tx, d dialect, logger *slog.Logger, ms []migration) error {
 	// Several servers starting at once against one PostgreSQL must not both migrate.
 	if d.lockWrites != "" {
 		if _, err := tx.ExecContext(ctx, d.lockWrites); err != nil {
@@ -119,9 +132,6 @@ func applyMigrations(ctx context.Context, db *sql.DB, d dialect, logger *slog.Lo
 			return fmt.Errorf("record migration %s: %w", m.name, err)
 		}
 		logger.Info("applied store migration", "backend", d.name, "version", m.version, "name", m.name)
-	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("commit: %w", err)
 	}
 	return nil
 }
