@@ -363,11 +363,11 @@ func (f *FakeDevices) logger() *slog.Logger {
 }
 
 // gbInModel finds a size like "40GB" in a model name, so "4xA100-40GB" gets 40 GiB cards.
-var gbInModel = regexp.MustCompile(`(?i)(\d+)\s*GB`)
+var gbInModel = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`(?i)(\d+)\s*GB`) })
 
 // modelMemoryMB is the memory of a model: the "<n>GB" in its name, else that of an H100.
 func modelMemoryMB(model string) int64 {
-	if m := gbInModel.FindStringSubmatch(model); m != nil {
+	if m := gbInModel().FindStringSubmatch(model); m != nil {
 		gb, err := strconv.ParseInt(m[1], 10, 64)
 		if err == nil && gb > 0 && gb <= 1<<20 {
 			return gb * 1024

@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 	"unicode"
 
@@ -62,7 +63,9 @@ type fakeMIGSpec struct {
 
 // fakeMIGProfile is the form of a MIG profile: an optional compute share ("1c."), GPU
 // slices, memory, and extensions such as "+me": "3g.40gb", "1c.7g.80gb", "1g.10gb+me".
-var fakeMIGProfile = regexp.MustCompile(`^([1-9]c\.)?[1-9]g\.[1-9][0-9]{0,3}gb([+-][a-z]{1,8})*$`)
+var fakeMIGProfile = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(`^([1-9]c\.)?[1-9]g\.[1-9][0-9]{0,3}gb([+-][a-z]{1,8})*$`)
+})
 
 // maxFakeMIGInstances is as many MIG devices as NVIDIA's GPUs can hold.
 const maxFakeMIGInstances = 7
@@ -262,7 +265,7 @@ func fakeMIG(field, node string, i int, memMB int64, specs []fakeMIGSpec) ([]mig
 	for j, m := range specs {
 		f := fmt.Sprintf("%s[%d]", field, j)
 		profile := strings.TrimSpace(m.Profile)
-		if !fakeMIGProfile.MatchString(profile) {
+		if !fakeMIGProfile().MatchString(profile) {
 			return nil, fmt.Errorf("%s.profile: %q; want a MIG profile as NVIDIA names them, such as 1g.10gb, 3g.40gb or 1c.7g.80gb", f, m.Profile)
 		}
 		if err := checkMemory(f+".memory_mb", m.MemoryMB); err != nil {

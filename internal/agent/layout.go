@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/rotahq/rota/internal/api"
@@ -144,9 +145,9 @@ func (e endRecord) taskStatus(k attemptKey) api.TaskStatus {
 }
 
 // clusterIDPattern keeps a cluster ID usable as one path component and in a cgroup name.
-var clusterIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
+var clusterIDPattern = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`) })
 
-func validClusterID(id string) bool { return clusterIDPattern.MatchString(id) }
+func validClusterID(id string) bool { return clusterIDPattern().MatchString(id) }
 
 // clusterRoot holds a cluster's jobs and checkpoints; the legacy layout's is the data dir.
 func clusterRoot(dataDir string, k attemptKey) string {

@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/rotahq/rota/internal/api"
@@ -127,7 +128,7 @@ func parseEnd(s string, start, now time.Time, loc *time.Location) (time.Time, er
 }
 
 // spanDays matches a duration that begins with whole days: 2d, 1d12h.
-var spanDays = regexp.MustCompile(`^(\d{1,5})d(.*)$`)
+var spanDays = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^(\d{1,5})d(.*)$`) })
 
 // parseSpan reads a positive duration: a Go duration, optionally led by days (2d, 1d12h).
 // It takes no sign, so that parseEnd leaves "+4h" to parseWhen.
@@ -137,7 +138,7 @@ func parseSpan(s string) (time.Duration, error) {
 	}
 	var days time.Duration
 	rest := s
-	if m := spanDays.FindStringSubmatch(s); m != nil {
+	if m := spanDays().FindStringSubmatch(s); m != nil {
 		n, _ := strconv.Atoi(m[1])
 		days, rest = time.Duration(n)*24*time.Hour, m[2]
 	}

@@ -5,6 +5,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"sync"
 )
 
 // maxExportBytes is the server's default bound on a job's environment
@@ -70,7 +71,7 @@ func deniedExport(name string) string {
 }
 
 // envName is a name a shell can export.
-var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+var envName = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`) })
 
 // exportEnv reads --export as sbatch does and returns the variables it sends from environ
 // (KEY=VALUE entries), with warnings:
@@ -109,7 +110,7 @@ func exportEnv(spec string, environ []string) (map[string]string, []string, erro
 			continue
 		case item == "NONE":
 			return nil, nil, fmt.Errorf("NONE stands alone; --export VAR,... sends only the variables it names")
-		case !envName.MatchString(k):
+		case !envName().MatchString(k):
 			return nil, nil, fmt.Errorf("%q is not a variable name; want ALL, NONE or VAR,VAR=VALUE,...", item)
 		case named[k]:
 			return nil, nil, fmt.Errorf("%s is named twice", k)

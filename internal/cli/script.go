@@ -470,7 +470,7 @@ func sbatchTime(v string) ([]string, []string, error) {
 	case "unlimited", "infinite":
 		return nil, []string{"rota has no unlimited time; the queue's default limit applies"}, nil
 	}
-	if !slurmTime.MatchString(v) {
+	if !slurmTime().MatchString(v) {
 		return nil, nil, errors.New("want minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS")
 	}
 	if _, err := parseTimeLimit(v); err != nil {

@@ -14,6 +14,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"go.yaml.in/yaml/v3"
@@ -613,7 +614,7 @@ func parseDependency(s string) (after, afterOK []int64, err error) {
 }
 
 // unknownField matches yaml.v3's complaint about a field JobSpec lacks.
-var unknownField = regexp.MustCompile(`^line (\d+): field (.+) not found in type `)
+var unknownField = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^line (\d+): field (.+) not found in type `) })
 
 // readSpecFile decodes a YAML JobSpec, refusing fields JobSpec does not have.
 func readSpecFile(path string) (api.JobSpec, error) {
@@ -632,7 +633,7 @@ func readSpecFile(path string) (api.JobSpec, error) {
 	if errors.As(err, &te) {
 		msgs := make([]string, len(te.Errors))
 		for i, m := range te.Errors {
-			if sub := unknownField.FindStringSubmatch(m); sub != nil {
+			if sub := unknownField().FindStringSubmatch(m); sub != nil {
 				m = fmt.Sprintf("line %s: unknown field %q", sub[1], sub[2])
 			}
 			msgs[i] = m
@@ -646,12 +647,12 @@ func readSpecFile(path string) (api.JobSpec, error) {
 }
 
 // sizeRE is a number with an optional unit: M, G or T, each optionally followed by B or iB.
-var sizeRE = regexp.MustCompile(`^(?i)(-?[0-9]*\.?[0-9]+)\s*(?:([MGT])(I?B)?)?$`)
+var sizeRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^(?i)(-?[0-9]*\.?[0-9]+)\s*(?:([MGT])(I?B)?)?$`) })
 
 // ParseSize reads a memory size into megabytes: 512M, 16G, 1.5T, 16GiB, 16GB (taken as
 // GiB, as Slurm does) or a bare number of megabytes.
 func ParseSize(s string) (int64, error) {
-	m := sizeRE.FindStringSubmatch(strings.TrimSpace(s))
+	m := sizeRE().FindStringSubmatch(strings.TrimSpace(s))
 	if m == nil {
 		return 0, fmt.Errorf("invalid size %q: want e.g. 512M, 16G, 1T or a number of megabytes", s)
 	}
@@ -676,13 +677,15 @@ func ParseSize(s string) (int64, error) {
 }
 
 // slurmTime matches Slurm's time limit forms: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS.
-var slurmTime = regexp.MustCompile(`^(?:(\d+)-(\d+)(?::(\d+)(?::(\d+))?)?|(\d+)(?::(\d+)(?::(\d+))?)?)$`)
+var slurmTime = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(`^(?:(\d+)-(\d+)(?::(\d+)(?::(\d+))?)?|(\d+)(?::(\d+)(?::(\d+))?)?)$`)
+})
 
 // parseTimeLimit reads a time limit into seconds. It takes Go durations (90m, 2h30m) and
 // Slurm's forms (MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS; a bare number is minutes).
 func parseTimeLimit(s string) (int64, error) {
 	t := strings.TrimSpace(s)
-	if m := slurmTime.FindStringSubmatch(t); m != nil {
+	if m := slurmTime().FindStringSubmatch(t); m != nil {
 		var v [8]int64
 		for i := 1; i < len(m); i++ {
 			if m[i] == "" {

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/rotahq/rota/internal/api"
@@ -219,7 +220,7 @@ func writeHTML(w io.Writer, p Pack, gov []table) error {
 	pg.Tasks = []chart{usageBars("GPU-hours by team", p.Reports[api.ByTeam]), usageBars("GPU-hours by queue", p.Reports[api.ByQueue])}
 	pg.Capacity = []chart{capacityLines("GPU-hours by day against capacity", p.Reports[api.ByDay]),
 		capacityLines("GPU-hours by hour of the week (UTC) against capacity", p.Reports[api.ByHourOfWeek])}
-	return pageTemplate.Execute(w, pg)
+	return pageTemplate().Execute(w, pg)
 }
 
 // chart is an SVG drawing made of rectangles, lines and texts, in a viewBox of
@@ -352,9 +353,11 @@ func truncateLabel(s string) string {
 	return s
 }
 
-var pageTemplate = template.Must(template.New("page").Funcs(template.FuncMap{
-	"time": func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04 UTC") },
-}).Parse(`<!DOCTYPE html>
+// pageTemplate is parsed on first use: most runs of the binary never write a pack.
+var pageTemplate = sync.OnceValue(func() *template.Template {
+	return template.Must(template.New("page").Funcs(template.FuncMap{
+		"time": func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04 UTC") },
+	}).Parse(`<!DOCTYPE html>
 <html lang="en">
 <head>
 <meta charset="utf-8">
@@ -419,3 +422,4 @@ svg text{font-size:11px;fill:#444}
 {{end}}{{range .Texts}}<text x="{{printf "%.1f" .X}}" y="{{printf "%.1f" .Y}}" text-anchor="{{.Anchor}}">{{.Text}}</text>
 {{end}}</svg>{{end}}
 `))
+})

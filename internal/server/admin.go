@@ -227,7 +227,7 @@ func (s *Server) handleReserve(w http.ResponseWriter, r *http.Request) {
 	case req.End.Sub(req.Start) > 366*24*time.Hour:
 		writeError(w, http.StatusBadRequest, invalid("end", "a reservation may last at most a year"))
 		return
-	case req.Name != "" && !nameRE.MatchString(req.Name):
+	case req.Name != "" && !nameRE().MatchString(req.Name):
 		writeError(w, http.StatusBadRequest, invalid("name", "use letters, digits and ._@+-"))
 		return
 	}

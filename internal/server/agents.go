@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/rotahq/rota/internal/api"
@@ -29,11 +30,13 @@ const (
 )
 
 var (
-	instanceRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+	instanceRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`) })
 	// reasonRE is what a reason code an agent reports may be: exit_code, node_shutdown…
-	reasonRE = regexp.MustCompile(`^[a-z0-9_]{0,64}$`)
+	reasonRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9_]{0,64}$`) })
 	// digestRE is what an image digest may be (OCI: algorithm, colon, encoded digest).
-	digestRE = regexp.MustCompile(`^[a-z0-9]+(?:[.+_-][a-z0-9]+)*:[a-fA-F0-9]{32,128}$`)
+	digestRE = sync.OnceValue(func() *regexp.Regexp {
+		return regexp.MustCompile(`^[a-z0-9]+(?:[.+_-][a-z0-9]+)*:[a-fA-F0-9]{32,128}$`)
+	})
 )
 
 // handleHeartbeat registers or refreshes the node, records what its tasks did, and answers
@@ -114,9 +117,9 @@ func (s *Server) handleHeartbeat(w http.ResponseWriter, r *http.Request) {
 func validateHeartbeat(hb *api.Heartbeat) *api.Error {
 	inv := &hb.Inventory
 	switch {
-	case !instanceRE.MatchString(hb.Instance):
+	case !instanceRE().MatchString(hb.Instance):
 		return invalid("instance", "must be the agent's instance ID: 1 to 64 letters, digits, _ and -")
-	case hb.PreviousInstance != "" && !instanceRE.MatchString(hb.PreviousInstance):
+	case hb.PreviousInstance != "" && !instanceRE().MatchString(hb.PreviousInstance):
 		return invalid("previous_instance", "must be an instance ID: 1 to 64 letters, digits, _ and -")
 	case inv.CPUs < 0 || inv.CPUs > maxNodeCPUs:
 		return invalid("inventory.cpus", "must be between 0 and %d", maxNodeCPUs)
@@ -174,7 +177,7 @@ func validateHeartbeat(hb *api.Heartbeat) *api.Error {
 		seen[g.Index] = true
 	}
 	for k, v := range inv.Labels {
-		if !nameRE.MatchString(k) || len(k) > maxInvString || !cleanString(v) {
+		if !nameRE().MatchString(k) || len(k) > maxInvString || !cleanString(v) {
 			return invalid("inventory.labels", "label %q: keys are names (letters, digits, ._@+-), values printable, at most %d characters", truncateName(k), maxInvString)
 		}
 	}
@@ -185,18 +188,18 @@ func validateHeartbeat(hb *api.Heartbeat) *api.Error {
 		if len(t.Events) > maxEvents {
 			return invalid(fmt.Sprintf("tasks[%d].events", i), "at most %d events in one heartbeat", maxEvents)
 		}
-		if !reasonRE.MatchString(t.Reason) {
+		if !reasonRE().MatchString(t.Reason) {
 			return invalid(fmt.Sprintf("tasks[%d].reason", i), "must be a reason code: lower-case letters, digits and _, at most 64")
 		}
 		if t.PeakMemoryMB < 0 || t.PeakMemoryMB > maxNodeMemMB {
 			return invalid(fmt.Sprintf("tasks[%d].peak_memory_mb", i), "must be between 0 and %d", int64(maxNodeMemMB))
 		}
-		if t.ImageDigest != "" && !digestRE.MatchString(t.ImageDigest) {
+		if t.ImageDigest != "" && !digestRE().MatchString(t.ImageDigest) {
 			return invalid(fmt.Sprintf("tasks[%d].image_digest", i), "must be an image digest: ALGORITHM:HEX, such as sha256: and 64 hex digits")
 		}
 	}
 	for i, st := range hb.Stopped {
-		if !reasonRE.MatchString(st.Reason) || !cleanString(st.ClusterID) {
+		if !reasonRE().MatchString(st.Reason) || !cleanString(st.ClusterID) {
 			return invalid(fmt.Sprintf("stopped[%d]", i), "needs a reason code (lower-case letters, digits and _) and a printable cluster ID")
 		}
 	}

@@ -24,7 +24,7 @@ const maxTier = 1000
 // validateQueue checks one queue definition. Every rule names the field and the bound.
 func validateQueue(q *api.Queue) *api.Error {
 	switch {
-	case q.Name == "" || len(q.Name) > maxNameLen || !nameRE.MatchString(q.Name):
+	case q.Name == "" || len(q.Name) > maxNameLen || !nameRE().MatchString(q.Name):
 		return invalid("name", "queue name %q: use letters, digits and ._@+-", q.Name)
 	case q.Tier < 0 || q.Tier > maxTier:
 		return invalid("tier", "queue %s: tier must be between 0 and %d, got %d", q.Name, maxTier, q.Tier)
@@ -58,7 +58,7 @@ func validateQueue(q *api.Queue) *api.Error {
 	}
 	for field, names := range map[string][]string{"pools": q.Pools, "users": q.Users, "teams": q.Teams} {
 		for _, n := range names {
-			if !nameRE.MatchString(n) {
+			if !nameRE().MatchString(n) {
 				return invalid(field, "queue %s: %q is not a valid name", q.Name, n)
 			}
 		}
@@ -69,7 +69,7 @@ func validateQueue(q *api.Queue) *api.Error {
 // validateTeam checks one team definition and fills in defaults.
 func validateTeam(t *api.Team) *api.Error {
 	switch {
-	case t.Name == "" || len(t.Name) > maxNameLen || !nameRE.MatchString(t.Name):
+	case t.Name == "" || len(t.Name) > maxNameLen || !nameRE().MatchString(t.Name):
 		return invalid("name", "team name %q: use letters, digits and ._@+-", t.Name)
 	case t.Weight < 0 || t.Weight > 1e6:
 		return invalid("weight", "team %s: weight must be between 0 and 1000000, got %g", t.Name, t.Weight)
@@ -91,7 +91,7 @@ func validateTeam(t *api.Team) *api.Error {
 		t.Quotas[model] = q
 	}
 	for _, m := range t.Members {
-		if !nameRE.MatchString(m) {
+		if !nameRE().MatchString(m) {
 			return invalid("members", "team %s: %q is not a valid user name", t.Name, m)
 		}
 	}
@@ -246,7 +246,7 @@ func (s *Server) applyConfig(ctx context.Context, data []byte, by api.Event) (ap
 		names := map[string]bool{}
 		for i, p := range cfg.Pools {
 			switch {
-			case p.Name == "" || len(p.Name) > maxNameLen || !nameRE.MatchString(p.Name):
+			case p.Name == "" || len(p.Name) > maxNameLen || !nameRE().MatchString(p.Name):
 				return cfg, atLine(invalid("pools.name", "pool name %q: use letters, digits and ._@+- (the value of the nodes' pool label)", truncateName(p.Name)), lines["pools"], i)
 			case names[p.Name]:
 				return cfg, atLine(invalid("pools.name", "pool %s is defined twice", p.Name), lines["pools"], i)

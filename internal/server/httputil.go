@@ -461,7 +461,7 @@ func joinPath(path, key string) string {
 // length limit in force. Names become parts of paths and log lines, so nothing else passes.
 func (s *Server) validName(field, v string) *api.Error {
 	limit := s.state.Limits().MaxNameLength
-	if v == "" || len(v) > limit || !nameRE.MatchString(v) {
+	if v == "" || len(v) > limit || !nameRE().MatchString(v) {
 		return invalid(field, "%q is not a valid name: 1 to %d letters, digits and ._@+-, starting with a letter or digit", truncateName(v), limit)
 	}
 	return nil

@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unicode"
 
@@ -36,7 +37,7 @@ const (
 )
 
 // unixNameRE is what a Unix account name may be on common systems.
-var unixNameRE = regexp.MustCompile(`^[a-z_][a-z0-9_.-]{0,31}\$?$`)
+var unixNameRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z_][a-z0-9_.-]{0,31}\$?$`) })
 
 type clusterSetting struct {
 	ID      string    `json:"id"`
@@ -229,7 +230,7 @@ func (s *Server) handlePutUser(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, invalid("role", "%v", err))
 		return
 	}
-	if u.UnixUser != "" && !unixNameRE.MatchString(u.UnixUser) {
+	if u.UnixUser != "" && !unixNameRE().MatchString(u.UnixUser) {
 		writeError(w, http.StatusBadRequest, invalid("unix_user", "%q is not a Unix account name: lower-case letters, digits, _ . - and at most 32 characters", u.UnixUser))
 		return
 	}

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/rotahq/rota/internal/api"
@@ -30,7 +31,7 @@ const (
 const idempotencyWindow = 24 * time.Hour
 
 // idempotencyKeyRE is what an Idempotency-Key may be.
-var idempotencyKeyRE = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,128}$`)
+var idempotencyKeyRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9._:-]{1,128}$`) })
 
 // handleSubmit creates a job (or an array of them) for the caller. The job's user is the
 // caller; an admin may submit on another user's behalf, and the job records who did.
@@ -43,7 +44,7 @@ func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request) {
 	}
 	id := caller(r)
 	key := r.Header.Get("Idempotency-Key")
-	if key != "" && !idempotencyKeyRE.MatchString(key) {
+	if key != "" && !idempotencyKeyRE().MatchString(key) {
 		writeError(w, http.StatusBadRequest, invalid("Idempotency-Key", "must be 1 to 128 characters of letters, digits and ._:-"))
 		return
 	}

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"unicode"
 
 	"github.com/rotahq/rota/internal/api"
@@ -35,8 +36,8 @@ const (
 )
 
 var (
-	nameRE   = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._@+-]*$`)
-	envKeyRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	nameRE   = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._@+-]*$`) })
+	envKeyRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`) })
 	signals  = []string{"SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGKILL"}
 )
 
@@ -50,7 +51,7 @@ func validateSpec(spec *api.JobSpec, st *cluster.State) *api.Error {
 	if len(spec.Command) > maxArgs {
 		return invalid("command", "has %d arguments; at most %d are allowed", len(spec.Command), maxArgs)
 	}
-	if spec.Name != "" && !nameRE.MatchString(spec.Name) {
+	if spec.Name != "" && !nameRE().MatchString(spec.Name) {
 		return invalid("name", "must be letters, digits and ._@+- starting with a letter or digit")
 	}
 	if spec.Name == "" {
@@ -87,7 +88,7 @@ func validateSpec(spec *api.JobSpec, st *cluster.State) *api.Error {
 		return invalid("env", "has %d variables; at most %d are allowed", len(spec.Env), maxEnv)
 	}
 	for k := range spec.Env {
-		if !envKeyRE.MatchString(k) {
+		if !envKeyRE().MatchString(k) {
 			return invalid("env", "%q is not a valid variable name", k)
 		}
 		if strings.HasPrefix(k, "ROTA_") || k == api.EnvCUDAVisibleDevices {
@@ -272,10 +273,12 @@ const (
 // The parts of an OCI image reference, after the distribution project's grammar
 // (github.com/distribution/reference): [host[:port]/]path[:tag][@sha256:hex].
 var (
-	imageHostRE      = regexp.MustCompile(`^(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*(?::[0-9]{1,5})?$`)
-	imageComponentRE = regexp.MustCompile(`^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*$`)
-	imageTagRE       = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$`)
-	imageDigestRE    = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
+	imageHostRE = sync.OnceValue(func() *regexp.Regexp {
+		return regexp.MustCompile(`^(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*(?::[0-9]{1,5})?$`)
+	})
+	imageComponentRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*$`) })
+	imageTagRE       = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$`) })
+	imageDigestRE    = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^sha256:[0-9a-f]{64}$`) })
 )
 
 // imageForms is what every refusal of an image says is allowed.
@@ -303,13 +306,13 @@ func validateImage(image string) *api.Error {
 		return nil
 	}
 	ref, digest, hasDigest := strings.Cut(image, "@")
-	if hasDigest && !imageDigestRE.MatchString(digest) {
+	if hasDigest && !imageDigestRE().MatchString(digest) {
 		return bad("the digest must be sha256: followed by 64 lowercase hex digits")
 	}
 	name, tag := ref, ""
 	if i := strings.LastIndexByte(ref, ':'); i > strings.LastIndexByte(ref, '/') {
 		name, tag = ref[:i], ref[i+1:]
-		if !imageTagRE.MatchString(tag) {
+		if !imageTagRE().MatchString(tag) {
 			return bad("the tag %q must be 1 to 128 letters, digits and _.- not starting with . or -", truncateName(tag))
 		}
 	}
@@ -320,13 +323,13 @@ func validateImage(image string) *api.Error {
 	// The first part is a registry when it looks like a host: it has a dot or a port, or
 	// is localhost (as docker and podman read it).
 	if first := parts[0]; len(parts) > 1 && (strings.ContainsAny(first, ".:") || first == "localhost") {
-		if !imageHostRE.MatchString(first) || !validPort(first) {
+		if !imageHostRE().MatchString(first) || !validPort(first) {
 			return bad("the registry %q must be a host name with an optional :port", truncateName(first))
 		}
 		parts = parts[1:]
 	}
 	for _, c := range parts {
-		if !imageComponentRE.MatchString(c) {
+		if !imageComponentRE().MatchString(c) {
 			return bad("the name part %q must be lowercase letters and digits, separated by ., _, __ or -", truncateName(c))
 		}
 	}

@@ -236,7 +236,7 @@ func checkFilledSpec(t *testing.T, body []byte, s api.JobSpec, st *cluster.State
 	switch {
 	case len(s.Command) == 0 || len(s.Command) > maxArgs || strings.TrimSpace(s.Command[0]) == "":
 		fail("command")
-	case !nameRE.MatchString(s.Name) || len(s.Name) > l.MaxNameLength:
+	case !nameRE().MatchString(s.Name) || len(s.Name) > l.MaxNameLength:
 		fail("name")
 	case !ok:
 		fail("unknown queue")
@@ -270,7 +270,7 @@ func checkFilledSpec(t *testing.T, body []byte, s api.JobSpec, st *cluster.State
 		fail("image outside queue %s's allow-list", q.Name)
 	}
 	for k := range s.Env {
-		if !envKeyRE.MatchString(k) || strings.HasPrefix(k, "ROTA_") || k == api.EnvCUDAVisibleDevices {
+		if !envKeyRE().MatchString(k) || strings.HasPrefix(k, "ROTA_") || k == api.EnvCUDAVisibleDevices {
 			fail("env key %q", k)
 		}
 	}
@@ -386,7 +386,7 @@ func checkValidateHeartbeat(t *testing.T, body []byte) {
 	}
 	inv := hb.Inventory
 	switch {
-	case !instanceRE.MatchString(hb.Instance) || (hb.PreviousInstance != "" && !instanceRE.MatchString(hb.PreviousInstance)):
+	case !instanceRE().MatchString(hb.Instance) || (hb.PreviousInstance != "" && !instanceRE().MatchString(hb.PreviousInstance)):
 		fail("instance")
 	case inv.CPUs < 0 || inv.CPUs > maxNodeCPUs || inv.MemoryMB < 0 || inv.MemoryMB > maxNodeMemMB:
 		fail("CPUs or memory out of bounds")
@@ -407,7 +407,7 @@ func checkValidateHeartbeat(t *testing.T, body []byte) {
 		checkShown(t, body, strs)
 	}
 	for k, v := range inv.Labels {
-		if !nameRE.MatchString(k) {
+		if !nameRE().MatchString(k) {
 			fail("label key %q", k)
 		}
 		strs["inventory.labels key"], strs["inventory.labels value"] = k, v

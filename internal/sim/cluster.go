@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	"go.yaml.in/yaml/v3"
 
@@ -272,7 +273,7 @@ func PhillyCluster() *Cluster {
 	return c
 }
 
-var addNodesRE = regexp.MustCompile(`^([0-9]+)x([A-Za-z0-9._-]+)(?::([0-9]+))?$`)
+var addNodesRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^([0-9]+)x([A-Za-z0-9._-]+)(?::([0-9]+))?$`) })
 
 // AddNodes adds the nodes described by spec, "COUNTxMODEL" or "COUNTxMODEL:GPUS" (several
 // separated by commas), e.g. "4xH100" or "2xA100:4". A new node copies the GPUs per node,
@@ -281,7 +282,7 @@ var addNodesRE = regexp.MustCompile(`^([0-9]+)x([A-Za-z0-9._-]+)(?::([0-9]+))?$`
 // add-MODEL-000, ….
 func (c *Cluster) AddNodes(spec string) error {
 	for part := range strings.SplitSeq(spec, ",") {
-		m := addNodesRE.FindStringSubmatch(strings.TrimSpace(part))
+		m := addNodesRE().FindStringSubmatch(strings.TrimSpace(part))
 		if m == nil {
 			return fmt.Errorf("--add-nodes %q: want COUNTxMODEL[:GPUS], e.g. 4xH100", part)
 		}
