@@ -78,9 +78,9 @@ type Node struct {
 	Name   string
 	Labels map[string]string
 	// Schedulable is false for nodes that take no new work (draining, not ready, lost).
-	Schedulable   bool
-	CPUs          int
-	MemoryMB      int64
+	Schedulable bool
+	CPUs        int
+	MemoryMB    int64
 	// DriverVersion and CUDAVersion are what the node reports (e.g. "535.104.05",
 	// "12.2"); empty where it reports none, which satisfies no version constraint.
 	DriverVersion string
