@@ -252,6 +252,17 @@ func (s *Server) applyConfig(ctx context.Context, data []byte, by api.Event) (ap
 				return cfg, atLine(invalid("pools.name", "pool %s is defined twice", p.Name), lines["pools"], i)
 			}
 			names[p.Name] = true
+			for _, v := range []struct {
+				field string
+				text  *string
+			}{{"pools.driver", &cfg.Pools[i].Driver}, {"pools.cuda", &cfg.Pools[i].CUDA}} {
+				norm, e := versionRange(v.field, *v.text)
+				if e != nil {
+					e.Message = "pool " + p.Name + ": " + e.Message
+					return cfg, atLine(e, lines["pools"], i)
+				}
+				*v.text = norm
+			}
 		}
 		data, _ := json.Marshal(cfg.Pools)
 		b.Settings = append(b.Settings, store.Setting{Name: cluster.SettingPools, Data: data})
