@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
@@ -311,6 +312,18 @@ type configTeam struct {
 	GPUsInUse     map[string]int `yaml:"gpus_in_use"`
 }
 
+// unquotedRangeRE finds a pool's version range left unquoted with a leading >, which
+// YAML reads as the start of a folded block and refuses with a message about line breaks.
+var unquotedRangeRE = regexp.MustCompile(`(?m)^[\s-]*(driver|cuda):\s*>`)
+
+// unquotedRangeHint says how to write such a range when the configuration has one.
+func unquotedRangeHint(data []byte) string {
+	if m := unquotedRangeRE.FindSubmatch(data); m != nil {
+		return fmt.Sprintf("; quote version ranges that start with >, e.g. %s: \">=550\"", m[1])
+	}
+	return ""
+}
+
 // decodeConfig reads exactly one YAML (or JSON) document holding a configuration, with no
 // unknown fields: an empty body, or a second document that would be silently dropped, is
 // refused.
@@ -331,7 +344,7 @@ func decodeConfig(data []byte) (api.Config, *api.Error) {
 		if errors.Is(err, io.EOF) {
 			return api.Config{}, invalid("config", "the configuration is empty: give queues, teams, pools, execution, limits or notifications")
 		}
-		return api.Config{}, invalid("config", "%s", strings.TrimPrefix(err.Error(), "yaml: "))
+		return api.Config{}, invalid("config", "%s%s", strings.TrimPrefix(err.Error(), "yaml: "), unquotedRangeHint(data))
 	}
 	var extra yaml.Node
 	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -25,6 +26,7 @@ func TestPoolVersionConfig(t *testing.T) {
 		{"pools:\n  - name: train\n    driver: \"abc\"\n", "pools.driver", "pool train: \"abc\" is not a version range"},
 		{"pools:\n  - name: train\n    cuda: \">=13,<12\"\n", "pools.cuda", "pool train: \">=13,<12\" matches no version"},
 		{"pools:\n  - name: train\n    cuda: \"~12\"\n", "pools.cuda", "operators >=, >, <=, <, =, =="},
+		{"pools:\n  - name: train\n    driver: >=550\n", "config", `quote version ranges that start with >, e.g. driver: ">=550"`},
 	} {
 		code, e := h.putConfig(c.yaml)
 		if code != 400 || e.Field != c.field || !strings.Contains(e.Message, c.want) {
@@ -152,6 +154,14 @@ func TestVersionDrift(t *testing.T) {
 		!strings.Contains(drains[0].Message, "drain_on_drift): driver 535.54 outside wanted >=550 for pool train") {
 		t.Fatalf("drain events %+v; want one by the system for b naming the drift", drains)
 	}
+	// A job only b could run waits, and why says b drained for drift.
+	waiting := h.submit(api.JobSpec{GPUs: 2, Command: []string{"x"}, CUDA: "=12.4"})
+	h.cycle()
+	if why := h.why(waiting.ID); !slices.ContainsFunc(why.Reasons, func(r string) bool {
+		return strings.HasPrefix(r, "Node b takes no new work: it drained on its own because its versions drift (driver 535.54 outside wanted >=550")
+	}) {
+		t.Errorf("why %q; want node b's drift drain named", why.Reasons)
+	}
 	// Node a drifted before the policy and is not drained by it: only a node that starts
 	// to drift is.
 	if a := h.node("a"); a.State != api.NodeReady {
@@ -163,9 +173,10 @@ func TestVersionDrift(t *testing.T) {
 		t.Errorf("a cuda drift series for b; the pool wants no CUDA range now")
 	}
 
-	// Survives a restart; back in range, b returns to service on its own, once.
+	// The cycle finds b empty: DRAINED. That survives a restart; back in range, b returns
+	// to service on its own, once, and the waiting job starts there.
 	h.restart()
-	if b := h.node("b"); !b.DriftDrain || b.State != api.NodeDraining {
+	if b := h.node("b"); !b.DriftDrain || b.State != api.NodeDrained {
 		t.Fatalf("after a restart: %s, drift drain %v", b.State, b.DriftDrain)
 	}
 	for range 2 {
@@ -177,6 +188,10 @@ func TestVersionDrift(t *testing.T) {
 	}
 	if drains := h.events(api.EventDrain); len(drains) != 2 || !strings.Contains(drains[1].Message, "returned to service on its own") {
 		t.Fatalf("drain events %+v; want the return to service", drains)
+	}
+	h.cycle()
+	if got := h.job(waiting.ID); got.State != api.StateAssigned || got.Nodes[0] != "b" {
+		t.Errorf("the waiting job: %s on %v; want ASSIGNED on b", got.State, got.Nodes)
 	}
 
 	// An operator's drain is the operator's: b drifts and drains again, the operator
