@@ -141,10 +141,10 @@ func genCluster(r *rand.Rand, nodes, pending int, busyFrac float64, rich bool) *
 		if id%7 == 0 {
 			j.Image = "registry.example.com/ml/train:1"
 		}
-		if id%5 == 2 {
+		if rich && id%5 == 2 {
 			j.Request.CUDA = ">=12.4"
 		}
-		if id%13 == 3 {
+		if rich && id%13 == 3 {
 			j.Request.Driver = "<550"
 		}
 		if rich && id%11 == 0 {
