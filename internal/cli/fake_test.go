@@ -50,7 +50,7 @@ func fixtureJobs() []api.Job {
 		{
 			ID: 43,
 			Spec: api.JobSpec{Name: "sweep-7", Queue: "batch", Team: "vision", User: "bob", Command: []string{"python", "sweep.py"}, GPUs: 8, GPUsPerNode: 4, Nodes: 2, CPUs: 32, MemoryMB: 1536,
-				Deadline: at(time.Hour), DeadlineKind: api.DeadlineStart},
+				Deadline: at(time.Hour), DeadlineKind: api.DeadlineStart, CUDA: ">=12.4", Driver: ">=550,<560"},
 			State: api.StatePending, Reason: "Resources", Message: "needs 4 free GPUs on 2 nodes; best node node-b has 2",
 			SubmitTime: *at(-12*time.Minute - 5*time.Second), EstimatedStart: at(2 * time.Hour),
 			Priority:        &api.Priority{Tier: 1, Score: 0.8375, FairShare: 0.5, Age: 0.3125, Size: 0.1, Deadline: 0.2, Nice: 0.275},
