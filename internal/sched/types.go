@@ -366,7 +366,8 @@ type Priority struct {
 type ReasonCode string
 
 const (
-	// ReasonNoNodeMatches: no node could ever run the request (model, size, count).
+	// ReasonNoNodeMatches: no node could ever run the request (model, size, count,
+	// versions).
 	ReasonNoNodeMatches ReasonCode = "NoNodeMatches"
 	// ReasonResources: some node could run it, but not enough is free now.
 	ReasonResources ReasonCode = "Resources"
