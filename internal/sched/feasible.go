@@ -132,10 +132,10 @@ func newDemand(st *state, j *Job, q *Queue) (demand, string) {
 	}
 	if r.CUDA != "" || r.Driver != "" {
 		var msg string
-		if d.cuda, msg = requestRange("CUDA", r.CUDA); msg != "" {
+		if d.cuda, msg = st.versionRange("CUDA", r.CUDA); msg != "" {
 			return d, msg
 		}
-		if d.driver, msg = requestRange("driver", r.Driver); msg != "" {
+		if d.driver, msg = st.versionRange("driver", r.Driver); msg != "" {
 			return d, msg
 		}
 		d.poolKey += "\x00cuda" + d.cuda.String() + "\x00driver" + d.driver.String()
@@ -182,13 +182,18 @@ func newDemand(st *state, j *Job, q *Queue) (demand, string) {
 	return d, ""
 }
 
-// requestRange parses a job's version range; the server validates them at submit, so a
-// message here means a snapshot built by other means. Parsing on every cycle costs less
-// than a cache the cycle's copies would have to share.
-func requestRange(what, text string) (VersionRange, string) {
-	r, err := ParseVersionRange(text)
-	if err != nil {
-		return r, fmt.Sprintf("the job's %s range %v", what, err)
+// versionRange parses a job's version range, once per text and cycle. The server
+// validates ranges at submit, so a message here means a snapshot built by other means.
+func (st *state) versionRange(what, text string) (VersionRange, string) {
+	r, ok := st.ranges[text]
+	if !ok {
+		var err error
+		if r, err = ParseVersionRange(text); err != nil {
+			return r, fmt.Sprintf("the job's %s range %v", what, err)
+		}
+		if st.ranges != nil {
+			st.ranges[text] = r
+		}
 	}
 	return r, ""
 }

@@ -4,7 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
-	"strconv"
+	"slices"
 	"strings"
 )
 
@@ -94,22 +94,41 @@ func parseVersion(s string) (version, error) {
 	if s == "" {
 		return nil, errors.New("a comparison without a version")
 	}
-	nums := strings.Split(s, ".")
-	if len(nums) > maxVersionDepth {
-		return nil, fmt.Errorf("version %q has %d numbers; at most %d are allowed", s, len(nums), maxVersionDepth)
+	var buf [maxVersionDepth]uint32
+	v, ok := scanVersion(s, &buf)
+	switch {
+	case ok:
+		return slices.Clone(v), nil
+	case strings.Count(s, ".") >= maxVersionDepth:
+		return nil, fmt.Errorf("version %q has %d numbers; at most %d are allowed", s, strings.Count(s, ".")+1, maxVersionDepth)
 	}
-	v := make(version, len(nums))
-	for i, n := range nums {
-		if n == "" || len(n) > maxVersionDigits || strings.IndexFunc(n, func(r rune) bool { return r < '0' || r > '9' }) >= 0 {
-			return nil, fmt.Errorf("version %q is not dotted numbers of at most %d digits each", s, maxVersionDigits)
+	return nil, fmt.Errorf("version %q is not dotted numbers of at most %d digits each", s, maxVersionDigits)
+}
+
+// scanVersion reads a dotted numeric version into buf without allocating, since Match
+// runs it for every node the scheduler considers; the version returned is buf's, without
+// trailing zeros.
+func scanVersion(s string, buf *[maxVersionDepth]uint32) (version, bool) {
+	n, digits := 0, 0
+	var x uint32
+	for i := 0; i <= len(s); i++ {
+		if i == len(s) || s[i] == '.' {
+			if digits == 0 || n == maxVersionDepth {
+				return nil, false
+			}
+			buf[n], n, x, digits = x, n+1, 0, 0
+			continue
 		}
-		x, _ := strconv.ParseUint(n, 10, 32)
-		v[i] = uint32(x)
+		c := s[i]
+		if c < '0' || c > '9' || digits == maxVersionDigits {
+			return nil, false
+		}
+		x, digits = x*10+uint32(c-'0'), digits+1
 	}
-	for len(v) > 0 && v[len(v)-1] == 0 {
-		v = v[:len(v)-1]
+	for n > 0 && buf[n-1] == 0 {
+		n--
 	}
-	return v, nil
+	return buf[:n], true
 }
 
 // compareVersions orders two versions number by number, a missing number counting as 0.
@@ -170,11 +189,9 @@ func (r VersionRange) Match(reported string) bool {
 	if r.IsZero() {
 		return true
 	}
-	v, err := parseVersion(strings.TrimSpace(reported))
-	if err != nil {
-		return false
-	}
-	return r.matchVersion(v)
+	var buf [maxVersionDepth]uint32
+	v, ok := scanVersion(strings.TrimSpace(reported), &buf)
+	return ok && r.matchVersion(v)
 }
 
 func (r VersionRange) matchVersion(v version) bool {

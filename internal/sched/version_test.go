@@ -127,3 +127,15 @@ func TestVersionRangeFuzzMutations(t *testing.T) {
 		checkVersionRange(t, in, versionRangeSeeds[i%len(versionRangeSeeds)])
 	}
 }
+
+// Match runs for every node the scheduler considers for a job with a range: it must not
+// allocate.
+func TestVersionMatchDoesNotAllocate(t *testing.T) {
+	r, err := ParseVersionRange(">=12.4,<13")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := testing.AllocsPerRun(100, func() { r.Match("12.8.1") }); n != 0 {
+		t.Errorf("Match allocates %v times", n)
+	}
+}
