@@ -68,31 +68,33 @@ func (s *Server) refreshDrift(b *store.Batch, old api.Node, known bool, n *api.N
 	if known {
 		was = old.Drift
 	}
-	if slices.Equal(was, n.Drift) {
-		return false
-	}
 	event := func(kind, actor, format string, args ...any) {
 		b.Events = append(b.Events, api.Event{Time: now, Actor: actor, Kind: kind, Node: n.Name, Message: fmt.Sprintf(format, args...)})
 	}
-	draining := n.State == api.NodeDraining || n.State == api.NodeDrained
+	changed := !slices.Equal(was, n.Drift)
 	switch {
+	case !changed:
 	case len(n.Drift) == 0:
 		event(api.EventNode, "node:"+n.Name, "node %s: versions back within its pool's wanted ranges (was %s)", n.Name, driftText(was))
-		if n.DriftDrain && draining && n.Maintenance == nil {
+	default:
+		event(api.EventNode, "node:"+n.Name, "node %s drifts: %s", n.Name, driftText(n.Drift))
+	}
+	draining := n.State == api.NodeDraining || n.State == api.NodeDrained
+	switch {
+	case len(n.Drift) == 0 && n.DriftDrain:
+		if draining && n.Maintenance == nil {
 			from := n.State
 			n.State = api.NodeReady
 			event(api.EventDrain, "system", "node %s: %s -> %s: returned to service on its own (drain_on_drift): its versions are back in range",
 				n.Name, from, n.State)
 		}
-		n.DriftDrain = false
-	default:
-		event(api.EventNode, "node:"+n.Name, "node %s drifts: %s", n.Name, driftText(n.Drift))
-		p := pools[n.Labels["pool"]]
-		if len(was) == 0 && p.DrainOnDrift && n.State == api.NodeReady {
-			n.State, n.DriftDrain = api.NodeDraining, true
-			event(api.EventDrain, "system", "node %s draining on its own (drain_on_drift): %s; its running jobs finish, it takes no new work",
-				n.Name, driftText(n.Drift))
-		}
+		n.DriftDrain, changed = false, true
+	case len(n.Drift) > 0 && n.State == api.NodeReady && pools[n.Labels["pool"]].DrainOnDrift && (len(was) == 0 || n.DriftDrain):
+		// A node that starts to drift, or one drained for it that came back from being
+		// lost or not ready (which makes it READY) while it still drifts.
+		n.State, n.DriftDrain, changed = api.NodeDraining, true, true
+		event(api.EventDrain, "system", "node %s draining on its own (drain_on_drift): %s; its running jobs finish, it takes no new work",
+			n.Name, driftText(n.Drift))
 	}
-	return true
+	return changed
 }

@@ -1,9 +1,11 @@
 package server
 
 import (
+	"context"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/rotahq/rota/internal/api"
 )
@@ -219,5 +221,30 @@ func TestVersionDrift(t *testing.T) {
 	}
 	if b := h.node("b"); b.State != api.NodeReady || b.DriftDrain {
 		t.Errorf("node b resumed while drifting: %s, drift drain %v; want READY", b.State, b.DriftDrain)
+	}
+}
+
+// A node drained for drift that is lost and comes back still drifting is drained again:
+// coming back makes a node READY, and the drift drain must outlive that.
+func TestVersionDriftDrainOutlivesLoss(t *testing.T) {
+	h := newHarness(t)
+	if code, e := h.putConfig("pools:\n  - name: train\n    cuda: \">=12.4\"\n    drain_on_drift: true\n"); code != 200 {
+		t.Fatalf("config: %d %s", code, e.Message)
+	}
+	h.versionNode("a", "train", "535.54", "12.2")
+	if a := h.node("a"); a.State != api.NodeDraining || !a.DriftDrain {
+		t.Fatalf("node a registered drifting: %s, drift drain %v; want DRAINING on its own", a.State, a.DriftDrain)
+	}
+	h.clock.Add(2 * time.Minute) // past the harness's LostAfter
+	h.srv.checkNodes(context.Background())
+	if a := h.node("a"); a.State != api.NodeLost {
+		t.Fatalf("node a %s; want LOST", a.State)
+	}
+	h.versionNode("a", "train", "535.54", "12.2")
+	if a := h.node("a"); a.State != api.NodeDraining || !a.DriftDrain {
+		t.Errorf("node a back, still drifting: %s, drift drain %v; want DRAINING on its own", a.State, a.DriftDrain)
+	}
+	if drains := h.events(api.EventDrain); len(drains) != 2 {
+		t.Errorf("drain events %+v; want one at registration and one on coming back", drains)
 	}
 }
