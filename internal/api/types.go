@@ -143,6 +143,12 @@ type JobSpec struct {
 	Deadline *time.Time `json:"deadline,omitempty" yaml:"deadline"`
 	// DeadlineKind is DeadlineFinish or DeadlineStart; empty means DeadlineFinish.
 	DeadlineKind string `json:"deadline_kind,omitempty" yaml:"deadline_kind"`
+	// CUDA and Driver are version ranges the job's nodes must report a CUDA and driver
+	// version in, e.g. ">=12.4,<13" or ">=550": comparisons >=, >, <=, <, = (==) of
+	// dotted numeric versions, joined by commas. Empty: any version. A node that
+	// reports no version satisfies no range. Stored as the server normalised them.
+	CUDA   string `json:"cuda,omitempty" yaml:"cuda"`
+	Driver string `json:"driver,omitempty" yaml:"driver"`
 }
 
 // Deadline kinds and results.
@@ -549,6 +555,13 @@ type Node struct {
 	// Maintenance is the node's drain: why, and the window, planned or open; nil when
 	// the node is not drained by an operator.
 	Maintenance *Maintenance `json:"maintenance,omitempty"`
+	// Drift lists the node's versions outside its pool's wanted ranges, as of its last
+	// heartbeat; empty when it does not drift.
+	Drift []VersionDrift `json:"drift,omitempty"`
+	// DriftDrain is set while the node is draining or drained on its own because it
+	// drifts (Pool.DrainOnDrift): it returns to service when its versions are back in
+	// range, unless an operator drained it meanwhile.
+	DriftDrain bool `json:"drift_drain,omitempty"`
 }
 
 // SharedGPU is a GPU that jobs share: its tenants and what they hold of it.
@@ -820,6 +833,44 @@ type Pool struct {
 	// Exclusive keeps the pool's nodes for the queues that name the pool: jobs of other
 	// queues, even those that may use any node, never land there.
 	Exclusive bool `json:"exclusive,omitempty" yaml:"exclusive"`
+	// Driver and CUDA are the version ranges the pool's nodes are wanted in (same
+	// language as JobSpec.CUDA); empty: any. A node outside them drifts (Node.Drift).
+	Driver string `json:"driver,omitempty" yaml:"driver"`
+	CUDA   string `json:"cuda,omitempty" yaml:"cuda"`
+	// DrainOnDrift drains a node of the pool on its own when it starts to drift, and
+	// returns it to service when its versions are back in range.
+	DrainOnDrift bool `json:"drain_on_drift,omitempty" yaml:"drain_on_drift"`
+}
+
+// VersionDrift is one version of a node outside its pool's wanted range.
+type VersionDrift struct {
+	// Component is DriftDriver or DriftCUDA.
+	Component string `json:"component"`
+	// Version is what the node reports; empty when it reports none.
+	Version string `json:"version"`
+	// Wanted is the pool's range, Pool its name.
+	Wanted string `json:"wanted"`
+	Pool   string `json:"pool"`
+}
+
+// Drift components.
+const (
+	DriftDriver = "driver"
+	DriftCUDA   = "cuda"
+)
+
+// String says it in one sentence fragment, e.g. "driver 535.54 outside wanted >=550 for
+// pool train".
+func (d VersionDrift) String() string {
+	what := "driver"
+	if d.Component == DriftCUDA {
+		what = "CUDA"
+	}
+	v := d.Version
+	if v == "" {
+		v = "(none reported)"
+	}
+	return what + " " + v + " outside wanted " + d.Wanted + " for pool " + d.Pool
 }
 
 // Execution holds cluster-wide settings of how jobs run.

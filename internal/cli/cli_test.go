@@ -274,6 +274,8 @@ command: [python, file.py]
 `), 0o644)
 	imageFile := filepath.Join(dir, "image.yaml")
 	os.WriteFile(imageFile, []byte("image: registry.example.com/ml/train:1.2\ncommand: [python, t.py]\n"), 0o644)
+	versionFile := filepath.Join(dir, "versions.yaml")
+	os.WriteFile(versionFile, []byte("cuda: \">=12.4,<13\"\ndriver: \">=550\"\ncommand: [python, t.py]\n"), 0o644)
 
 	for _, tc := range []struct {
 		name string
@@ -317,6 +319,12 @@ command: [python, file.py]
 		{"--image overrides the file's; empty runs on the node",
 			[]string{"-f", imageFile, "--image", ""},
 			api.JobSpec{Command: []string{"python", "t.py"}, WorkDir: "/home/alice/proj"}},
+		{"versions",
+			[]string{"--cuda", " >=12.4,<13 ", "--driver=>=550", "--", "python", "t.py"},
+			api.JobSpec{Command: []string{"python", "t.py"}, WorkDir: "/home/alice/proj", CUDA: ">=12.4,<13", Driver: ">=550"}},
+		{"versions from the file, a flag overrides",
+			[]string{"-f", versionFile, "--cuda", "=12.2"},
+			api.JobSpec{Command: []string{"python", "t.py"}, WorkDir: "/home/alice/proj", CUDA: "=12.2", Driver: ">=550"}},
 		{"multi-node",
 			[]string{"--gpus", "16", "--nodes", "2", "--gpus-per-node", "8", "--retries", "0", "--", "torchrun", "t.py"},
 			api.JobSpec{Command: []string{"torchrun", "t.py"}, WorkDir: "/home/alice/proj", GPUs: 16, Nodes: 2, GPUsPerNode: 8, Retries: intp(0)}},

@@ -50,7 +50,7 @@ func fixtureJobs() []api.Job {
 		{
 			ID: 43,
 			Spec: api.JobSpec{Name: "sweep-7", Queue: "batch", Team: "vision", User: "bob", Command: []string{"python", "sweep.py"}, GPUs: 8, GPUsPerNode: 4, Nodes: 2, CPUs: 32, MemoryMB: 1536,
-				Deadline: at(time.Hour), DeadlineKind: api.DeadlineStart},
+				Deadline: at(time.Hour), DeadlineKind: api.DeadlineStart, CUDA: ">=12.4", Driver: ">=550,<560"},
 			State: api.StatePending, Reason: "Resources", Message: "needs 4 free GPUs on 2 nodes; best node node-b has 2",
 			SubmitTime: *at(-12*time.Minute - 5*time.Second), EstimatedStart: at(2 * time.Hour),
 			Priority:        &api.Priority{Tier: 1, Score: 0.8375, FairShare: 0.5, Age: 0.3125, Size: 0.1, Deadline: 0.2, Nice: 0.275},
@@ -300,7 +300,8 @@ func fixtureNodes() api.NodeList {
 				{Index: 3, PowerW: 70, TemperatureC: 30}, {Index: 4, PowerW: 70, TemperatureC: 30}, {Index: 5, PowerW: 70, TemperatureC: 30},
 				{Index: 6, PowerW: 70, TemperatureC: 30},
 			}, Processes: []api.GPUProcess{leftover}},
-			Leftovers: []api.GPUProcess{leftover}, HeldGPUs: []int{2}},
+			Leftovers: []api.GPUProcess{leftover}, HeldGPUs: []int{2},
+			Drift: []api.VersionDrift{{Component: api.DriftDriver, Version: "535.104.05", Wanted: ">=550", Pool: "train"}}, DriftDrain: true},
 		{Name: "ws-1", Inventory: api.Inventory{CPUs: 8, MemoryMB: 1536, DeviceSource: "none"}, State: api.NodeLost},
 		{Name: "ws-2", Inventory: api.Inventory{CPUs: 8, MemoryMB: 1536, DeviceSource: "none"}, State: api.NodeReady, Syncing: true,
 			LastHeartbeat: *at(-time.Second)},

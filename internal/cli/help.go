@@ -194,6 +194,8 @@ var specFields = []struct{ name, what string }{
 	{"deadline", "when the job must have finished (or started), RFC 3339: 2026-12-01T18:00:00Z"},
 	{"deadline_kind", "finish (default: start + time limit by the deadline) or start (start by it)"},
 	{"tty", "run on a pseudo-terminal that rota attach connects to (rota run sets it)"},
+	{"cuda", "the CUDA versions the job's nodes must report, a range: \">=12.4,<13\" (quoted in YAML)"},
+	{"driver", "the driver versions the job's nodes must report, a range: \">=550\""},
 }
 
 func writeSpecHelp(w io.Writer) {

@@ -21,9 +21,11 @@ Lists nodes: state, GPUs in use of the total, what the GPUs really do by the nod
 latest telemetry (UTIL: mean utilisation over its GPUs; GMEM: GPU memory used of the
 total; "-" without telemetry or for a lost node), GPU models, CPUs in use of the total,
 memory, labels and when the node's agent last reported. STATE says "degraded" when a GPU
-vanished or the node's health check fails. Below the table, one line per problem: a
-drain's reason and maintenance window (planned or open, see rota admin drain), why a
-node is degraded, unhealthy GPUs, GPUs held from new work by leftover processes (GPU
+vanished or the node's health check fails, and "drift" when its driver or CUDA version is
+outside the range its pool wants (the pool's driver: and cuda:). Below the table, one
+line per problem: a drain's reason and maintenance window (planned or open, see rota
+admin drain), why a node is degraded, each version that drifts (and whether the node
+drains on its own for it, drain_on_drift), unhealthy GPUs, GPUs held from new work by leftover processes (GPU
 processes of no live job) and failed health checks; then a warning for each pool (the
 nodes of one "pool" label; nodes without one form the default pool) that mixes GPU
 models or driver versions.
@@ -215,6 +217,9 @@ func nodeState(n api.Node) string {
 	if len(n.Degraded) > 0 {
 		marks = append(marks, "degraded")
 	}
+	if len(n.Drift) > 0 {
+		marks = append(marks, "drift")
+	}
 	if len(marks) == 0 {
 		return string(n.State)
 	}
@@ -247,6 +252,9 @@ func nodeProblems(n api.Node, now time.Time, loc *time.Location) []string {
 	}
 	for _, reason := range n.Degraded {
 		lines = append(lines, fmt.Sprintf("%s: %s", name, cleanCell(reason, problemWidth)))
+	}
+	if d := describeDrift(n); d != "" {
+		lines = append(lines, name+": "+d)
 	}
 	if len(n.Degraded) == 0 {
 		for _, g := range n.GPUs {
@@ -419,6 +427,7 @@ func (cfg Config) printNode(n api.Node) error {
 		{"Name", clean(n.Name)},
 		{"State", nodeState(n)},
 		{"Degraded", describeDegraded(n.Degraded)},
+		{"Drift", describeDrift(n)},
 		{"Maintenance", describeMaintenance(n.Maintenance, now, loc)},
 		{"Hostname", clean(n.Hostname)},
 		{"Labels", clean(formatLabels(n.Labels))},
@@ -626,6 +635,24 @@ func describeHeld(held []int) string {
 		return ""
 	}
 	return formatIndices(slices.Sorted(slices.Values(held))) + " (leftover processes hold their memory)"
+}
+
+// describeDrift is the node's versions outside its pool's wanted ranges, and whether it
+// drains on its own for them: "driver 535.54 outside wanted >=550 for pool train
+// (draining on its own until back in range)"; "" when it does not drift.
+func describeDrift(n api.Node) string {
+	if len(n.Drift) == 0 {
+		return ""
+	}
+	parts := make([]string, len(n.Drift))
+	for i, d := range n.Drift {
+		parts[i] = cleanCell(d.String(), problemWidth)
+	}
+	s := strings.Join(parts, "; ")
+	if n.DriftDrain && (n.State == api.NodeDraining || n.State == api.NodeDrained) {
+		s += " (" + strings.ToLower(string(n.State)) + " on its own until back in range)"
+	}
+	return s
 }
 
 // describeDriver is the Driver line: "550.54.15, CUDA 12.4".

@@ -190,6 +190,7 @@ func printJobDetail(cfg Config, d api.JobDetail) {
 		{"Command", shellQuote(j.Spec.Command)},
 		{"Workdir", orDash(j.Spec.WorkDir)},
 		{"Request", describeRequest(j.Spec)},
+		{"Versions", describeVersions(j.Spec)},
 		{"Image", clean(j.Spec.Image)},
 		{"Image digest", imageDigests(d.AttemptList)},
 		{"Time limit", timeLimit},
@@ -398,6 +399,19 @@ func describePriority(p *api.Priority) string {
 		return d + fmt.Sprintf(" + nice %.2f", -p.Nice)
 	}
 	return d + fmt.Sprintf(" - nice %.2f", p.Nice)
+}
+
+// describeVersions is the Versions line: the CUDA and driver ranges the job's nodes must
+// report, "CUDA >=12.4, driver >=550"; "" for a job without them.
+func describeVersions(spec api.JobSpec) string {
+	var parts []string
+	if spec.CUDA != "" {
+		parts = append(parts, "CUDA "+clean(spec.CUDA))
+	}
+	if spec.Driver != "" {
+		parts = append(parts, "driver "+clean(spec.Driver))
+	}
+	return strings.Join(parts, ", ")
 }
 
 // describeDeadline is the Deadline line: the kind and time, then the result once

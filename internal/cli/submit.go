@@ -62,6 +62,11 @@ override the spec file; a command after -- overrides the file's command.
   it must have started by. A finish-by deadline needs a time limit that fits before it.
   As the deadline nears the job rises within its queue's tier; rota why and rota show
   warn when its estimated start cannot meet it, and the job records met or missed.
+  --cuda and --driver take a version range the job's nodes must report a CUDA or
+  driver version in (cuda:, driver: in a spec file): comparisons >=, >, <=, <, =
+  joined by commas, all of which must hold, e.g. --cuda '>=12.4,<13' --driver '>=550'.
+  Quote them: the shell reads > and < as redirections. A node that reports no version
+  does not satisfy a range; rota why names the versions the nodes report.
   --notify URL or URL#EVENT,EVENT (repeatable) adds a webhook told of the job's events:
   started, succeeded, failed, ended, preempted, idle_warning, node_lost (default:
   started, ended, preempted, idle_warning and node_lost). Given, it replaces the spec
@@ -100,6 +105,7 @@ type submitFlags struct {
 	image, gres, dependency, export         string
 	after, afterOK, array                   string
 	deadline, deadlineKind                  string
+	cuda, driver                            string
 	hold, strict                            bool
 	nice                                    int
 	env                                     envFlag
@@ -145,6 +151,8 @@ func (f *submitFlags) register(fs *flag.FlagSet, cmdline bool) {
 	fs.IntVar(&f.nice, "nice", 0, "lower the job's priority score by `N` points")
 	fs.StringVar(&f.image, "image", "", "run the job in this container `IMAGE`, e.g. registry.example.com/ml/train:1.2")
 	fs.StringVar(&f.deadline, "deadline", "", "finish (or with --deadline-kind start, start) by this `TIME`: RFC 3339, \"2026-12-01 18:00\" (local) or +DURATION from now (+6h, +2d)")
+	fs.StringVar(&f.cuda, "cuda", "", "CUDA version `RANGE` the job's nodes must report, e.g. '>=12.4' or '>=12.4,<13'")
+	fs.StringVar(&f.driver, "driver", "", "driver version `RANGE` the job's nodes must report, e.g. '>=550'")
 	fs.StringVar(&f.deadlineKind, "deadline-kind", "", "`KIND` of --deadline: finish (default; start + time limit by it) or start")
 	fs.Var(&f.notify, "notify", "webhook `URL[#EVENTS]` told of the job's events (repeatable)")
 	fs.BoolVar(&f.strict, "strict", false, "make every warning about a batch script's directives an error")
@@ -448,6 +456,10 @@ func (b *specBuilder) applyFlag(f submitFlags, name string) error {
 		if t, err = parseWhen(f.deadline, now(), b.loc); err == nil {
 			spec.Deadline = &t
 		}
+	case "cuda":
+		spec.CUDA = strings.TrimSpace(f.cuda)
+	case "driver":
+		spec.Driver = strings.TrimSpace(f.driver)
 	case "deadline-kind":
 		spec.DeadlineKind = strings.ToLower(strings.TrimSpace(f.deadlineKind))
 	case "notify":

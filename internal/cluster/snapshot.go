@@ -51,6 +51,7 @@ func (s *State) Snapshot(now time.Time, keep func(*api.Job) bool) *sched.Snapsho
 			CPUs:          n.CPUs,
 			MemoryMB:      n.MemoryMB,
 			DriverVersion: n.DriverVersion,
+			CUDAVersion:   n.CUDAVersion,
 			// Only the last run counts: a node whose check passes again takes work again.
 			HealthFailed:     n.HealthCheck != nil && !n.HealthCheck.OK,
 			ContainerRuntime: n.ContainerRuntime,
@@ -120,6 +121,7 @@ func (s *State) Snapshot(now time.Time, keep func(*api.Job) bool) *sched.Snapsho
 				GPUs: j.Spec.GPUs, Nodes: j.Spec.Nodes, GPUsPerNode: j.Spec.GPUsPerNode, GPUModel: j.Spec.GPUModel,
 				GPUModels: GPUModels(j.Spec.GPUModel), CPUs: j.Spec.CPUs, MemoryMB: j.Spec.MemoryMB,
 				GPUShare: MilliOf(j.Spec.GPUShare), GPUMemoryMB: j.Spec.GPUMemoryMB,
+				CUDA: j.Spec.CUDA, Driver: j.Spec.Driver,
 			},
 		})
 	}

@@ -30,6 +30,26 @@ func BenchmarkPlan_1000Nodes_10000Pending_Policy(b *testing.B) {
 	benchPlan(b, 1000, 10000, true, Options{})
 }
 
+// Half the jobs need CUDA >=12.4, which half the nodes report (the others report 12.2 or
+// none): the version check in the chain, and pool-like searches of the nodes that match.
+func BenchmarkPlan_1000Nodes_10000Pending_Versions(b *testing.B) {
+	s := genCluster(rand.New(rand.NewPCG(1, 2)), 1000, 10000, 0.5, false)
+	for i := range s.Pending {
+		if i%2 == 0 {
+			s.Pending[i].Request.CUDA = ">=12.4"
+		}
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	placed := 0
+	for b.Loop() {
+		p := mustSchedule(s, Options{})
+		placed += len(p.Placements)
+	}
+	b.ReportMetric(float64(placed)/b.Elapsed().Seconds(), "placements/s")
+	b.ReportMetric(float64(placed)/float64(b.N), "placed/op")
+}
+
 func BenchmarkPlan_10000Nodes_10000Pending(b *testing.B) {
 	benchPlan(b, 10000, 10000, true, Options{})
 }

@@ -11,7 +11,8 @@
 //     one of them, whichever has room first, the first listed at equal fit, and is
 //     admitted by and charged to the quota of the model it lands on; never on a node whose health check failed, a GPU that is
 //     unhealthy or held by leftover processes, nor, for a job with an image, a node
-//     without a container runtime;
+//     without a container runtime, nor one whose driver or CUDA version is outside the
+//     job's ranges (Request.CUDA, Request.Driver; ParseVersionRange);
 //   - EASY backfill: the highest blocked jobs get reservations, which are also their
 //     estimated starts, and lower jobs start only where they do not delay them, nor run
 //     into another team's reservation or any maintenance window (Snapshot.Maintenance);

@@ -34,8 +34,12 @@ type demand struct {
 	pools []string
 	// image is set for a job with a container image: it needs a node with a runtime.
 	image bool
+	// cuda and driver are the versions the job accepts (Request.CUDA, Request.Driver);
+	// zero: any, a node that reports none included.
+	cuda, driver VersionRange
 	// poolKey names the restriction on nodes in cache keys: the queue's name when it
-	// limits the pools, or "", followed by imageKey for an image job.
+	// limits the pools, or "", followed by imageKey for an image job and the version
+	// ranges for a job that has them.
 	poolKey string
 	// deny marks the models a job that takes any model, or any of a list, may not use:
 	// those its list leaves out and those its team's quota rules out.
@@ -76,8 +80,40 @@ const (
 const imageKey = "\x00image"
 
 // restricted reports whether only some schedulable nodes may run the job at all (its
-// pools, a container runtime); such jobs search st.poolNodes where that is shorter.
-func (d *demand) restricted() bool { return d.pools != nil || d.image }
+// pools, a container runtime, versions); such jobs search st.poolNodes where that is
+// shorter.
+func (d *demand) restricted() bool { return d.pools != nil || d.image || d.versioned() }
+
+// versioned reports whether the job constrains the driver or CUDA version.
+func (d *demand) versioned() bool { return !d.cuda.IsZero() || !d.driver.IsZero() }
+
+// versionsFit reports whether node n reports driver and CUDA versions the job accepts.
+func (d *demand) versionsFit(n *Node) bool {
+	return d.cuda.Match(n.CUDAVersion) && d.driver.Match(n.DriverVersion)
+}
+
+// fitsNode reports whether node n, schedulable or not, could run the job whatever is
+// free: it is in the job's pools, has a container runtime for an image job, and
+// versions the job accepts.
+func (d *demand) fitsNode(n *Node) bool {
+	return inPoolsNode(n, d.pools) && (!d.image || n.ContainerRuntime != "") && d.versionsFit(n)
+}
+
+// versionNote names the job's version constraints for messages, e.g. " with CUDA
+// >=12.4 and driver >=550"; "" without any.
+func (d *demand) versionNote() string {
+	var parts []string
+	if !d.cuda.IsZero() {
+		parts = append(parts, "CUDA "+d.cuda.String())
+	}
+	if !d.driver.IsZero() {
+		parts = append(parts, "driver "+d.driver.String())
+	}
+	if parts == nil {
+		return ""
+	}
+	return " with " + strings.Join(parts, " and ")
+}
 
 // newDemand normalises a request: a gang's per-node share, one node when Nodes is unset.
 // It returns a message instead when the request cannot be read as whole GPUs per node.
@@ -93,6 +129,16 @@ func newDemand(st *state, j *Job, q *Queue) (demand, string) {
 	}
 	if j.TimeLimit > 0 {
 		d.dur = int64(j.TimeLimit)
+	}
+	if r.CUDA != "" || r.Driver != "" {
+		var msg string
+		if d.cuda, msg = st.versionRange("CUDA", r.CUDA); msg != "" {
+			return d, msg
+		}
+		if d.driver, msg = st.versionRange("driver", r.Driver); msg != "" {
+			return d, msg
+		}
+		d.poolKey += "\x00cuda" + d.cuda.String() + "\x00driver" + d.driver.String()
 	}
 	switch {
 	case r.GPUs < 0 || r.GPUsPerNode < 0 || r.CPUs < 0 || r.MemoryMB < 0 || r.GPUShare < 0 || r.GPUMemoryMB < 0:
@@ -134,6 +180,22 @@ func newDemand(st *state, j *Job, q *Queue) (demand, string) {
 		d.model = noModel
 	}
 	return d, ""
+}
+
+// versionRange parses a job's version range, once per text and cycle. The server
+// validates ranges at submit, so a message here means a snapshot built by other means.
+func (st *state) versionRange(what, text string) (VersionRange, string) {
+	r, ok := st.ranges[text]
+	if !ok {
+		var err error
+		if r, err = ParseVersionRange(text); err != nil {
+			return r, fmt.Sprintf("the job's %s range %v", what, err)
+		}
+		if st.ranges != nil {
+			st.ranges[text] = r
+		}
+	}
+	return r, ""
 }
 
 // listModels sets the demand of a job that accepts any of several models: every model
@@ -211,9 +273,9 @@ type capacity struct {
 
 // capacities lists the node kinds per model; the key "" holds, for each node, its
 // largest group of one model (a job that takes any model still uses one model per node).
-// Only nodes of the pools count, and only those with a container runtime for an image
-// job (image): the key "" is then empty when no such node exists.
-func capacities(nodes []Node, pools []string, image bool) map[string][]capacity {
+// Only nodes the job could run on count (demand.fitsNode): the key "" is empty when no
+// such node exists.
+func capacities(nodes []Node, d *demand) map[string][]capacity {
 	type kind struct {
 		model string
 		capacity
@@ -222,7 +284,7 @@ func capacities(nodes []Node, pools []string, image bool) map[string][]capacity 
 	perModel := map[string]int{}
 	for i := range nodes {
 		n := &nodes[i]
-		if !inPoolsNode(n, pools) || (image && n.ContainerRuntime == "") {
+		if !d.fitsNode(n) {
 			continue
 		}
 		if single(n.GPUs) {
@@ -320,6 +382,90 @@ func neverFits(kinds map[string][]capacity, d *demand) string {
 	return ""
 }
 
+// whereNote names what the job needs of a node beyond GPUs, CPUs and memory, for
+// messages: " with a container runtime", " with CUDA >=12.4", or both; "" for none.
+func (d *demand) whereNote() string {
+	s := ""
+	if d.image {
+		s = " with a container runtime"
+	}
+	if note := d.versionNote(); note != "" {
+		if s != "" {
+			note = " and" + strings.TrimPrefix(note, " with")
+		}
+		s += note
+	}
+	return s
+}
+
+// versionMismatch is the static answer for a job whose version constraints no node it
+// could otherwise use satisfies (schedulable or not), naming what the nodes report, e.g.
+// "needs CUDA >=12.4; nodes report 12.2 (4 nodes)". It is "" when some node satisfies
+// them, or when no node could run the job anyway (the other checks say why).
+func versionMismatch(nodes []Node, d *demand) string {
+	if !d.versioned() {
+		return ""
+	}
+	var others []*Node
+	for i := range nodes {
+		n := &nodes[i]
+		if inPoolsNode(n, d.pools) && (!d.image || n.ContainerRuntime != "") {
+			if d.versionsFit(n) {
+				return ""
+			}
+			others = append(others, n)
+		}
+	}
+	if len(others) == 0 {
+		return ""
+	}
+	where := "nodes"
+	if d.image {
+		where += " with a container runtime"
+	}
+	if d.pools != nil {
+		where += " in pools " + strings.Join(d.pools, ", ")
+	}
+	cudaOK := slices.ContainsFunc(others, func(n *Node) bool { return d.cuda.Match(n.CUDAVersion) })
+	driverOK := slices.ContainsFunc(others, func(n *Node) bool { return d.driver.Match(n.DriverVersion) })
+	switch {
+	case !cudaOK:
+		return fmt.Sprintf("needs CUDA %s; %s report %s", d.cuda, where, reportedVersions(others, func(n *Node) string { return n.CUDAVersion }))
+	case !driverOK:
+		return fmt.Sprintf("needs driver %s; %s report %s", d.driver, where, reportedVersions(others, func(n *Node) string { return n.DriverVersion }))
+	}
+	return fmt.Sprintf("needs CUDA %s and driver %s on one node; no node reports both (%s report CUDA %s; driver %s)", d.cuda, d.driver, where,
+		reportedVersions(others, func(n *Node) string { return n.CUDAVersion }), reportedVersions(others, func(n *Node) string { return n.DriverVersion }))
+}
+
+// reportedVersions lists the versions nodes report with how many report each, most
+// first, e.g. "12.2 (4 nodes), 12.1 (1 node)"; at most four, then how many more.
+func reportedVersions(nodes []*Node, of func(*Node) string) string {
+	counts := map[string]int{}
+	for _, n := range nodes {
+		counts[of(n)]++
+	}
+	vs := make([]string, 0, len(counts))
+	for v := range counts {
+		vs = append(vs, v)
+	}
+	slices.SortFunc(vs, func(a, b string) int { return cmp.Or(cmp.Compare(counts[b], counts[a]), cmp.Compare(a, b)) })
+	const named = 4
+	parts := make([]string, 0, named+1)
+	for i, v := range vs {
+		if i == named {
+			parts = append(parts, fmt.Sprintf("%d more versions", len(vs)-named))
+			break
+		}
+		name := v
+		if v == "" {
+			name = "no version"
+		}
+		parts = append(parts, fmt.Sprintf("%s (%s)", name, plural(counts[v], "node")))
+	}
+	return strings.Join(parts, ", ")
+}
+
 // noRuntime is the static answer for an image job where no node has a container runtime.
 const noRuntime = "no node has a container runtime for image jobs"
 
@@ -350,7 +496,8 @@ type nodeCheck struct {
 }
 
 // The chain, cheapest first: the pool is a label lookup and the container runtime a
-// field test, both ruling a node out for good; CPUs and memory are comparisons; administrative windows are a short list per node; the
+// field test, and the versions a few number comparisons, all ruling a node out for good;
+// CPUs and memory are comparisons; administrative windows are a short list per node; the
 // backfill check walks the node's future events.
 var candidateChain = [...]nodeCheck{
 	{"pool", func(st *state, c cand, d *demand) int64 {
@@ -362,6 +509,13 @@ var candidateChain = [...]nodeCheck{
 	// A job with an image runs only through a container runtime: "no container runtime".
 	{"runtime", func(st *state, c cand, d *demand) int64 {
 		if !d.image || st.nodes[c.node].n.ContainerRuntime != "" {
+			return 0
+		}
+		return 1
+	}},
+	// A job that constrains versions runs only where the node reports versions it accepts.
+	{"versions", func(st *state, c cand, d *demand) int64 {
+		if d.versionsFit(st.nodes[c.node].n) {
 			return 0
 		}
 		return 1
@@ -392,6 +546,7 @@ var candidateChain = [...]nodeCheck{
 const (
 	checkPool = iota
 	checkRuntime
+	checkVersions
 	checkCPUs
 	checkMemory
 	checkWindow
@@ -426,10 +581,10 @@ func (st *state) inPools(ni int, d *demand) bool {
 	return inPoolsNode(st.nodes[ni].n, d.pools)
 }
 
-// eligible reports whether node ni may run the job at all, whatever is free: it is in
-// one of the job's pools, and has a container runtime if the job has an image.
+// eligible reports whether node ni may run the job at all, whatever is free (see
+// demand.fitsNode).
 func (st *state) eligible(ni int, d *demand) bool {
-	return st.inPools(ni, d) && (!d.image || st.nodes[ni].n.ContainerRuntime != "")
+	return d.fitsNode(st.nodes[ni].n)
 }
 
 // inPoolsNode is inPools for a node of the snapshot, schedulable or not: a job whose

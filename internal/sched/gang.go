@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"slices"
+	"strings"
 )
 
 // Gangs: a job with Request.Nodes > 1 needs GPUsPerNode GPUs on each of that many nodes,
@@ -237,12 +238,8 @@ func (c *cycle) gangShortage(d *demand, dg *diag) Reason {
 	if c.opts.Terse {
 		return r
 	}
-	runtime := ""
-	if d.image {
-		runtime = ", with a container runtime"
-	}
 	r.Message = fmt.Sprintf("the job needs %d nodes with %s free each, of one model and driver%s; %d have them now",
-		d.nodes, gpusOf(d.gpus, "", d.modelName), runtime, dg.gangFound)
+		d.nodes, gpusOf(d.gpus, "", d.modelName), strings.Replace(d.whereNote(), " with", ", with", 1), dg.gangFound)
 	if n, job := c.heldNodes(d); n > 0 {
 		r.Message += fmt.Sprintf(", and %d more would but for the GPUs held there for job %d until the jobs preempted for it stop", n, job)
 	}

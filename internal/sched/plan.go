@@ -278,15 +278,20 @@ func (c *cycle) neverFits(d *demand) string {
 	if !ok {
 		kinds, ok := c.kinds[d.poolKey]
 		if !ok {
-			kinds = capacities(c.s.Nodes, d.pools, d.image)
+			kinds = capacities(c.s.Nodes, d)
 			c.kinds[d.poolKey] = kinds
 		}
-		msg = neverFits(kinds, d)
-		if msg != "" && msg != noRuntime && d.image {
-			msg += " among the nodes with a container runtime"
-		}
-		if msg != "" && d.pools != nil {
-			msg += " in pools " + strings.Join(d.pools, ", ")
+		// Versions first: a job no node reports the versions for is told so, whatever
+		// else it asks; the sentence names the pools itself.
+		msg = versionMismatch(c.s.Nodes, d)
+		if msg == "" {
+			msg = neverFits(kinds, d)
+			if msg != "" && msg != noRuntime && (d.image || d.versioned()) {
+				msg += " among the nodes" + d.whereNote()
+			}
+			if msg != "" && d.pools != nil {
+				msg += " in pools " + strings.Join(d.pools, ", ")
+			}
 		}
 		if msg != "" {
 			msg += c.exclusiveNote(d)

@@ -47,6 +47,8 @@ func genCluster(r *rand.Rand, nodes, pending int, busyFrac float64, rich bool) *
 		if i%3 == 0 {
 			n.ContainerRuntime = "podman"
 		}
+		// CUDA versions from i, so the other draws stay as they were: some report none.
+		n.CUDAVersion = []string{"12.4", "12.2", "12.8.1", ""}[i%4]
 		n.Sharing = rich && i%6 == 1
 		s.Nodes = append(s.Nodes, n)
 		// Maintenance windows: open now, planned ahead, open-ended or not. From i, not
@@ -139,6 +141,12 @@ func genCluster(r *rand.Rand, nodes, pending int, busyFrac float64, rich bool) *
 		if id%7 == 0 {
 			j.Image = "registry.example.com/ml/train:1"
 		}
+		if rich && id%5 == 2 {
+			j.Request.CUDA = ">=12.4"
+		}
+		if rich && id%13 == 3 {
+			j.Request.Driver = "<550"
+		}
 		if rich && id%11 == 0 {
 			j.StartBy = t0.Add(time.Duration(id%5) * time.Hour)
 		}
@@ -222,7 +230,7 @@ next:
 		end := now.Add(j.TimeLimit)
 		for _, a := range cl.Allocs {
 			n := nodes[a.Node]
-			if n == nil || !n.Schedulable || n.HealthFailed || (j.Image != "" && n.ContainerRuntime == "") ||
+			if n == nil || !n.Schedulable || n.HealthFailed || (j.Image != "" && n.ContainerRuntime == "") || !versionsFit(j, n) ||
 				cpus[a.Node]+a.CPUs > n.CPUs || mem[a.Node]+a.MemoryMB > n.MemoryMB {
 				continue next
 			}
@@ -339,6 +347,10 @@ func checkPlanAt(t *testing.T, s *Snapshot, p Plan, now time.Time, minRuntime ti
 			n := nodes[a.Node]
 			if n == nil || !n.Schedulable || n.HealthFailed {
 				t.Fatalf("job %d placed on unschedulable or unknown node %q", j.ID, a.Node)
+			}
+			if !versionsFit(j, n) {
+				t.Fatalf("job %d (CUDA %q, driver %q) placed on %s, which reports CUDA %q, driver %q", j.ID, j.Request.CUDA, j.Request.Driver,
+					a.Node, n.CUDAVersion, n.DriverVersion)
 			}
 			if j.Image != "" && n.ContainerRuntime == "" {
 				t.Fatalf("job %d with an image placed on %s, which has no container runtime", j.ID, a.Node)
@@ -607,4 +619,11 @@ func takesModel(j *Job, model string) bool {
 		return slices.Contains(j.Request.GPUModels, model)
 	}
 	return j.Request.GPUModel == "" || j.Request.GPUModel == model
+}
+
+// versionsFit is the invariant's own reading of a job's version constraints.
+func versionsFit(j *Job, n *Node) bool {
+	cuda, err1 := ParseVersionRange(j.Request.CUDA)
+	driver, err2 := ParseVersionRange(j.Request.Driver)
+	return err1 == nil && err2 == nil && cuda.Match(n.CUDAVersion) && driver.Match(n.DriverVersion)
 }

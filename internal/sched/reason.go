@@ -179,10 +179,7 @@ func (c *cycle) gpuShortage(d *demand) Reason {
 		// job, no eligible node is schedulable at all).
 		r := Reason{Code: ReasonResources}
 		if !c.opts.Terse {
-			where := "schedulable node"
-			if d.image {
-				where += " with a container runtime"
-			}
+			where := "schedulable node" + d.whereNote()
 			if d.pools != nil {
 				where += " in pools " + strings.Join(d.pools, ", ")
 			}
@@ -239,14 +236,14 @@ func (c *cycle) unschedulableNote(d *demand) string {
 }
 
 // failedHealth counts the nodes left out because their health check failed that the job
-// could use otherwise (its pools, a container runtime for an image), and names the first
+// could use otherwise (its pools, a container runtime for an image, versions), and names the first
 // three, which is all a note names.
 func (c *cycle) failedHealth(d *demand) ([]string, int) {
 	var names []string
 	count := 0
 	for _, i := range c.st.healthFailed {
 		n := &c.s.Nodes[i]
-		if inPoolsNode(n, d.pools) && (!d.image || n.ContainerRuntime != "") {
+		if d.fitsNode(n) {
 			if count++; len(names) < 3 {
 				names = append(names, n.Name)
 			}

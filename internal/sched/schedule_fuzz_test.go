@@ -62,7 +62,7 @@ func decodeScenario(data []byte) scenario {
 		flags := src.byte()
 		model := fuzzModels[flags>>3&1]
 		n := Node{Name: fmt.Sprintf("node-%02d", i), Schedulable: flags%8 != 1, HealthFailed: flags%8 == 2, CPUs: 4 + src.intn(64),
-			MemoryMB: int64(8+src.intn(512)) << 10, DriverVersion: choose(src, "550", "535"),
+			MemoryMB: int64(8+src.intn(512)) << 10, DriverVersion: choose(src, "550", "535"), CUDAVersion: []string{"12.4", "12.2", ""}[i%3],
 			Labels: map[string]string{"pool": "train", "rack": fmt.Sprintf("r%d", i/2), "switch": fmt.Sprintf("s%d", i/4)}}
 		if flags&0x20 != 0 {
 			n.Labels["pool"] = "inference"
@@ -221,6 +221,8 @@ func decodeJob(src *byteSource, id int64) Job {
 	if src.intn(4) == 3 {
 		j.Image = "registry.example.com/ml/train:1"
 	}
+	// From the ID, not the source, so that the corpus means what it meant before.
+	j.Request.CUDA = []string{"", "", ">=12.4", "<12.3"}[id%4]
 	return j
 }
 

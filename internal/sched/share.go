@@ -437,6 +437,7 @@ func (c *cycle) neverShares(d *demand) string {
 		maxCPUs            int
 		maxMem             int64
 		runtime, enoughAll bool
+		versions           bool
 	)
 	for i := range c.s.Nodes {
 		n := &c.s.Nodes[i]
@@ -448,6 +449,10 @@ func (c *cycle) neverShares(d *demand) string {
 			continue
 		}
 		runtime = true
+		if !d.versionsFit(n) {
+			continue
+		}
+		versions = true
 		maxCPUs, maxMem = max(maxCPUs, n.CPUs), max(maxMem, n.MemoryMB)
 		for _, g := range n.GPUs {
 			if !d.acceptsName(g.Model) {
@@ -469,6 +474,8 @@ func (c *cycle) neverShares(d *demand) string {
 		return "no node" + where + " is in a pool that allows GPU sharing" + c.exclusiveNote(d)
 	case !runtime:
 		return noRuntime + " among the nodes that allow GPU sharing" + where
+	case !versions:
+		return "no node that allows GPU sharing" + where + " reports" + strings.TrimPrefix(d.versionNote(), " with")
 	case !models && d.modelName != "":
 		return fmt.Sprintf("no node that allows GPU sharing%s has GPUs of model %s", where, d.modelName)
 	case !models:

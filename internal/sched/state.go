@@ -144,6 +144,9 @@ type state struct {
 	gpuVersion int
 	// pools caches the nodes of each queue's pools, by the queue's name.
 	pools map[string][]int
+	// ranges caches the jobs' version ranges by their text, for the cycle: many jobs
+	// share a few ranges.
+	ranges map[string]VersionRange
 	// frees backs every group's free slice, so a copy of the state can copy it in one go.
 	frees []bool
 	// Derived from the nodes alone, so copies of a base state share them:
@@ -170,7 +173,7 @@ func newState(s *Snapshot, now int64) *state {
 
 // newBase builds what a cycle derives from the nodes alone: everything free, nothing held.
 func newBase(s *Snapshot) *state {
-	st := &state{byName: make(map[string]int, len(s.Nodes)), modelByName: map[string]int{}, pools: map[string][]int{},
+	st := &state{byName: make(map[string]int, len(s.Nodes)), modelByName: map[string]int{}, pools: map[string][]int{}, ranges: map[string]VersionRange{},
 		allNodes: make(map[string]int, len(s.Nodes)), kinds: map[string]map[string][]capacity{}}
 	for i := range s.Nodes {
 		st.allNodes[s.Nodes[i].Name] = i
@@ -303,10 +306,12 @@ func (b *state) clone(s *Snapshot, now int64, old *state) *state {
 	st := *b
 	st.now = now
 	if old == nil {
-		old = &state{pools: map[string][]int{}}
+		old = &state{pools: map[string][]int{}, ranges: map[string]VersionRange{}}
 	}
 	st.pools = old.pools
 	clear(st.pools)
+	st.ranges = old.ranges
+	clear(st.ranges)
 	st.frees = append(old.frees[:0], b.frees...)
 	st.nodes = slices.Grow(old.nodes[:0], len(b.nodes))[:len(b.nodes)]
 	for i := range st.nodes {

@@ -78,10 +78,13 @@ type Node struct {
 	Name   string
 	Labels map[string]string
 	// Schedulable is false for nodes that take no new work (draining, not ready, lost).
-	Schedulable   bool
-	CPUs          int
-	MemoryMB      int64
+	Schedulable bool
+	CPUs        int
+	MemoryMB    int64
+	// DriverVersion and CUDAVersion are what the node reports (e.g. "535.104.05",
+	// "12.2"); empty where it reports none, which satisfies no version constraint.
 	DriverVersion string
+	CUDAVersion   string
 	// GPUs by index. Occupancy comes from Snapshot.Running, not from here.
 	GPUs []GPU
 	// ContainerRuntime names the runtime image jobs run through ("podman", "docker",
@@ -162,6 +165,10 @@ type Request struct {
 	// A GPU with tenants takes no job that wants whole GPUs.
 	GPUShare    int
 	GPUMemoryMB int64
+	// CUDA and Driver are version ranges (see ParseVersionRange) the node's reported
+	// versions must satisfy; empty: any version, or none.
+	CUDA   string
+	Driver string
 }
 
 // Shared reports whether the request is for a share of one GPU.
@@ -359,7 +366,8 @@ type Priority struct {
 type ReasonCode string
 
 const (
-	// ReasonNoNodeMatches: no node could ever run the request (model, size, count).
+	// ReasonNoNodeMatches: no node could ever run the request (model, size, count,
+	// versions).
 	ReasonNoNodeMatches ReasonCode = "NoNodeMatches"
 	// ReasonResources: some node could run it, but not enough is free now.
 	ReasonResources ReasonCode = "Resources"

@@ -292,7 +292,8 @@ func (s *Server) refreshNode(b *store.Batch, name string, hb *api.Heartbeat, id 
 	if n.Syncing && !old.Syncing && known {
 		event("node %s takes no new work until its agent confirms it stopped every attempt the server does not list", name)
 	}
-	if healthChanged := s.nodeHealth(b, old, known, &n, hb.HealthCheck, now); unchanged && !healthChanged {
+	healthChanged := s.nodeHealth(b, old, known, &n, hb.HealthCheck, now)
+	if driftChanged := s.refreshDrift(b, old, known, &n, now); unchanged && !healthChanged && !driftChanged {
 		return n
 	}
 	b.Nodes = append(b.Nodes, n)

@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
@@ -252,6 +253,17 @@ func (s *Server) applyConfig(ctx context.Context, data []byte, by api.Event) (ap
 				return cfg, atLine(invalid("pools.name", "pool %s is defined twice", p.Name), lines["pools"], i)
 			}
 			names[p.Name] = true
+			for _, v := range []struct {
+				field string
+				text  *string
+			}{{"pools.driver", &cfg.Pools[i].Driver}, {"pools.cuda", &cfg.Pools[i].CUDA}} {
+				norm, e := versionRange(v.field, *v.text)
+				if e != nil {
+					e.Message = "pool " + p.Name + ": " + e.Message
+					return cfg, atLine(e, lines["pools"], i)
+				}
+				*v.text = norm
+			}
 		}
 		data, _ := json.Marshal(cfg.Pools)
 		b.Settings = append(b.Settings, store.Setting{Name: cluster.SettingPools, Data: data})
@@ -300,6 +312,18 @@ type configTeam struct {
 	GPUsInUse     map[string]int `yaml:"gpus_in_use"`
 }
 
+// unquotedRangeRE finds a pool's version range left unquoted with a leading >, which
+// YAML reads as the start of a folded block and refuses with a message about line breaks.
+var unquotedRangeRE = regexp.MustCompile(`(?m)^[\s-]*(driver|cuda):\s*>`)
+
+// unquotedRangeHint says how to write such a range when the configuration has one.
+func unquotedRangeHint(data []byte) string {
+	if m := unquotedRangeRE.FindSubmatch(data); m != nil {
+		return fmt.Sprintf("; quote version ranges that start with >, e.g. %s: \">=550\"", m[1])
+	}
+	return ""
+}
+
 // decodeConfig reads exactly one YAML (or JSON) document holding a configuration, with no
 // unknown fields: an empty body, or a second document that would be silently dropped, is
 // refused.
@@ -320,7 +344,7 @@ func decodeConfig(data []byte) (api.Config, *api.Error) {
 		if errors.Is(err, io.EOF) {
 			return api.Config{}, invalid("config", "the configuration is empty: give queues, teams, pools, execution, limits or notifications")
 		}
-		return api.Config{}, invalid("config", "%s", strings.TrimPrefix(err.Error(), "yaml: "))
+		return api.Config{}, invalid("config", "%s%s", strings.TrimPrefix(err.Error(), "yaml: "), unquotedRangeHint(data))
 	}
 	var extra yaml.Node
 	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {

@@ -105,6 +105,9 @@ func (s *Server) handleResume(w http.ResponseWriter, r *http.Request) {
 		msg = fmt.Sprintf("resume node %s: planned maintenance cancelled (%s)", name, describeWindow(*before, now))
 	}
 	n.Maintenance = nil
+	// An operator's resume overrides a drain for version drift: the node is not returned
+	// to service again, nor drained again, until it has been back in range.
+	n.DriftDrain = false
 	ev := withChange(audit(r, now, api.EventDrain, "%s", msg), before, nil)
 	ev.Node = name
 	s.adminCommit(w, r, &store.Batch{Nodes: []api.Node{n}, Events: []api.Event{ev}}, http.StatusOK, n)

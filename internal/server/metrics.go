@@ -249,6 +249,9 @@ var (
 		"GPUs a team's jobs hold, by GPU model.", []string{"team", "model"}, nil)
 	descTeamGuaranteed = prometheus.NewDesc("rota_team_gpu_quota_guaranteed",
 		"A team's guaranteed GPUs by quota entry (model \"*\": any model the quota does not name).", []string{"team", "model"}, nil)
+	descDrift = prometheus.NewDesc("rota_node_version_drift",
+		"1 while a node's driver or CUDA version (component) is outside the range its pool wants, else 0; "+
+			"only for the components a node's pool wants a range for.", []string{"pool", "node", "component"}, nil)
 	descTeamLimit = prometheus.NewDesc("rota_team_gpu_quota_limit",
 		"A team's GPU limit by quota entry (model \"*\": any model the quota does not name).", []string{"team", "model"}, nil)
 
@@ -278,7 +281,7 @@ type stateCollector struct{ s *Server }
 
 func (stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descGPUs, descNodes, descJobs, descPending, descUtil, descMemory,
-		descPower, descTemp, descTeamUsed, descTeamGuaranteed, descTeamLimit} {
+		descPower, descTemp, descTeamUsed, descTeamGuaranteed, descTeamLimit, descDrift} {
 		ch <- d
 	}
 }
@@ -316,6 +319,13 @@ type stateCounts struct {
 	readings []gpuReading
 	teamUsed map[teamModel]int
 	quotas   map[teamModel]api.Quota
+	drift    []driftReading
+}
+
+// driftReading is one node's drift gauge for one component.
+type driftReading struct {
+	pool, node, component string
+	drifts                bool
 }
 
 // bump counts one thing of key k in state i, of n states.
@@ -354,8 +364,10 @@ func (s *Server) stateMetrics() *stateCounts {
 		gpus += len(n.GPUs)
 	}
 	c.readings = make([]gpuReading, 0, gpus)
+	pools := s.state.Pools()
 	for _, n := range nodes {
 		c.countNode(&n, usage[n.Name], active)
+		c.countDrift(&n, pools)
 	}
 	for _, t := range s.state.Teams() {
 		for model, q := range t.Quotas {
@@ -443,6 +455,23 @@ func (c *stateCounts) countNode(n *api.Node, u *cluster.NodeUsage, active map[in
 	}
 }
 
+// countDrift copies the node's drift for each component its pool wants a range for, as of
+// its last heartbeat.
+func (c *stateCounts) countDrift(n *api.Node, pools map[string]api.Pool) {
+	pool := n.Labels["pool"]
+	p, ok := pools[pool]
+	if pool == "" || !ok {
+		return
+	}
+	for _, w := range []struct{ component, wanted string }{{api.DriftDriver, p.Driver}, {api.DriftCUDA, p.CUDA}} {
+		if w.wanted == "" {
+			continue
+		}
+		drifts := slices.ContainsFunc(n.Drift, func(d api.VersionDrift) bool { return d.Component == w.component })
+		c.drift = append(c.drift, driftReading{pool: pool, node: n.Name, component: w.component, drifts: drifts})
+	}
+}
+
 // emit writes the counts as metrics.
 func (c *stateCounts) emit(ch chan<- prometheus.Metric) {
 	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
@@ -479,5 +508,12 @@ func (c *stateCounts) emit(ch chan<- prometheus.Metric) {
 	for k, q := range c.quotas {
 		gauge(descTeamGuaranteed, float64(q.Guaranteed), k.team, k.model)
 		gauge(descTeamLimit, float64(q.Limit), k.team, k.model)
+	}
+	for _, d := range c.drift {
+		v := 0.0
+		if d.drifts {
+			v = 1
+		}
+		gauge(descDrift, v, d.pool, d.node, d.component)
 	}
 }

@@ -115,6 +115,7 @@ func (h *harness) metricsNode(tel *api.Telemetry, tasks ...api.TaskStatus) {
 	h.t.Helper()
 	h.beatFull("n1", 4, func(hb *api.Heartbeat) {
 		hb.Inventory.Labels = map[string]string{"pool": "big"}
+		hb.Inventory.DriverVersion, hb.Inventory.CUDAVersion = "550.54.15", "12.4"
 		hb.Inventory.GPUs[3].Healthy, hb.Inventory.GPUs[3].Health = false, "XID 79"
 		hb.Telemetry = tel
 	}, tasks...)
@@ -140,6 +141,7 @@ func metricsScenario(t *testing.T) (*harness, map[string]int64, families) {
 		t.Fatalf("put team: %d", code)
 	}
 	h.idleQueue(600, api.IdleWarn)
+	h.setPools(api.Pool{Name: "big", Driver: ">=550"}, api.Pool{Name: "inference", Exclusive: true})
 	h.metricsNode(nil)
 
 	jobs := map[string]int64{}
@@ -200,6 +202,7 @@ func TestMetricsScrape(t *testing.T) {
 		{"rota_gpus", big("unavailable"), 0},
 		{"rota_nodes", labels{"pool": "big", "state": "READY"}, 1},
 		{"rota_nodes", labels{"pool": "big", "state": "LOST"}, 0},
+		{"rota_node_version_drift", labels{"pool": "big", "node": "n1", "component": "driver"}, 0},
 		{"rota_jobs", labels{"queue": "train", "state": "PENDING"}, 1},
 		{"rota_jobs", labels{"queue": "train", "state": "RUNNING"}, 1},
 		{"rota_jobs", labels{"queue": "dev", "state": "RUNNING"}, 1},
@@ -498,7 +501,7 @@ func TestMetricsAlertRules(t *testing.T) {
 		}
 	}
 	sort.Strings(alerts)
-	want := []string{"RotaGPUUnhealthy", "RotaIdleHolding", "RotaNodeLost", "RotaQueueWaitHigh", "RotaWebhookDrops"}
+	want := []string{"RotaGPUUnhealthy", "RotaIdleHolding", "RotaNodeLost", "RotaNodeVersionDrift", "RotaQueueWaitHigh", "RotaWebhookDrops"}
 	if strings.Join(alerts, ",") != strings.Join(want, ",") {
 		t.Errorf("alerts %v; want %v", alerts, want)
 	}

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"net/url"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/rotahq/rota/internal/api"
 	"github.com/rotahq/rota/internal/cluster"
+	"github.com/rotahq/rota/internal/sched"
 )
 
 // Limits on a job request. They catch typos (a million GPUs, a ten-year limit) before the
@@ -115,6 +117,13 @@ func validateSpec(spec *api.JobSpec, st *cluster.State) *api.Error {
 	}
 	if err := validateTTY(spec); err != nil {
 		return err
+	}
+	var e *api.Error
+	if spec.CUDA, e = versionRange("cuda", spec.CUDA); e != nil {
+		return e
+	}
+	if spec.Driver, e = versionRange("driver", spec.Driver); e != nil {
+		return e
 	}
 	if err := allowedImage(spec.Image, q); err != nil {
 		return err
@@ -748,4 +757,19 @@ func validateTTY(spec *api.JobSpec) *api.Error {
 		return invalid("tty", "a job with a terminal runs directly on its node; a container image is not supported with tty yet")
 	}
 	return nil
+}
+
+// versionRange checks a version range (a job's cuda or driver, a pool's wanted versions)
+// and returns it as it is stored: normalised, "" for none. A job whose range no node
+// reports is accepted, since nodes are upgraded; it waits, and rota why names the
+// versions the nodes report.
+func versionRange(field, text string) (string, *api.Error) {
+	r, err := sched.ParseVersionRange(text)
+	switch {
+	case errors.Is(err, sched.ErrVersionRangeEmpty):
+		return "", invalid(field, "%v: no version is in all its comparisons; give a range like >=12.4,<13", err)
+	case err != nil:
+		return "", invalid(field, "%v", err)
+	}
+	return r.String(), nil
 }

@@ -157,10 +157,10 @@ func explain(job api.Job, ahead int) api.Why {
 const maxHints = 3
 
 // nodeHints says, for a pending job that waits for resources, what keeps nodes it could
-// use from taking new work: no container runtime for its image anywhere, a failed health
-// check, GPUs held by leftover processes or unhealthy. Only nodes the job could otherwise
-// run on are named: in its queue's pools, with a runtime for an image, with GPUs of its
-// model. The scheduler's reason gives the numbers; these sentences give the causes and
+// use from taking new work: no container runtime for its image anywhere, a drain for
+// version drift, a failed health check, GPUs held by leftover processes or unhealthy. Only
+// nodes the job could otherwise run on are named: in its queue's pools, with a runtime for
+// an image, with GPUs of its model, with versions in its ranges. The scheduler's reason gives the numbers; these sentences give the causes and
 // what ends them.
 func (s *Server) nodeHints(job *api.Job) []string {
 	if !waitsForResources(job.Reason) && job.Reason != string(sched.ReasonNoNodeMatches) {
@@ -168,6 +168,9 @@ func (s *Server) nodeHints(job *api.Job) []string {
 	}
 	q, _ := s.state.Queue(job.Spec.Queue)
 	nodes := s.state.Nodes()
+	cuda, _ := sched.ParseVersionRange(job.Spec.CUDA)
+	driver, _ := sched.ParseVersionRange(job.Spec.Driver)
+	versionsFit := func(n *api.Node) bool { return cuda.Match(n.CUDAVersion) && driver.Match(n.DriverVersion) }
 	var hints []string
 	if job.Spec.Image != "" && !slices.ContainsFunc(nodes, func(n api.Node) bool { return n.ContainerRuntime != "" }) {
 		hints = append(hints, fmt.Sprintf("The job runs in container image %s, and no node has a container runtime "+
@@ -179,7 +182,12 @@ func (s *Server) nodeHints(job *api.Job) []string {
 			break
 		}
 		n := &nodes[i]
-		if n.State == api.NodeLost || !mayRunOn(job, q, n) {
+		if n.State == api.NodeLost || !mayRunOn(job, q, n) || !versionsFit(n) {
+			continue
+		}
+		if n.DriftDrain && (n.State == api.NodeDraining || n.State == api.NodeDrained) && n.Maintenance == nil {
+			hints = append(hints, fmt.Sprintf("Node %s takes no new work: it drained on its own because its versions drift (%s), "+
+				"until they are back in range or an operator resumes it.", n.Name, driftText(n.Drift)))
 			continue
 		}
 		if m := n.Maintenance; m != nil && (n.State == api.NodeDraining || n.State == api.NodeDrained) {

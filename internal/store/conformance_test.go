@@ -161,7 +161,7 @@ func fullJob(id int64) api.Job {
 			After: []int64{3, 4}, AfterOK: []int64{5}, Array: "0-99%8", Hold: true, Nice: -5,
 			Retries: ptr(3), RestartPolicy: api.RestartOnFailure, Image: "registry.example.com/ml/torch:2.4",
 			Notify:   []api.Notify{{URL: "https://hooks.example.com/j", Events: []string{api.NotifyFailed}}},
-			Deadline: ptr(t0.Add(30 * time.Hour)), DeadlineKind: api.DeadlineFinish,
+			Deadline: ptr(t0.Add(30 * time.Hour)), DeadlineKind: api.DeadlineFinish, CUDA: ">=12.4,<13", Driver: ">=550",
 		},
 		State:            api.StateRunning,
 		Reason:           api.ReasonPreempted,
@@ -277,6 +277,8 @@ func fullNode(name string) api.Node {
 		HeldGPUs:      []int{3},
 		SharedGPUs:    []api.SharedGPU{{Index: 1, Share: 0.5, MemoryMB: 40960, Tenants: []api.Tenant{{JobID: 9, Share: 0.5, MemoryMB: 40960}}}},
 		Maintenance:   &api.Maintenance{Reason: "BIOS update, ticket OPS-7", Start: t0.Add(time.Hour), End: ptr(t0.Add(3 * time.Hour)), By: "olga"},
+		Drift:         []api.VersionDrift{{Component: api.DriftDriver, Version: "550.54.15", Wanted: ">=560", Pool: "train"}},
+		DriftDrain:    true,
 	}
 }
 

@@ -551,7 +551,7 @@ func appendNode(args []any, n *api.Node) ([]any, error) {
 		return args, err
 	}
 	data, err := encodeJSON(nodeData{Agent: n.Agent, Syncing: n.Syncing, SyncEpoch: n.SyncEpoch, HealthCheck: n.HealthCheck, Degraded: n.Degraded,
-		Maintenance: n.Maintenance})
+		Maintenance: n.Maintenance, Drift: n.Drift, DriftDrain: n.DriftDrain})
 	if err != nil {
 		return args, err
 	}
@@ -569,6 +569,10 @@ type nodeData struct {
 	// Maintenance is an operator's drain with its reason and window. It lives in the
 	// data column, which both backends keep as JSON, so it needs no new column.
 	Maintenance *api.Maintenance `json:"maintenance,omitempty"`
+	// Drift and DriftDrain: the node's versions outside its pool's wanted ranges, and
+	// whether it drains on its own for it; a restart must know the drain was automatic.
+	Drift      []api.VersionDrift `json:"drift,omitempty"`
+	DriftDrain bool               `json:"drift_drain,omitempty"`
 }
 
 func appendSetting(args []any, s *Setting) ([]any, error) {
@@ -691,7 +695,7 @@ func (s *sqlStore) LoadNodes(ctx context.Context) ([]api.Node, error) {
 		var nd nodeData
 		err = decodeJSON(data, &nd)
 		n.Agent, n.Syncing, n.SyncEpoch, n.HealthCheck, n.Degraded = nd.Agent, nd.Syncing, nd.SyncEpoch, nd.HealthCheck, nd.Degraded
-		n.Maintenance = nd.Maintenance
+		n.Maintenance, n.Drift, n.DriftDrain = nd.Maintenance, nd.Drift, nd.DriftDrain
 		return n, err
 	})
 	if err != nil {

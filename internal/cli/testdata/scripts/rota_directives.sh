@@ -4,4 +4,5 @@
 #ROTA --restart-policy on-failure --retries 3
 #ROTA --env WANDB_MODE=offline
 #ROTA --grace 2m --signal usr1
+#ROTA --cuda '>=12.4,<13' --driver ">=550"
 exec python train.py "$@"
