@@ -21,14 +21,15 @@ func ScheduleWith(s *Snapshot, now time.Time, opts Options) (Plan, error) {
 	if err != nil {
 		return Plan{}, err
 	}
-	return newCycle(s, now, opts, newState(s, now.UnixNano())).run(), nil
+	return newCycle(s, now, opts, newState(s, now.UnixNano()), nil).run(), nil
 }
 
 // Planner schedules the same nodes many times, as the simulator does: it keeps what a cycle
 // derives from the nodes alone (their order, GPU groups and indexes) from one call to the
 // next while Snapshot.NodesVersion stays the same, so a cycle costs what its jobs cost
 // rather than what the cluster's size costs. It also reuses the previous cycle's buffers,
-// so a Planner is not safe for concurrent use. Its plans are those of ScheduleWith.
+// so a Planner is not safe for concurrent use, and a plan's Pending list is overwritten by
+// the next call: a caller that keeps it copies it. Its plans are those of ScheduleWith.
 type Planner struct {
 	opts    Options
 	version uint64
@@ -38,6 +39,10 @@ type Planner struct {
 	last *state
 	// orderBuf is the previous cycle's ordering arrays, for the same reason.
 	orderBuf orderBuf
+	// pending is the previous plan's Pending list, whose array the next plan reuses: with
+	// a long queue it is most of what a cycle allocates, and collecting it most of what
+	// a replay costs.
+	pending []PendingJob
 }
 
 // NewPlanner returns a planner for the policy opts.
@@ -58,9 +63,11 @@ func (p *Planner) Schedule(s *Snapshot, now time.Time) Plan {
 	st := p.base.clone(s, now.UnixNano(), p.last)
 	p.last = st
 	st.finish(s.Running)
-	c := newCycle(s, now, p.opts, st)
+	c := newCycle(s, now, p.opts, st, p.pending)
 	c.orderBuf = &p.orderBuf
-	return c.run()
+	plan := c.run()
+	p.pending = plan.Pending
+	return plan
 }
 
 // run is one scheduling cycle.
@@ -139,13 +146,14 @@ type failure struct {
 	reason Reason
 }
 
-func newCycle(s *Snapshot, now time.Time, opts Options, st *state) *cycle {
+// newCycle starts a cycle; its plan's Pending list reuses the array of pending, when given.
+func newCycle(s *Snapshot, now time.Time, opts Options, st *state, pending []PendingJob) *cycle {
 	st.addWindows(s.Reservations, s.Maintenance)
 	c := &cycle{
 		s: s, opts: opts, st: st,
 		plan: Plan{
 			Placements: make([]Placement, 0, min(len(s.Pending), st.totalGPUs+len(st.nodes))),
-			Pending:    make([]PendingJob, 0, len(s.Pending)),
+			Pending:    slices.Grow(pending[:0], len(s.Pending)),
 		},
 		never:          map[shape]string{},
 		kinds:          st.kinds,
