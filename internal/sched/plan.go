@@ -114,7 +114,8 @@ type cycle struct {
 	// failed caches requests that did not fit now, keyed by shape: the shortest duration
 	// that failed (a longer run is no easier to fit) and the reason found then, which
 	// the later identical jobs share.
-	failed map[shape]failure
+	failed     map[shape]failure
+	lastFailed lastFailed
 	// Jobs so far left waiting for resources, for the Ahead count of the later ones.
 	blockedByModel map[string]int // jobs that name one model
 	// blockedLists counts the jobs that list several models, by their modelName.
@@ -144,6 +145,30 @@ type cycle struct {
 type failure struct {
 	dur    int64
 	reason Reason
+}
+
+// lastFailed is the cycle's last lookup in failed: identical requests come in runs (an
+// array, a sweep, one team's jobs in fair-share order), and on a long queue hashing the
+// shape for every job was a tenth of a cycle.
+type lastFailed struct {
+	key   shape
+	f     failure
+	found bool
+	valid bool
+}
+
+// lookupFailed is c.failed[key], through the last lookup.
+func (c *cycle) lookupFailed(key shape) (failure, bool) {
+	if l := &c.lastFailed; !l.valid || l.key != key {
+		l.f, l.found = c.failed[key]
+		l.key, l.valid = key, true
+	}
+	return c.lastFailed.f, c.lastFailed.found
+}
+
+func (c *cycle) setFailed(key shape, f failure) {
+	c.failed[key] = f
+	c.lastFailed.valid = false
 }
 
 // newCycle starts a cycle; its plan's Pending list reuses the array of pending, when given.
@@ -195,7 +220,7 @@ func (c *cycle) schedule(r *ranked) {
 	// An identical request that failed to fit earlier in this cycle passed this check;
 	// looked up once here, it serves step 4 too.
 	key := d.shape()
-	f, failedBefore := c.failed[key]
+	f, failedBefore := c.lookupFailed(key)
 	if bad == "" && !failedBefore {
 		if d.shared() {
 			bad = c.neverShared(d)
@@ -256,7 +281,7 @@ func (c *cycle) schedule(r *ranked) {
 		}
 		reason := c.shareReason(d, &dg)
 		if !failedBefore || d.dur < f.dur {
-			c.failed[key] = failure{dur: d.dur, reason: reason}
+			c.setFailed(key, failure{dur: d.dur, reason: reason})
 		}
 		c.wait(r, pj, d, reason, inQuota)
 		return
@@ -273,7 +298,7 @@ func (c *cycle) schedule(r *ranked) {
 	// 5. It waits: explain why, then preempt or reserve (wait).
 	reason := c.reason(d, &dg)
 	if !failedBefore || d.dur < f.dur {
-		c.failed[key] = failure{dur: d.dur, reason: reason}
+		c.setFailed(key, failure{dur: d.dur, reason: reason})
 	}
 	c.wait(r, pj, d, reason, inQuota)
 }
