@@ -485,11 +485,13 @@ func (e *engine) requeuedAt(j *jobRun) time.Time {
 }
 
 func (e *engine) removePending(i int) {
+	// The jobs after it move up one place rather than the last into its place: the list
+	// stays in the plan's order, which keepOrder then need not restore.
 	pos := e.jobs[i].pendPos
 	last := len(e.pending) - 1
-	if int(pos) != last {
-		e.pending[pos] = e.pending[last]
-		e.jobs[e.pending[pos].ID-1].pendPos = pos
+	copy(e.pending[pos:], e.pending[pos+1:])
+	for k := int(pos); k < last; k++ {
+		e.jobs[e.pending[k].ID-1].pendPos = int32(k)
 	}
 	e.pending[last] = sched.Job{}
 	e.pending = e.pending[:last]
@@ -555,23 +557,33 @@ func (e *engine) schedule() error {
 // order costs the scheduler little, where sorting the list removePending shuffles cost it
 // a third of a replay on a long queue.
 func (e *engine) keepOrder(planned []sched.PendingJob) {
-	next := e.spare[:0]
-	for k := range planned {
+	// The jobs before the first out of place stay where they are: often all of them, when
+	// the plan started nothing and a new job sorts last.
+	m := 0
+	for m < len(planned) && m < len(e.pending) && e.pending[m].ID == planned[m].JobID {
+		m++
+	}
+	if m == len(e.pending) {
+		return
+	}
+	rest := e.spare[:0]
+	for k := m; k < len(planned); k++ {
 		if pos := e.jobs[planned[k].JobID-1].pendPos; pos >= 0 {
-			next = append(next, e.pending[pos])
+			rest = append(rest, e.pending[pos])
 			e.jobs[planned[k].JobID-1].pendPos = -2 // taken
 		}
 	}
-	for k := range e.pending {
+	for k := m; k < len(e.pending); k++ {
 		if e.jobs[e.pending[k].ID-1].pendPos >= 0 {
-			next = append(next, e.pending[k])
+			rest = append(rest, e.pending[k])
 		}
 	}
-	for k := range next {
-		e.jobs[next[k].ID-1].pendPos = int32(k)
+	copy(e.pending[m:], rest)
+	for k := m; k < len(e.pending); k++ {
+		e.jobs[e.pending[k].ID-1].pendPos = int32(k)
 	}
-	clear(e.pending) // let go of what the old order's array points to
-	e.pending, e.spare = next, e.pending[:0]
+	clear(rest) // the jobs live on in pending; the spare array need not hold them too
+	e.spare = rest[:0]
 }
 
 // snapshot brings the parts of the scheduler's view that change with time up to date and
