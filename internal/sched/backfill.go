@@ -59,7 +59,7 @@ func (st *state) earliestOn(c cand, d *demand, from, limit int64) int64 {
 // for other teams. Like earliestOn, it may stop early with a time after limit.
 func (st *state) earliestWithWindows(c cand, d *demand, limit int64) int64 {
 	if len(st.nodes[c.node].windows) == 0 {
-		return st.earliestOn(c, d, st.now, limit) // the common case
+		return st.earliestMemo(c, d, limit) // the common case
 	}
 	from := st.now
 	for range len(st.nodes[c.node].windows) + 1 {
@@ -80,6 +80,48 @@ func (st *state) earliestWithWindows(c cand, d *demand, limit int64) int64 {
 		from = next
 	}
 	return forever
+}
+
+// earlyMemo is a group's last earliest start from now: for which request, on which
+// version of its node, and whether it is the answer or only a bound (a time past the
+// limit it was asked under, below the answer).
+type earlyMemo struct {
+	key     earlyKey
+	version uint32
+	t       int64
+	exact   bool
+	valid   bool
+}
+
+// earlyKey is what earliestOn reads of a demand.
+type earlyKey struct {
+	gpus, cpus int
+	mem, dur   int64
+}
+
+// earliestMemo is earliestOn from now, kept per group between the calls of a cycle. The
+// blocked jobs that reserve one after another mostly ask the same of every group, and
+// each reservation (or placement) changes one node: only that node's answer is worked
+// out again, the others are read back. A node's version counts its changes (take,
+// addEvent); the memo starts empty each cycle.
+func (st *state) earliestMemo(c cand, d *demand, limit int64) int64 {
+	if c.group < 0 {
+		return st.earliestOn(c, d, st.now, limit)
+	}
+	if st.early == nil {
+		st.early = make([]earlyMemo, len(st.groups))
+	}
+	m := &st.early[c.group]
+	key := earlyKey{gpus: d.gpus, cpus: d.cpus, mem: d.mem, dur: d.dur}
+	version := st.nodes[c.node].version
+	// A bound past this limit answers too: the caller wants only to know that the start
+	// lies beyond it.
+	if m.valid && m.key == key && m.version == version && (m.exact || m.t > limit) {
+		return m.t
+	}
+	t := st.earliestOn(c, d, st.now, limit)
+	*m = earlyMemo{key: key, version: version, t: t, exact: t <= limit || t == forever, valid: true}
+	return t
 }
 
 // reserve adds a reservation of the demand on candidate c from start for its duration.

@@ -1,6 +1,8 @@
 package sched
 
 import (
+	"fmt"
+	"math/rand/v2"
 	"testing"
 	"time"
 )
@@ -84,5 +86,60 @@ func TestFailureCacheRespectsDuration(t *testing.T) {
 	p := mustSchedule(s, Options{})
 	if _, ok := placementOf(p, 3); !ok {
 		t.Errorf("short job 3 should backfill after long job 2 failed: %+v", p)
+	}
+}
+
+// The earliest starts a cycle keeps between reservations (earliestMemo) are those worked
+// out afresh: a long run of reservations and placements on a busy cluster, each answer
+// checked against one computed with an empty memo.
+func TestEarliestMemo(t *testing.T) {
+	rng := rand.New(rand.NewPCG(12, 1))
+	var nodes []Node
+	var running []Running
+	for n := range 6 {
+		name := fmt.Sprintf("gpu-%02d", n)
+		nodes = append(nodes, gpuNode(name, "H100", 8))
+		for g := 0; g < 8; g += 2 {
+			if rng.IntN(4) > 0 {
+				running = append(running, busy(int64(100+n*8+g), name, time.Duration(1+rng.IntN(8))*30*time.Minute, g, g+1))
+			}
+		}
+	}
+	s := snapshot(nodes, running)
+	st := newState(s, t0.UnixNano())
+	q := queues()["train"]
+	hits := 0
+	for i := range 300 {
+		j := job(int64(i+1), []int{1, 2, 4, 8}[rng.IntN(4)], "H100")
+		j.TimeLimit = time.Duration(1+rng.IntN(2)) * time.Hour
+		d, bad := newDemand(st, &j, &q)
+		if bad != "" {
+			t.Fatal(bad)
+		}
+		kept := st.early
+		st.early = nil
+		wantC, wantT := st.earliestSingle(&d)
+		st.early = kept
+		if kept != nil {
+			hits++
+		}
+		gotC, gotT := st.earliestSingle(&d)
+		if gotC != wantC || gotT != wantT {
+			t.Fatalf("request %d (%d GPUs, %v): kept answer %+v at %d, afresh %+v at %d", i, d.gpus, j.TimeLimit, gotC, gotT, wantC, wantT)
+		}
+		switch {
+		case wantT == st.now && rng.IntN(2) == 0:
+			// It fits now: place it, as a backfilled job would be; now and then as one
+			// without a time limit, whose placement adds no event.
+			st.take(wantC.node, wantC.group, st.pickGPUs(wantC.group, d.gpus), d.cpus, d.mem)
+			if rng.IntN(3) > 0 {
+				st.release(wantC, d.gpus, &d)
+			}
+		case wantT != forever:
+			st.reserve(wantC, &d, wantT)
+		}
+	}
+	if hits == 0 {
+		t.Fatal("the memo was never used")
 	}
 }

@@ -21,14 +21,15 @@ func ScheduleWith(s *Snapshot, now time.Time, opts Options) (Plan, error) {
 	if err != nil {
 		return Plan{}, err
 	}
-	return newCycle(s, now, opts, newState(s, now.UnixNano())).run(), nil
+	return newCycle(s, now, opts, newState(s, now.UnixNano()), nil).run(), nil
 }
 
 // Planner schedules the same nodes many times, as the simulator does: it keeps what a cycle
 // derives from the nodes alone (their order, GPU groups and indexes) from one call to the
 // next while Snapshot.NodesVersion stays the same, so a cycle costs what its jobs cost
 // rather than what the cluster's size costs. It also reuses the previous cycle's buffers,
-// so a Planner is not safe for concurrent use. Its plans are those of ScheduleWith.
+// so a Planner is not safe for concurrent use, and a plan's Pending list is overwritten by
+// the next call: a caller that keeps it copies it. Its plans are those of ScheduleWith.
 type Planner struct {
 	opts    Options
 	version uint64
@@ -38,6 +39,10 @@ type Planner struct {
 	last *state
 	// orderBuf is the previous cycle's ordering arrays, for the same reason.
 	orderBuf orderBuf
+	// pending is the previous plan's Pending list, whose array the next plan reuses: with
+	// a long queue it is most of what a cycle allocates, and collecting it most of what
+	// a replay costs.
+	pending []PendingJob
 }
 
 // NewPlanner returns a planner for the policy opts.
@@ -58,9 +63,11 @@ func (p *Planner) Schedule(s *Snapshot, now time.Time) Plan {
 	st := p.base.clone(s, now.UnixNano(), p.last)
 	p.last = st
 	st.finish(s.Running)
-	c := newCycle(s, now, p.opts, st)
+	c := newCycle(s, now, p.opts, st, p.pending)
 	c.orderBuf = &p.orderBuf
-	return c.run()
+	plan := c.run()
+	p.pending = plan.Pending
+	return plan
 }
 
 // run is one scheduling cycle.
@@ -107,7 +114,8 @@ type cycle struct {
 	// failed caches requests that did not fit now, keyed by shape: the shortest duration
 	// that failed (a longer run is no easier to fit) and the reason found then, which
 	// the later identical jobs share.
-	failed map[shape]failure
+	failed     map[shape]failure
+	lastFailed lastFailed
 	// Jobs so far left waiting for resources, for the Ahead count of the later ones.
 	blockedByModel map[string]int // jobs that name one model
 	// blockedLists counts the jobs that list several models, by their modelName.
@@ -139,13 +147,38 @@ type failure struct {
 	reason Reason
 }
 
-func newCycle(s *Snapshot, now time.Time, opts Options, st *state) *cycle {
+// lastFailed is the cycle's last lookup in failed: identical requests come in runs (an
+// array, a sweep, one team's jobs in fair-share order), and on a long queue hashing the
+// shape for every job was a tenth of a cycle.
+type lastFailed struct {
+	key   shape
+	f     failure
+	found bool
+	valid bool
+}
+
+// lookupFailed is c.failed[key], through the last lookup.
+func (c *cycle) lookupFailed(key shape) (failure, bool) {
+	if l := &c.lastFailed; !l.valid || l.key != key {
+		l.f, l.found = c.failed[key]
+		l.key, l.valid = key, true
+	}
+	return c.lastFailed.f, c.lastFailed.found
+}
+
+func (c *cycle) setFailed(key shape, f failure) {
+	c.failed[key] = f
+	c.lastFailed.valid = false
+}
+
+// newCycle starts a cycle; its plan's Pending list reuses the array of pending, when given.
+func newCycle(s *Snapshot, now time.Time, opts Options, st *state, pending []PendingJob) *cycle {
 	st.addWindows(s.Reservations, s.Maintenance)
 	c := &cycle{
 		s: s, opts: opts, st: st,
 		plan: Plan{
 			Placements: make([]Placement, 0, min(len(s.Pending), st.totalGPUs+len(st.nodes))),
-			Pending:    make([]PendingJob, 0, len(s.Pending)),
+			Pending:    slices.Grow(pending[:0], len(s.Pending)),
 		},
 		never:          map[shape]string{},
 		kinds:          st.kinds,
@@ -187,7 +220,7 @@ func (c *cycle) schedule(r *ranked) {
 	// An identical request that failed to fit earlier in this cycle passed this check;
 	// looked up once here, it serves step 4 too.
 	key := d.shape()
-	f, failedBefore := c.failed[key]
+	f, failedBefore := c.lookupFailed(key)
 	if bad == "" && !failedBefore {
 		if d.shared() {
 			bad = c.neverShared(d)
@@ -248,7 +281,7 @@ func (c *cycle) schedule(r *ranked) {
 		}
 		reason := c.shareReason(d, &dg)
 		if !failedBefore || d.dur < f.dur {
-			c.failed[key] = failure{dur: d.dur, reason: reason}
+			c.setFailed(key, failure{dur: d.dur, reason: reason})
 		}
 		c.wait(r, pj, d, reason, inQuota)
 		return
@@ -265,7 +298,7 @@ func (c *cycle) schedule(r *ranked) {
 	// 5. It waits: explain why, then preempt or reserve (wait).
 	reason := c.reason(d, &dg)
 	if !failedBefore || d.dur < f.dur {
-		c.failed[key] = failure{dur: d.dur, reason: reason}
+		c.setFailed(key, failure{dur: d.dur, reason: reason})
 	}
 	c.wait(r, pj, d, reason, inQuota)
 }

@@ -579,7 +579,7 @@ func TestRandomSnapshots(t *testing.T) {
 				// give the same decisions (reasons may differ in detail, as cached ones
 				// describe the state when the request first failed).
 				o, _ := opts.withDefaults()
-				c := newCycle(s, t0, o, newState(s, t0.UnixNano()))
+				c := newCycle(s, t0, o, newState(s, t0.UnixNano()), nil)
 				c.noCache = true
 				if q := c.run(); !reflect.DeepEqual(decisions(p), decisions(q)) {
 					t.Fatalf("seed %d: the failure cache changed the plan", seed)

@@ -294,7 +294,7 @@ func checkSchedule(t *testing.T, data []byte) {
 			}
 		}
 		o, _ := opts.withDefaults()
-		c := newCycle(sc.s, t0, o, newState(sc.s, t0.UnixNano()))
+		c := newCycle(sc.s, t0, o, newState(sc.s, t0.UnixNano()), nil)
 		c.noCache = true
 		if p, q := mustSchedule(sc.s, opts), c.run(); !reflect.DeepEqual(decisions(p), decisions(q)) {
 			t.Fatalf("input %q, policy %s: the failure cache changed the plan", data, name)

@@ -89,6 +89,9 @@ type nodeState struct {
 	reserved int
 	// windows are administrative reservations and maintenance windows that cover the node.
 	windows []window
+	// version counts the changes of what is free here and of events in a cycle, for
+	// earliest starts kept between reservations (earliestMemo).
+	version uint32
 }
 
 // event is a change of a node's free resources at a time; group is -1 when no GPUs change.
@@ -160,6 +163,9 @@ type state struct {
 	tenantEnd []int64
 	// mix is the request mix FGD weighs fragmentation by, built on first use.
 	mix *shareMix
+	// early holds each group's last earliest start (earliestMemo); nil until a cycle
+	// asks for one. Never shared between cycles: versions start again with each copy.
+	early []earlyMemo
 }
 
 // newState builds the cycle's view: schedulable nodes, their GPU groups, and what the
@@ -305,6 +311,7 @@ func (st *state) numberClasses() {
 func (b *state) clone(s *Snapshot, now int64, old *state) *state {
 	st := *b
 	st.now = now
+	st.early = nil
 	if old == nil {
 		old = &state{pools: map[string][]int{}, ranges: map[string]VersionRange{}}
 	}
@@ -431,6 +438,7 @@ func (ns *nodeState) addEvent(e event) {
 		return 1
 	})
 	ns.events = slices.Insert(ns.events, i, e)
+	ns.version++
 }
 
 // take marks GPUs of a group (by position) and CPUs and memory of its node as used, and
@@ -439,6 +447,7 @@ func (st *state) take(ni, gi int, positions []int, cpus int, mem int64) {
 	ns := &st.nodes[ni]
 	ns.freeCPU -= cpus
 	ns.freeMem -= mem
+	ns.version++
 	if gi < 0 || len(positions) == 0 {
 		return
 	}

@@ -34,6 +34,13 @@
 // (--half-life), so a replay of `rota history export` orders the queue as the server did;
 // TestReplayServerHistory checks it on a recorded server history.
 //
+// Speed: a replay plans at every event that changes what the scheduler sees, and every plan
+// weighs every pending job, so a long queue is the costly case. Between events the engine
+// keeps its pending list in the last plan's order, which makes the scheduler's sort short,
+// and a sched.Planner keeps the node layout and reuses its buffers. BenchmarkSimPhillyContended
+// measures the contended Philly extract; TestPlanIdentity holds every plan fixed against
+// hashes in testdata/plan_hashes.txt; docs/scheduling.md gives the figures.
+//
 // Determinism: the only randomness is node failures (--node-mtbf), drawn per node from
 // --seed, so the same trace, flags and seed give byte-identical output. Policies replay
 // concurrently, each in its own engine.
