@@ -764,7 +764,7 @@ func testMigrateFromVersion1(t *testing.T, url string) {
 		t.Fatal(err)
 	}
 	job, queue := bareJob(1), api.Queue{Name: "train", Tier: 1, Grace: 30}
-	stmts := &stmtCache{db: db}
+	stmts := &stmtCache{db: db, d: d}
 	w := writeTx{tx, stmts}
 	if err := insert(ctx, w, jobsTable, []api.Job{job}, appendJob); err != nil {
 		t.Fatal(err)

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -76,7 +75,7 @@ type sqlStore struct {
 }
 
 func newSQLStore(d dialect, write, read *sql.DB) *sqlStore {
-	return &sqlStore{d: d, write: write, read: read, writeSem: make(chan struct{}, 1), stmts: stmtCache{db: write}}
+	return &sqlStore{d: d, write: write, read: read, writeSem: make(chan struct{}, 1), stmts: stmtCache{db: write, d: d}}
 }
 
 // Close releases both pools.
@@ -159,29 +158,9 @@ var (
 const rowsPerStatement = 60
 
 // insertSQL returns the statement inserting n rows into t, replacing rows whose key exists.
-func (t table) insertSQL(n int) string {
+func (t table) insertSQL(d dialect, n int) string {
 	var b strings.Builder
-	b.WriteString("INSERT INTO ")
-	b.WriteString(t.name)
-	b.WriteString(" (")
-	b.WriteString(strings.Join(t.cols, ", "))
-	b.WriteString(") VALUES ")
-	p := 1
-	for r := range n {
-		if r > 0 {
-			b.WriteString(", ")
-		}
-		b.WriteByte('(')
-		for c := range t.cols {
-			if c > 0 {
-				b.WriteString(", ")
-			}
-			b.WriteByte('$')
-			b.WriteString(strconv.Itoa(p))
-			p++
-		}
-		b.WriteByte(')')
-	}
+	b.WriteString(multiInsert(d, t.name, strings.Join(t.cols, ", "), len(t.cols), n))
 	if len(t.key) > 0 {
 		b.WriteString(" ON CONFLICT (")
 		b.WriteString(strings.Join(t.key, ", "))
@@ -236,7 +215,7 @@ func insert[T any](ctx context.Context, w writeTx, t table, rows []T, appendRow 
 	start := 0
 	for _, n := range chunks(len(rows)) {
 		if w.Tx == nil {
-			if _, err := w.stmts.get(ctx, t.insertSQL(n)); err != nil {
+			if _, err := w.stmts.get(ctx, t.insertSQL(w.stmts.d, n)); err != nil {
 				return err
 			}
 			continue
@@ -250,7 +229,7 @@ func insert[T any](ctx context.Context, w writeTx, t table, rows []T, appendRow 
 				return fmt.Errorf("encode %s row: %w", t.name, err)
 			}
 		}
-		if _, err := w.exec(ctx, t.insertSQL(len(chunk)), args...); err != nil {
+		if _, err := w.exec(ctx, t.insertSQL(w.stmts.d, len(chunk)), args...); err != nil {
 			return fmt.Errorf("write %s: %w", t.name, err)
 		}
 	}
@@ -278,6 +257,7 @@ func (w writeTx) exec(ctx context.Context, query string, args ...any) (sql.Resul
 // texts are few (a handful of sizes per table: see chunks), so it is never pruned.
 type stmtCache struct {
 	db *sql.DB
+	d  dialect
 	mu sync.Mutex
 	m  map[string]*sql.Stmt
 }
