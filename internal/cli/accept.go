@@ -424,10 +424,10 @@ func (a *acceptRun) runStage(ctx context.Context, st acceptStage, queue string) 
 		spec.TimeLimit = limit
 		spec.RestartPolicy, spec.Retries = api.RestartNever, &retries
 		spec.Env = map[string]string{
-			"ROTA_ACCEPT_STAGE": strconv.Itoa(st.n),
-			"ROTA_ACCEPT_STEPS": strconv.Itoa(a.f.steps),
-			"ROTA_ACCEPT_MB":    strconv.Itoa(a.f.mb),
-			"ROTA_ACCEPT_COMM":  map[bool]string{true: "1", false: "0"}[st.comm],
+			"ACCEPT_STAGE": strconv.Itoa(st.n),
+			"ACCEPT_STEPS": strconv.Itoa(a.f.steps),
+			"ACCEPT_MB":    strconv.Itoa(a.f.mb),
+			"ACCEPT_COMM":  map[bool]string{true: "1", false: "0"}[st.comm],
 		}
 		job, err := a.c.Submit(ctx, spec)
 		if err != nil {

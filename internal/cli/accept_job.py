@@ -1,9 +1,9 @@
 # The job `rota accept` runs on every node of a stage (see docs/acceptance.md).
 #
 # It starts one worker per GPU in CUDA_VISIBLE_DEVICES (one when there is none). Each worker
-# runs ROTA_ACCEPT_STEPS steps of a matrix multiply, with an all-reduce among every worker
-# of the job after each step when ROTA_ACCEPT_COMM is 1; then writes and reads back a file
-# of ROTA_ACCEPT_MB MB, and writes a checkpoint of that size to ROTA_CHECKPOINT_DIR. It
+# runs ACCEPT_STEPS steps of a matrix multiply, with an all-reduce among every worker
+# of the job after each step when ACCEPT_COMM is 1; then writes and reads back a file
+# of ACCEPT_MB MB, and writes a checkpoint of that size to ROTA_CHECKPOINT_DIR. It
 # prints one line per worker:
 #
 #   ROTA_ACCEPT {"stage": 3, "rank": 5, "gpu": "1", "backend": "numpy", "step_ms": ...}
@@ -14,10 +14,10 @@
 # sends the sum back. Only Python 3's standard library is needed.
 import array, json, os, socket, struct, sys, tempfile, time
 
-STAGE = int(os.environ.get("ROTA_ACCEPT_STAGE", "0"))
-STEPS = max(1, int(os.environ.get("ROTA_ACCEPT_STEPS", "5")))
-MB = max(1, int(os.environ.get("ROTA_ACCEPT_MB", "16")))
-COMM = os.environ.get("ROTA_ACCEPT_COMM") == "1"
+STAGE = int(os.environ.get("ACCEPT_STAGE", "0"))
+STEPS = max(1, int(os.environ.get("ACCEPT_STEPS", "5")))
+MB = max(1, int(os.environ.get("ACCEPT_MB", "16")))
+COMM = os.environ.get("ACCEPT_COMM") == "1"
 gpus = [g for g in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if g.strip()]
 nproc = max(1, len(gpus))
 nnodes = int(os.environ.get("NNODES", "1"))
