@@ -31,7 +31,7 @@ GPUs, with an all-reduce among them; 3, a two-node gang on all their GPUs, with 
 all-reduce across the nodes. Each job times a matrix multiply (PyTorch on the GPU where it
 imports and sees CUDA, else numpy, else pure Python), the all-reduce (NCCL, else TCP), a
 read of a file it wrote, and a checkpoint written to ROTA_CHECKPOINT_DIR. The report flags
-failed jobs and nodes whose step time is over --slow times the stage's median.
+failed jobs and nodes whose step time is over --slow times the other nodes' median.
 
 Every run's report is saved as JSON under --results, and compared with the previous run of
 the same pool. Ctrl-C or a stage that cannot be placed in --timeout cancels what was
@@ -144,7 +144,7 @@ func runAccept(ctx context.Context, cfg Config, args []string) int {
 	fs.StringVar(&f.results, "results", "", "keep reports in `DIR` (default $XDG_STATE_HOME/rota/accept, else ~/.local/state/rota/accept)")
 	fs.IntVar(&f.steps, "steps", 10, "matrix-multiply `steps` per worker")
 	fs.IntVar(&f.mb, "size-mb", 64, "`MB` each worker writes, reads back and checkpoints")
-	fs.Float64Var(&f.slow, "slow", 1.5, "flag a node whose median step time is over `X` times its stage's median")
+	fs.Float64Var(&f.slow, "slow", 1.5, "flag a node whose median step time is over `X` times the other nodes' median")
 	if code, ok := cfg.parseNoArgs("accept", fs, g, args); !ok {
 		return code
 	}
@@ -601,22 +601,32 @@ func parseAcceptLog(r io.Reader, job int64, node string) ([]AcceptResult, string
 func finitePositive(f float64) bool { return f > 0 && !math.IsInf(f, 0) }
 
 // judgeStage fills a stage's medians, its nodes, and its status: failed with problems,
-// else outliers when a node's median step time is over slow times the stage's.
+// else outliers when a node's median step time is over slow times the median of the other
+// nodes' medians. The others', not the stage's: of two nodes, the stage's median is their
+// mean, which a node twice as slow as the other exceeds by a third only.
 func judgeStage(s *AcceptStage, slow float64) {
 	s.Median = medianMetrics(s.Results)
 	byNode := map[string][]AcceptResult{}
 	for _, r := range s.Results {
 		byNode[r.Node] = append(byNode[r.Node], r)
 	}
-	outliers := false
 	for _, name := range slices.Sorted(maps.Keys(byNode)) {
 		rs := byNode[name]
-		n := AcceptNode{Node: name, Results: len(rs), Median: medianMetrics(rs)}
-		if s.Median.StepMS > 0 && n.Median.StepMS > slow*s.Median.StepMS {
-			n.Problem = fmt.Sprintf("step time %.1fx the stage's median", n.Median.StepMS/s.Median.StepMS)
+		s.Nodes = append(s.Nodes, AcceptNode{Node: name, Results: len(rs), Median: medianMetrics(rs)})
+	}
+	outliers := false
+	for i := range s.Nodes {
+		var others []float64
+		for j, o := range s.Nodes {
+			if j != i {
+				others = append(others, o.Median.StepMS)
+			}
+		}
+		ref := median(others)
+		if n := &s.Nodes[i]; ref > 0 && n.Median.StepMS > slow*ref {
+			n.Problem = fmt.Sprintf("step time %.1fx the other nodes' median", n.Median.StepMS/ref)
 			outliers = true
 		}
-		s.Nodes = append(s.Nodes, n)
 	}
 	switch {
 	case len(s.Problems) > 0:
@@ -654,9 +664,9 @@ func median(xs []float64) float64 {
 	slices.Sort(xs)
 	if n := len(xs); n%2 == 1 {
 		return xs[n/2]
-	} else {
-		return (xs[n/2-1] + xs[n/2]) / 2
 	}
+	n := len(xs)
+	return (xs[n/2-1] + xs[n/2]) / 2
 }
 
 // keep saves rep in the results directory, after comparing it with the latest report
@@ -677,6 +687,13 @@ func (a *acceptRun) keep(rep *AcceptReport) error {
 	}
 	name := fmt.Sprintf("accept-%s-%s.json", safeFileName(pool), rep.Time.Format("20060102T150405.000Z"))
 	path := filepath.Join(a.f.results, name)
+	// Two runs in one millisecond (a fixed clock) keep both reports.
+	for i := 2; ; i++ {
+		if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+			break
+		}
+		path = filepath.Join(a.f.results, strings.TrimSuffix(name, ".json")+"-"+strconv.Itoa(i)+".json")
+	}
 	data, err := json.MarshalIndent(rep, "", "  ")
 	if err != nil {
 		return err
