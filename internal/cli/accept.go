@@ -264,6 +264,7 @@ func (a *acceptRun) plan(ctx context.Context) ([]api.Node, string, error) {
 	}
 	pools := map[string]bool{}
 	var inPool []api.Node
+	others := false // whether a node outside the pool exists
 	for _, n := range list.Nodes {
 		p := n.Labels["pool"]
 		if p != "" {
@@ -271,6 +272,8 @@ func (a *acceptRun) plan(ctx context.Context) ([]api.Node, string, error) {
 		}
 		if a.f.pool == "" || p == a.f.pool {
 			inPool = append(inPool, n)
+		} else {
+			others = true
 		}
 	}
 	if a.f.pool != "" && len(inPool) == 0 {
@@ -312,13 +315,14 @@ func (a *acceptRun) plan(ctx context.Context) ([]api.Node, string, error) {
 	if a.f.nodes > 0 {
 		ready = ready[:a.f.nodes]
 	}
-	queue, err := a.pickQueue(ctx, len(pools) > 0)
+	queue, err := a.pickQueue(ctx, others)
 	return ready, queue, err
 }
 
 // pickQueue returns the queue to submit to: --queue, which must reach the pool; else with
-// --pool the first queue limited to it alone; else the server's default ("").
-func (a *acceptRun) pickQueue(ctx context.Context, labelled bool) (string, error) {
+// --pool the first queue limited to it alone, or the server's default ("") when the pool
+// is every node; else the server's default.
+func (a *acceptRun) pickQueue(ctx context.Context, others bool) (string, error) {
 	if a.f.queue == "" && a.f.pool == "" {
 		return "", nil
 	}
@@ -349,8 +353,8 @@ func (a *acceptRun) pickQueue(ctx context.Context, labelled bool) (string, error
 			return q.Name, nil
 		}
 	}
-	// A queue for any node reaches only the pool when every labelled node is in it.
-	if !labelled {
+	// Any queue reaches only the pool when every node is in it.
+	if !others {
 		return "", nil
 	}
 	return "", &acceptInputError{fmt.Sprintf("--pool %s: no queue places jobs on that pool alone; name one that reaches it with --queue", a.f.pool)}
@@ -420,7 +424,7 @@ func (a *acceptRun) runStage(ctx context.Context, st acceptStage, queue string) 
 		spec.Name = fmt.Sprintf("accept-stage%d", st.n)
 		spec.Queue = queue
 		spec.Command = []string{"python3", "-c", acceptJob}
-		spec.WorkDir = os.TempDir()
+		spec.WorkDir = "/tmp" // on every node; the submitter's directory may be on none
 		spec.TimeLimit = limit
 		spec.RestartPolicy, spec.Retries = api.RestartNever, &retries
 		spec.Env = map[string]string{

@@ -276,6 +276,14 @@ func TestAcceptBadInput(t *testing.T) {
 	if len(f.submitted) != 0 {
 		t.Errorf("bad input submitted %d jobs", len(f.submitted))
 	}
+
+	// A pool that is every node needs no queue of its own: the server's default will do.
+	f.nodes, f.queues = f.nodes[:2], f.queues[:1]
+	code, out, errOut := tr.run(t, "accept", "--pool", "train", "--results", t.TempDir(), "-o", "json")
+	var rep AcceptReport
+	if code != ExitOK || json.Unmarshal([]byte(out), &rep) != nil || rep.Queue != "" || f.submitted[0].Queue != "" {
+		t.Errorf("exit %d, queue %q: %s %s", code, rep.Queue, out, errOut)
+	}
 }
 
 // A stage that cannot be placed in --timeout says why, and its jobs are cancelled.
