@@ -17,7 +17,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/rotahq/rota/internal/api"
@@ -98,10 +97,13 @@ type AcceptStage struct {
 
 // AcceptReport is what `rota accept -o json` prints and what it keeps in --results.
 type AcceptReport struct {
-	Time   time.Time     `json:"time"`
-	Pool   string        `json:"pool,omitempty"`
-	Queue  string        `json:"queue,omitempty"`
+	Time  time.Time `json:"time"`
+	Pool  string    `json:"pool,omitempty"`
+	Queue string    `json:"queue,omitempty"`
+	// Nodes are the pool's ready nodes; Tested how many of them the stages use, placed
+	// by the scheduler.
 	Nodes  []string      `json:"nodes"`
+	Tested int           `json:"tested"`
 	Status string        `json:"status"`
 	Stages []AcceptStage `json:"stages"`
 	// File is where the report was saved; Previous the saved run it is compared with.
@@ -173,7 +175,7 @@ func runAccept(ctx context.Context, cfg Config, args []string) int {
 		return cfg.fail(ctx, err)
 	}
 	a := &acceptRun{cfg: cfg, c: c, f: f}
-	nodes, queue, err := a.plan(ctx)
+	nodes, tested, queue, err := a.plan(ctx)
 	var bad *acceptInputError
 	if errors.As(err, &bad) {
 		return cfg.usageError("accept", "%v", bad.msg)
@@ -181,14 +183,14 @@ func runAccept(ctx context.Context, cfg Config, args []string) int {
 	if err != nil {
 		return cfg.fail(ctx, err)
 	}
-	rep := AcceptReport{Time: cfg.Now().UTC(), Pool: f.pool, Queue: queue, Status: acceptPassed}
+	rep := AcceptReport{Time: cfg.Now().UTC(), Pool: f.pool, Queue: queue, Tested: tested, Status: acceptPassed}
 	for _, n := range nodes {
 		rep.Nodes = append(rep.Nodes, n.Name)
 	}
 	if g.output != "json" {
-		fmt.Fprintf(cfg.Stderr, "rota accept: %d node(s) of %s: %s\n", len(nodes), poolName(f.pool), strings.Join(rep.Nodes, ", "))
+		fmt.Fprintf(cfg.Stderr, "rota accept: %d of the %d ready node(s) of %s: %s\n", tested, len(nodes), poolName(f.pool), strings.Join(rep.Nodes, ", "))
 	}
-	for _, st := range acceptStages(nodes) {
+	for _, st := range acceptStages(nodes, tested) {
 		if g.output != "json" && st.skip == "" {
 			fmt.Fprintf(cfg.Stderr, "rota accept: stage %d, %s ...\n", st.n, st.name)
 		}
@@ -256,11 +258,11 @@ type acceptRun struct {
 	maxLimit int64
 }
 
-// plan picks the nodes to test and the queue to submit to.
-func (a *acceptRun) plan(ctx context.Context) ([]api.Node, string, error) {
+// plan returns the pool's ready nodes, how many of them to test, and the queue to submit to.
+func (a *acceptRun) plan(ctx context.Context) ([]api.Node, int, string, error) {
 	list, err := a.c.Nodes(ctx)
 	if err != nil {
-		return nil, "", err
+		return nil, 0, "", err
 	}
 	pools := map[string]bool{}
 	var inPool []api.Node
@@ -279,9 +281,9 @@ func (a *acceptRun) plan(ctx context.Context) ([]api.Node, string, error) {
 	if a.f.pool != "" && len(inPool) == 0 {
 		names := slices.Sorted(maps.Keys(pools))
 		if len(names) == 0 {
-			return nil, "", &acceptInputError{fmt.Sprintf("--pool: no node is labelled pool=%s; no node has a pool label, so leave --pool out", a.f.pool)}
+			return nil, 0, "", &acceptInputError{fmt.Sprintf("--pool: no node is labelled pool=%s; no node has a pool label, so leave --pool out", a.f.pool)}
 		}
-		return nil, "", &acceptInputError{fmt.Sprintf("--pool: no node is labelled pool=%s; the pools are: %s", a.f.pool, strings.Join(names, ", "))}
+		return nil, 0, "", &acceptInputError{fmt.Sprintf("--pool: no node is labelled pool=%s; the pools are: %s", a.f.pool, strings.Join(names, ", "))}
 	}
 	var ready []api.Node
 	states := map[string]int{}
@@ -306,17 +308,18 @@ func (a *acceptRun) plan(ctx context.Context) ([]api.Node, string, error) {
 		if len(parts) > 0 {
 			what = strings.Join(parts, ", ")
 		}
-		return nil, "", fmt.Errorf("%s has no ready node with GPUs (%s)", poolName(a.f.pool), what)
+		return nil, 0, "", fmt.Errorf("%s has no ready node with GPUs (%s)", poolName(a.f.pool), what)
 	}
 	sort.Slice(ready, func(i, j int) bool { return ready[i].Name < ready[j].Name })
 	if a.f.nodes > len(ready) {
-		return nil, "", &acceptInputError{fmt.Sprintf("--nodes %d, but %s has %d ready node(s) with GPUs", a.f.nodes, poolName(a.f.pool), len(ready))}
+		return nil, 0, "", &acceptInputError{fmt.Sprintf("--nodes %d, but %s has %d ready node(s) with GPUs", a.f.nodes, poolName(a.f.pool), len(ready))}
 	}
+	tested := len(ready)
 	if a.f.nodes > 0 {
-		ready = ready[:a.f.nodes]
+		tested = a.f.nodes
 	}
 	queue, err := a.pickQueue(ctx, others)
-	return ready, queue, err
+	return ready, tested, queue, err
 }
 
 // pickQueue returns the queue to submit to: --queue, which must reach the pool; else with
@@ -367,22 +370,24 @@ type acceptStage struct {
 	// specs are the jobs; want is how many result lines each must print.
 	specs []api.JobSpec
 	want  []int
+	// nodes is how many distinct nodes the jobs must run on.
+	nodes int
 	comm  bool
 	skip  string
 }
 
-// acceptStages plans the three stages on nodes. Stage 1 is one job with a rank on each
-// node: separate one-GPU jobs would be packed onto as few nodes as the scheduler can.
-// Stages 2 and 3 ask for the GPUs of the smallest node, so that each job fits every node.
-func acceptStages(nodes []api.Node) []acceptStage {
-	g := len(nodes[0].GPUs)
-	for _, n := range nodes {
-		g = min(g, len(n.GPUs))
+// acceptStages plans the three stages on n of the ready nodes. Stage 1 is one job with a
+// rank on each node: separate one-GPU jobs would be packed onto as few nodes as the
+// scheduler can. Stages 2 and 3 ask for the GPUs of the smallest node, so that each job
+// fits every node.
+func acceptStages(ready []api.Node, n int) []acceptStage {
+	g := len(ready[0].GPUs)
+	for _, node := range ready {
+		g = min(g, len(node.GPUs))
 	}
-	n := len(nodes)
-	s1 := acceptStage{n: 1, name: "one GPU on each node", specs: []api.JobSpec{gang(n, 1)}, want: []int{n}}
-	s2 := acceptStage{n: 2, name: fmt.Sprintf("each node on %d GPUs", g), comm: g > 1}
-	for range nodes {
+	s1 := acceptStage{n: 1, name: "one GPU on each node", specs: []api.JobSpec{gang(n, 1)}, want: []int{n}, nodes: n}
+	s2 := acceptStage{n: 2, name: fmt.Sprintf("each node on %d GPUs", g), comm: g > 1, nodes: n}
+	for range n {
 		s2.specs = append(s2.specs, gang(1, g))
 		s2.want = append(s2.want, g)
 	}
@@ -390,7 +395,7 @@ func acceptStages(nodes []api.Node) []acceptStage {
 	if n < 2 {
 		s3.skip = "needs two nodes"
 	} else {
-		s3.specs, s3.want = []api.JobSpec{gang(2, g)}, []int{2 * g}
+		s3.specs, s3.want, s3.nodes = []api.JobSpec{gang(2, g)}, []int{2 * g}, 2
 	}
 	return []acceptStage{s1, s2, s3}
 }
@@ -444,6 +449,19 @@ func (a *acceptRun) runStage(ctx context.Context, st acceptStage, queue string) 
 	if err != nil {
 		a.cancel(out.Jobs)
 		return out, err
+	}
+	ran := map[string]bool{}
+	for _, d := range details {
+		if n := len(d.AttemptList); n > 0 {
+			for _, p := range d.AttemptList[n-1].Placements {
+				ran[p.Node] = true
+			}
+		}
+	}
+	if len(ran) < st.nodes {
+		// Nodes of more GPUs than the smallest took two jobs of stage 2.
+		out.Problems = append(out.Problems, fmt.Sprintf("the jobs ran on %d node(s), %s, not on %d", len(ran),
+			strings.Join(slices.Sorted(maps.Keys(ran)), ", "), st.nodes))
 	}
 	for i, d := range details {
 		res, problem := a.results(ctx, d)
@@ -806,7 +824,7 @@ func printAcceptReport(w io.Writer, rep AcceptReport) {
 		if len(s.Nodes) == 0 {
 			continue
 		}
-		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		tw := newTable(w)
 		fmt.Fprintln(tw, "  NODE\tWORKERS\tSTEP ms\tCOMM ms\tREAD MB/s\tCKPT ms\t")
 		for _, n := range s.Nodes {
 			flag := ""

@@ -27,6 +27,8 @@ type acceptFake struct {
 	step   func(node string, stage int) float64
 	// onGet, when set, runs on every GET of a job.
 	onGet func(d api.JobDetail)
+	// pack puts every one-node job on the first node.
+	pack bool
 
 	mu        sync.Mutex // guards the fields below
 	jobs      map[int64]*api.JobDetail
@@ -125,7 +127,7 @@ func (f *acceptFake) submit(w http.ResponseWriter, r *http.Request) {
 			}
 			at.Placements = append(at.Placements, p)
 		}
-		if ranks == 1 {
+		if ranks == 1 && !f.pack {
 			f.rr++
 		}
 		d.AttemptList = []api.Attempt{at}
@@ -171,7 +173,7 @@ func TestAcceptReportsStagesAndKeepsResults(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &rep); err != nil {
 		t.Fatal(err)
 	}
-	if rep.Queue != "train-only" || strings.Join(rep.Nodes, ",") != "gpu-01,gpu-02" || rep.Status != acceptPassed {
+	if rep.Queue != "train-only" || strings.Join(rep.Nodes, ",") != "gpu-01,gpu-02" || rep.Tested != 2 || rep.Status != acceptPassed {
 		t.Errorf("queue %q, nodes %v, status %s; want train-only, the train pool's two nodes, passed", rep.Queue, rep.Nodes, rep.Status)
 	}
 	// Stage 1: one rank of one GPU on each node; 2: one job per node on its 4 GPUs; 3: a
@@ -242,6 +244,35 @@ func TestAcceptFailedJobFailsStage(t *testing.T) {
 		if !strings.Contains(out, w) {
 			t.Errorf("the report lacks %q:\n%s", w, out)
 		}
+	}
+}
+
+// Two jobs of stage 2 on one node leave the other untested: the stage fails.
+func TestAcceptStageOnTooFewNodesFails(t *testing.T) {
+	f, url := newAcceptFake(t)
+	f.pack = true
+	code, out, errOut := acceptEnv(t, url).run(t, "accept", "--pool", "train", "--results", t.TempDir())
+	if code != ExitAcceptFailed {
+		t.Fatalf("exit %d, want %d\n%s\n%s", code, ExitAcceptFailed, out, errOut)
+	}
+	for _, w := range []string{"stage 2: each node on 4 GPUs: FAILED", "the jobs ran on 1 node(s), gpu-01, not on 2"} {
+		if !strings.Contains(out, w) {
+			t.Errorf("the report lacks %q:\n%s", w, out)
+		}
+	}
+}
+
+// One node: stage 1 is a one-GPU job, stage 3 is skipped, and the run passes.
+func TestAcceptOneNode(t *testing.T) {
+	f, url := newAcceptFake(t)
+	code, out, errOut := acceptEnv(t, url).run(t, "accept", "--pool", "train", "--nodes", "1", "--results", t.TempDir(), "-o", "json")
+	var rep AcceptReport
+	if code != ExitOK || json.Unmarshal([]byte(out), &rep) != nil {
+		t.Fatalf("exit %d\n%s\n%s", code, out, errOut)
+	}
+	if rep.Tested != 1 || len(rep.Nodes) != 2 || rep.Stages[2].Status != acceptSkipped || len(f.submitted) != 2 ||
+		f.submitted[0].GPUs != 1 || f.submitted[0].Nodes != 0 || f.submitted[1].GPUs != 4 {
+		t.Errorf("report %+v, submitted %+v", rep, f.submitted)
 	}
 }
 
