@@ -37,6 +37,9 @@ func TestAcceptRunsStagesAndCompares(t *testing.T) {
 	}
 
 	rep, r := accept()
+	if rep.Tested != 2 || len(rep.Nodes) != 2 {
+		t.Errorf("tested %d of nodes %v, want both", rep.Tested, rep.Nodes)
+	}
 	if len(rep.Stages) != 3 {
 		t.Fatalf("%d stages, want 3:\n%s", len(rep.Stages), r.stdout)
 	}

@@ -169,6 +169,10 @@ func runAccept(ctx context.Context, cfg Config, args []string) int {
 		}
 		f.results = filepath.Join(dir, "accept")
 	}
+	// Found out now, not after the stages have run.
+	if err := os.MkdirAll(f.results, 0o755); err != nil {
+		return cfg.usageError("accept", "--results: %v", err)
+	}
 
 	c, err := cfg.client(g)
 	if err != nil {

@@ -280,6 +280,10 @@ func TestAcceptBadInput(t *testing.T) {
 	f, url := newAcceptFake(t)
 	f.nodes = append(f.nodes, acceptNode("old-01", "old", 8, api.NodeDrained), acceptNode("old-02", "old", 8, api.NodeLost))
 	tr := acceptEnv(t, url)
+	file := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	for _, c := range []struct {
 		args []string
 		code int
@@ -295,6 +299,7 @@ func TestAcceptBadInput(t *testing.T) {
 		{[]string{"--timeout", "0s"}, ExitUsage, "rota accept: --timeout must be above zero, got 0s"},
 		{[]string{"--slow", "1"}, ExitUsage, "rota accept: --slow must be above 1, got 1"},
 		{[]string{"extra"}, ExitUsage, `rota accept: unexpected argument "extra"`},
+		{[]string{"--results", filepath.Join(file, "sub")}, ExitUsage, "rota accept: --results: mkdir " + file + ": not a directory"},
 	} {
 		code, out, errOut := tr.run(t, "accept", c.args...)
 		if code != c.code || !strings.Contains(errOut, c.want) {
