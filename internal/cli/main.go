@@ -116,6 +116,7 @@ func init() {
 		{Verb{"nodes", "list nodes with their GPUs, real use and health; rota nodes NAME shows one"}, runNodes},
 		{Verb{"top", "a live view of the pool and the queue, like nvtop for the cluster"}, runTop},
 		{Verb{"usage", "GPU-hours, utilisation, waits, failures and cost by team, user, ...; usage report writes a month's pack"}, runUsage},
+		{Verb{"accept", "run a suite of small jobs on a pool and report each node's speed: rota accept --pool P"}, runAccept},
 		{Verb{"ui", "open the web UI, logged in as you"}, runUI},
 		{Verb{"notify", "your default webhooks for your jobs' events: rota notify set URL"}, runNotify},
 		{Verb{"login", "save a server URL and API token: rota login --server URL"}, runLogin},
