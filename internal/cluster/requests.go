@@ -1,0 +1,93 @@
+package cluster
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/rotahq/rota/internal/api"
+	"github.com/rotahq/rota/internal/batch"
+)
+
+// Requests (api.Request) are kept as settings, one per request, named by requestPrefix and
+// the request's ID: a request is a small JSON value written whole at each step, exactly
+// what a setting is, and settings already commit, load, back up and copy on both stores.
+const requestPrefix = "request/"
+
+// RequestSetting is the setting that stores r.
+func RequestSetting(r api.Request) batch.Setting {
+	data, _ := json.Marshal(r) // plain data: it always marshals
+	return batch.Setting{Name: requestPrefix + strconv.FormatInt(r.ID, 10), Data: data}
+}
+
+// Requests returns every request, ordered by ID. A stored request that does not decode is
+// left out (requests are validated before they are stored).
+func (s *State) Requests() []api.Request {
+	var out []api.Request
+	for name, data := range s.id.settings {
+		if !strings.HasPrefix(name, requestPrefix) {
+			continue
+		}
+		var r api.Request
+		if json.Unmarshal(data, &r) == nil && r.ID > 0 {
+			out = append(out, r)
+		}
+	}
+	slices.SortFunc(out, func(a, b api.Request) int { return int(a.ID - b.ID) })
+	return out
+}
+
+// Request returns the request with the ID.
+func (s *State) Request(id int64) (api.Request, bool) {
+	data, ok := s.id.settings[requestPrefix+strconv.FormatInt(id, 10)]
+	if !ok {
+		return api.Request{}, false
+	}
+	var r api.Request
+	if err := json.Unmarshal(data, &r); err != nil {
+		return api.Request{}, false
+	}
+	return r, true
+}
+
+// NextRequestID is the ID the next request gets.
+func (s *State) NextRequestID() int64 {
+	var top int64
+	for name := range s.id.settings {
+		if id, err := strconv.ParseInt(strings.TrimPrefix(name, requestPrefix), 10, 64); err == nil &&
+			strings.HasPrefix(name, requestPrefix) && id > top {
+			top = id
+		}
+	}
+	return top + 1
+}
+
+// QueueGrant reports whether the user holds an approved grant to submit to the queue.
+// A grant holds until the scheduling loop marks it ended at its end time.
+func (s *State) QueueGrant(user, queue string) bool {
+	for _, r := range s.Requests() {
+		if r.Kind == api.RequestQueue && r.State == api.RequestApproved && r.User == user && r.Queue == queue {
+			return true
+		}
+	}
+	return false
+}
+
+// DescribeRequest says in a few words what r asks for.
+func DescribeRequest(r api.Request) string {
+	switch r.Kind {
+	case api.RequestQuota:
+		return fmt.Sprintf("raise team %s's %s limit to %d GPUs", r.Team, r.GPUModel, r.Limit)
+	case api.RequestQueue:
+		return fmt.Sprintf("let %s submit to queue %s", r.User, r.Queue)
+	case api.RequestReservation:
+		model := r.GPUModel
+		if model == "" {
+			model = "any"
+		}
+		return fmt.Sprintf("reserve %d GPUs (model %s) for team %s", r.GPUs, model, r.Team)
+	}
+	return string(r.Kind)
+}
