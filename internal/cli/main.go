@@ -117,6 +117,7 @@ func init() {
 		{Verb{"top", "a live view of the pool and the queue, like nvtop for the cluster"}, runTop},
 		{Verb{"usage", "GPU-hours, utilisation, waits, failures and cost by team, user, ...; usage report writes a month's pack"}, runUsage},
 		{Verb{"ui", "open the web UI, logged in as you"}, runUI},
+		{Verb{"request", "ask for a quota raise, a restricted queue or reserved GPUs: rota request quota|queue|reservation"}, runRequest},
 		{Verb{"notify", "your default webhooks for your jobs' events: rota notify set URL"}, runNotify},
 		{Verb{"login", "save a server URL and API token: rota login --server URL"}, runLogin},
 		{Verb{"logout", "forget the saved API token"}, runLogout},
