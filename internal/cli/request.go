@@ -154,9 +154,9 @@ func buildRequest(req *api.Request, pos []string, limit, gpus int, forSpan, star
 func describeAsk(r api.Request) string {
 	switch r.Kind {
 	case api.RequestQuota:
-		return fmt.Sprintf("raise team %s's %s limit to %d GPUs for %s", r.Team, r.GPUModel, r.Limit, formatDuration(time.Duration(r.For)*time.Second))
+		return fmt.Sprintf("raise team %s's %s limit to %d GPUs for %s", r.Team, r.GPUModel, r.Limit, formatSpan(time.Duration(r.For)*time.Second))
 	case api.RequestQueue:
-		return fmt.Sprintf("let %s submit to queue %s for %s", r.User, r.Queue, formatDuration(time.Duration(r.For)*time.Second))
+		return fmt.Sprintf("let %s submit to queue %s for %s", r.User, r.Queue, formatSpan(time.Duration(r.For)*time.Second))
 	case api.RequestReservation:
 		model := r.GPUModel
 		if model == "" {
@@ -282,4 +282,17 @@ func (c *Client) DecideRequest(ctx context.Context, id int64, approve bool, note
 	var out api.Request
 	err := c.do(ctx, http.MethodPost, path, nil, api.Decision{Note: note}, &out)
 	return out, err
+}
+
+// formatSpan writes a grant's length as --for takes it: 7d, 36h, 90m.
+func formatSpan(d time.Duration) string {
+	switch {
+	case d > 0 && d%(24*time.Hour) == 0:
+		return strconv.FormatInt(int64(d/(24*time.Hour)), 10) + "d"
+	case d > 0 && d%time.Hour == 0:
+		return strconv.FormatInt(int64(d/time.Hour), 10) + "h"
+	case d > 0 && d%time.Minute == 0:
+		return strconv.FormatInt(int64(d/time.Minute), 10) + "m"
+	}
+	return d.String()
 }
