@@ -22,6 +22,18 @@ func RequestSetting(r api.Request) batch.Setting {
 	return batch.Setting{Name: requestPrefix + strconv.FormatInt(r.ID, 10), Data: data}
 }
 
+// RequestOf decodes the request a setting stores; ok is false for any other setting.
+func RequestOf(st batch.Setting) (api.Request, bool) {
+	if !strings.HasPrefix(st.Name, requestPrefix) {
+		return api.Request{}, false
+	}
+	var r api.Request
+	if json.Unmarshal(st.Data, &r) != nil || r.ID < 1 {
+		return api.Request{}, false
+	}
+	return r, true
+}
+
 // Requests returns every request, ordered by ID. A stored request that does not decode is
 // left out (requests are validated before they are stored).
 func (s *State) Requests() []api.Request {

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"slices"
@@ -12,6 +13,7 @@ import (
 	"github.com/rotahq/rota/internal/api"
 	"github.com/rotahq/rota/internal/auth"
 	"github.com/rotahq/rota/internal/cluster"
+	"github.com/rotahq/rota/internal/notify"
 	"github.com/rotahq/rota/internal/store"
 )
 
@@ -486,4 +488,57 @@ func sortedTeamNames(m map[string]api.Team) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// notifyRequests tells the webhooks that asked for "request" of each request the batch
+// stores: the asker's and their team's, and for a request filed, those of the operators
+// and admins who may decide it. Callers hold s.mu.
+func (s *Server) notifyRequests(b *store.Batch) {
+	var settings *api.Notifications
+	for _, st := range b.Settings {
+		req, ok := cluster.RequestOf(st)
+		if !ok {
+			continue
+		}
+		lists := [][]api.Notify{}
+		if u, ok := s.state.User(req.User); ok {
+			lists = append(lists, u.Notify)
+		}
+		if t, ok := s.state.Team(req.Team); ok {
+			lists = append(lists, t.Notify)
+		}
+		if req.State == api.RequestPending {
+			for _, u := range s.state.Users() {
+				if auth.Role(u.Role).AtLeast(auth.RoleOperator) && u.Name != req.User {
+					lists = append(lists, u.Notify)
+				}
+			}
+		}
+		var urls []string
+		for _, list := range lists {
+			for _, n := range list {
+				if slices.Contains(n.Events, api.NotifyRequest) && !slices.Contains(urls, n.URL) {
+					urls = append(urls, n.URL)
+				}
+			}
+		}
+		if len(urls) == 0 {
+			continue
+		}
+		if settings == nil {
+			n := notifySettings(s.state)
+			settings = &n
+		}
+		msg := fmt.Sprintf("request %d of %s is %s: %s", req.ID, req.User, req.State, cluster.DescribeRequest(req))
+		n := api.Notification{ID: newNotificationID(), Time: s.cfg.Clock.Now(), Event: api.NotifyRequest, Cluster: s.clusterID,
+			Message: msg, Request: &req}
+		body, _ := json.Marshal(n) // plain data: it always marshals
+		for _, u := range urls {
+			if !allowedURL(u, settings.URLPrefixes) {
+				s.log.Warn("webhook not sent: its URL is outside the cluster's url_prefixes", "request", req.ID)
+				continue
+			}
+			s.notifier.q.Enqueue(notify.Delivery{ID: n.ID, Event: api.NotifyRequest, URL: u, Body: body, Secret: settings.Secret})
+		}
+	}
 }

@@ -3,7 +3,9 @@ package server
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/rotahq/rota/internal/notify"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -328,4 +330,35 @@ func mustJSON(t *testing.T, v any) []byte {
 		t.Fatal(err)
 	}
 	return data
+}
+
+// Webhooks that name the request event hear of a request filed (the deciders' hooks) and
+// decided (the asker's); hooks that do not name it hear nothing.
+func TestRequestWebhooks(t *testing.T) {
+	h, mia, olga, _ := requestsSetup(t)
+	h.useNotifier(notify.Options{Clock: instantRetries{}})
+	asker, decider, other := newReceiver(t, nil), newReceiver(t, nil), newReceiver(t, nil)
+	var e api.Error
+	if code := h.doAs(mia, "PUT", "/api/v1/users/mia/notify", []api.Notify{{URL: asker.URL, Events: []string{api.NotifyRequest}}, {URL: other.URL}}, &e); code != http.StatusOK {
+		t.Fatalf("mia's webhooks: %d %s", code, e.Message)
+	}
+	if code := h.doAs(olga, "PUT", "/api/v1/users/olga/notify", []api.Notify{{URL: decider.URL, Events: []string{api.NotifyRequest}}}, &e); code != http.StatusOK {
+		t.Fatalf("olga's webhooks: %d %s", code, e.Message)
+	}
+	h.fileRequest(mia, api.Request{Kind: api.RequestQuota, Team: "ml", GPUModel: "H100", Limit: 12, Reason: "deadline"})
+	got := decider.wait(t, 1)
+	if n := got[0].n; n.Event != api.NotifyRequest || n.Request == nil || n.Request.ID != 1 || n.Request.State != api.RequestPending {
+		t.Errorf("the decider heard %s", got[0].raw)
+	}
+	if code := h.doAs(olga, "POST", "/api/v1/requests/1/approve", nil, nil); code != http.StatusOK {
+		t.Fatalf("approve: %d", code)
+	}
+	got = asker.wait(t, 2)
+	states := []api.RequestState{got[0].n.Request.State, got[1].n.Request.State}
+	slices.Sort(states)
+	if states[0] != api.RequestApproved || states[1] != api.RequestPending {
+		t.Errorf("the asker heard %s", events(got))
+	}
+	decider.quiet(t, 1)
+	other.quiet(t, 0)
 }
