@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -34,44 +35,52 @@ func RequestOf(st batch.Setting) (api.Request, bool) {
 	return r, true
 }
 
-// Requests returns every request, ordered by ID. A stored request that does not decode is
-// left out (requests are validated before they are stored).
-func (s *State) Requests() []api.Request {
-	var out []api.Request
-	for name, data := range s.id.settings {
-		if !strings.HasPrefix(name, requestPrefix) {
-			continue
-		}
-		var r api.Request
-		if json.Unmarshal(data, &r) == nil && r.ID > 0 {
-			out = append(out, r)
-		}
+// applyRequest keeps the decoded copy of a request setting.
+func (id *identity) applyRequest(st batch.Setting) {
+	r, ok := RequestOf(st)
+	if !ok {
+		return
 	}
-	slices.SortFunc(out, func(a, b api.Request) int { return int(a.ID - b.ID) })
+	id.requests[r.ID] = r
+	if r.State == api.RequestPending || r.State == api.RequestApproved {
+		id.open[r.ID] = true
+	} else {
+		delete(id.open, r.ID)
+	}
+}
+
+// Requests returns every request, ordered by ID.
+func (s *State) Requests() []api.Request {
+	out := make([]api.Request, 0, len(s.id.requests))
+	for _, r := range s.id.requests {
+		out = append(out, r)
+	}
+	slices.SortFunc(out, func(a, b api.Request) int { return cmp.Compare(a.ID, b.ID) })
+	return out
+}
+
+// OpenRequests returns the requests pending or approved, ordered by ID: those a decision,
+// an expiry or an end may still change.
+func (s *State) OpenRequests() []api.Request {
+	out := make([]api.Request, 0, len(s.id.open))
+	for id := range s.id.open {
+		out = append(out, s.id.requests[id])
+	}
+	slices.SortFunc(out, func(a, b api.Request) int { return cmp.Compare(a.ID, b.ID) })
 	return out
 }
 
 // Request returns the request with the ID.
 func (s *State) Request(id int64) (api.Request, bool) {
-	data, ok := s.id.settings[requestPrefix+strconv.FormatInt(id, 10)]
-	if !ok {
-		return api.Request{}, false
-	}
-	var r api.Request
-	if err := json.Unmarshal(data, &r); err != nil {
-		return api.Request{}, false
-	}
-	return r, true
+	r, ok := s.id.requests[id]
+	return r, ok
 }
 
 // NextRequestID is the ID the next request gets.
 func (s *State) NextRequestID() int64 {
 	var top int64
-	for name := range s.id.settings {
-		if id, err := strconv.ParseInt(strings.TrimPrefix(name, requestPrefix), 10, 64); err == nil &&
-			strings.HasPrefix(name, requestPrefix) && id > top {
-			top = id
-		}
+	for id := range s.id.requests {
+		top = max(top, id)
 	}
 	return top + 1
 }
@@ -79,7 +88,7 @@ func (s *State) NextRequestID() int64 {
 // QueueGrant reports whether the user holds an approved grant to submit to the queue.
 // A grant holds until the scheduling loop marks it ended at its end time.
 func (s *State) QueueGrant(user, queue string) bool {
-	for _, r := range s.Requests() {
+	for _, r := range s.OpenRequests() {
 		if r.Kind == api.RequestQueue && r.State == api.RequestApproved && r.User == user && r.Queue == queue {
 			return true
 		}

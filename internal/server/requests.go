@@ -32,6 +32,9 @@ const (
 	defaultQuotaFor = 7 * 24 * time.Hour
 	defaultQueueFor = 24 * time.Hour
 	maxReasonLen    = 1000
+	// maxPending bounds the requests one user may have waiting, so nobody can fill the
+	// store and the deciders' list.
+	maxPending = 20
 )
 
 // ruleOwnRequests names the rule that lets a member see only their own requests.
@@ -53,6 +56,17 @@ func (s *Server) handleCreateRequest(w http.ResponseWriter, r *http.Request) {
 			status = http.StatusForbidden
 		}
 		writeError(w, status, e)
+		return
+	}
+	pending := 0
+	for _, o := range s.state.OpenRequests() {
+		if o.User == id.User && o.State == api.RequestPending {
+			pending++
+		}
+	}
+	if pending >= maxPending {
+		writeError(w, http.StatusConflict, &api.Error{Code: api.CodeConflict, Field: "kind",
+			Message: fmt.Sprintf("%s already has %d requests waiting for a decision, the most one user may have; wait for them to be decided or to expire", id.User, pending)})
 		return
 	}
 	req.ID = s.state.NextRequestID()
@@ -427,7 +441,7 @@ func cloneTeam(t api.Team) api.Team {
 // unless someone has changed it since. Callers hold s.mu.
 func (s *Server) expireRequests(b *store.Batch, now time.Time) {
 	teams := map[string]api.Team{} // changed in this batch
-	for _, req := range s.state.Requests() {
+	for _, req := range s.state.OpenRequests() {
 		before := req
 		switch {
 		case req.State == api.RequestPending && !now.Before(req.Expires):

@@ -303,9 +303,12 @@ func TestRequestValidation(t *testing.T) {
 			}
 		})
 	}
+	if code := h.do("PUT", "/api/v1/teams/ops", api.Team{}, nil); code != http.StatusOK {
+		t.Fatalf("team ops: %d", code)
+	}
 	if code, e := h.call(mia, "POST", "/api/v1/requests", "application/json",
-		mustJSON(t, api.Request{Kind: api.RequestQuota, Team: "ops", GPUModel: "H100", Limit: 10, Reason: "x"})); code != http.StatusBadRequest && code != http.StatusForbidden {
-		t.Errorf("a member asks for another team: %d %+v", code, e)
+		mustJSON(t, api.Request{Kind: api.RequestQuota, Team: "ops", GPUModel: "H100", Limit: 10, Reason: "x"})); code != http.StatusForbidden || e.Rule != ruleOwnRequests {
+		t.Errorf("a member asks for another team: %d %+v; want 403 own-requests", code, e)
 	}
 	if code, _ := h.call(vic, "POST", "/api/v1/requests", "application/json", mustJSON(t, api.Request{Kind: api.RequestQueue, Queue: "urgent", Reason: "x"})); code != http.StatusForbidden {
 		t.Errorf("a viewer files: %d; want 403", code)
@@ -361,4 +364,20 @@ func TestRequestWebhooks(t *testing.T) {
 	}
 	decider.quiet(t, 1)
 	other.quiet(t, 0)
+}
+
+// One user may have at most maxPending requests waiting; decided ones do not count.
+func TestRequestPendingCap(t *testing.T) {
+	h, mia, olga, _ := requestsSetup(t)
+	ask := api.Request{Kind: api.RequestQuota, Team: "ml", GPUModel: "H100", Limit: 10, Reason: "more"}
+	for range maxPending {
+		h.fileRequest(mia, ask)
+	}
+	if code, e := h.call(mia, "POST", "/api/v1/requests", "application/json", mustJSON(t, ask)); code != http.StatusConflict || !strings.Contains(e.Message, "waiting") {
+		t.Fatalf("one request too many: %d %+v; want 409", code, e)
+	}
+	if code := h.doAs(olga, "POST", "/api/v1/requests/1/deny", api.Decision{Note: "one at a time"}, nil); code != http.StatusOK {
+		t.Fatalf("deny: %d", code)
+	}
+	h.fileRequest(mia, ask)
 }
