@@ -356,7 +356,13 @@ func (s *Server) grant(r *http.Request, b *store.Batch, req *api.Request, now ti
 		if t.Quotas == nil {
 			t.Quotas = map[string]api.Quota{}
 		}
-		t.Quotas[req.GPUModel] = api.Quota{Guaranteed: old.Guaranteed, Limit: req.Limit}
+		// A model the team has no quota of falls under its "*" quota: the raise keeps
+		// that guarantee, so it only ever adds.
+		base := old
+		if !had {
+			base = t.Quotas["*"]
+		}
+		t.Quotas[req.GPUModel] = api.Quota{Guaranteed: min(base.Guaranteed, req.Limit), Limit: req.Limit}
 		b.Teams = append(b.Teams, t)
 		b.Events = append(b.Events, withChange(audit(r, now, api.EventQuota, "team %s's %s limit raised to %d until %s by request %d",
 			req.Team, req.GPUModel, req.Limit, req.End.UTC().Format(time.RFC3339), req.ID), before, t))

@@ -1,9 +1,12 @@
 package server
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/rotahq/rota/internal/cluster"
 	"github.com/rotahq/rota/internal/notify"
+	"github.com/rotahq/rota/internal/store"
 	"net/http"
 	"slices"
 	"strings"
@@ -380,4 +383,55 @@ func TestRequestPendingCap(t *testing.T) {
 		t.Fatalf("deny: %d", code)
 	}
 	h.fileRequest(mia, ask)
+}
+
+// A raise for a model the team has no quota of keeps the guarantee of its "*" quota, and
+// at the end the model falls back under "*".
+func TestRequestQuotaOfAModelUnderStar(t *testing.T) {
+	h, mia, olga, _ := requestsSetup(t)
+	if code := h.do("PUT", "/api/v1/teams/ml", api.Team{Members: []string{"mia"}, Quotas: map[string]api.Quota{"*": {Guaranteed: 2, Limit: 4}}}, nil); code != http.StatusOK {
+		t.Fatalf("team ml: %d", code)
+	}
+	h.fileRequest(mia, api.Request{Kind: api.RequestQuota, Team: "ml", GPUModel: "H100", Limit: 12, For: 3600, Reason: "x"})
+	if code := h.doAs(olga, "POST", "/api/v1/requests/1/approve", nil, nil); code != http.StatusOK {
+		t.Fatalf("approve: %d", code)
+	}
+	if q, ok := h.h100Limit("ml"); !ok || q.Guaranteed != 2 || q.Limit != 12 {
+		t.Errorf("H100 quota during the raise: %+v %v; want 2/12", q, ok)
+	}
+	h.clock.Add(time.Hour)
+	h.cycle()
+	if q, ok := h.h100Limit("ml"); ok {
+		t.Errorf("H100 quota after the raise: %+v; want none (back under *)", q)
+	}
+}
+
+// BenchmarkExpireRequests is one cycle's request housekeeping with many requests decided
+// long ago and a few still open: the cost should follow the open ones.
+func BenchmarkExpireRequests(b *testing.B) {
+	env := benchServer(b)
+	now := time.Date(2026, 11, 1, 9, 0, 0, 0, time.UTC)
+	batch := &store.Batch{}
+	for i := int64(1); i <= 10000; i++ {
+		r := api.Request{ID: i, Kind: api.RequestQueue, User: "mia", Team: "default", State: api.RequestEnded, Queue: "urgent",
+			Reason: "x", Created: now, Expires: now.Add(time.Hour)}
+		if i%1000 == 0 {
+			r.State = api.RequestPending
+			r.Expires = now.Add(100 * time.Hour)
+		}
+		batch.Settings = append(batch.Settings, cluster.RequestSetting(r))
+	}
+	env.srv.mu.Lock()
+	defer env.srv.mu.Unlock()
+	if err := env.srv.commit(context.Background(), batch); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		var out store.Batch
+		env.srv.expireRequests(&out, now)
+		if len(out.Settings) != 0 {
+			b.Fatalf("expired %d requests; want none", len(out.Settings))
+		}
+	}
 }
