@@ -123,11 +123,15 @@ const (
 	NotifyPreempted   = "preempted"
 	NotifyIdleWarning = "idle_warning"
 	NotifyNodeLost    = "node_lost"
+	// NotifyRequest tells of a request (see Request) filed, decided, expired or ended. It
+	// goes only to webhooks that name it: the asker's and their team's, and, for a request
+	// filed, those of the operators and admins who decide.
+	NotifyRequest = "request"
 )
 
 // NotifyEvents lists every notification event.
 func NotifyEvents() []string {
-	return []string{NotifyStarted, NotifySucceeded, NotifyFailed, NotifyEnded, NotifyPreempted, NotifyIdleWarning, NotifyNodeLost}
+	return []string{NotifyStarted, NotifySucceeded, NotifyFailed, NotifyEnded, NotifyPreempted, NotifyIdleWarning, NotifyNodeLost, NotifyRequest}
 }
 
 // Notify is a webhook: a JSON POST of a Notification to URL on the events named (empty:
@@ -159,6 +163,8 @@ type Notification struct {
 	Job     *NotificationJob `json:"job,omitempty"`
 	Node    string           `json:"node,omitempty"`
 	Message string           `json:"message,omitempty"`
+	// Request is the request a "request" notification tells of, as it now stands.
+	Request *Request `json:"request,omitempty"`
 }
 
 // NotificationJob is the part of a job a notification carries.

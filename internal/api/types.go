@@ -702,6 +702,9 @@ const (
 	EventIdle = "idle"
 	// EventDeadline records a job's deadline passing before it started or ended.
 	EventDeadline = "deadline"
+	// EventRequest records a request filed, approved, denied or expired, and an approved
+	// grant applied or ended (see Request).
+	EventRequest = "request"
 	// EventAdmin is what older servers recorded for every administrative change.
 	EventAdmin = "admin"
 )
@@ -710,7 +713,7 @@ const (
 func EventKinds() []string {
 	return []string{EventSubmit, EventTransition, EventCheckpoint, EventPreempt, EventCancel, EventHold, EventRelease,
 		EventNode, EventDrain, EventQueue, EventTeam, EventQuota, EventUser, EventToken, EventJoin, EventReservation,
-		EventConfig, EventHealth, EventIdle, EventDeadline, EventAdmin}
+		EventConfig, EventHealth, EventIdle, EventDeadline, EventRequest, EventAdmin}
 }
 
 // Queue is a class of work. Issue-2 queues carry a priority tier and time limits.

@@ -39,6 +39,9 @@ Commands:
                                   hold GPUs for a team in a time window
   reservations                    list reservations
   unreserve ID...                 delete reservations
+  requests [--state S]            list members' requests for quota, queues, reservations
+  requests approve ID [--note T]  approve a request, which applies it at once
+  requests deny ID --note TEXT    deny a request, telling the asker why
   apply -f FILE                   apply a YAML file of queues and teams
   status                          show the servers, the leader, its term and the store
 
@@ -79,6 +82,9 @@ var adminCommands = []struct {
 	{"reserve", runReserve},
 	{"reservations", runReservations},
 	{"unreserve", runUnreserve},
+	{"requests", runAdminRequests},
+	{"requests approve", runAdminRequestsApprove},
+	{"requests deny", runAdminRequestsDeny},
 	{"apply", runApply},
 	{"status", runStatus},
 	{"backup", runBackup},

@@ -25,8 +25,9 @@ The verbs cmd/rota runs itself (server, agent, up, sim, ...) complete by name on
 // subVerbs are the second words of the client verbs that take one, besides admin's,
 // which come from its table.
 var subVerbs = map[string][]string{
-	"notify": {"set", "list", "clear"},
-	"usage":  {"report"},
+	"notify":  {"set", "list", "clear"},
+	"request": {"quota", "queue", "reservation", "list"},
+	"usage":   {"report"},
 }
 
 // command is one word path a person can type (submit, admin, admin user, admin user add)

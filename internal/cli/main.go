@@ -118,6 +118,7 @@ func init() {
 		{Verb{"usage", "GPU-hours, utilisation, waits, failures and cost by team, user, ...; usage report writes a month's pack"}, runUsage},
 		{Verb{"accept", "run a suite of small jobs on a pool and report each node's speed: rota accept --pool P"}, runAccept},
 		{Verb{"ui", "open the web UI, logged in as you"}, runUI},
+		{Verb{"request", "ask for a quota raise, a restricted queue or reserved GPUs: rota request quota|queue|reservation"}, runRequest},
 		{Verb{"notify", "your default webhooks for your jobs' events: rota notify set URL"}, runNotify},
 		{Verb{"login", "save a server URL and API token: rota login --server URL"}, runLogin},
 		{Verb{"logout", "forget the saved API token"}, runLogout},

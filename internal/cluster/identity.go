@@ -37,6 +37,10 @@ type identity struct {
 	execution api.Execution
 	// pools are the pool settings by name.
 	pools map[string]api.Pool
+	// requests are the request settings decoded (see requests.go), by ID; open holds the
+	// IDs of those pending or approved, which the scheduling loop checks every cycle.
+	requests map[int64]api.Request
+	open     map[int64]bool
 }
 
 type idemKey struct{ user, key string }
@@ -51,6 +55,8 @@ func newIdentity() identity {
 		settings:   map[string]json.RawMessage{},
 		idempotent: map[idemKey]batch.IdempotencyRecord{},
 		limits:     api.DefaultLimits(),
+		requests:   map[int64]api.Request{},
+		open:       map[int64]bool{},
 	}
 }
 
@@ -75,6 +81,8 @@ func (s *State) applyIdentity(b *batch.Batch) {
 			for _, p := range pools {
 				id.pools[p.Name] = p
 			}
+		default:
+			id.applyRequest(st)
 		}
 	}
 	for _, u := range b.Users {

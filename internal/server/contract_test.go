@@ -128,6 +128,23 @@ func TestResponsesMatchTheSpec(t *testing.T) {
 	} {
 		check(c)
 	}
+	// Requests: the admin asks, an operator decides.
+	olga := h.addUser("olga", "operator")
+	start := h.clock.Now().Add(time.Hour).Format(time.RFC3339)
+	end := h.clock.Now().Add(2 * time.Hour).Format(time.RFC3339)
+	for _, c := range []call{
+		{method: "POST", route: "/api/v1/requests", path: "/api/v1/requests",
+			body: fmt.Sprintf(`{"kind":"reservation","gpus":1,"gpu_model":"H100","start":%q,"end":%q,"reason":"eval"}`, start, end)},
+		{method: "POST", route: "/api/v1/requests", path: "/api/v1/requests", body: `{"kind":"quota","team":"default","reason":"x"}`},
+		{method: "POST", route: "/api/v1/requests/{id}/approve", path: "/api/v1/requests/1/approve", token: olga, body: `{"note":"ok"}`},
+		{method: "POST", route: "/api/v1/requests/{id}/deny", path: "/api/v1/requests/1/deny", token: olga, body: `{"note":"late"}`},
+		{method: "GET", route: "/api/v1/requests", path: "/api/v1/requests?state=approved"},
+		{method: "GET", route: "/api/v1/requests/{id}", path: "/api/v1/requests/1"},
+		{method: "GET", route: "/api/v1/requests/{id}", path: "/api/v1/requests/7"},
+		{method: "GET", route: "/api/v1/audit", path: "/api/v1/audit?kind=request"},
+	} {
+		check(c)
+	}
 	for _, want := range []string{"200", "201", "400", "401", "404", "405", "409"} {
 		if !statuses[want] {
 			t.Errorf("the scenario produced no %s answer; it no longer covers that status", want)

@@ -242,6 +242,7 @@ var requiredFields = map[reflect.Type][]string{
 	reflect.TypeFor[api.RenewRequest]():     {"csr"},
 	reflect.TypeFor[api.UISessionRequest](): {"code"},
 	reflect.TypeFor[api.Notify]():           {"url"},
+	reflect.TypeFor[api.Request]():          {"kind", "reason"},
 }
 
 var unmarshalerType = reflect.TypeFor[json.Unmarshaler]()

@@ -128,6 +128,7 @@ func (s *Server) notifyCommitted(b *store.Batch) {
 	if s.notifier == nil {
 		return // commits made while the server starts, before it sends anything
 	}
+	s.notifyRequests(b)
 	var settings *api.Notifications
 	for _, ev := range b.Events {
 		for _, nt := range notices(ev, b) {

@@ -20,7 +20,8 @@ import (
 // once. Cycles run one at a time.
 //
 // 1. Release held jobs whose dependencies are now met (or fail those that never can be).
-// 2. Mark emptied drains drained, open and close maintenance windows, mark passed deadlines.
+// 2. Mark emptied drains drained, open and close maintenance windows, mark passed deadlines;
+// expire undecided requests and end grants whose time is up (requests.go).
 // 3. Keep out of the snapshot the jobs that rules outside the core hold back.
 // 4. Plan, then apply placements and preemption orders, and record every pending reason.
 func (s *Server) Cycle(ctx context.Context) error {
@@ -43,6 +44,7 @@ func (s *Server) Cycle(ctx context.Context) error {
 	s.finishDrains(b, now)
 	s.maintenanceWindows(b, now)
 	s.missedDeadlines(b, now)
+	s.expireRequests(b, now)
 	if err := s.commit(ctx, b); err != nil {
 		return fmt.Errorf("commit held and drained: %w", err)
 	}

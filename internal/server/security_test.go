@@ -128,6 +128,13 @@ func TestAccessTable(t *testing.T) {
 		"POST /api/v1/agents/{node}/logs/{job}/{attempt}": "agent",
 		"POST /api/v1/agents/{node}/renew":                "agent",
 
+		// Requests: members file and read their own; operators and admins decide.
+		"POST /api/v1/requests":              "member",
+		"GET /api/v1/requests":               "member",
+		"GET /api/v1/requests/{id}":          "member",
+		"POST /api/v1/requests/{id}/approve": "operator",
+		"POST /api/v1/requests/{id}/deny":    "operator",
+
 		// Interactive jobs: the owner's (or an admin's) terminal, the node's agent.
 		"GET /api/v1/jobs/{id}/attach":                     "member",
 		"GET /api/v1/agents/{node}/attach/{job}/{attempt}": "agent",

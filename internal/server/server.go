@@ -517,6 +517,11 @@ var routes = []route{
 	{"GET", "/api/v1/agents/{node}/attach/{job}/{attempt}", ruleAgent, noBody, (*Server).handleAgentAttach},
 	{"POST", "/api/v1/agents/{node}/renew", ruleAgent, jsonBody, (*Server).handleRenew},
 	{"GET", statusPath, ruleViewer, noBody, (*Server).handleStatus},
+	{"POST", "/api/v1/requests", ruleMember, jsonBody, (*Server).handleCreateRequest},
+	{"GET", "/api/v1/requests", ruleMember, noBody, (*Server).handleListRequests},
+	{"GET", "/api/v1/requests/{id}", ruleMember, noBody, (*Server).handleGetRequest},
+	{"POST", "/api/v1/requests/{id}/approve", ruleOperator, optionalJSON, (*Server).handleApproveRequest},
+	{"POST", "/api/v1/requests/{id}/deny", ruleOperator, jsonBody, (*Server).handleDenyRequest},
 }
 
 // statusPath is the one route a standby serves (see ha.go).

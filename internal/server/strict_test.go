@@ -577,7 +577,8 @@ var goLeak = regexp.MustCompile(`Go struct|Go value|json: |%!|\bu?int(8|16|32|64
 // JSON and bad times. The message names the field where there is one.
 func TestDecodeErrorsSpeakJSON(t *testing.T) {
 	types := []any{&api.JobSpec{}, &api.Heartbeat{}, &api.Queue{}, &api.Team{}, &api.User{}, &api.Price{}, &api.Reservation{},
-		&api.TokenRequest{}, &api.JoinTokenRequest{}, &api.JoinRequest{}, &api.RenewRequest{}, &api.UISessionRequest{}, &[]api.Notify{}}
+		&api.TokenRequest{}, &api.JoinTokenRequest{}, &api.JoinRequest{}, &api.RenewRequest{}, &api.UISessionRequest{}, &[]api.Notify{},
+		&api.Request{}, &api.Decision{}}
 	wrong := []string{`"x"`, `1.5`, `-1e400`, `99999999999999999999`, `true`, `[]`, `{}`, `[1]`, `{"a":1}`, `null`}
 	decode := func(v any, body string) *api.Error {
 		r := httptest.NewRequest("POST", "/", strings.NewReader(body))

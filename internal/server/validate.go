@@ -77,8 +77,9 @@ func validateSpec(spec *api.JobSpec, st *cluster.State) *api.Error {
 		}
 		return invalid("queue", "unknown queue %q; queues are: %s", spec.Queue, strings.Join(names, ", "))
 	}
-	if (len(q.Users) > 0 || len(q.Teams) > 0) && !slices.Contains(q.Users, spec.User) && !slices.Contains(q.Teams, spec.Team) {
-		return invalid("queue", "user %s of team %s may not submit to queue %s", spec.User, spec.Team, q.Name)
+	if (len(q.Users) > 0 || len(q.Teams) > 0) && !slices.Contains(q.Users, spec.User) && !slices.Contains(q.Teams, spec.Team) &&
+		!st.QueueGrant(spec.User, q.Name) {
+		return invalid("queue", "user %s of team %s may not submit to queue %s; ask for it with `rota request queue %s`", spec.User, spec.Team, q.Name, q.Name)
 	}
 	if spec.Nice < -10000 || spec.Nice > 10000 {
 		return invalid("nice", "must be between -10000 and 10000, got %d", spec.Nice)

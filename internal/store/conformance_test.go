@@ -45,6 +45,7 @@ func runConformance(t *testing.T, newURL func(t *testing.T) string) {
 		{"IdentityAndSettings", testIdentity},
 		{"AuditFilters", testAuditFilters},
 		{"DeleteNodes", testDeleteNodes},
+		{"Requests", testRequests},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.run(t, newURL(t)) })

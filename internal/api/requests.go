@@ -1,0 +1,84 @@
+package api
+
+import "time"
+
+// Request is a member's ask for something only an operator or admin may grant: a raise of
+// a team's quota limit, use of a restricted queue, or GPUs reserved for a team. An
+// operator or admin other than the one who asked approves or denies it; an approved
+// request applies at once and undoes itself at its end.
+type Request struct {
+	ID   int64       `json:"id"`
+	Kind RequestKind `json:"kind"`
+	// User asked; Team is the team it is for (the quota's or reservation's team, the
+	// user's team for a queue).
+	User  string       `json:"user"`
+	Team  string       `json:"team"`
+	State RequestState `json:"state"`
+	// Reason is why the user asks, in their words.
+	Reason string `json:"reason"`
+	// Created is when it was asked; Expires, when it expires if nobody decides it.
+	Created time.Time `json:"created"`
+	Expires time.Time `json:"expires"`
+
+	// GPUModel and Limit: a quota raise to Limit GPUs of the model ("*" for any model);
+	// for a reservation, the model its GPUs must be ("" for any).
+	GPUModel string `json:"gpu_model,omitempty"`
+	Limit    int    `json:"limit,omitempty"`
+	// Queue is the restricted queue asked for.
+	Queue string `json:"queue,omitempty"`
+	// GPUs is the number of GPUs a reservation asks for.
+	GPUs int `json:"gpus,omitempty"`
+	// For is how long a quota raise or queue grant lasts from its approval, in seconds.
+	For int64 `json:"for_s,omitempty"`
+	// Start and End bound a reservation; for a quota raise or a queue grant they are set
+	// at approval (approval, approval + For).
+	Start *time.Time `json:"start,omitempty"`
+	End   *time.Time `json:"end,omitempty"`
+
+	// DecidedBy, Decided and Note record the decision.
+	DecidedBy string     `json:"decided_by,omitempty"`
+	Decided   *time.Time `json:"decided,omitempty"`
+	Note      string     `json:"note,omitempty"`
+	// Previous is the team's quota for the model before an approved raise, restored when
+	// the raise ends (nil: the team had no quota of that model).
+	Previous *Quota `json:"previous,omitempty"`
+	// Reservation is the ID of the reservation an approved reservation request made, and
+	// Nodes the nodes it holds.
+	Reservation int64    `json:"reservation,omitempty"`
+	Nodes       []string `json:"nodes,omitempty"`
+	// Message says what applying or ending the grant did.
+	Message string `json:"message,omitempty"`
+}
+
+// RequestKind is what a Request asks for.
+type RequestKind string
+
+// Request kinds.
+const (
+	RequestQuota       RequestKind = "quota"
+	RequestQueue       RequestKind = "queue"
+	RequestReservation RequestKind = "reservation"
+)
+
+// RequestState is where a Request stands. Pending is the only state a decision leaves;
+// approved becomes ended at the grant's end.
+type RequestState string
+
+// Request states.
+const (
+	RequestPending  RequestState = "pending"
+	RequestApproved RequestState = "approved"
+	RequestDenied   RequestState = "denied"
+	RequestExpired  RequestState = "expired"
+	RequestEnded    RequestState = "ended"
+)
+
+// RequestList is the answer to GET /api/v1/requests.
+type RequestList struct {
+	Requests []Request `json:"requests"`
+}
+
+// Decision is the body of POST /api/v1/requests/{id}/approve and /deny.
+type Decision struct {
+	Note string `json:"note,omitempty"`
+}
