@@ -26,6 +26,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.IntVar(&scale.Running, "running", 0, "scale suite: how many of the jobs run, filling every GPU (default 35000; with --quick 700)")
 	fs.DurationVar(&scale.Heartbeat, "heartbeat", 0, "scale suite: the server's --heartbeat-interval (default 2s)")
 	fs.DurationVar(&scale.Window, "window", 0, "scale suite: how long each steady measurement lasts (default 20s; with --quick 2s)")
+	watch := fs.Bool("watch", true, "scale suite: each simulated agent holds a watch long-poll open, as rota agent does (false halves the connections, where the open-file limit is too low)")
 	if code := parseFlags(fs, args); code >= 0 {
 		return code
 	}
@@ -54,8 +55,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 			return 1
 		}
 		scale.Binary = exe
-	} else if scale != (bench.ScaleOptions{}) {
-		fmt.Fprintln(stderr, "rota bench: --nodes, --jobs, --running, --heartbeat and --window size the scale suite: add --suite scale")
+		scale.NoWatch = !*watch
+	} else if scale != (bench.ScaleOptions{}) || !*watch {
+		fmt.Fprintln(stderr, "rota bench: --nodes, --jobs, --running, --heartbeat, --window and --watch are the scale suite's: add --suite scale")
 		return 2
 	}
 

@@ -227,13 +227,15 @@ func randomInstance() string {
 
 // start sets every agent going. Their first heartbeats are spread over one interval, as
 // a fleet's agents start at different times.
-func (f *fleet) start(ctx context.Context, interval time.Duration) {
+func (f *fleet) start(ctx context.Context, interval time.Duration, watch bool) {
 	f.interval.Store(int64(interval))
 	f.ctx, f.cancel = context.WithCancel(ctx)
 	for i, a := range f.agents {
 		delay := time.Duration(int64(interval) * int64(i) / int64(len(f.agents)))
 		f.wg.Go(func() { a.loop(delay) })
-		f.wg.Go(a.watch)
+		if watch {
+			f.wg.Go(a.watch)
+		}
 	}
 }
 

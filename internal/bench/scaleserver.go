@@ -460,10 +460,11 @@ func (h histogram) quantileBound(q float64) float64 {
 	return math.Inf(1)
 }
 
-// raiseFileLimit makes sure this process and the server it starts may hold n open files:
-// the generator holds two connections per simulated agent, and the server the other ends.
-// It raises the soft limit, and the hard one where it may (as root).
-func raiseFileLimit(n uint64) error {
+// raiseFileLimit makes sure this process and the server it starts may hold n open files,
+// the connections of the simulated agents on both ends and some to spare. It raises the
+// soft limit, and the hard one where it may (as root with CAP_SYS_RESOURCE); why is the
+// reason given when it cannot.
+func raiseFileLimit(n uint64, why string) error {
 	var lim syscall.Rlimit
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
 		return err
@@ -477,9 +478,8 @@ func raiseFileLimit(n uint64) error {
 		want.Max = n
 	}
 	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &want); err != nil {
-		return fmt.Errorf("%d simulated agents need about %d open files in the generator and in the server, "+
-			"but the limit is %d and cannot be raised (%v): raise it (ulimit -n, or LimitNOFILE as deploy/rota-server.service does) or use fewer --nodes",
-			n/2, n, lim.Max, err)
+		return fmt.Errorf("%s: about %d open files in the generator and in the server, but the limit is %d and cannot be raised (%v): "+
+			"raise it (ulimit -n; deploy/rota-server.service sets LimitNOFILE=65536), use fewer --nodes, or --watch=false", why, n, lim.Max, err)
 	}
 	return nil
 }
