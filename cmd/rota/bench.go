@@ -56,6 +56,10 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		}
 		scale.Binary = exe
 		scale.NoWatch = !*watch
+		if _, err := scale.Sized(*quick); err != nil {
+			fmt.Fprintf(stderr, "rota bench: %v\n", err)
+			return 2
+		}
 	} else if scale != (bench.ScaleOptions{}) || !*watch {
 		fmt.Fprintln(stderr, "rota bench: --nodes, --jobs, --running, --heartbeat, --window and --watch are the scale suite's: add --suite scale")
 		return 2

@@ -67,7 +67,7 @@ func Run(ctx context.Context, opts Options) ([]Result, error) {
 	}
 	if slices.Contains(suites, "scale") {
 		// Checked before anything runs, so that a bad size does not wait for the others.
-		if _, err := scaleSizes(opts.Scale, opts.Quick); err != nil {
+		if _, err := opts.Scale.Sized(opts.Quick); err != nil {
 			return nil, err
 		}
 	}

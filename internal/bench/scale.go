@@ -45,8 +45,9 @@ type ScaleOptions struct {
 	NoWatch bool
 }
 
-// scaleSizes fills in the defaults and checks that the sizes make sense.
-func scaleSizes(o ScaleOptions, quick bool) (ScaleOptions, error) {
+// Sized fills in the defaults, the quick ones with quick, and checks that the sizes make
+// sense, naming the flag at fault.
+func (o ScaleOptions) Sized(quick bool) (ScaleOptions, error) {
 	def := ScaleOptions{Nodes: 10_000, Jobs: 104_000, Running: 35_000, Heartbeat: 2 * time.Second, Window: 20 * time.Second}
 	if quick {
 		def = ScaleOptions{Nodes: 200, Jobs: 2_000, Running: 700, Heartbeat: 2 * time.Second, Window: 2 * time.Second}
@@ -108,7 +109,7 @@ func runningMix(gpus, running int) map[int]int {
 			return map[int]int{small: x, big: y}
 		}
 	}
-	return map[int]int{1: running} // unreachable for sizes scaleSizes accepts
+	return map[int]int{1: running} // unreachable for the sizes Sized accepts
 }
 
 // arrayChunk is how many jobs one array submit creates while the queue is filled: one
@@ -123,7 +124,7 @@ const stallTimeout = 3 * time.Minute
 // runScale runs the scale suite: a real server process under a simulated fleet. See
 // doc.go for what it measures and docs/scale.md for how to read it.
 func runScale(ctx context.Context, opts Options) (results []Result, err error) {
-	o, err := scaleSizes(opts.Scale, opts.Quick)
+	o, err := opts.Scale.Sized(opts.Quick)
 	if err != nil {
 		return nil, err
 	}
@@ -308,7 +309,7 @@ func runScale(ctx context.Context, opts Options) (results []Result, err error) {
 	add("server", 0, 0, map[string]float64{
 		"rss-mb": rss, "hwm-mb": hwm, "nodes": m.sum("rota_nodes"),
 		"running": m.sum("rota_jobs", "state", string(api.StateRunning)), "pending": m.sum("rota_pending_jobs"),
-		"cycles": cyc.n, "cycle-mean-ms": cyc.mean() * 1000, "cycle-p99-bound-ms": cyc.quantileBound(.99) * 1000,
+		"cycles": cyc.n, "cycle-mean-ms": cyc.mean() * 1000, "cycle-p99-bound-ms": cyc.reportBound(.99) * 1000,
 	})
 
 	// 9. The loaded server with no request at all: the agents gone (for less time than a
@@ -385,7 +386,7 @@ func measureSteady(ctx context.Context, srv *serverProc, fl *fleet, d time.Durat
 		"n": float64(len(lat)), "heartbeats/s": float64(len(lat)) / took.Seconds(),
 		"p50-ms": percentileMS(lat, .5), "p99-ms": percentileMS(lat, .99), "errors": float64(errs),
 		"server-cpu-s/s": cpu, "generator-cpu-s/s": gen,
-		"cycles/s": cyc.n / took.Seconds(), "cycle-mean-ms": cyc.mean() * 1000, "cycle-p99-bound-ms": cyc.quantileBound(.99) * 1000,
+		"cycles/s": cyc.n / took.Seconds(), "cycle-mean-ms": cyc.mean() * 1000, "cycle-p99-bound-ms": cyc.reportBound(.99) * 1000,
 	}, nil
 }
 

@@ -118,12 +118,12 @@ func TestScaleSizes(t *testing.T) {
 		{ScaleOptions{Binary: bin, Heartbeat: time.Millisecond}, "--heartbeat: must be between 100ms and 1m"},
 		{ScaleOptions{Binary: bin, Window: time.Hour}, "--window: must be between 1s and 10m"},
 	} {
-		_, err := scaleSizes(tc.o, false)
+		_, err := tc.o.Sized(false)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%+v: err = %v, want one saying %q", tc.o, err, tc.want)
 		}
 	}
-	o, err := scaleSizes(ScaleOptions{Binary: bin}, false)
+	o, err := ScaleOptions{Binary: bin}.Sized(false)
 	if err != nil || o.Nodes != 10_000 || o.Jobs != 104_000 || o.Running != 35_000 || o.Heartbeat != 2*time.Second {
 		t.Errorf("defaults: %+v, %v", o, err)
 	}
@@ -183,7 +183,10 @@ rota_scheduler_cycle_duration_seconds_count 100
 	}
 	earlier := histogram{le: h.le, count: []float64{1, 80, 80, 80}, sum: 1, n: 80}
 	d := h.since(earlier)
-	if d.n != 20 || d.sum != 1.5 || d.quantileBound(.5) != 0.01 || d.quantileBound(.99) != 0.1 {
+	if d.reportBound(.99) != 0.1 {
+		t.Errorf("reportBound(.99) = %v, want the last finite bound", d.reportBound(.99))
+	}
+	if d.n != 20 || d.sum != 1.5 || d.quantileBound(.5) != 0.01 || d.quantileBound(.9) != 0.1 || !math.IsInf(d.quantileBound(.99), 1) {
 		t.Errorf("since: %+v", d)
 	}
 	if _, err := parseProm(strings.NewReader("rota_jobs{queue=\"x\" 3\n")); err == nil {

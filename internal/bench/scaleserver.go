@@ -446,6 +446,21 @@ func (h histogram) mean() float64 {
 	return h.sum / h.n
 }
 
+// reportBound is quantileBound as a report can hold it (JSON has no infinity): beyond the
+// last finite bound, that bound, which docs/scale.md says to read as "at least".
+func (h histogram) reportBound(q float64) float64 {
+	b := h.quantileBound(q)
+	if math.IsInf(b, 1) {
+		for i := len(h.le) - 1; i >= 0; i-- {
+			if !math.IsInf(h.le[i], 1) {
+				return h.le[i]
+			}
+		}
+		return 0
+	}
+	return b
+}
+
 // quantileBound is the upper bound of the bucket that holds quantile q: the histogram
 // says no more precisely where it lies. +Inf when it lies beyond the last finite bound.
 func (h histogram) quantileBound(q float64) float64 {
