@@ -98,7 +98,7 @@ func TestScaleQuick(t *testing.T) {
 		t.Errorf("%v jobs pending at the end, want 1300", p)
 	}
 	var table bytes.Buffer
-	if err := (&Report{Results: results}).WriteTable(&table); err != nil {
+	if err := (&Report{Header: NewHeader(context.Background(), true, time.Now()), Results: results}).WriteTable(&table); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("\n%s", table.String())
