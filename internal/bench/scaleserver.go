@@ -61,8 +61,13 @@ func startServerProc(ctx context.Context, binary string, heartbeat time.Duration
 		return nil, err
 	}
 	defer logFile.Close()
+	// The server's defaults allow 7.5 heartbeats of silence (2s, 15s) before a node takes
+	// no new work; a longer interval keeps that margin, else every late answer would flip
+	// nodes to NOT_READY and back, each flip a commit, which is not the load to measure.
+	notReady := max(15*time.Second, heartbeat*15/2)
 	p.cmd = exec.Command(binary, "server", "--data-dir", filepath.Join(dir, "data"), "--listen", addr, "--tls",
-		"--heartbeat-interval", heartbeat.String())
+		"--heartbeat-interval", heartbeat.String(), "--node-not-ready-after", notReady.String(),
+		"--node-lost-after", max(5*time.Minute, 2*notReady).String())
 	p.cmd.Stdout, p.cmd.Stderr = logFile, logFile
 	// The server must not pick up the settings of whoever runs the benchmark.
 	for _, kv := range os.Environ() {
