@@ -92,7 +92,9 @@ func submitCounts(quick bool) (k64, k8 int) {
 	if quick {
 		return 64 * 5, 8 * 10
 	}
-	return 64 * 50, 8 * 100
+	// Enough for a p99 from each, without letting the submits, each of which may wait
+	// for a scheduling cycle over the whole queue, take most of a full-size run.
+	return 64 * 20, 8 * 40
 }
 
 // runningMix is how many jobs of each size (in GPUs) fill gpus GPUs with exactly running
