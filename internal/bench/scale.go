@@ -335,8 +335,10 @@ func runScale(ctx context.Context, opts Options) (results []Result, err error) {
 		return nil, err
 	}
 	cyc = after.histogram("rota_scheduler_cycle_duration_seconds").since(before.histogram("rota_scheduler_cycle_duration_seconds"))
+	com := after.histogram("rota_store_commit_duration_seconds").since(before.histogram("rota_store_commit_duration_seconds"))
 	add("idle-loaded", 0, 0, map[string]float64{
 		"server-cpu-s/s": cpu, "cycles/s": cyc.n / window.Seconds(), "cycle-mean-ms": cyc.mean() * 1000,
+		"commits/s": com.n / window.Seconds(), "commit-mean-ms": com.mean() * 1000,
 	})
 	return results, srv.alive()
 }
@@ -384,11 +386,13 @@ func measureSteady(ctx context.Context, srv *serverProc, fl *fleet, d time.Durat
 		return nil, err
 	}
 	cyc := after.histogram("rota_scheduler_cycle_duration_seconds").since(before.histogram("rota_scheduler_cycle_duration_seconds"))
+	com := after.histogram("rota_store_commit_duration_seconds").since(before.histogram("rota_store_commit_duration_seconds"))
 	return map[string]float64{
 		"n": float64(len(lat)), "heartbeats/s": float64(len(lat)) / took.Seconds(),
 		"p50-ms": percentileMS(lat, .5), "p99-ms": percentileMS(lat, .99), "errors": float64(errs),
 		"server-cpu-s/s": cpu, "generator-cpu-s/s": gen,
 		"cycles/s": cyc.n / took.Seconds(), "cycle-mean-ms": cyc.mean() * 1000, "cycle-p99-bound-ms": cyc.reportBound(.99) * 1000,
+		"commits/s": com.n / took.Seconds(), "commit-mean-ms": com.mean() * 1000,
 	}, nil
 }
 

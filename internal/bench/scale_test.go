@@ -44,13 +44,13 @@ func TestScaleQuick(t *testing.T) {
 		"idle-empty":       {present: []string{"server-cpu-s/s"}},
 		"join":             {positive: append([]string{"joins/s", "join-s", "register-s"}, latency...)},
 		"fill":             {positive: []string{"running", "pending", "fill-s"}},
-		"heartbeat-steady": {positive: append([]string{"heartbeats/s", "target-heartbeats/s", "server-cpu-s/s", "generator-cpu-s/s", "cycles/s", "cycle-mean-ms", "cycle-p99-bound-ms"}, latency...), present: []string{"errors"}},
+		"heartbeat-steady": {positive: append([]string{"heartbeats/s", "target-heartbeats/s", "server-cpu-s/s", "generator-cpu-s/s", "cycles/s", "cycle-mean-ms", "cycle-p99-bound-ms"}, latency...), present: []string{"errors", "commits/s", "commit-mean-ms"}},
 		"heartbeat-round":  {positive: append([]string{"round-s", "heartbeats/s"}, latency...), present: []string{"errors"}},
 		"submit-64clients": {positive: append([]string{"submits/s"}, latency...)},
 		"submit-8clients":  {positive: append([]string{"submits/s"}, latency...)},
 		"queue":            {positive: []string{"first-page-p50-ms", "first-page-p99-ms", "jobs/page", "all-pages-s", "pages"}},
 		"server":           {positive: []string{"rss-mb", "hwm-mb", "nodes", "running", "pending", "cycles", "cycle-mean-ms", "cycle-p99-bound-ms"}},
-		"idle-loaded":      {positive: []string{"cycles/s", "cycle-mean-ms"}, present: []string{"server-cpu-s/s"}},
+		"idle-loaded":      {positive: []string{"cycles/s", "cycle-mean-ms"}, present: []string{"server-cpu-s/s", "commits/s", "commit-mean-ms"}},
 	}
 	got := map[string]Result{}
 	for _, r := range results {
