@@ -30,7 +30,9 @@ var mayImport = map[string][]string{
 	"internal/agent": {"internal/api", "internal/atomicfile", "internal/auth"},
 	// The batch is where the store and the cluster state meet; it knows neither.
 	"internal/batch": {"internal/api"},
-	"internal/bench": {"internal/api", "internal/sched", "internal/server", "internal/sim", "internal/store"},
+	// bench speaks to the server it runs as a process as agents and clients do: wire types and
+	// auth's client side.
+	"internal/bench": {"internal/api", "internal/auth", "internal/sched", "internal/server", "internal/sim", "internal/store"},
 	// The CLI is a client: wire types, auth's client side, and report's rendering.
 	"internal/cli": {"internal/api", "internal/auth", "internal/report"},
 	// cluster builds snapshots for sched and applies batches; it never touches the store.

@@ -22,8 +22,14 @@ type Result struct {
 	BytesPerOp  int64              `json:"bytes_per_op"`
 }
 
-// Suites lists the suite names in the order Run runs them.
+// Suites lists the suites Run runs when none is named, in the order it runs them.
 func Suites() []string { return []string{"sched", "e2e", "sim"} }
+
+// OptInSuites lists the suites Run runs only when they are named: they take minutes and
+// need a rota binary (ScaleOptions.Binary).
+func OptInSuites() []string { return []string{"scale"} }
+
+func known() []string { return append(Suites(), OptInSuites()...) }
 
 // Options say what Run runs.
 type Options struct {
@@ -33,6 +39,8 @@ type Options struct {
 	Quick bool
 	// Progress, if set, gets one line as each benchmark starts and ends.
 	Progress io.Writer
+	// Scale sizes the scale suite.
+	Scale ScaleOptions
 }
 
 // benchmark is one entry of a suite.
@@ -53,8 +61,14 @@ func Run(ctx context.Context, opts Options) ([]Result, error) {
 		suites = Suites()
 	}
 	for _, s := range suites {
-		if !slices.Contains(Suites(), s) {
-			return nil, fmt.Errorf("unknown suite %q (known: %s)", s, strings.Join(Suites(), ", "))
+		if !slices.Contains(known(), s) {
+			return nil, fmt.Errorf("unknown suite %q (known: %s)", s, strings.Join(known(), ", "))
+		}
+	}
+	if slices.Contains(suites, "scale") {
+		// Checked before anything runs, so that a bad size does not wait for the others.
+		if _, err := opts.Scale.Sized(opts.Quick); err != nil {
+			return nil, err
 		}
 	}
 	var list []benchmark
@@ -90,6 +104,21 @@ func Run(ctx context.Context, opts Options) ([]Result, error) {
 		fmt.Fprintf(progress, "bench: %s %s: %d ops, %s/op (%.1fs)\n", bm.suite, bm.name, res.N,
 			formatNs(res.NsPerOp), time.Since(start).Seconds())
 		results = append(results, res)
+	}
+	if slices.Contains(suites, "scale") {
+		if err := ctx.Err(); err != nil {
+			return results, err
+		}
+		// The scale suite is one long run that yields many results, not a benchmark
+		// repeated until it takes long enough.
+		start := time.Now()
+		fmt.Fprintf(progress, "bench: scale ...\n")
+		r, err := runScale(ctx, opts)
+		results = append(results, r...)
+		if err != nil {
+			return results, fmt.Errorf("scale: %w", err)
+		}
+		fmt.Fprintf(progress, "bench: scale: %d results (%.1fs)\n", len(r), time.Since(start).Seconds())
 	}
 	return results, nil
 }

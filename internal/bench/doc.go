@@ -1,7 +1,7 @@
 // Package bench is rota's benchmark suite, `rota bench`: the numbers to compare across
 // commits, measured the same way every time and written as a table or as JSON.
 //
-// Three suites:
+// Three suites run by default:
 //
 //   - sched: one scheduling cycle (sched.ScheduleWith) on a generated snapshot of 1,000 or
 //     10,000 nodes of 8 GPUs, half busy, with 10,000 or 100,000 pending jobs of 1 to 8 GPUs
@@ -19,6 +19,18 @@
 //   - sim: one replay (sim.Run, default policy) of a generated Philly-like trace on the
 //     default Philly cluster (300 nodes of 8 GPUs) loaded to about 80%. Metrics: events/s,
 //     jobs/s, plans/op.
+//
+// One suite runs only when named, for it takes minutes at full size:
+//
+//   - scale: rota's own binary (ScaleOptions.Binary) started as `rota server --tls` in a
+//     process of its own, under a load generator in this process acting as N agents
+//     (default 10,000 nodes of 8 GPUs) that join with join tokens and speak the agent
+//     protocol over mutual TLS, with a queue of about 100,000 jobs of which 35,000 run.
+//     It reports heartbeats/s and their latency (steady, and one full round), submit
+//     latency and rate with 64 and 8 clients, the queue listing's latency, the server's
+//     CPU (from /proc, while only heartbeats flow and with no traffic), its memory (VmRSS,
+//     VmHWM) and the scheduling cycle (from /metrics). docs/scale.md says how to read it.
+//     Its quick size is 200 nodes and 2,000 jobs.
 //
 // Quick mode (Options.Quick) runs smaller sizes for less time: 100 and 1,000 nodes with
 // 1,000 and 10,000 pending jobs, 10 agents and 20 latency samples, a 3,000-job trace. It

@@ -99,19 +99,33 @@ func (r *Report) WriteTable(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "SUITE\tNAME\tN\tTIME/OP\tMETRICS")
 	for _, res := range r.Results {
-		units := make([]string, 0, len(res.Metrics))
-		for u := range res.Metrics {
-			units = append(units, u)
+		m := formatMetrics(res.Metrics)
+		// The scale suite measures a server in another process: it has no allocations of
+		// its own to show, and some of its figures (memory, CPU) no time per operation.
+		if res.AllocsPerOp != 0 || res.BytesPerOp != 0 || res.Suite != "scale" {
+			m += "  " + strconv.FormatInt(res.AllocsPerOp, 10) + " allocs/op  " + strconv.FormatInt(res.BytesPerOp, 10) + " B/op"
 		}
-		slices.Sort(units)
-		var m []string
-		for _, u := range units {
-			m = append(m, formatFloat(res.Metrics[u])+" "+u)
+		perOp := "-"
+		if res.NsPerOp > 0 || res.Suite != "scale" {
+			perOp = formatNs(res.NsPerOp)
 		}
-		m = append(m, strconv.FormatInt(res.AllocsPerOp, 10)+" allocs/op", strconv.FormatInt(res.BytesPerOp, 10)+" B/op")
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", res.Suite, res.Name, res.N, formatNs(res.NsPerOp), strings.Join(m, "  "))
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", res.Suite, res.Name, res.N, perOp, strings.TrimSpace(m))
 	}
 	return tw.Flush()
+}
+
+// formatMetrics writes metrics as VALUE UNIT pairs in the order of their units.
+func formatMetrics(metrics map[string]float64) string {
+	units := make([]string, 0, len(metrics))
+	for u := range metrics {
+		units = append(units, u)
+	}
+	slices.Sort(units)
+	var m []string
+	for _, u := range units {
+		m = append(m, formatFloat(metrics[u])+" "+u)
+	}
+	return strings.Join(m, "  ")
 }
 
 // formatFloat writes a metric to four significant digits, or as a whole number from 1000

@@ -1,0 +1,564 @@
+package bench
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/rotahq/rota/internal/api"
+)
+
+// ScaleOptions size the scale suite. Zero values take the suite's defaults, which
+// Options.Quick makes small.
+type ScaleOptions struct {
+	// Binary is the rota executable the suite runs as `rota server` (the running binary,
+	// for `rota bench`). The suite cannot run without one.
+	Binary string
+	// Nodes is how many simulated agents join, each a node of 8 GPUs (default 10,000;
+	// quick 200).
+	Nodes int
+	// Jobs is how many jobs the queue holds when the measurements start, counting those
+	// the submit measurements add (default 104,000; quick 2,000).
+	Jobs int
+	// Running is how many of them run, filling every GPU (default 35,000; quick 700); the
+	// rest wait.
+	Running int
+	// Heartbeat is the interval the server asks agents to heartbeat at (default 2s, the
+	// server's own default).
+	Heartbeat time.Duration
+	// Window is how long each steady measurement lasts (default 20s; quick 2s).
+	Window time.Duration
+	// NoWatch leaves out the agents' watch long-polls, which halves the connections the
+	// run needs where the open-file limit is too low for two per agent. New work then
+	// reaches an agent with its next heartbeat.
+	NoWatch bool
+}
+
+// Sized fills in the defaults, the quick ones with quick, and checks that the sizes make
+// sense, naming the flag at fault.
+func (o ScaleOptions) Sized(quick bool) (ScaleOptions, error) {
+	def := ScaleOptions{Nodes: 10_000, Jobs: 104_000, Running: 35_000, Heartbeat: 2 * time.Second, Window: 20 * time.Second}
+	if quick {
+		def = ScaleOptions{Nodes: 200, Jobs: 2_000, Running: 700, Heartbeat: 2 * time.Second, Window: 2 * time.Second}
+	}
+	if o.Nodes == 0 {
+		o.Nodes = def.Nodes
+	}
+	if o.Jobs == 0 {
+		o.Jobs = def.Jobs
+	}
+	if o.Running == 0 {
+		o.Running = def.Running
+	}
+	if o.Heartbeat == 0 {
+		o.Heartbeat = def.Heartbeat
+	}
+	if o.Window == 0 {
+		o.Window = def.Window
+	}
+	gpus := 8 * o.Nodes
+	k64, k8 := submitCounts(quick)
+	switch {
+	case o.Binary == "":
+		return o, errors.New("scale: no rota binary to run as the server")
+	case o.Nodes < 1 || o.Nodes > 100_000:
+		return o, fmt.Errorf("--nodes: must be between 1 and 100000, got %d", o.Nodes)
+	case o.Running < (gpus+7)/8 || o.Running > gpus:
+		return o, fmt.Errorf("--running: the running jobs fill the %d GPUs of %d nodes with jobs of 1 to 8 GPUs, so there must be between %d and %d of them, got %d",
+			gpus, o.Nodes, (gpus+7)/8, gpus, o.Running)
+	case o.Jobs < o.Running+k64+k8:
+		return o, fmt.Errorf("--jobs: must be at least --running (%d) plus the %d jobs the submit measurements add, got %d", o.Running, k64+k8, o.Jobs)
+	case o.Heartbeat < 100*time.Millisecond || o.Heartbeat > time.Minute:
+		return o, fmt.Errorf("--heartbeat: must be between 100ms and 1m, got %v", o.Heartbeat)
+	case o.Window < time.Second || o.Window > 10*time.Minute:
+		return o, fmt.Errorf("--window: must be between 1s and 10m, got %v", o.Window)
+	}
+	return o, nil
+}
+
+// submitCounts is how many jobs the submit measurements add, with 64 and with 8 clients.
+func submitCounts(quick bool) (k64, k8 int) {
+	if quick {
+		return 64 * 5, 8 * 10
+	}
+	// Enough for a p99 from each, without letting the submits, each of which may wait
+	// for a scheduling cycle over the whole queue, take most of a full-size run.
+	return 64 * 20, 8 * 40
+}
+
+// runningMix is how many jobs of each size (in GPUs) fill gpus GPUs with exactly running
+// jobs. It uses two neighbouring sizes among 1, 2, 4 and 8, which divide a node's 8 GPUs:
+// a scheduler that packs nodes well leaves no GPU free, and one that does not shows it
+// in the running count the suite reports.
+func runningMix(gpus, running int) map[int]int {
+	for _, sz := range [][2]int{{4, 8}, {2, 4}, {1, 2}} {
+		small, big := sz[0], sz[1]
+		// small*x + big*y = gpus, x + y = running.
+		y := (gpus - small*running) / (big - small)
+		x := running - y
+		if x >= 0 && y >= 0 && small*x+big*y == gpus {
+			return map[int]int{small: x, big: y}
+		}
+	}
+	return map[int]int{1: running} // unreachable for the sizes Sized accepts
+}
+
+// arrayChunk is how many jobs one array submit creates while the queue is filled: one
+// request and one commit each, so that filling 100,000 jobs takes seconds, not the
+// submit measurement's minutes.
+const arrayChunk = 1000
+
+// stallTimeout ends a run whose server has made no progress for this long: a wait for
+// nodes to register, or for jobs to start, that would otherwise never end.
+const stallTimeout = 3 * time.Minute
+
+// runScale runs the scale suite: a real server process under a simulated fleet. See
+// doc.go for what it measures and docs/scale.md for how to read it.
+func runScale(ctx context.Context, opts Options) (results []Result, err error) {
+	o, err := opts.Scale.Sized(opts.Quick)
+	if err != nil {
+		return nil, err
+	}
+	progress := opts.Progress
+	if progress == nil {
+		progress = io.Discard
+	}
+	say := func(format string, args ...any) { fmt.Fprintf(progress, "bench: scale: "+format+"\n", args...) }
+	size := fmt.Sprintf("%dnodes/%djobs", o.Nodes, o.Jobs)
+	add := func(name string, n int, took time.Duration, metrics map[string]float64) {
+		r := Result{Suite: "scale", Name: name + "/" + size, N: n, Metrics: metrics}
+		if n > 0 {
+			r.NsPerOp = float64(took.Nanoseconds()) / float64(n)
+		}
+		results = append(results, r)
+		say("%s: %s", r.Name, formatMetrics(metrics))
+	}
+	// A connection per agent for heartbeats and one for its watch, on both ends.
+	conns, why := o.Nodes, fmt.Sprintf("%d simulated agents, each with a heartbeat connection, need", o.Nodes)
+	if !o.NoWatch {
+		conns, why = 2*o.Nodes, fmt.Sprintf("%d simulated agents, each with a heartbeat and a watch connection, need", o.Nodes)
+	}
+	if err := raiseFileLimit(uint64(conns+256), why); err != nil {
+		return nil, err
+	}
+
+	say("starting %s server (heartbeat interval %s, watches %v)", o.Binary, o.Heartbeat, !o.NoWatch)
+	srv, err := startServerProc(ctx, o.Binary, o.Heartbeat)
+	if err != nil {
+		return nil, err
+	}
+	defer srv.stop()
+	pid := srv.cmd.Process.Pid
+	// Fail with what the server said if it died: that is the finding, not the symptom.
+	defer func() {
+		if err != nil {
+			if e := srv.alive(); e != nil {
+				err = fmt.Errorf("%w; %v", err, e)
+			}
+		}
+	}()
+	// The benchmark submits far faster than one person may.
+	if err := srv.do(ctx, http.MethodPut, "/api/v1/config", nil, "limits:\n  submits_per_second: 1000000\n  submit_burst: 10000000\n  max_pending_per_user: 10000000\n", nil); err != nil {
+		return nil, err
+	}
+
+	// 1. The server with nothing to do: no node, no job, no request.
+	cpu, err := measureCPU(ctx, pid, min(o.Window, 5*time.Second))
+	if err != nil {
+		return nil, err
+	}
+	add("idle-empty", 0, 0, map[string]float64{"server-cpu-s/s": cpu})
+
+	// 2. Every node joins, then registers with its first heartbeat.
+	say("joining %d nodes, %d at a time", o.Nodes, joinConcurrency)
+	joinStart := time.Now()
+	fl, joins, err := joinFleet(ctx, srv, o.Nodes, progress)
+	if err != nil {
+		return nil, err
+	}
+	joinTook := time.Since(joinStart)
+	regStart := time.Now()
+	fl.start(ctx, o.Heartbeat, !o.NoWatch)
+	defer fl.stop()
+	// A server that cannot keep up answers some heartbeats late or never; the wait goes on
+	// while more nodes get their first answer.
+	lastBeaten, lastChange, lastSaid := int64(0), time.Now(), time.Now()
+	if err := waitFor(ctx, srv, fl, "every node to register", func() (bool, error) {
+		n := fl.beaten.Load()
+		if n != lastBeaten {
+			lastBeaten, lastChange = n, time.Now()
+		}
+		if time.Since(lastSaid) >= 15*time.Second {
+			say("%d of %d nodes have had an answer to a heartbeat (%.0fs)", n, o.Nodes, time.Since(regStart).Seconds())
+			lastSaid = time.Now()
+		}
+		if time.Since(lastChange) > stallTimeout {
+			return false, fmt.Errorf("only %d of %d nodes had an answer to a heartbeat, and none more in %s", n, o.Nodes, stallTimeout)
+		}
+		return int(n) == o.Nodes, nil
+	}); err != nil {
+		return nil, err
+	}
+	add("join", len(joins), joinTook, map[string]float64{
+		"joins/s": float64(len(joins)) / joinTook.Seconds(), "p50-ms": percentileMS(joins, .5), "p99-ms": percentileMS(joins, .99),
+		"join-s": joinTook.Seconds(), "register-s": time.Since(regStart).Seconds(),
+	})
+
+	// 3. The queue: jobs that fill every GPU, then jobs that wait.
+	k64, k8 := submitCounts(opts.Quick)
+	fillStart := time.Now()
+	mix := runningMix(8*o.Nodes, o.Running)
+	say("submitting %d jobs that fill the cluster (%v by GPUs), waiting for them to run", o.Running, mix)
+	for _, gpus := range []int{8, 4, 2, 1} { // the largest first: they are hardest to fit
+		if err := submitArrays(ctx, srv, mix[gpus], gpus, "scale-run"); err != nil {
+			return nil, err
+		}
+	}
+	if err := waitSettled(ctx, srv, fl, o, say); err != nil {
+		return nil, err
+	}
+	waiting := o.Jobs - o.Running - k64 - k8
+	say("submitting %d jobs that wait", waiting)
+	for i, gpus := range []int{1, 2, 4, 8} {
+		n := waiting / 4
+		if i < waiting%4 {
+			n++
+		}
+		if err := submitArrays(ctx, srv, n, gpus, "scale-wait"); err != nil {
+			return nil, err
+		}
+	}
+	if err := waitSettled(ctx, srv, fl, o, say); err != nil {
+		return nil, err
+	}
+	m, err := srv.scrape(ctx)
+	if err != nil {
+		return nil, err
+	}
+	add("fill", o.Jobs-k64-k8, time.Since(fillStart), map[string]float64{
+		"running": m.sum("rota_jobs", "state", string(api.StateRunning)), "pending": m.sum("rota_pending_jobs"),
+		"fill-s": time.Since(fillStart).Seconds(),
+	})
+
+	// 4. Heartbeats as they come: every agent at its interval, nothing else.
+	say("heartbeats for %s", o.Window)
+	steady, err := measureSteady(ctx, srv, fl, o.Window)
+	if err != nil {
+		return nil, err
+	}
+	steady["target-heartbeats/s"] = float64(o.Nodes) / o.Heartbeat.Seconds()
+	beats := int(steady["n"])
+	delete(steady, "n")
+	add("heartbeat-steady", beats, o.Window, steady)
+
+	// 5. One heartbeat from every node, as fast as the server takes them.
+	say("one round of %d heartbeats, 64 at a time", o.Nodes)
+	took, lat, errs, err := fl.round(ctx, 64)
+	if err != nil {
+		return nil, err
+	}
+	if err := fl.err(); err != nil {
+		return nil, err
+	}
+	add("heartbeat-round", len(lat), took, map[string]float64{
+		"round-s": took.Seconds(), "heartbeats/s": float64(len(lat)) / took.Seconds(),
+		"p50-ms": percentileMS(lat, .5), "p99-ms": percentileMS(lat, .99), "errors": float64(errs),
+	})
+
+	// 6. Submits with the full queue, the agents heartbeating meanwhile.
+	for _, c := range []struct{ clients, n int }{{64, k64}, {8, k8}} {
+		say("%d submits from %d clients", c.n, c.clients)
+		took, lat, err := measureSubmits(ctx, srv, c.clients, c.n)
+		if err != nil {
+			return nil, err
+		}
+		add(fmt.Sprintf("submit-%dclients", c.clients), len(lat), took, map[string]float64{
+			"submits/s": float64(len(lat)) / took.Seconds(), "p50-ms": percentileMS(lat, .5), "p99-ms": percentileMS(lat, .99),
+		})
+	}
+
+	// 7. What `rota queue` asks for: the first page, then every page.
+	say("listing the queue")
+	q, err := measureQueue(ctx, srv, opts.Quick)
+	if err != nil {
+		return nil, err
+	}
+	samples, mean := int(q["n"]), time.Duration(q["first-page-mean-ms"]*float64(time.Millisecond))
+	delete(q, "n")
+	delete(q, "first-page-mean-ms")
+	add("queue", samples, time.Duration(samples)*mean, q)
+
+	// 8. The server's memory with everything in it, and the cycle over the whole run.
+	rss, hwm, err := memoryMB(pid)
+	if err != nil {
+		return nil, err
+	}
+	if m, err = srv.scrape(ctx); err != nil {
+		return nil, err
+	}
+	cyc := m.histogram("rota_scheduler_cycle_duration_seconds")
+	add("server", 0, 0, map[string]float64{
+		"rss-mb": rss, "hwm-mb": hwm, "nodes": m.sum("rota_nodes"),
+		"running": m.sum("rota_jobs", "state", string(api.StateRunning)), "pending": m.sum("rota_pending_jobs"),
+		"cycles": cyc.n, "cycle-mean-ms": cyc.mean() * 1000, "cycle-p99-bound-ms": cyc.reportBound(.99) * 1000,
+	})
+
+	// 9. The loaded server with no request at all: the agents gone (for less time than a
+	// node takes to be declared not ready, so nothing changes).
+	if err := fl.err(); err != nil {
+		return nil, err
+	}
+	fl.stop()
+	before, err := srv.scrape(ctx)
+	if err != nil {
+		return nil, err
+	}
+	window := min(o.Window, 10*time.Second)
+	say("no traffic for %s", window)
+	cpu, err = measureCPU(ctx, pid, window)
+	if err != nil {
+		return nil, err
+	}
+	after, err := srv.scrape(ctx)
+	if err != nil {
+		return nil, err
+	}
+	cyc = after.histogram("rota_scheduler_cycle_duration_seconds").since(before.histogram("rota_scheduler_cycle_duration_seconds"))
+	com := after.histogram("rota_store_commit_duration_seconds").since(before.histogram("rota_store_commit_duration_seconds"))
+	add("idle-loaded", 0, 0, map[string]float64{
+		"server-cpu-s/s": cpu, "cycles/s": cyc.n / window.Seconds(), "cycle-mean-ms": cyc.mean() * 1000,
+		"commits/s": com.n / window.Seconds(), "commit-mean-ms": com.mean() * 1000,
+	})
+	return results, srv.alive()
+}
+
+// measureCPU is the server's CPU seconds per wall second over d.
+func measureCPU(ctx context.Context, pid int, d time.Duration) (float64, error) {
+	m, err := startCPU(pid)
+	if err != nil {
+		return 0, err
+	}
+	if !sleepCtx(ctx, d) {
+		return 0, ctx.Err()
+	}
+	return m.rate()
+}
+
+// measureSteady watches the fleet heartbeat on its own for d: the rate and latency of
+// heartbeats, the CPU of the server and of this process, and the scheduling cycles.
+func measureSteady(ctx context.Context, srv *serverProc, fl *fleet, d time.Duration) (map[string]float64, error) {
+	before, err := srv.scrape(ctx)
+	if err != nil {
+		return nil, err
+	}
+	fl.beats.take()
+	server, err := startCPU(srv.cmd.Process.Pid)
+	if err != nil {
+		return nil, err
+	}
+	self, start := ownCPU(), time.Now()
+	if !sleepCtx(ctx, d) {
+		return nil, ctx.Err()
+	}
+	lat, errs := fl.beats.take()
+	took := time.Since(start)
+	gen := (ownCPU() - self) / took.Seconds()
+	cpu, err := server.rate()
+	if err != nil {
+		return nil, err
+	}
+	after, err := srv.scrape(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := fl.err(); err != nil {
+		return nil, err
+	}
+	cyc := after.histogram("rota_scheduler_cycle_duration_seconds").since(before.histogram("rota_scheduler_cycle_duration_seconds"))
+	com := after.histogram("rota_store_commit_duration_seconds").since(before.histogram("rota_store_commit_duration_seconds"))
+	return map[string]float64{
+		"n": float64(len(lat)), "heartbeats/s": float64(len(lat)) / took.Seconds(),
+		"p50-ms": percentileMS(lat, .5), "p99-ms": percentileMS(lat, .99), "errors": float64(errs),
+		"server-cpu-s/s": cpu, "generator-cpu-s/s": gen,
+		"cycles/s": cyc.n / took.Seconds(), "cycle-mean-ms": cyc.mean() * 1000, "cycle-p99-bound-ms": cyc.reportBound(.99) * 1000,
+		"commits/s": com.n / took.Seconds(), "commit-mean-ms": com.mean() * 1000,
+	}, nil
+}
+
+// ownCPU is this process's CPU seconds, user and system.
+func ownCPU() float64 {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
+}
+
+// submitArrays submits n jobs of gpus GPUs each as arrays of up to arrayChunk jobs.
+func submitArrays(ctx context.Context, srv *serverProc, n, gpus int, name string) error {
+	for n > 0 {
+		k := min(n, arrayChunk)
+		spec := api.JobSpec{Name: fmt.Sprintf("%s-%dgpu", name, gpus), User: "bench", Command: []string{"bench-task"}, GPUs: gpus,
+			Array: fmt.Sprintf("0-%d", k-1)}
+		if err := srv.do(ctx, http.MethodPost, "/api/v1/jobs", idempotent(), spec, nil); err != nil {
+			return fmt.Errorf("fill the queue: %w", err)
+		}
+		n -= k
+	}
+	return nil
+}
+
+func idempotent() http.Header {
+	b := make([]byte, 12)
+	rand.Read(b)
+	return http.Header{"Idempotency-Key": {hex.EncodeToString(b)}}
+}
+
+// waitSettled waits until the scheduler has placed what it can and the agents run it: no
+// job assigned and not yet running, and nothing placed for a few cycles. Jobs that do not
+// fit stay pending; that is the point of them.
+func waitSettled(ctx context.Context, srv *serverProc, fl *fleet, o ScaleOptions, say func(string, ...any)) error {
+	start, lastChange, lastRunning, lastCycles := time.Now(), time.Now(), -1.0, 0.0
+	// Quiet for a few cycles, and for a heartbeat interval, after the last change.
+	quiet := max(3*time.Second, 2*o.Heartbeat)
+	lastSaid := time.Now()
+	for {
+		if !sleepCtx(ctx, time.Second) {
+			return ctx.Err()
+		}
+		if err := errors.Join(fl.err(), srv.alive()); err != nil {
+			return err
+		}
+		m, err := srv.scrape(ctx)
+		if err != nil {
+			return err
+		}
+		running, assigned, pending := m.sum("rota_jobs", "state", string(api.StateRunning)), m.sum("rota_jobs", "state", string(api.StateAssigned)), m.sum("rota_pending_jobs")
+		cycles := m.histogram("rota_scheduler_cycle_duration_seconds").n
+		if running != lastRunning || assigned > 0 {
+			lastRunning, lastChange, lastCycles = running, time.Now(), cycles
+		}
+		if time.Since(lastSaid) >= 15*time.Second {
+			say("%.0f running, %.0f assigned, %.0f pending after %.0fs", running, assigned, pending, time.Since(start).Seconds())
+			lastSaid = time.Now()
+		}
+		if assigned == 0 && (pending == 0 || time.Since(lastChange) >= quiet && cycles >= lastCycles+3) {
+			return nil
+		}
+		if time.Since(lastChange) > stallTimeout {
+			return fmt.Errorf("no job started or ended in %s: %.0f running, %.0f assigned, %.0f pending", stallTimeout, running, assigned, pending)
+		}
+	}
+}
+
+// waitFor polls cond every 50ms while the fleet and the server are well.
+func waitFor(ctx context.Context, srv *serverProc, fl *fleet, what string, cond func() (bool, error)) error {
+	for {
+		ok, err := cond()
+		if err != nil {
+			return err
+		}
+		if ok {
+			return nil
+		}
+		if err := errors.Join(fl.err(), srv.alive()); err != nil {
+			return fmt.Errorf("waiting for %s: %w", what, err)
+		}
+		if !sleepCtx(ctx, 50*time.Millisecond) {
+			return ctx.Err()
+		}
+	}
+}
+
+// measureSubmits sends n submits from clients clients at once, each over its own
+// connection with the admin token and an idempotency key, as `rota submit` does; each
+// answer comes after the job's commit.
+func measureSubmits(ctx context.Context, srv *serverProc, clients, n int) (time.Duration, []time.Duration, error) {
+	var (
+		next  atomic.Int64
+		lat   latencies
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		first error
+	)
+	spec := api.JobSpec{Name: "scale-submit", User: "bench", Command: []string{"bench-task"}, GPUs: 1}
+	start := time.Now()
+	for range clients {
+		c, err := srv.newClient()
+		if err != nil {
+			return 0, nil, err
+		}
+		wg.Go(func() {
+			defer c.CloseIdleConnections()
+			for next.Add(1) <= int64(n) {
+				t0 := time.Now()
+				if err := srv.doWith(ctx, c, http.MethodPost, "/api/v1/jobs", idempotent(), spec, nil); err != nil {
+					mu.Lock()
+					first = cmp.Or(first, err)
+					mu.Unlock()
+					return
+				}
+				lat.add(time.Since(t0))
+			}
+		})
+	}
+	wg.Wait()
+	took := time.Since(start)
+	d, _ := lat.take()
+	return took, d, first
+}
+
+// measureQueue times GET /api/v1/jobs as `rota queue` sends it: the first page, some
+// times over, then one walk through every page.
+func measureQueue(ctx context.Context, srv *serverProc, quick bool) (map[string]float64, error) {
+	samples := 50
+	if quick {
+		samples = 10
+	}
+	var lat []time.Duration
+	var total time.Duration
+	perPage := 0
+	for range samples {
+		var list api.JobList
+		t0 := time.Now()
+		if err := srv.do(ctx, http.MethodGet, "/api/v1/jobs", nil, nil, &list); err != nil {
+			return nil, err
+		}
+		d := time.Since(t0)
+		lat, total, perPage = append(lat, d), total+d, len(list.Jobs)
+	}
+	sorted := append([]time.Duration(nil), lat...)
+	slices.Sort(sorted)
+	start, pages, after := time.Now(), 0, ""
+	for {
+		var list api.JobList
+		path := "/api/v1/jobs"
+		if after != "" {
+			path += "?after=" + url.QueryEscape(after)
+		}
+		if err := srv.do(ctx, http.MethodGet, path, nil, nil, &list); err != nil {
+			return nil, err
+		}
+		pages++
+		if list.Next == "" {
+			break
+		}
+		after = list.Next
+	}
+	return map[string]float64{
+		"n": float64(samples), "first-page-mean-ms": ms(total) / float64(samples),
+		"first-page-p50-ms": percentileMS(sorted, .5), "first-page-p99-ms": percentileMS(sorted, .99), "jobs/page": float64(perPage),
+		"all-pages-s": time.Since(start).Seconds(), "pages": float64(pages),
+	}, nil
+}

@@ -1,0 +1,237 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// buildRota builds the rota binary, which the scale suite runs as its server.
+func buildRota(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "rota")
+	out, err := exec.Command("go", "build", "-o", bin, "github.com/rotahq/rota/cmd/rota").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// TestScaleQuick runs the scale suite at its quick size (200 nodes, 2,000 jobs) against a
+// real server process and checks that the report has every figure, each non-zero where
+// the run cannot have measured zero. It asserts nothing about speed.
+func TestScaleQuick(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds rota and runs a server under 200 simulated agents; skipped in -short mode")
+	}
+	bin := buildRota(t)
+	var progress bytes.Buffer
+	results, err := Run(context.Background(), Options{Suites: []string{"scale"}, Quick: true, Progress: &progress, Scale: ScaleOptions{Binary: bin}})
+	if err != nil {
+		t.Fatalf("%v\nprogress:\n%s", err, progress.String())
+	}
+	// Figures that must be above zero, and those that may be zero (an idle server's CPU
+	// is below the 10 ms a tick of /proc counts; errors should be none).
+	type want struct{ positive, present []string }
+	latency := []string{"p50-ms", "p99-ms"}
+	wants := map[string]want{
+		"idle-empty":       {present: []string{"server-cpu-s/s"}},
+		"join":             {positive: append([]string{"joins/s", "join-s", "register-s"}, latency...)},
+		"fill":             {positive: []string{"running", "pending", "fill-s"}},
+		"heartbeat-steady": {positive: append([]string{"heartbeats/s", "target-heartbeats/s", "server-cpu-s/s", "generator-cpu-s/s", "cycles/s", "cycle-mean-ms", "cycle-p99-bound-ms"}, latency...), present: []string{"errors", "commits/s", "commit-mean-ms"}},
+		"heartbeat-round":  {positive: append([]string{"round-s", "heartbeats/s"}, latency...), present: []string{"errors"}},
+		"submit-64clients": {positive: append([]string{"submits/s"}, latency...)},
+		"submit-8clients":  {positive: append([]string{"submits/s"}, latency...)},
+		"queue":            {positive: []string{"first-page-p50-ms", "first-page-p99-ms", "jobs/page", "all-pages-s", "pages"}},
+		"server":           {positive: []string{"rss-mb", "hwm-mb", "nodes", "running", "pending", "cycles", "cycle-mean-ms", "cycle-p99-bound-ms"}},
+		"idle-loaded":      {positive: []string{"cycles/s", "cycle-mean-ms"}, present: []string{"server-cpu-s/s", "commits/s", "commit-mean-ms"}},
+	}
+	got := map[string]Result{}
+	for _, r := range results {
+		name, size, _ := strings.Cut(r.Name, "/")
+		if r.Suite != "scale" || size != "200nodes/2000jobs" {
+			t.Errorf("result %s %s: want suite scale and size 200nodes/2000jobs", r.Suite, r.Name)
+		}
+		got[name] = r
+	}
+	for name, w := range wants {
+		r, ok := got[name]
+		if !ok {
+			t.Errorf("no result %s among %d", name, len(results))
+			continue
+		}
+		for _, m := range w.positive {
+			if v, ok := r.Metrics[m]; !ok || !(v > 0) || math.IsInf(v, 0) {
+				t.Errorf("%s: %s = %v (present %v), want a positive finite value", r.Name, m, v, ok)
+			}
+		}
+		for _, m := range w.present {
+			if v, ok := r.Metrics[m]; !ok || v < 0 {
+				t.Errorf("%s: %s = %v (present %v), want a value of 0 or more", r.Name, m, v, ok)
+			}
+		}
+		if r.Metrics["p99-ms"] < r.Metrics["p50-ms"] || r.Metrics["first-page-p99-ms"] < r.Metrics["first-page-p50-ms"] {
+			t.Errorf("%s: a p99 below its p50: %v", r.Name, r.Metrics)
+		}
+		if r.Metrics["errors"] != 0 {
+			t.Errorf("%s: %v requests failed", r.Name, r.Metrics["errors"])
+		}
+	}
+	if len(got) != len(wants) {
+		t.Errorf("%d results, want %d: %v", len(got), len(wants), results)
+	}
+	// Every GPU of the 200 nodes runs a job: the fleet acknowledged what it was given.
+	if r := got["fill"].Metrics["running"]; r != 700 {
+		t.Errorf("%v jobs running after the fill, want 700", r)
+	}
+	if n := got["server"].Metrics["nodes"]; n != 200 {
+		t.Errorf("the server knows %v nodes, want 200", n)
+	}
+	// 2,000 jobs in all: 700 running, the rest pending.
+	if p := got["server"].Metrics["pending"]; p != 1300 {
+		t.Errorf("%v jobs pending at the end, want 1300", p)
+	}
+	var table bytes.Buffer
+	if err := (&Report{Header: NewHeader(context.Background(), true, time.Now()), Results: results}).WriteTable(&table); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("\n%s", table.String())
+}
+
+func TestScaleSizes(t *testing.T) {
+	bin := "/bin/rota"
+	for _, tc := range []struct {
+		o    ScaleOptions
+		want string
+	}{
+		{ScaleOptions{}, "no rota binary"},
+		{ScaleOptions{Binary: bin, Nodes: -1}, "--nodes: must be between 1 and 100000, got -1"},
+		{ScaleOptions{Binary: bin, Nodes: 10, Running: 5}, "--running: the running jobs fill the 80 GPUs of 10 nodes"},
+		{ScaleOptions{Binary: bin, Nodes: 10, Running: 81}, "--running"},
+		{ScaleOptions{Binary: bin, Nodes: 10, Running: 40, Jobs: 100}, "--jobs: must be at least --running (40) plus the 1600 jobs"},
+		{ScaleOptions{Binary: bin, Heartbeat: time.Millisecond}, "--heartbeat: must be between 100ms and 1m"},
+		{ScaleOptions{Binary: bin, Window: time.Hour}, "--window: must be between 1s and 10m"},
+	} {
+		_, err := tc.o.Sized(false)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%+v: err = %v, want one saying %q", tc.o, err, tc.want)
+		}
+	}
+	o, err := ScaleOptions{Binary: bin}.Sized(false)
+	if err != nil || o.Nodes != 10_000 || o.Jobs != 104_000 || o.Running != 35_000 || o.Heartbeat != 2*time.Second {
+		t.Errorf("defaults: %+v, %v", o, err)
+	}
+	// A bad size fails before any suite runs.
+	if _, err := Run(context.Background(), Options{Suites: []string{"sched", "scale"}, Scale: ScaleOptions{Binary: bin, Nodes: -1}}); err == nil || !strings.Contains(err.Error(), "--nodes") {
+		t.Errorf("Run with --nodes -1: %v", err)
+	}
+}
+
+// TestRunningMix checks that the running jobs fill every GPU exactly, whatever the sizes.
+func TestRunningMix(t *testing.T) {
+	for _, nodes := range []int{1, 3, 200, 10_000} {
+		gpus := 8 * nodes
+		for running := nodes; running <= gpus; running += max(1, gpus/97) {
+			mix := runningMix(gpus, running)
+			n, g := 0, 0
+			for size, k := range mix {
+				if k < 0 || 8%size != 0 {
+					t.Fatalf("%d nodes, %d running: mix %v", nodes, running, mix)
+				}
+				n, g = n+k, g+k*size
+			}
+			if n != running || g != gpus {
+				t.Fatalf("%d nodes, %d running: mix %v makes %d jobs of %d GPUs", nodes, running, mix, n, g)
+			}
+		}
+	}
+}
+
+func TestParseProm(t *testing.T) {
+	text := `# HELP rota_jobs Jobs.
+# TYPE rota_jobs gauge
+rota_jobs{queue="train",state="RUNNING"} 35
+rota_jobs{queue="batch",state="RUNNING"} 5
+rota_jobs{queue="train",state="PENDING"} 7
+rota_pending_jobs 7
+rota_scheduler_cycle_duration_seconds_bucket{le="0.001"} 1
+rota_scheduler_cycle_duration_seconds_bucket{le="0.01"} 90
+rota_scheduler_cycle_duration_seconds_bucket{le="0.1"} 99
+rota_scheduler_cycle_duration_seconds_bucket{le="+Inf"} 100
+rota_scheduler_cycle_duration_seconds_sum 2.5
+rota_scheduler_cycle_duration_seconds_count 100
+`
+	m, err := parseProm(strings.NewReader(text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := m.sum("rota_jobs", "state", "RUNNING"); got != 40 {
+		t.Errorf("running = %v, want 40", got)
+	}
+	if got := m.sum("rota_pending_jobs"); got != 7 {
+		t.Errorf("pending = %v, want 7", got)
+	}
+	h := m.histogram("rota_scheduler_cycle_duration_seconds")
+	if h.mean() != 0.025 || h.quantileBound(.5) != 0.01 || h.quantileBound(.99) != 0.1 {
+		t.Errorf("mean %v, p50 bound %v, p99 bound %v", h.mean(), h.quantileBound(.5), h.quantileBound(.99))
+	}
+	earlier := histogram{le: h.le, count: []float64{1, 80, 80, 80}, sum: 1, n: 80}
+	d := h.since(earlier)
+	if d.reportBound(.99) != 0.1 {
+		t.Errorf("reportBound(.99) = %v, want the last finite bound", d.reportBound(.99))
+	}
+	if d.n != 20 || d.sum != 1.5 || d.quantileBound(.5) != 0.01 || d.quantileBound(.9) != 0.1 || !math.IsInf(d.quantileBound(.99), 1) {
+		t.Errorf("since: %+v", d)
+	}
+	if _, err := parseProm(strings.NewReader("rota_jobs{queue=\"x\" 3\n")); err == nil {
+		t.Error("unterminated labels: no error")
+	}
+	if _, err := parseProm(strings.NewReader("rota_jobs many\n")); err == nil {
+		t.Error("a value that is no number: no error")
+	}
+}
+
+// TestProcFigures reads this process's CPU time and memory as the suite reads the server's.
+func TestProcFigures(t *testing.T) {
+	// Spend some CPU, so there is some to count.
+	x := 0
+	for start := time.Now(); time.Since(start) < 50*time.Millisecond; x++ {
+	}
+	cpu, err := cpuSeconds(os.Getpid())
+	if err != nil || !(cpu > 0) {
+		t.Errorf("cpuSeconds = %v, %v; want a positive value", cpu, err)
+	}
+	rss, hwm, err := memoryMB(os.Getpid())
+	if err != nil || !(rss > 0) || hwm < rss {
+		t.Errorf("memoryMB = %v, %v, %v: want RSS above 0 and HWM at least RSS", rss, hwm, err)
+	}
+	if _, err := cpuSeconds(-1); err == nil {
+		t.Error("cpuSeconds of no process: no error")
+	}
+}
+
+func TestScaleTableRow(t *testing.T) {
+	rep := &Report{Header: Header{GoVersion: "go1.26.0", GOOS: "linux", GOARCH: "amd64", NumCPU: 2, GOMAXPROCS: 2}, Results: []Result{
+		{Suite: "scale", Name: "server/200nodes/2000jobs", Metrics: map[string]float64{"rss-mb": 84.5, "nodes": 200}},
+		{Suite: "scale", Name: "submit-8clients/200nodes/2000jobs", N: 80, NsPerOp: 3.15e6, Metrics: map[string]float64{"submits/s": 317.8}},
+	}}
+	var buf bytes.Buffer
+	if err := rep.WriteTable(&buf); err != nil {
+		t.Fatal(err)
+	}
+	want := `go1.26.0 linux/amd64, 2 CPUs (GOMAXPROCS 2), commit unknown, full sizes
+
+SUITE  NAME                               N   TIME/OP  METRICS
+scale  server/200nodes/2000jobs           0   -        200 nodes  84.5 rss-mb
+scale  submit-8clients/200nodes/2000jobs  80  3.15ms   317.8 submits/s
+`
+	if got := buf.String(); got != want {
+		t.Errorf("table:\n%s\nwant:\n%s", got, want)
+	}
+}

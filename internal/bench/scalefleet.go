@@ -1,0 +1,499 @@
+package bench
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rotahq/rota/internal/api"
+	"github.com/rotahq/rota/internal/auth"
+)
+
+// The load generator: a fleet of simulated agents in this process, each speaking the real
+// agent protocol to the server process over its own mutual-TLS connections. Each one
+// joined with a join token and holds the certificate the server issued it; it heartbeats
+// at the interval the server asks for, holds a watch long-poll open and heartbeats at once
+// when it fires, and reports every task it is given as RUNNING in the heartbeat that
+// follows, as a real agent does once the task's process has started. It starts no process.
+
+// Timeouts of the simulated agents: as generous as the real agent's, so that a slow
+// server shows as latency rather than as failures.
+const (
+	fleetHeartbeatTimeout = 60 * time.Second
+	fleetWatchWait        = 30 * time.Second
+	// joinConcurrency is how many agents join at once: enough to keep the server busy
+	// while it signs certificates and commits, as a fleet booting together would.
+	joinConcurrency = 16
+)
+
+// latencies collects request latencies from many goroutines.
+type latencies struct {
+	mu     sync.Mutex // guards the fields below
+	d      []time.Duration
+	errors int
+}
+
+func (l *latencies) add(d time.Duration) {
+	l.mu.Lock()
+	l.d = append(l.d, d)
+	l.mu.Unlock()
+}
+
+func (l *latencies) fail() {
+	l.mu.Lock()
+	l.errors++
+	l.mu.Unlock()
+}
+
+// take returns what was collected since the last take, sorted, and starts afresh.
+func (l *latencies) take() (sorted []time.Duration, errors int) {
+	l.mu.Lock()
+	d, e := l.d, l.errors
+	l.d, l.errors = nil, 0
+	l.mu.Unlock()
+	slices.Sort(d)
+	return d, e
+}
+
+// percentileMS is the q-th quantile of sorted latencies in milliseconds.
+func percentileMS(sorted []time.Duration, q float64) float64 {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := min(int(q*float64(len(sorted))), len(sorted)-1)
+	return ms(sorted[i])
+}
+
+// fleet is the simulated agents.
+type fleet struct {
+	srv       *serverProc
+	clusterID string
+	agents    []*simAgent
+
+	// gate lets a phase stop the agents' own heartbeats: each beat holds it for reading.
+	gate sync.RWMutex
+	// interval is the heartbeat interval the server asks for, in nanoseconds.
+	interval atomic.Int64
+
+	beats   latencies
+	running atomic.Int64 // tasks the agents have reported RUNNING and still hold
+	beaten  atomic.Int64 // agents that have had at least one answer
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	errMu sync.Mutex // guards refused
+	// refused is the first heartbeat the server refused: a protocol error, which ends
+	// the run, unlike a slow or lost answer.
+	refused error
+}
+
+// simAgent is one simulated node.
+type simAgent struct {
+	f        *fleet
+	name     string
+	instance string
+	client   *http.Client
+	inv      api.Inventory
+	wake     chan struct{}
+
+	mu       sync.Mutex // guards the fields below
+	tasks    map[api.TaskRef]*api.TaskStatus
+	epoch    uint64
+	answered bool // the server has answered at least once
+}
+
+// joinFleet joins n nodes with join tokens, as `rota agent --join` does on each: a key and
+// a certificate request made on the node, POST /api/v1/join over TLS pinned to the CA in
+// the token. It returns the join latencies.
+func joinFleet(ctx context.Context, srv *serverProc, n int, progress io.Writer) (*fleet, []time.Duration, error) {
+	f := &fleet{srv: srv, agents: make([]*simAgent, n)}
+	// A join token admits at most 10,000 nodes; larger fleets get several.
+	const perToken = 10_000
+	var tokens []string
+	for left := n; left > 0; left -= perToken {
+		var tok api.NewJoinToken
+		if err := srv.do(ctx, http.MethodPost, "/api/v1/join-tokens", nil, api.JoinTokenRequest{TTLSeconds: 24 * 3600, Uses: min(left, perToken)}, &tok); err != nil {
+			return nil, nil, fmt.Errorf("create a join token: %w", err)
+		}
+		tokens = append(tokens, tok.Token)
+	}
+	var (
+		next  atomic.Int64
+		lat   latencies
+		wg    sync.WaitGroup
+		errMu sync.Mutex
+		first error
+	)
+	start := time.Now()
+	for range joinConcurrency {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= n || ctx.Err() != nil {
+					return
+				}
+				t0 := time.Now()
+				a, cluster, err := f.join(ctx, fmt.Sprintf("scale-%05d", i), tokens[i/perToken])
+				errMu.Lock()
+				first = cmp.Or(first, err)
+				f.clusterID = cluster
+				errMu.Unlock()
+				if err != nil {
+					return
+				}
+				lat.add(time.Since(t0))
+				f.agents[i] = a
+				if done := i + 1; done%2000 == 0 {
+					fmt.Fprintf(progress, "bench: scale: %d of %d nodes joined (%.0fs)\n", done, n, time.Since(start).Seconds())
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if first != nil {
+		return nil, nil, first
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, nil, err
+	}
+	d, _ := lat.take()
+	return f, d, nil
+}
+
+func (f *fleet) join(ctx context.Context, name, token string) (a *simAgent, clusterID string, err error) {
+	tok, err := auth.ParseJoinToken(token)
+	if err != nil {
+		return nil, "", err
+	}
+	keyPEM, err := auth.NewNodeKey()
+	if err != nil {
+		return nil, "", err
+	}
+	csr, err := auth.NodeCSR(keyPEM, name)
+	if err != nil {
+		return nil, "", err
+	}
+	cfg, err := auth.ClientTLSConfig(tok.Pin(), nil)
+	if err != nil {
+		return nil, "", err
+	}
+	// A node joins over a connection of its own, as each agent does.
+	tr := &http.Transport{TLSClientConfig: cfg}
+	defer tr.CloseIdleConnections()
+	var resp api.JoinResponse
+	if err := postJSON(ctx, &http.Client{Transport: tr}, f.srv.url+"/api/v1/join", api.JoinRequest{Token: token, Node: name, CSR: string(csr), Hostname: name}, &resp); err != nil {
+		return nil, "", fmt.Errorf("join %s: %w", name, err)
+	}
+	id := auth.NodeIdentity{ClusterID: resp.ClusterID, Node: name, CAPEM: []byte(resp.CA), CertPEM: []byte(resp.Certificate), KeyPEM: keyPEM}
+	cert, err := id.TLSCertificate()
+	if err != nil {
+		return nil, "", fmt.Errorf("%s: the issued certificate: %w", name, err)
+	}
+	tlsCfg, err := auth.ClientTLSConfig(id.Pin(), &cert)
+	if err != nil {
+		return nil, "", err
+	}
+	a = &simAgent{f: f, name: name, instance: randomInstance(), wake: make(chan struct{}, 1), tasks: map[api.TaskRef]*api.TaskStatus{},
+		// The real agent's transport: the server speaks HTTP/1.1, so the heartbeat and the
+		// watch each hold a connection.
+		client: &http.Client{Transport: &http.Transport{TLSClientConfig: tlsCfg, MaxIdleConnsPerHost: 2, IdleConnTimeout: 90 * time.Second, ForceAttemptHTTP2: true}},
+		inv:    api.Inventory{CPUs: 128, MemoryMB: 1 << 20, DeviceSource: "fake", Hostname: name, DriverVersion: "550.54.15", CUDAVersion: "12.4"},
+	}
+	for g := range 8 {
+		a.inv.GPUs = append(a.inv.GPUs, api.GPU{Index: g, UUID: fmt.Sprintf("GPU-%s-%d", name, g), Model: "H100", MemoryMB: 81559, Healthy: true})
+	}
+	return a, resp.ClusterID, nil
+}
+
+func randomInstance() string {
+	b := make([]byte, 8)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// start sets every agent going. Their first heartbeats are spread over one interval, as
+// a fleet's agents start at different times.
+func (f *fleet) start(ctx context.Context, interval time.Duration, watch bool) {
+	f.interval.Store(int64(interval))
+	f.ctx, f.cancel = context.WithCancel(ctx)
+	for i, a := range f.agents {
+		delay := time.Duration(int64(interval) * int64(i) / int64(len(f.agents)))
+		f.wg.Go(func() { a.loop(delay) })
+		if watch {
+			f.wg.Go(a.watch)
+		}
+	}
+}
+
+// stop ends every agent and closes their connections.
+func (f *fleet) stop() {
+	if f.cancel == nil {
+		return
+	}
+	f.cancel()
+	f.wg.Wait()
+	for _, a := range f.agents {
+		a.client.CloseIdleConnections()
+	}
+}
+
+// err is the first refusal, if any.
+func (f *fleet) err() error {
+	f.errMu.Lock()
+	defer f.errMu.Unlock()
+	return f.refused
+}
+
+// loop is one agent's heartbeats, until the fleet stops.
+func (a *simAgent) loop(delay time.Duration) {
+	ctx := a.f.ctx
+	if !sleepCtx(ctx, delay) {
+		return
+	}
+	for ctx.Err() == nil {
+		a.f.gate.RLock()
+		newWork, err := a.beat(ctx)
+		a.f.gate.RUnlock()
+		wait := time.Duration(a.f.interval.Load())
+		switch {
+		case ctx.Err() != nil:
+			return
+		case err != nil:
+			// The real agent retries at its interval; so does this one.
+		case newWork:
+			// The tasks are "started": say so at once, as the agent does when a
+			// process starts.
+			continue
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-a.wake:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+}
+
+// beat sends one heartbeat and applies the answer; it reports whether the answer gave
+// the node new tasks. A refusal (4xx) is recorded for the fleet: the suite fails on it.
+func (a *simAgent) beat(ctx context.Context) (newWork bool, err error) {
+	a.mu.Lock()
+	hb := api.Heartbeat{Node: a.name, Inventory: a.inv, Tasks: make([]api.TaskStatus, 0, len(a.tasks)), AgentTime: time.Now().UTC(),
+		ClusterID: a.f.clusterID, Instance: a.instance, PID: 1, Version: "bench", Synced: true, SyncEpoch: a.epoch}
+	for _, st := range a.tasks {
+		hb.Tasks = append(hb.Tasks, *st)
+	}
+	a.mu.Unlock()
+	slices.SortFunc(hb.Tasks, func(x, y api.TaskStatus) int { return int(x.JobID - y.JobID) })
+
+	start := time.Now()
+	var resp api.HeartbeatResponse
+	ctx, cancel := context.WithTimeout(ctx, fleetHeartbeatTimeout)
+	defer cancel()
+	err = postJSON(ctx, a.client, a.f.srv.url+"/api/v1/agents/"+url.PathEscape(a.name)+"/heartbeat", hb, &resp)
+	if err != nil {
+		if a.f.ctx.Err() != nil {
+			return false, err
+		}
+		a.f.beats.fail()
+		var refused *refusedError
+		if errors.As(err, &refused) {
+			a.f.errMu.Lock()
+			a.f.refused = cmp.Or(a.f.refused, fmt.Errorf("heartbeat of %s: %w", a.name, err))
+			a.f.errMu.Unlock()
+		}
+		return false, err
+	}
+	a.f.beats.add(time.Since(start))
+	if resp.HeartbeatSeconds > 0 {
+		a.f.interval.Store(int64(resp.HeartbeatSeconds * float64(time.Second)))
+	}
+
+	now := time.Now().UTC()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if !a.answered {
+		a.answered = true
+		a.f.beaten.Add(1)
+	}
+	a.epoch = resp.SyncEpoch
+	for _, ref := range resp.Acked {
+		if st, ok := a.tasks[api.TaskRef{JobID: ref.JobID, Attempt: ref.Attempt}]; ok && st.State.Terminal() {
+			delete(a.tasks, api.TaskRef{JobID: ref.JobID, Attempt: ref.Attempt})
+		}
+	}
+	listed := map[api.TaskRef]bool{}
+	for _, t := range resp.Tasks {
+		ref := api.TaskRef{JobID: t.JobID, Attempt: t.Attempt}
+		listed[ref] = true
+		st, ok := a.tasks[ref]
+		switch {
+		case !ok && !t.Stop:
+			start := now
+			a.tasks[ref] = &api.TaskStatus{JobID: t.JobID, Attempt: t.Attempt, State: api.StateRunning, PID: int(t.JobID), StartTime: &start}
+			a.f.running.Add(1)
+			newWork = true
+		case !ok && t.Stop:
+			// Told to stop what it never started: it ended before it began.
+			end := now
+			a.tasks[ref] = &api.TaskStatus{JobID: t.JobID, Attempt: t.Attempt, State: api.StateCancelled, Reason: t.StopReason, EndTime: &end}
+			newWork = true
+		case ok && t.Stop && !st.State.Terminal():
+			// Stopped at once: nothing runs, so the grace is not needed.
+			end := now
+			st.State, st.Reason, st.EndTime = api.StateCancelled, t.StopReason, &end
+			a.f.running.Add(-1)
+			newWork = true
+		}
+	}
+	// A task the server no longer lists is stopped and forgotten, as the real agent does.
+	for ref, st := range a.tasks {
+		if !listed[ref] && !st.State.Terminal() {
+			delete(a.tasks, ref)
+			a.f.running.Add(-1)
+		}
+	}
+	return newWork, nil
+}
+
+// watch holds the agent's long-poll open and asks for a heartbeat when the node's desired
+// state changes.
+func (a *simAgent) watch() {
+	ctx := a.f.ctx
+	var version uint64
+	for ctx.Err() == nil {
+		v, err := a.watchOnce(ctx, version)
+		switch {
+		case ctx.Err() != nil:
+			return
+		case err != nil:
+			if !sleepCtx(ctx, time.Duration(a.f.interval.Load())) {
+				return
+			}
+		case v != version:
+			version = v
+			select {
+			case a.wake <- struct{}{}:
+			default:
+			}
+		}
+	}
+}
+
+func (a *simAgent) watchOnce(ctx context.Context, version uint64) (uint64, error) {
+	ctx, cancel := context.WithTimeout(ctx, fleetWatchWait+fleetHeartbeatTimeout)
+	defer cancel()
+	u := fmt.Sprintf("%s/api/v1/agents/%s/watch?version=%d&wait=%d", a.f.srv.url, url.PathEscape(a.name), version, int(fleetWatchWait/time.Second))
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := a.client.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("watch: status %d", resp.StatusCode)
+	}
+	var ans api.WatchAnswer
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<10)).Decode(&ans); err != nil {
+		return 0, fmt.Errorf("watch: %w", err)
+	}
+	return ans.Version, nil
+}
+
+// round sends one heartbeat from every agent, concurrency at a time, with the agents' own
+// heartbeats held back, and returns how long the round took and its latencies.
+func (f *fleet) round(ctx context.Context, concurrency int) (time.Duration, []time.Duration, int, error) {
+	f.gate.Lock()
+	defer f.gate.Unlock()
+	f.beats.take() // what the agents sent before the round is not the round's
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range concurrency {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= len(f.agents) || ctx.Err() != nil {
+					return
+				}
+				f.agents[i].beat(ctx)
+			}
+		})
+	}
+	wg.Wait()
+	took := time.Since(start)
+	d, errs := f.beats.take()
+	return took, d, errs, ctx.Err()
+}
+
+// refusedError is an answer in the 4xx range: the server refuses the request, and sending
+// it again would not help.
+type refusedError struct {
+	status int
+	msg    string
+}
+
+func (e *refusedError) Error() string { return fmt.Sprintf("status %d: %s", e.status, e.msg) }
+
+// postJSON posts v as JSON and decodes the answer into out.
+func postJSON(ctx context.Context, c *http.Client, u string, v, out any) error {
+	body, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := c.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode/100 == 4 && resp.StatusCode != http.StatusRequestTimeout && resp.StatusCode != http.StatusTooManyRequests {
+		return &refusedError{status: resp.StatusCode, msg: string(bytes.TrimSpace(data[:min(len(data), 512)]))}
+	}
+	if resp.StatusCode/100 != 2 {
+		return fmt.Errorf("status %d: %s", resp.StatusCode, bytes.TrimSpace(data[:min(len(data), 512)]))
+	}
+	return json.Unmarshal(data, out)
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
