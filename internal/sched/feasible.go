@@ -89,6 +89,10 @@ func (d *demand) versioned() bool { return !d.cuda.IsZero() || !d.driver.IsZero(
 
 // versionsFit reports whether node n reports driver and CUDA versions the job accepts.
 func (d *demand) versionsFit(n *Node) bool {
+	// Most jobs name no versions; this is asked of every node for every waiting job.
+	if len(d.cuda.terms) == 0 && len(d.driver.terms) == 0 {
+		return true
+	}
 	return d.cuda.Match(n.CUDAVersion) && d.driver.Match(n.DriverVersion)
 }
 
