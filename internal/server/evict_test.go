@@ -110,6 +110,12 @@ func testEvictedJobs(t *testing.T, h *harness) {
 	h.clock.Add(2 * time.Hour)
 	at := h.clock.Now()
 	usage := h.teamUsage(at)
+	// The accounting over a window that covers the evicted jobs reads the same too.
+	report := "/api/v1/usage?since=2026-10-31&until=" + url.QueryEscape(at.Format(time.RFC3339))
+	var reportBefore map[string]any
+	if code := h.do("GET", report, nil, &reportBefore); code != 200 {
+		t.Fatalf("usage report: %d", code)
+	}
 	h.cycle()
 	for _, id := range []int64{ok.ID, bad.ID, arr.ID, arr.ID + 2} {
 		if held, evicted := h.inMemory(id); held || !evicted {
@@ -202,6 +208,10 @@ func testEvictedJobs(t *testing.T, h *harness) {
 		}
 		if got := h.pageThrough(h.token, url.Values{"state": {"all"}, "user": {"alice"}}, 2); len(got) < 5 || fmt.Sprint(got[:5]) != fmt.Sprint(allBefore[:5]) {
 			t.Errorf("%s: alice's jobs: %v; want %v first", when, got, allBefore[:5])
+		}
+		var reportNow map[string]any
+		if code := h.do("GET", report, nil, &reportNow); code != 200 || !reflect.DeepEqual(reportNow, reportBefore) {
+			t.Errorf("%s: usage report %d:\n%v\nwas\n%v", when, code, reportNow, reportBefore)
 		}
 		var hist api.HistoryList
 		h.do("GET", "/api/v1/history", nil, &hist)
