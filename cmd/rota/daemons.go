@@ -44,7 +44,7 @@ type serverFlags struct {
 	dataDir, listen, storeURL, config, policy       string
 	heartbeat, notReady, lost, halfLife, minRuntime time.Duration
 	assignTimeout, leaseInterval                    time.Duration
-	attachGrace                                     time.Duration
+	attachGrace, keepEnded                          time.Duration
 	tls, insecureHTTP, metricsPublic                bool
 	tlsSANs                                         string
 }
@@ -63,6 +63,7 @@ func (f *serverFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.assignTimeout, "assign-timeout", 2*time.Minute, "how long a live node's agent may take to start an attempt before it is requeued")
 	fs.DurationVar(&f.leaseInterval, "lease-interval", time.Second, "with a postgres:// store: how often the leader checks its lease and a standby tries to take it (see docs/ha.md)")
 	fs.DurationVar(&f.attachGrace, "attach-grace", time.Minute, "how long an interactive job (rota run) may run with no terminal attached before it is cancelled")
+	fs.DurationVar(&f.keepEnded, "keep-ended", 24*time.Hour, "how long the server keeps an ended job in memory; older ones are read from the store when asked for (see docs/operations.md)")
 	fs.BoolVar(&f.metricsPublic, "metrics-public", false, "serve /metrics without credentials (else a token of any role, or the local socket)")
 	fs.BoolVar(&f.tls, "tls", false, "serve TLS on --listen with a certificate from the cluster CA (agents need it; clients pin the CA fingerprint)")
 	fs.StringVar(&f.tlsSANs, "tls-san", "", "extra host names and IPs for the server's certificate, comma-separated (it always has localhost, the host name and the --listen address)")
@@ -305,6 +306,9 @@ func serve(ctx context.Context, sf serverFlags, scfg server.Config, log *slog.Lo
 	if sf.leaseInterval <= 0 {
 		return fmt.Errorf("--lease-interval: must be more than 0, got %v", sf.leaseInterval)
 	}
+	if sf.keepEnded <= 0 {
+		return fmt.Errorf("--keep-ended: must be more than 0, such as 24h, got %v", sf.keepEnded)
+	}
 	policy, err := sched.OptionsFor(sf.policy)
 	if err != nil {
 		return fmt.Errorf("--policy: %w", err)
@@ -342,7 +346,7 @@ func serve(ctx context.Context, sf serverFlags, scfg server.Config, log *slog.Lo
 	scfg.Policy, scfg.DataDir, scfg.ConfigFile = policy, sf.dataDir, sf.config
 	scfg.HeartbeatInterval, scfg.NotReadyAfter, scfg.LostAfter = sf.heartbeat, sf.notReady, sf.lost
 	scfg.HalfLife, scfg.AssignTimeout = sf.halfLife, sf.assignTimeout
-	scfg.AttachGrace = sf.attachGrace
+	scfg.AttachGrace, scfg.KeepEnded = sf.attachGrace, sf.keepEnded
 	scfg.MetricsPublic = sf.metricsPublic
 	if sf.tls {
 		scfg.AdvertiseURL = "https://" + advertised(sf.listen)

@@ -48,6 +48,11 @@ type State struct {
 
 	id identity
 
+	// ended holds the final state of each job evicted from memory (evict.go);
+	// evictedBefore is the latest eviction cutoff.
+	ended         map[int64]api.JobState
+	evictedBefore time.Time
+
 	// Change sequence (see Seq): seq counts the batches applied; jobSeq and nodeSeq say
 	// when each job and node last changed, configSeq when queues, teams, reservations,
 	// settings or users last did.

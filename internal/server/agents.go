@@ -341,7 +341,7 @@ func (s *Server) recordTasks(b *store.Batch, node string, tasks []api.TaskStatus
 			rank = rankOn(a, node)
 		}
 		if rank < 0 || a.Placements[rank].State.Terminal() {
-			if !ok || !hasAttempt || st.Attempt > a.N {
+			if _, evicted := s.state.Evicted(st.JobID); !evicted && (!ok || !hasAttempt || st.Attempt > a.N) {
 				s.log.Warn("agent reports an attempt this server does not know", "node", node, "job", st.JobID, "attempt", st.Attempt, "state", st.State)
 			}
 			if ended {

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -77,7 +78,7 @@ func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request) {
 			s.mu.Lock()
 		}
 		if rec, ok := s.state.Idempotency(id.User, key); ok {
-			s.replaySubmit(w, rec, hash)
+			s.replaySubmit(r.Context(), w, rec, hash)
 			return
 		}
 	}
@@ -173,7 +174,7 @@ func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request) {
 		// whether the job was stored after all.
 		if rec, ok := s.state.Idempotency(id.User, key); key != "" && ok && rec.Hash == hash {
 			s.log.Warn("submit: the commit reported an error but the job was stored", "job", rec.JobID, "err", err)
-			s.replaySubmit(w, rec, hash)
+			s.replaySubmit(r.Context(), w, rec, hash)
 			return
 		}
 		s.log.Error("submit: commit failed", "err", err)
@@ -188,13 +189,17 @@ func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request) {
 
 // replaySubmit answers a retried submit with the job the first one created, or 409 when
 // the key was used for a different request.
-func (s *Server) replaySubmit(w http.ResponseWriter, rec store.IdempotencyRecord, hash string) {
+func (s *Server) replaySubmit(ctx context.Context, w http.ResponseWriter, rec store.IdempotencyRecord, hash string) {
 	if rec.Hash != hash {
 		writeError(w, http.StatusConflict, &api.Error{Code: api.CodeConflict, Field: "Idempotency-Key",
 			Message: fmt.Sprintf("this Idempotency-Key was used for a different request, which created job %d; use a new key for a new job", rec.JobID)})
 		return
 	}
-	job, ok := s.state.Job(rec.JobID)
+	job, _, ok, err := s.jobLocked(ctx, rec.JobID)
+	if err != nil {
+		storeError(w, "reading the job this key created", err)
+		return
+	}
 	if !ok {
 		writeError(w, http.StatusInternalServerError, &api.Error{Code: api.CodeInternal, Message: fmt.Sprintf("the job %d this key created is missing", rec.JobID)})
 		return
@@ -329,7 +334,12 @@ func (s *Server) handleListJobs(w http.ResponseWriter, r *http.Request) {
 			jobs[i].Usage = s.attemptUsage(&a)
 		}
 	}
+	jobs, more, err := s.withEvicted(r.Context(), jobs, more, endedOf(want), after, limit, queue, user, keep)
 	s.mu.Unlock()
+	if err != nil {
+		storeError(w, "reading ended jobs", err)
+		return
+	}
 	for i := range jobs {
 		redactEnv(who, &jobs[i])
 	}
@@ -360,9 +370,12 @@ func (s *Server) handleGetJob(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	who := caller(r)
+	job, attempts, found, err := s.lookupJob(r.Context(), id)
+	if err != nil {
+		storeError(w, "reading the job", err)
+		return
+	}
 	s.mu.Lock()
-	job, found := s.state.Job(id)
-	attempts := s.state.Attempts(id)
 	var e *api.Error
 	if found {
 		e = s.mayRead(who, &job)
@@ -431,7 +444,11 @@ func (s *Server) actOnJob(w http.ResponseWriter, r *http.Request, act jobAction)
 	who := caller(r)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	job, found := s.state.Job(id)
+	job, _, found, err := s.jobLocked(r.Context(), id)
+	if err != nil {
+		storeError(w, "reading the job", err)
+		return
+	}
 	if !found {
 		notFound(w, id)
 		return
@@ -497,8 +514,12 @@ func (s *Server) handleGetArray(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	who := caller(r)
+	elems, err := s.arrayElems(r.Context(), id)
+	if err != nil {
+		storeError(w, "reading the array", err)
+		return
+	}
 	s.mu.Lock()
-	elems := s.state.Jobs(func(j *api.Job) bool { return j.ArrayID == id })
 	var e *api.Error
 	if len(elems) > 0 {
 		e = s.mayRead(who, &elems[0])
@@ -543,7 +564,11 @@ func (s *Server) actOnArray(w http.ResponseWriter, r *http.Request, act jobActio
 	who := caller(r)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	elems := s.state.Jobs(func(j *api.Job) bool { return j.ArrayID == id })
+	elems, err := s.arrayElemsLocked(r.Context(), id)
+	if err != nil {
+		storeError(w, "reading the array", err)
+		return
+	}
 	if len(elems) == 0 {
 		writeError(w, http.StatusNotFound, &api.Error{Code: api.CodeNotFound, Field: "id", Message: fmt.Sprintf("no array %d: an array's ID is the ID of its first job", id)})
 		return
@@ -636,18 +661,18 @@ const (
 func (s *Server) depsMet(j *api.Job) (met bool, msg string, never bool) {
 	var waiting []string
 	for _, id := range j.Spec.After {
-		if d, ok := s.state.Job(id); ok && !d.State.Terminal() {
+		if st, ok := s.state.StateOf(id); ok && !st.Terminal() {
 			waiting = append(waiting, strconv.FormatInt(id, 10))
 		}
 	}
 	for _, id := range j.Spec.AfterOK {
-		d, ok := s.state.Job(id)
+		st, ok := s.state.StateOf(id)
 		switch {
 		case !ok:
 			continue
-		case d.State == api.StateSucceeded:
-		case d.State.Terminal():
-			return false, fmt.Sprintf("job %d ended %s, so --after-ok %d can never be met", id, d.State, id), true
+		case st == api.StateSucceeded:
+		case st.Terminal():
+			return false, fmt.Sprintf("job %d ended %s, so --after-ok %d can never be met", id, st, id), true
 		default:
 			waiting = append(waiting, strconv.FormatInt(id, 10))
 		}

@@ -126,10 +126,11 @@ func (s *Server) handleGetLogs(w http.ResponseWriter, r *http.Request) {
 	who := caller(r)
 	deadline := time.Now().Add(wait)
 	for {
-		s.mu.Lock()
-		job, found := s.state.Job(id)
-		atts := s.state.Attempts(id)
-		s.mu.Unlock()
+		job, atts, found, err := s.lookupJob(r.Context(), id)
+		if err != nil {
+			storeError(w, "reading the job", err)
+			return
+		}
 		if !found {
 			notFound(w, id)
 			return

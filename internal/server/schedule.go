@@ -48,6 +48,7 @@ func (s *Server) Cycle(ctx context.Context) error {
 	if err := s.commit(ctx, b); err != nil {
 		return fmt.Errorf("commit held and drained: %w", err)
 	}
+	s.evictEnded()
 
 	s.lastCycle = now
 	held := s.admission(now)

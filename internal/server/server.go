@@ -91,6 +91,10 @@ type Config struct {
 	// AttachGrace is how long an interactive job may run with no terminal attached before
 	// it is cancelled (default 1m).
 	AttachGrace time.Duration
+	// KeepEnded is how long an ended job stays in memory (default 24h). Older ones are
+	// read from the store when asked for, which every API answer does alike; memory then
+	// follows the jobs that run, wait or ended recently, not all ever submitted.
+	KeepEnded time.Duration
 }
 
 func (c *Config) setDefaults() {
@@ -129,6 +133,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.LeaseInterval <= 0 {
 		c.LeaseInterval = time.Second
+	}
+	if c.KeepEnded <= 0 {
+		c.KeepEnded = 24 * time.Hour
 	}
 }
 
@@ -197,6 +204,9 @@ type Server struct {
 	leaderURL atomic.Pointer[string]
 	leaseKick chan struct{}
 	started   time.Time
+
+	// evictedAt is when ended jobs last left memory (evictEnded); guarded by mu.
+	evictedAt time.Time
 }
 
 // New loads the state from st and returns a server ready to serve. A nil logger discards.
@@ -274,11 +284,18 @@ func (s *Server) Close() error {
 // load reads the whole state from the store into a fresh memory state. It runs at start
 // and again after a commit whose outcome was unknown.
 func (s *Server) load(ctx context.Context) error {
-	jobs, err := s.store.LoadJobs(ctx)
+	// Jobs that ended before the KeepEnded window stay in the store: of them memory keeps
+	// their final state, and their attempts charge fair share here and are dropped.
+	cutoff := s.cfg.Clock.Now().Add(-s.cfg.KeepEnded)
+	jobs, err := s.store.LoadRecentJobs(ctx, cutoff)
 	if err != nil {
 		return fmt.Errorf("server: load jobs: %w", err)
 	}
-	attempts, err := s.store.LoadAttempts(ctx)
+	ended, err := s.store.LoadEndedBefore(ctx, cutoff)
+	if err != nil {
+		return fmt.Errorf("server: load ended jobs: %w", err)
+	}
+	all, err := s.store.LoadAttempts(ctx)
 	if err != nil {
 		return fmt.Errorf("server: load attempts: %w", err)
 	}
@@ -298,6 +315,21 @@ func (s *Server) load(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("server: load reservations: %w", err)
 	}
+	state := cluster.New()
+	state.HalfLife = s.cfg.HalfLife
+	team := make(map[int64]string, len(ended))
+	for _, e := range ended {
+		state.Forget(e.ID, e.State, cutoff)
+		team[e.ID] = e.Team
+	}
+	attempts := all[:0]
+	for _, a := range all {
+		if t, ok := team[a.JobID]; ok {
+			state.ChargeEnded(t, a)
+		} else {
+			attempts = append(attempts, a)
+		}
+	}
 	b := &store.Batch{Jobs: jobs, Attempts: attempts, Nodes: nodes, Queues: queues, Teams: teams, Reservations: resv}
 	if err := s.loadIdentity(ctx, b); err != nil {
 		return err
@@ -308,11 +340,29 @@ func (s *Server) load(ctx context.Context) error {
 	for i := range nodes {
 		nodes[i].LastHeartbeat = now
 	}
-	s.state = cluster.New()
-	s.state.HalfLife = s.cfg.HalfLife
+	s.state = state
 	s.state.Apply(b)
-	s.log.Info("state loaded", "jobs", len(jobs), "nodes", len(nodes), "pending", len(s.state.PendingIDs()), "active", len(s.state.ActiveIDs()))
+	s.evictedAt = now
+	s.log.Info("state loaded", "jobs", len(jobs), "ended_in_store", len(ended), "nodes", len(nodes), "pending", len(s.state.PendingIDs()), "active", len(s.state.ActiveIDs()))
 	return nil
+}
+
+// evictEvery is how often the scheduling loop lets go of jobs that ended before the
+// KeepEnded window: a pass walks every job in memory, so not every cycle.
+const evictEvery = time.Minute
+
+// evictEnded drops from memory the jobs that ended more than KeepEnded ago, at most once
+// per evictEvery. Cycle calls it, so it runs at least every RecomputeInterval. Callers
+// hold s.mu.
+func (s *Server) evictEnded() {
+	now := s.cfg.Clock.Now()
+	if now.Sub(s.evictedAt) < evictEvery {
+		return
+	}
+	s.evictedAt = now
+	if n := s.state.Evict(now.Add(-s.cfg.KeepEnded)); n > 0 {
+		s.log.Info("ended jobs left memory", "jobs", n, "kept", s.state.JobCount())
+	}
 }
 
 // commitTimeout bounds one commit. It replaces the request's own deadline, which must not

@@ -707,9 +707,12 @@ func (s *Server) handleJobTelemetry(w http.ResponseWriter, r *http.Request) {
 	}
 	n := int(n64)
 	who := caller(r)
+	job, attempts, found, err := s.lookupJob(r.Context(), id)
+	if err != nil {
+		storeError(w, "reading the job", err)
+		return
+	}
 	s.mu.Lock()
-	job, found := s.state.Job(id)
-	attempts := s.state.Attempts(id)
 	var e *api.Error
 	if found {
 		e = s.mayRead(who, &job)

@@ -47,6 +47,10 @@ func (s *Server) handleUsage(w http.ResponseWriter, r *http.Request) {
 	}
 	who := caller(r)
 	in := s.usageInput(who, q)
+	if err := s.evictedUsage(r.Context(), &in, who, q); err != nil {
+		storeError(w, "reading ended jobs", err)
+		return
+	}
 	// From here on the lock is free: the store and the telemetry have their own.
 	if err := s.usageEvents(r.Context(), &in, q); err != nil {
 		writeError(w, http.StatusInternalServerError, &api.Error{Code: api.CodeInternal, Message: "reading the checkpoint and preempt events: " + err.Error()})
@@ -309,6 +313,48 @@ func validatePrice(p api.Price) *api.Error {
 		return invalid("per_gpu_hour", "must be a number from 0 to %.0f, got %v", float64(maxPrice), p.PerGPUHour)
 	case len(p.Currency) > maxCurrency || strings.ContainsFunc(p.Currency, func(r rune) bool { return !('A' <= r && r <= 'Z' || 'a' <= r && r <= 'z') }):
 		return invalid("currency", "%q is not a currency: at most %d letters, such as USD or EUR", truncateName(p.Currency), maxCurrency)
+	}
+	return nil
+}
+
+// evictedUsage adds to in the jobs that ended in or after the report's window but
+// before the KeepEnded one, which only the store holds, and their attempts. The store is
+// read without the lock; a job that left memory meanwhile is in in already and is
+// skipped.
+func (s *Server) evictedUsage(ctx context.Context, in *report.Input, who auth.Identity, q report.Query) error {
+	s.mu.Lock()
+	before, n := s.state.EvictedBefore(), s.state.EvictedCount()
+	s.mu.Unlock()
+	if n == 0 || !q.Since.Before(before) {
+		return nil
+	}
+	jobs, err := s.store.JobsPage(ctx, store.JobFilter{States: endedOf(nil), EndedBefore: before, EndedSince: q.Since, SubmitUntil: q.Until})
+	if err != nil || len(jobs) == 0 {
+		return err
+	}
+	atts, err := s.store.AttemptsBetween(ctx, jobs[0].ID, jobs[len(jobs)-1].ID)
+	if err != nil {
+		return err
+	}
+	have := make(map[int64]bool, len(in.Jobs))
+	for _, j := range in.Jobs {
+		have[j.ID] = true
+	}
+	keep := map[int64]bool{}
+	s.mu.Lock()
+	mayRead := s.readRule(who)
+	for i := range jobs {
+		j := &jobs[i]
+		if _, ok := s.state.Evicted(j.ID); ok && !have[j.ID] && mayRead(j) == nil {
+			keep[j.ID] = true
+			in.Jobs = append(in.Jobs, accountedJob(j))
+		}
+	}
+	s.mu.Unlock()
+	for _, a := range atts {
+		if keep[a.JobID] {
+			in.Attempts = append(in.Attempts, a)
+		}
 	}
 	return nil
 }

@@ -672,7 +672,7 @@ func validateDeps(spec *api.JobSpec, st *cluster.State) *api.Error {
 	}
 	for field, ids := range map[string][]int64{"after": spec.After, "after_ok": spec.AfterOK} {
 		for _, id := range ids {
-			if _, ok := st.Job(id); !ok {
+			if _, ok := st.StateOf(id); !ok { // an evicted job is known by its final state
 				return invalid(field, "no job %d to depend on", id)
 			}
 		}

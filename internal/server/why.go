@@ -18,8 +18,12 @@ func (s *Server) handleWhy(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	who := caller(r)
+	job, _, found, err := s.lookupJob(r.Context(), id)
+	if err != nil {
+		storeError(w, "reading the job", err)
+		return
+	}
 	s.mu.Lock()
-	job, found := s.state.Job(id)
 	var e *api.Error
 	if found {
 		e = s.mayRead(who, &job)

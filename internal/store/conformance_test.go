@@ -46,6 +46,7 @@ func runConformance(t *testing.T, newURL func(t *testing.T) string) {
 		{"AuditFilters", testAuditFilters},
 		{"DeleteNodes", testDeleteNodes},
 		{"Requests", testRequests},
+		{"JobReads", testJobReads},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.run(t, newURL(t)) })
@@ -767,7 +768,14 @@ func testMigrateFromVersion1(t *testing.T, url string) {
 	job, queue := bareJob(1), api.Queue{Name: "train", Tier: 1, Grace: 30}
 	stmts := &stmtCache{db: db, d: d}
 	w := writeTx{tx, stmts}
-	if err := insert(ctx, w, jobsTable, []api.Job{job}, appendJob); err != nil {
+	// The jobs table of version 1 lacks end_time, the last column.
+	v1Jobs := jobsTable
+	v1Jobs.cols = jobsTable.cols[:len(jobsTable.cols)-1]
+	appendV1Job := func(args []any, j *api.Job) ([]any, error) {
+		args, err := appendJob(args, j)
+		return args[:len(args)-1], err
+	}
+	if err := insert(ctx, w, v1Jobs, []api.Job{job}, appendV1Job); err != nil {
 		t.Fatal(err)
 	}
 	if err := insert(ctx, w, queuesTable, []api.Queue{queue}, appendQueue); err != nil {

@@ -107,7 +107,7 @@ type table struct {
 var (
 	jobsTable = table{
 		name: "jobs",
-		cols: []string{"id", "state", "queue", "team", "user_name", "name", "submit_time", "data"},
+		cols: []string{"id", "state", "queue", "team", "user_name", "name", "submit_time", "data", "end_time"},
 		key:  []string{"id"},
 	}
 	attemptsTable = table{
@@ -509,7 +509,7 @@ func appendJob(args []any, j *api.Job) ([]any, error) {
 		return args, err
 	}
 	return append(args, j.ID, string(j.State), j.Spec.Queue, j.Spec.Team, j.Spec.User, j.Spec.Name,
-		formatTime(j.SubmitTime), string(data)), nil
+		formatTime(j.SubmitTime), string(data), formatTimePtr(j.EndTime)), nil
 }
 
 func appendAttempt(args []any, a *api.Attempt) ([]any, error) {

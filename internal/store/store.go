@@ -19,6 +19,20 @@ type Store interface {
 	Commit(ctx context.Context, b *Batch) error
 	// LoadJobs returns every job, ordered by ID.
 	LoadJobs(ctx context.Context) ([]api.Job, error)
+	// LoadRecentJobs returns the jobs that have not ended, ended at or after since, or
+	// whose end is not stored, ordered by ID: the jobs a server keeps in memory.
+	LoadRecentJobs(ctx context.Context, since time.Time) ([]api.Job, error)
+	// LoadEndedBefore returns the ID, state and team of every job that ended before
+	// since, ordered by ID: the jobs LoadRecentJobs leaves out.
+	LoadEndedBefore(ctx context.Context, since time.Time) ([]EndedJob, error)
+	// Job returns the job with the given ID and its attempts, oldest first; found is
+	// false when there is no such job.
+	Job(ctx context.Context, id int64) (job api.Job, attempts []api.Attempt, found bool, err error)
+	// AttemptsBetween returns the attempts of the jobs with IDs from first to last, both
+	// included, ordered by job ID then attempt number.
+	AttemptsBetween(ctx context.Context, first, last int64) ([]api.Attempt, error)
+	// JobsPage returns the jobs f selects, ordered by ID.
+	JobsPage(ctx context.Context, f JobFilter) ([]api.Job, error)
 	// LoadAttempts returns every attempt, ordered by job ID then attempt number.
 	LoadAttempts(ctx context.Context) ([]api.Attempt, error)
 	// LoadNodes returns every node ever registered, ordered by name.
