@@ -1,6 +1,9 @@
 package api
 
-import "time"
+import (
+	"fmt"
+	"time"
+)
 
 // Request is a member's ask for something only an operator or admin may grant: a raise of
 // a team's quota limit, use of a restricted queue, or GPUs reserved for a team. An
@@ -81,4 +84,21 @@ type RequestList struct {
 // Decision is the body of POST /api/v1/requests/{id}/approve and /deny.
 type Decision struct {
 	Note string `json:"note,omitempty"`
+}
+
+// Describe says in a few words what r asks for.
+func (r Request) Describe() string {
+	switch r.Kind {
+	case RequestQuota:
+		return fmt.Sprintf("raise team %s's %s limit to %d GPUs", r.Team, r.GPUModel, r.Limit)
+	case RequestQueue:
+		return fmt.Sprintf("let %s submit to queue %s", r.User, r.Queue)
+	case RequestReservation:
+		model := r.GPUModel
+		if model == "" {
+			model = "any"
+		}
+		return fmt.Sprintf("reserve %d GPUs (model %s) for team %s", r.GPUs, model, r.Team)
+	}
+	return string(r.Kind)
 }

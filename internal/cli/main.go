@@ -178,21 +178,10 @@ type globalFlags struct {
 // newFlagSet makes a verb's flag set with the global flags registered. usage is the
 // synopsis line printed above the flags.
 func newFlagSet(cfg Config, verb, usage string) (*flag.FlagSet, *globalFlags) {
-	fs := flag.NewFlagSet("rota "+verb, flag.ContinueOnError)
-	fs.SetOutput(cfg.Stderr)
-	fs.Usage = func() {
-		fmt.Fprintf(cfg.Stderr, "usage: %s\n\nflags:\n", usage)
-		fs.PrintDefaults()
-	}
-	if cfg.onFlagSet != nil {
-		cfg.onFlagSet(fs)
-	}
-	g := &globalFlags{}
+	fs, g := newStoreFlagSet(cfg, verb, usage)
 	fs.StringVar(&g.Server, "server", "", "rota server `URL`, or a comma-separated list of a cluster's servers to follow the leader among (default $ROTA_SERVER, else the saved login, else the local socket, else "+DefaultServer+")")
 	fs.StringVar(&g.Token, "token", "", "API `token` (default $ROTA_TOKEN, else the saved login's)")
 	fs.StringVar(&g.CAFingerprint, "ca-fingerprint", "", "pin an https server's CA, `sha256:HEX` (default $ROTA_CA_FINGERPRINT, else the saved login's)")
-	fs.StringVar(&g.output, "o", "table", "output `format`: table or json")
-	fs.StringVar(&g.output, "output", "table", "output `format`: table or json (same as -o)")
 	return fs, g
 }
 

@@ -150,21 +150,12 @@ func buildRequest(req *api.Request, pos []string, limit, gpus int, forSpan, star
 	return nil
 }
 
-// describeAsk says in a few words what r asks for.
+// describeAsk says in a few words what r asks for, and for how long.
 func describeAsk(r api.Request) string {
-	switch r.Kind {
-	case api.RequestQuota:
-		return fmt.Sprintf("raise team %s's %s limit to %d GPUs for %s", r.Team, r.GPUModel, r.Limit, formatSpan(time.Duration(r.For)*time.Second))
-	case api.RequestQueue:
-		return fmt.Sprintf("let %s submit to queue %s for %s", r.User, r.Queue, formatSpan(time.Duration(r.For)*time.Second))
-	case api.RequestReservation:
-		model := r.GPUModel
-		if model == "" {
-			model = "any"
-		}
-		return fmt.Sprintf("reserve %d GPUs (model %s) for team %s", r.GPUs, model, r.Team)
+	if r.Kind == api.RequestQuota || r.Kind == api.RequestQueue {
+		return r.Describe() + " for " + formatSpan(time.Duration(r.For)*time.Second)
 	}
-	return string(r.Kind)
+	return r.Describe()
 }
 
 func runRequestList(ctx context.Context, cfg Config, args []string, cmd string) int {

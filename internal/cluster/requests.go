@@ -3,7 +3,6 @@ package cluster
 import (
 	"cmp"
 	"encoding/json"
-	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -94,21 +93,4 @@ func (s *State) QueueGrant(user, queue string) bool {
 		}
 	}
 	return false
-}
-
-// DescribeRequest says in a few words what r asks for.
-func DescribeRequest(r api.Request) string {
-	switch r.Kind {
-	case api.RequestQuota:
-		return fmt.Sprintf("raise team %s's %s limit to %d GPUs", r.Team, r.GPUModel, r.Limit)
-	case api.RequestQueue:
-		return fmt.Sprintf("let %s submit to queue %s", r.User, r.Queue)
-	case api.RequestReservation:
-		model := r.GPUModel
-		if model == "" {
-			model = "any"
-		}
-		return fmt.Sprintf("reserve %d GPUs (model %s) for team %s", r.GPUs, model, r.Team)
-	}
-	return string(r.Kind)
 }

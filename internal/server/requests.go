@@ -78,7 +78,7 @@ func (s *Server) handleCreateRequest(w http.ResponseWriter, r *http.Request) {
 		// Undecided at its start, a reservation is no longer worth deciding.
 		req.Expires = *req.Start
 	}
-	ev := withChange(audit(r, now, api.EventRequest, "request %d filed: %s: %s", req.ID, cluster.DescribeRequest(req), req.Reason), nil, req)
+	ev := withChange(audit(r, now, api.EventRequest, "request %d filed: %s: %s", req.ID, req.Describe(), req.Reason), nil, req)
 	b := &store.Batch{Settings: []store.Setting{cluster.RequestSetting(req)}, Events: []api.Event{ev}}
 	s.adminCommit(w, r, b, http.StatusCreated, req)
 }
@@ -319,7 +319,7 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request, approve bool) {
 	} else {
 		req.State = api.RequestDenied
 	}
-	msg := fmt.Sprintf("request %d of %s %s: %s", req.ID, req.User, verb, cluster.DescribeRequest(req))
+	msg := fmt.Sprintf("request %d of %s %s: %s", req.ID, req.User, verb, req.Describe())
 	if d.Note != "" {
 		msg += ": " + d.Note
 	}
@@ -461,7 +461,7 @@ func (s *Server) expireRequests(b *store.Batch, now time.Time) {
 		}
 		b.Settings = append(b.Settings, cluster.RequestSetting(req))
 		b.Events = append(b.Events, withChange(api.Event{Time: now, Actor: "scheduler", Kind: api.EventRequest,
-			Message: fmt.Sprintf("request %d of %s %s: %s: %s", req.ID, req.User, req.State, cluster.DescribeRequest(req), req.Message)}, before, req))
+			Message: fmt.Sprintf("request %d of %s %s: %s: %s", req.ID, req.User, req.State, req.Describe(), req.Message)}, before, req))
 	}
 	for _, name := range sortedTeamNames(teams) {
 		b.Teams = append(b.Teams, teams[name])
@@ -549,7 +549,7 @@ func (s *Server) notifyRequests(b *store.Batch) {
 			n := notifySettings(s.state)
 			settings = &n
 		}
-		msg := fmt.Sprintf("request %d of %s is %s: %s", req.ID, req.User, req.State, cluster.DescribeRequest(req))
+		msg := fmt.Sprintf("request %d of %s is %s: %s", req.ID, req.User, req.State, req.Describe())
 		n := api.Notification{ID: newNotificationID(), Time: s.cfg.Clock.Now(), Event: api.NotifyRequest, Cluster: s.clusterID,
 			Message: msg, Request: &req}
 		body, _ := json.Marshal(n) // plain data: it always marshals

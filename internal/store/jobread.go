@@ -121,9 +121,8 @@ func (s *sqlStore) JobsPage(ctx context.Context, f JobFilter) ([]api.Job, error)
 	if f.Limit < 0 {
 		return nil, fmt.Errorf("store: jobs page: negative limit %d", f.Limit)
 	}
-	var q strings.Builder
+	q := filtered{args: []any{f.After}}
 	q.WriteString("SELECT data FROM jobs WHERE id > $1")
-	args := []any{f.After}
 	if f.States != nil {
 		if len(f.States) == 0 {
 			return nil, nil
@@ -133,41 +132,19 @@ func (s *sqlStore) JobsPage(ctx context.Context, f JobFilter) ([]api.Job, error)
 			if i > 0 {
 				q.WriteString(", ")
 			}
-			args = append(args, string(st))
-			fmt.Fprintf(&q, "$%d", len(args))
+			q.args = append(q.args, string(st))
+			fmt.Fprintf(&q, "$%d", len(q.args))
 		}
 		q.WriteString(")")
 	}
-	if !f.EndedBefore.IsZero() {
-		args = append(args, formatTime(f.EndedBefore))
-		fmt.Fprintf(&q, " AND COALESCE(end_time, '') < $%d", len(args))
-	}
-	if !f.EndedSince.IsZero() {
-		args = append(args, formatTime(f.EndedSince))
-		fmt.Fprintf(&q, " AND COALESCE(end_time, '~') >= $%d", len(args))
-	}
-	if !f.SubmitSince.IsZero() {
-		args = append(args, formatTime(f.SubmitSince))
-		fmt.Fprintf(&q, " AND submit_time >= $%d", len(args))
-	}
-	if !f.SubmitUntil.IsZero() {
-		args = append(args, formatTime(f.SubmitUntil))
-		fmt.Fprintf(&q, " AND submit_time < $%d", len(args))
-	}
-	if f.Queue != "" {
-		args = append(args, f.Queue)
-		fmt.Fprintf(&q, " AND queue = $%d", len(args))
-	}
-	if f.User != "" {
-		args = append(args, f.User)
-		fmt.Fprintf(&q, " AND user_name = $%d", len(args))
-	}
-	q.WriteString(" ORDER BY id")
-	if f.Limit > 0 {
-		args = append(args, f.Limit)
-		fmt.Fprintf(&q, " LIMIT $%d", len(args))
-	}
-	jobs, err := query(ctx, s.read, q.String(), args, scanJob)
+	q.andIf(!f.EndedBefore.IsZero(), "COALESCE(end_time, '') < $%d", formatTime(f.EndedBefore))
+	q.andIf(!f.EndedSince.IsZero(), "COALESCE(end_time, '~') >= $%d", formatTime(f.EndedSince))
+	q.andIf(!f.SubmitSince.IsZero(), "submit_time >= $%d", formatTime(f.SubmitSince))
+	q.andIf(!f.SubmitUntil.IsZero(), "submit_time < $%d", formatTime(f.SubmitUntil))
+	q.andIf(f.Queue != "", "queue = $%d", f.Queue)
+	q.andIf(f.User != "", "user_name = $%d", f.User)
+	q.orderByID(f.Limit)
+	jobs, err := query(ctx, s.read, q.String(), q.args, scanJob)
 	if err != nil {
 		return nil, fmt.Errorf("store: jobs page: %w", err)
 	}

@@ -814,41 +814,45 @@ func (s *sqlStore) Events(ctx context.Context, f EventFilter) ([]api.Event, erro
 	if f.Limit < 0 {
 		return nil, fmt.Errorf("store: events: negative limit %d", f.Limit)
 	}
-	var q strings.Builder
+	q := filtered{args: []any{f.AfterID}}
 	q.WriteString(`SELECT id, time, actor, kind, job_id, attempt, node, from_state, to_state, reason, message,
 		role, source, before_value, after_value
 		FROM events WHERE id > $1`)
-	args := []any{f.AfterID}
-	if f.JobID != 0 {
-		args = append(args, f.JobID)
-		fmt.Fprintf(&q, " AND job_id = $%d", len(args))
-	}
-	if !f.Since.IsZero() {
-		args = append(args, formatTime(f.Since))
-		fmt.Fprintf(&q, " AND time >= $%d", len(args))
-	}
-	if !f.Until.IsZero() {
-		args = append(args, formatTime(f.Until))
-		fmt.Fprintf(&q, " AND time < $%d", len(args))
-	}
-	if f.Actor != "" {
-		args = append(args, f.Actor)
-		fmt.Fprintf(&q, " AND actor = $%d", len(args))
-	}
-	if f.Kind != "" {
-		args = append(args, f.Kind)
-		fmt.Fprintf(&q, " AND kind = $%d", len(args))
-	}
-	q.WriteString(" ORDER BY id")
-	if f.Limit > 0 {
-		args = append(args, f.Limit)
-		fmt.Fprintf(&q, " LIMIT $%d", len(args))
-	}
-	events, err := query(ctx, s.read, q.String(), args, scanEvent)
+	q.andIf(f.JobID != 0, "job_id = $%d", f.JobID)
+	q.andIf(!f.Since.IsZero(), "time >= $%d", formatTime(f.Since))
+	q.andIf(!f.Until.IsZero(), "time < $%d", formatTime(f.Until))
+	q.andIf(f.Actor != "", "actor = $%d", f.Actor)
+	q.andIf(f.Kind != "", "kind = $%d", f.Kind)
+	q.orderByID(f.Limit)
+	events, err := query(ctx, s.read, q.String(), q.args, scanEvent)
 	if err != nil {
 		return nil, fmt.Errorf("store: events: %w", err)
 	}
 	return events, nil
+}
+
+// filtered builds a SELECT with optional conditions, each bound to the next numbered
+// parameter.
+type filtered struct {
+	strings.Builder
+	args []any
+}
+
+// andIf adds " AND cond" with arg when ok; cond names its parameter as $%d.
+func (q *filtered) andIf(ok bool, cond string, arg any) {
+	if ok {
+		q.args = append(q.args, arg)
+		fmt.Fprintf(q, " AND "+cond, len(q.args))
+	}
+}
+
+// orderByID ends the query in ID order, with at most limit rows when limit > 0.
+func (q *filtered) orderByID(limit int) {
+	q.WriteString(" ORDER BY id")
+	if limit > 0 {
+		q.args = append(q.args, limit)
+		fmt.Fprintf(q, " LIMIT $%d", len(q.args))
+	}
 }
 
 // scanJSON decodes a row whose only column is a T as JSON.
