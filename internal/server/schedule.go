@@ -64,7 +64,7 @@ func (s *Server) Cycle(ctx context.Context) error {
 	if len(snap.Pending) == 0 && len(held) == 0 {
 		return nil
 	}
-	state, seq := s.state, s.state.Seq()
+	state, seq := s.state, s.cycled
 	s.mu.Unlock()
 	locked = false
 	if s.planning != nil {
