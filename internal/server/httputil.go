@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"iter"
 	"maps"
 	"math"
 	"mime"
@@ -24,9 +25,9 @@ import (
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	enc.Encode(v)
+	// Compact: the CLI and the web UI read it, and indenting a page of jobs or a
+	// heartbeat's answer costs the server more than writing it.
+	json.NewEncoder(w).Encode(v)
 }
 
 func writeError(w http.ResponseWriter, status int, e *api.Error) {
@@ -251,8 +252,39 @@ var unmarshalerType = reflect.TypeFor[json.Unmarshaler]()
 // cannot hold one (encoding/json would leave the zero value, so `"gpus": null` would read
 // as 0), and a required field (requiredFields) that is missing or null. path names the
 // value in errors, like "inventory.gpus[0].model".
+//
+// The body has already been decoded, so it is valid JSON: the walk reads it once, in
+// place, and builds a path only for the error it returns. It is on every heartbeat.
 func checkPresence(data []byte, t reflect.Type, path string) *api.Error {
-	null := bytes.Equal(bytes.TrimSpace(data), []byte("null"))
+	w := jsonWalker{data: data}
+	return w.check(w.value(), t, &jsonPath{key: path, index: -1})
+}
+
+// jsonPath is where a value sits, built into a string only for an error.
+type jsonPath struct {
+	parent *jsonPath
+	key    string
+	index  int // for an element of a list, when key is ""
+}
+
+func (p *jsonPath) String() string {
+	if p == nil {
+		return ""
+	}
+	if p.parent == nil {
+		return p.key
+	}
+	if p.key == "" && p.index >= 0 {
+		return fmt.Sprintf("%s[%d]", p.parent, p.index)
+	}
+	return joinPath(p.parent.String(), p.key)
+}
+
+var jsonNull = []byte("null")
+
+// check checks one value, raw, read by w, against t.
+func (w *jsonWalker) check(raw []byte, t reflect.Type, path *jsonPath) *api.Error {
+	null := bytes.Equal(raw, jsonNull)
 	for t.Kind() == reflect.Pointer {
 		if null {
 			return nil
@@ -264,67 +296,194 @@ func checkPresence(data []byte, t reflect.Type, path string) *api.Error {
 		case reflect.Slice, reflect.Map, reflect.Interface:
 			return nil
 		}
-		return invalid(path, "must not be null: leave the field out or give %s", jsonKind(t))
+		return invalid(path.String(), "must not be null: leave the field out or give %s", jsonKind(t))
 	}
 	if reflect.PointerTo(t).Implements(unmarshalerType) {
 		return nil // a type that reads itself, like time.Time
 	}
-	if !bytes.Contains(data, []byte("null")) && !holdsRequired(t) {
+	if !bytes.Contains(raw, jsonNull) && !holdsRequired(t) {
 		// Nothing below can be null or missing a required field: no need to walk it
 		// (most of a heartbeat's telemetry, say, on every heartbeat).
 		return nil
 	}
+	inner := jsonWalker{data: raw}
 	switch t.Kind() {
 	case reflect.Struct:
-		var obj map[string]json.RawMessage
-		if json.Unmarshal(data, &obj) != nil {
+		if raw[0] != '{' {
 			return nil
 		}
 		fields := cachedJSONFields(t)
 		nullable := cachedNullable(t)
-		for _, name := range requiredFields[t] {
-			raw, ok := obj[name]
-			if !ok || (!nullable[name] && bytes.Equal(bytes.TrimSpace(raw), []byte("null"))) {
-				return invalid(joinPath(path, name), "is required and must not be null")
+		required := requiredFields[t]
+		var present uint64 // bit i: required[i] is there and not a refused null
+		var first *api.Error
+		for key, v := range inner.members() {
+			isNull := bytes.Equal(v, jsonNull)
+			if i := slices.Index(required, key); i >= 0 && (nullable[key] || !isNull) {
+				present |= 1 << i
 			}
-		}
-		for key, raw := range obj {
 			ft, ok := fields[key]
-			if !ok {
+			if !ok || first != nil {
 				continue // matched case-insensitively by encoding/json; its value was checked then
 			}
-			if !nullable[key] && bytes.Equal(bytes.TrimSpace(raw), []byte("null")) {
+			at := &jsonPath{parent: path, key: key, index: -1}
+			if !nullable[key] && isNull {
 				for ft.Kind() == reflect.Pointer {
 					ft = ft.Elem()
 				}
-				return invalid(joinPath(path, key), "must not be null: leave the field out or give %s", jsonKind(ft))
+				first = invalid(at.String(), "must not be null: leave the field out or give %s", jsonKind(ft))
+				continue
 			}
-			if e := checkPresence(raw, ft, joinPath(path, key)); e != nil {
-				return e
+			first = inner.check(v, ft, at)
+		}
+		// A missing required field is named before anything wrong inside another.
+		for i, name := range required {
+			if present&(1<<i) == 0 {
+				return invalid(joinPath(path.String(), name), "is required and must not be null")
 			}
 		}
+		return first
 	case reflect.Slice, reflect.Array:
-		var list []json.RawMessage
-		if json.Unmarshal(data, &list) != nil {
+		if raw[0] != '[' {
 			return nil
 		}
-		for i, raw := range list {
-			if e := checkPresence(raw, t.Elem(), fmt.Sprintf("%s[%d]", path, i)); e != nil {
+		i := 0
+		for v := range inner.elements() {
+			if e := inner.check(v, t.Elem(), &jsonPath{parent: path, index: i}); e != nil {
 				return e
 			}
+			i++
 		}
 	case reflect.Map:
-		var obj map[string]json.RawMessage
-		if json.Unmarshal(data, &obj) != nil {
+		if raw[0] != '{' {
 			return nil
 		}
-		for key, raw := range obj {
-			if e := checkPresence(raw, t.Elem(), joinPath(path, key)); e != nil {
+		for key, v := range inner.members() {
+			if e := inner.check(v, t.Elem(), &jsonPath{parent: path, key: key, index: -1}); e != nil {
 				return e
 			}
 		}
 	}
 	return nil
+}
+
+// jsonWalker reads JSON that encoding/json has already accepted, so it checks nothing of
+// its syntax: it only finds where values start and end.
+type jsonWalker struct {
+	data []byte
+	pos  int
+}
+
+func (w *jsonWalker) space() {
+	for w.pos < len(w.data) {
+		switch w.data[w.pos] {
+		case ' ', '\t', '\r', '\n':
+			w.pos++
+		default:
+			return
+		}
+	}
+}
+
+// value returns the next value and moves past it.
+func (w *jsonWalker) value() []byte {
+	w.space()
+	start := w.pos
+	if w.pos >= len(w.data) {
+		return nil
+	}
+	switch w.data[w.pos] {
+	case '"':
+		w.str()
+	case '{', '[':
+		depth := 0
+		for w.pos < len(w.data) {
+			switch w.data[w.pos] {
+			case '"':
+				w.str()
+				continue
+			case '{', '[':
+				depth++
+			case '}', ']':
+				depth--
+			}
+			w.pos++
+			if depth == 0 {
+				break
+			}
+		}
+	default: // a number, true, false or null
+		for w.pos < len(w.data) {
+			switch w.data[w.pos] {
+			case ',', '}', ']', ' ', '\t', '\r', '\n':
+				return w.data[start:w.pos]
+			}
+			w.pos++
+		}
+	}
+	return w.data[start:w.pos]
+}
+
+// str moves past the string that starts at w.pos.
+func (w *jsonWalker) str() {
+	for w.pos++; w.pos < len(w.data); w.pos++ {
+		switch w.data[w.pos] {
+		case '\\':
+			w.pos++
+		case '"':
+			w.pos++
+			return
+		}
+	}
+}
+
+// members yields the keys and values of the object w holds, keys unescaped.
+func (w *jsonWalker) members() iter.Seq2[string, []byte] {
+	return func(yield func(string, []byte) bool) {
+		w.pos = 1
+		for {
+			w.space()
+			if w.pos >= len(w.data) || w.data[w.pos] == '}' {
+				return
+			}
+			k := w.value()
+			key := string(k[1 : len(k)-1])
+			if bytes.IndexByte(k, '\\') >= 0 {
+				json.Unmarshal(k, &key)
+			}
+			w.space()
+			w.pos++ // the colon
+			v := w.value()
+			w.space()
+			if w.pos < len(w.data) && w.data[w.pos] == ',' {
+				w.pos++
+			}
+			if !yield(key, v) {
+				return
+			}
+		}
+	}
+}
+
+// elements yields the values of the list w holds.
+func (w *jsonWalker) elements() iter.Seq[[]byte] {
+	return func(yield func([]byte) bool) {
+		w.pos = 1
+		for {
+			w.space()
+			if w.pos >= len(w.data) || w.data[w.pos] == ']' {
+				return
+			}
+			v := w.value()
+			w.space()
+			if w.pos < len(w.data) && w.data[w.pos] == ',' {
+				w.pos++
+			}
+			if !yield(v) {
+				return
+			}
+		}
+	}
 }
 
 // holdsRequired reports whether t, or a type inside it, has fields in requiredFields.
