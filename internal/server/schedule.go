@@ -71,6 +71,9 @@ func (s *Server) Cycle(ctx context.Context) error {
 		s.planning()
 	}
 	plan, err := sched.ScheduleWith(snap, now, s.cfg.Policy)
+	if s.planned != nil {
+		s.planned()
+	}
 	s.mu.Lock()
 	locked = true
 	if err != nil {

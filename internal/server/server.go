@@ -178,8 +178,9 @@ type Server struct {
 	cycled    uint64
 	lastCycle time.Time
 	wakeAt    time.Time
-	// planning, if set (by tests), runs while a cycle plans, without s.mu.
-	planning func()
+	// planning and planned, if set (by tests and benchmarks), run while a cycle plans,
+	// without s.mu: before the plan is made and after.
+	planning, planned func()
 
 	logMu sync.Mutex // serialises writes to shipped log files
 	// logs is the directory of shipped logs; every log file is opened through it.
