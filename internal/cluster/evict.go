@@ -27,6 +27,7 @@ func (s *State) Evict(before time.Time) int {
 		delete(s.jobs, id)
 		delete(s.attempts, id)
 		delete(s.jobSeq, id)
+		s.forgetSnapJob(id)
 		delete(s.jobNodes, id) // an ended job holds nothing, but leave no entry behind
 		n++
 	}

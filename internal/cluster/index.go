@@ -53,6 +53,36 @@ func (x *jobIndex) rebuild(jobs map[int64]*api.Job) {
 	}
 }
 
+// ids returns the IDs of the jobs in any of states, ascending, from their sets rather than
+// by sorting: n is how many there are, for the capacity.
+func (x *jobIndex) ids(n int, states ...api.JobState) []int64 {
+	out := make([]int64, 0, n)
+	var sets [][]uint64
+	words := 0
+	for _, st := range states {
+		if w := x.byState[st]; w != nil {
+			sets = append(sets, w)
+			words = max(words, len(w))
+		}
+	}
+	for w := range words {
+		var word uint64
+		for _, set := range sets {
+			if w < len(set) {
+				word |= set[w]
+			}
+		}
+		for word != 0 {
+			pos := w*64 + bits.TrailingZeros64(word)
+			word &= word - 1
+			if pos < len(x.order) {
+				out = append(out, x.order[pos])
+			}
+		}
+	}
+	return out
+}
+
 // indexJob records that job j (now in the state) was in state old before, or is new when
 // known is false. It reports false when the job cannot be placed in order without a rebuild.
 func (s *State) indexJob(j *api.Job, old api.JobState, known bool) bool {

@@ -1,6 +1,8 @@
 package cluster
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -11,6 +13,7 @@ import (
 
 	"github.com/rotahq/rota/internal/api"
 	"github.com/rotahq/rota/internal/batch"
+	"github.com/rotahq/rota/internal/sched"
 )
 
 var allStates = []api.JobState{api.StatePending, api.StateHeld, api.StateAssigned, api.StateRunning,
@@ -91,6 +94,24 @@ func checkIndexes(t *testing.T, s *State, rng *rand.Rand, step string) {
 			t.Fatalf("%s: usage of %s from the index %+v, from a scan %+v", step, n, got, usage[n])
 		}
 	}
+	for _, c := range []struct {
+		name string
+		got  []int64
+		want func(*api.Job) bool
+	}{
+		{"pending", s.PendingIDs(), func(j *api.Job) bool { return j.State == api.StatePending }},
+		{"held", s.HeldIDs(), func(j *api.Job) bool { return j.State == api.StateHeld }},
+		{"active", s.ActiveIDs(), func(j *api.Job) bool { return j.State.Active() }},
+		{"unfinished", s.UnfinishedIDs(), func(j *api.Job) bool { return !j.State.Terminal() }},
+	} {
+		var want []int64
+		for _, j := range s.Jobs(c.want) {
+			want = append(want, j.ID)
+		}
+		if !slices.Equal(c.got, want) && !(len(c.got) == 0 && len(want) == 0) {
+			t.Fatalf("%s: %s jobs from the index %v, from a scan %v", step, c.name, c.got, want)
+		}
+	}
 	stateSets := [][]api.JobState{nil, {api.StatePending}, {api.StateRunning, api.StateAssigned},
 		{api.StatePending, api.StateHeld, api.StateAssigned, api.StateRunning}, {api.StateTimeout}}
 	for range 8 {
@@ -136,6 +157,7 @@ func checkIndexes(t *testing.T, s *State, rng *rand.Rand, step string) {
 // loaded from everything in random order, as a restart does, must agree too.
 func TestIndexesMatchAFullScan(t *testing.T) {
 	for seed := range uint64(12) {
+		var snaps snapshotCheck
 		rng := rand.New(rand.NewPCG(seed, 12))
 		s := New()
 		var jobs []api.Job
@@ -225,7 +247,12 @@ func TestIndexesMatchAFullScan(t *testing.T) {
 			for _, name := range b.DeleteNodes {
 				delete(nodes, name)
 			}
+			if rng.IntN(5) == 0 {
+				// Leftover processes take a GPU, or give it back, outside any batch.
+				s.SetNodeLive(indexNodes[rng.IntN(len(indexNodes))], nil, nil, []int{rng.IntN(4)}[:rng.IntN(2)])
+			}
 			checkIndexes(t, s, rng, fmt.Sprintf("seed %d step %d", seed, step))
+			snaps.check(t, s, now.Add(time.Duration(step)*time.Minute), fmt.Sprintf("seed %d step %d", seed, step))
 		}
 		// A restart: everything at once, in no particular order.
 		all := &batch.Batch{Jobs: slices.Clone(jobs)}
@@ -297,4 +324,37 @@ func TestJobsPageWalksTheCursor(t *testing.T) {
 	if page, more := s.JobsPage(0, []api.JobState{"NOSUCH"}, 5, nil); len(page) != 0 || more {
 		t.Errorf("a state no job is in gives %d jobs, more=%v", len(page), more)
 	}
+}
+
+// snapshotCheck holds a state's snapshots, made from what the last one was made of, to a
+// snapshot made from nothing, and holds every snapshot it saw to what it was when made:
+// a plan made from one while the state moves on must not see it move.
+type snapshotCheck struct {
+	last     *sched.Snapshot
+	lastJSON []byte
+}
+
+func (c *snapshotCheck) check(t *testing.T, s *State, now time.Time, step string) {
+	t.Helper()
+	if c.last != nil {
+		if got, _ := json.Marshal(c.last); !bytes.Equal(got, c.lastJSON) {
+			t.Fatalf("%s: the previous snapshot changed after it was made:\n%s\nwas\n%s", step, got, c.lastJSON)
+		}
+	}
+	got := s.Snapshot(now, nil)
+	fresh := *s
+	fresh.snap = snapCache{}
+	want := fresh.Snapshot(now, nil)
+	if c.last != nil && got.NodesVersion == c.last.NodesVersion && !reflect.DeepEqual(got.Nodes, c.last.Nodes) {
+		t.Fatalf("%s: the nodes changed but NodesVersion stayed %d", step, got.NodesVersion)
+	}
+	got.NodesVersion, want.NodesVersion = 0, 0
+	if !reflect.DeepEqual(got, want) {
+		g, _ := json.Marshal(got)
+		w, _ := json.Marshal(want)
+		t.Fatalf("%s: snapshot from the cache\n%s\nfrom nothing\n%s", step, g, w)
+	}
+	got.NodesVersion = s.snap.version
+	c.last = got
+	c.lastJSON, _ = json.Marshal(got)
 }

@@ -19,6 +19,14 @@ import (
 //
 // Every job carries the service it has received (serviceOf): GPU-seconds over its attempts,
 // the current one up to now, for the "las" order and the default policy's service factor.
+//
+// A snapshot is taken under the server's lock, so it costs what changed since the last
+// one, not what the cluster holds: each node's and each job's entry is kept from one
+// snapshot to the next (snapCache) and made again only when Apply says it changed. What
+// a snapshot returns is never written again, by the state or by the scheduler: entries
+// are replaced, not updated, and the node list is a new slice whenever a node changed, so
+// a plan may be made from it while the state moves on. Its NodesVersion changes exactly
+// when its nodes do, so that a sched.Planner keeps its node layout between cycles.
 func (s *State) Snapshot(now time.Time, keep func(*api.Job) bool) *sched.Snapshot {
 	snap := &sched.Snapshot{Queues: map[string]sched.Queue{}, Teams: map[string]sched.Team{}}
 	usage := s.TeamUsage(now)
@@ -40,92 +48,209 @@ func (s *State) Snapshot(now time.Time, keep func(*api.Job) bool) *sched.Snapsho
 			snap.Reservations = append(snap.Reservations, sched.Reservation{Name: r.Name, Team: r.Team, Nodes: r.Nodes, Start: r.Start, End: r.End})
 		}
 	}
-	pools := s.Pools()
-	for _, n := range s.Nodes() {
-		sn := sched.Node{
-			Name:   n.Name,
-			Labels: n.Labels,
-			// A syncing node may still run attempts the server gave up on (it was lost,
-			// or its agent changed): nothing new goes there until its agent says so.
-			Schedulable:   n.State == api.NodeReady && !n.Syncing,
-			CPUs:          n.CPUs,
-			MemoryMB:      n.MemoryMB,
-			DriverVersion: n.DriverVersion,
-			CUDAVersion:   n.CUDAVersion,
-			// Only the last run counts: a node whose check passes again takes work again.
-			HealthFailed:     n.HealthCheck != nil && !n.HealthCheck.OK,
-			ContainerRuntime: n.ContainerRuntime,
-			Sharing:          pools[n.Labels["pool"]].Sharing,
-			ExclusivePool:    pools[n.Labels["pool"]].Exclusive,
-		}
-		if len(n.GPUs) > 0 {
-			sn.GPUs = make([]sched.GPU, 0, len(n.GPUs))
-		}
-		for _, g := range n.GPUs {
-			sn.GPUs = append(sn.GPUs, sched.GPU{Index: g.Index, ID: g.UUID, Model: g.Model, MemoryMB: g.MemoryMB,
-				// A GPU that fell off the bus is not healthy, whatever its last report said.
-				Healthy: g.Healthy && !g.Missing,
-				// Leftover processes keep the GPU from new work until they are gone; the
-				// list is a handful of indices at most.
-				Held:        slices.Contains(n.HeldGPUs, g.Index),
-				NVLinkPeers: g.NVLinkPeers,
-			})
-		}
-		if m := n.Maintenance; m != nil {
-			sm := sched.Maintenance{Node: n.Name, Reason: m.Reason, Start: m.Start}
-			if m.End != nil {
-				sm.End = *m.End
-			}
-			snap.Maintenance = append(snap.Maintenance, sm)
-		}
-		snap.Nodes = append(snap.Nodes, sn)
-	}
+	s.snapNodes()
+	snap.Nodes, snap.Maintenance, snap.NodesVersion = s.snap.nodes, s.snap.maint, s.snap.version
 	for _, q := range s.queues {
 		snap.Queues[q.Name] = sched.Queue{Name: q.Name, Tier: q.Tier, Preemptible: q.Preemptible, NeverPreempt: q.NeverPreempt,
 			Pools: q.Pools, UserGPULimit: q.UserGPULimit}
 	}
-	for _, id := range s.ActiveIDs() {
-		j := s.jobs[id]
-		a, ok := s.CurrentAttempt(id)
-		if !ok {
-			continue
+	c := s.snapJobs()
+	active := s.ActiveIDs()
+	snap.Running = make([]sched.Running, 0, len(active))
+	for _, id := range active {
+		e := c[id]
+		if e == nil {
+			j := s.jobs[id]
+			a, ok := s.CurrentAttempt(id)
+			if !ok {
+				continue
+			}
+			e = &snapJob{running: runningOf(j, &a)}
+			c[id] = e
 		}
+		r := e.running
 		sv := s.serviceOf(id, now)
-		r := sched.Running{ID: id, Queue: j.Spec.Queue, Team: j.Spec.Team, User: j.Spec.User, Start: a.AssignTime,
-			Borrowing: j.Borrowing, Preempting: j.PreemptRequested || j.CancelRequested || j.Stopping != "",
-			AttainedService: sv.attained, LastRun: sv.lastRun, Requeued: sv.requeued}
-		if j.LastCheckpoint != nil {
-			r.LastCheckpoint = *j.LastCheckpoint
-		}
-		if j.Spec.TimeLimit > 0 {
-			r.End = a.AssignTime.Add(time.Duration(j.Spec.TimeLimit) * time.Second)
-		}
-		for _, p := range a.Placements {
-			r.Allocs = append(r.Allocs, sched.Alloc{Node: p.Node, GPUIndices: p.GPUIndices, CPUs: p.CPUs, MemoryMB: p.MemoryMB,
-				GPUShare: MilliOf(p.GPUShare), GPUMemoryMB: p.GPUMemoryMB})
-		}
+		r.AttainedService, r.LastRun, r.Requeued = sv.attained, sv.lastRun, sv.requeued
 		snap.Running = append(snap.Running, r)
 	}
-	for _, id := range s.PendingIDs() {
+	pending := s.PendingIDs()
+	snap.Pending = make([]sched.Job, 0, len(pending))
+	for _, id := range pending {
 		j := s.jobs[id]
 		if keep != nil && !keep(j) {
 			continue
 		}
+		e := c[id]
+		if e == nil {
+			e = &snapJob{pending: pendingOf(j)}
+			c[id] = e
+		}
+		p := e.pending
 		sv := s.serviceOf(id, now)
-		snap.Pending = append(snap.Pending, sched.Job{
-			ID: id, Queue: j.Spec.Queue, Team: j.Spec.Team, User: j.Spec.User, SubmitTime: j.SubmitTime, Nice: j.Spec.Nice,
-			TimeLimit: time.Duration(j.Spec.TimeLimit) * time.Second, Image: j.Spec.Image,
-			AttainedService: sv.attained, LastRun: sv.lastRun, Requeued: sv.requeued,
-			StartBy: j.Spec.LatestStart(),
-			Request: sched.Request{
-				GPUs: j.Spec.GPUs, Nodes: j.Spec.Nodes, GPUsPerNode: j.Spec.GPUsPerNode, GPUModel: j.Spec.GPUModel,
-				GPUModels: GPUModels(j.Spec.GPUModel), CPUs: j.Spec.CPUs, MemoryMB: j.Spec.MemoryMB,
-				GPUShare: MilliOf(j.Spec.GPUShare), GPUMemoryMB: j.Spec.GPUMemoryMB,
-				CUDA: j.Spec.CUDA, Driver: j.Spec.Driver,
-			},
-		})
+		p.AttainedService, p.LastRun, p.Requeued = sv.attained, sv.lastRun, sv.requeued
+		snap.Pending = append(snap.Pending, p)
 	}
 	return snap
+}
+
+// snapCache is what the last snapshot was made of (see Snapshot).
+type snapCache struct {
+	// nodes and maint are the last snapshot's node list and maintenance windows, made at
+	// seq under the configuration of configSeq; version is their NodesVersion.
+	nodes     []sched.Node
+	maint     []sched.Maintenance
+	seq       uint64
+	configSeq uint64
+	version   uint64
+	// jobs holds each active and pending job's entry; Apply and Evict drop the entry of
+	// every job they touch.
+	jobs map[int64]*snapJob
+}
+
+// snapJob is a job's entry in the snapshot: running for an active job, pending for a
+// pending one. The service it has received is filled in at each snapshot: a running
+// job's grows with time.
+type snapJob struct {
+	running sched.Running
+	pending sched.Job
+}
+
+func (s *State) snapJobs() map[int64]*snapJob {
+	if s.snap.jobs == nil {
+		s.snap.jobs = map[int64]*snapJob{}
+	}
+	return s.snap.jobs
+}
+
+// forgetSnapJob drops job id's snapshot entry: the job, or its attempts, changed.
+func (s *State) forgetSnapJob(id int64) {
+	if s.snap.jobs != nil {
+		delete(s.snap.jobs, id)
+	}
+}
+
+// snapNodes brings the cached node list up to date: the same slice when no node changed
+// since it was made, else a new one in which only the changed nodes are made again.
+func (s *State) snapNodes() {
+	c := &s.snap
+	if c.seq == s.seq && c.version != 0 {
+		return
+	}
+	fresh := c.version == 0 || c.configSeq != s.configSeq || len(c.nodes) != len(s.nodes)
+	var changed []int
+	if !fresh {
+		for i := range c.nodes {
+			name := c.nodes[i].Name
+			if _, ok := s.nodes[name]; !ok {
+				fresh = true // one went and another came
+				break
+			}
+			if s.nodeSeq[name] > c.seq {
+				changed = append(changed, i)
+			}
+		}
+	}
+	c.seq = s.seq
+	if !fresh && len(changed) == 0 {
+		return
+	}
+	pools := s.Pools()
+	var nodes []sched.Node
+	if fresh {
+		names := make([]string, 0, len(s.nodes))
+		for name := range s.nodes {
+			names = append(names, name)
+		}
+		slices.Sort(names)
+		nodes = make([]sched.Node, len(names))
+		for i, name := range names {
+			nodes[i] = nodeOf(s.nodes[name], pools)
+		}
+	} else {
+		nodes = slices.Clone(c.nodes)
+		for _, i := range changed {
+			nodes[i] = nodeOf(s.nodes[nodes[i].Name], pools)
+		}
+	}
+	var maint []sched.Maintenance
+	for i := range nodes {
+		if m := s.nodes[nodes[i].Name].Maintenance; m != nil {
+			sm := sched.Maintenance{Node: nodes[i].Name, Reason: m.Reason, Start: m.Start}
+			if m.End != nil {
+				sm.End = *m.End
+			}
+			maint = append(maint, sm)
+		}
+	}
+	c.nodes, c.maint, c.configSeq = nodes, maint, s.configSeq
+	c.version++
+}
+
+// nodeOf is node n as the scheduler sees it.
+func nodeOf(n *api.Node, pools map[string]api.Pool) sched.Node {
+	sn := sched.Node{
+		Name:   n.Name,
+		Labels: n.Labels,
+		// A syncing node may still run attempts the server gave up on (it was lost,
+		// or its agent changed): nothing new goes there until its agent says so.
+		Schedulable:   n.State == api.NodeReady && !n.Syncing,
+		CPUs:          n.CPUs,
+		MemoryMB:      n.MemoryMB,
+		DriverVersion: n.DriverVersion,
+		CUDAVersion:   n.CUDAVersion,
+		// Only the last run counts: a node whose check passes again takes work again.
+		HealthFailed:     n.HealthCheck != nil && !n.HealthCheck.OK,
+		ContainerRuntime: n.ContainerRuntime,
+		Sharing:          pools[n.Labels["pool"]].Sharing,
+		ExclusivePool:    pools[n.Labels["pool"]].Exclusive,
+	}
+	if len(n.GPUs) > 0 {
+		sn.GPUs = make([]sched.GPU, 0, len(n.GPUs))
+	}
+	for _, g := range n.GPUs {
+		sn.GPUs = append(sn.GPUs, sched.GPU{Index: g.Index, ID: g.UUID, Model: g.Model, MemoryMB: g.MemoryMB,
+			// A GPU that fell off the bus is not healthy, whatever its last report said.
+			Healthy: g.Healthy && !g.Missing,
+			// Leftover processes keep the GPU from new work until they are gone; the
+			// list is a handful of indices at most.
+			Held:        slices.Contains(n.HeldGPUs, g.Index),
+			NVLinkPeers: g.NVLinkPeers,
+		})
+	}
+	return sn
+}
+
+// runningOf is active job j, on its current attempt a, as the scheduler sees it, without
+// the service it has received.
+func runningOf(j *api.Job, a *api.Attempt) sched.Running {
+	r := sched.Running{ID: j.ID, Queue: j.Spec.Queue, Team: j.Spec.Team, User: j.Spec.User, Start: a.AssignTime,
+		Borrowing: j.Borrowing, Preempting: j.PreemptRequested || j.CancelRequested || j.Stopping != ""}
+	if j.LastCheckpoint != nil {
+		r.LastCheckpoint = *j.LastCheckpoint
+	}
+	if j.Spec.TimeLimit > 0 {
+		r.End = a.AssignTime.Add(time.Duration(j.Spec.TimeLimit) * time.Second)
+	}
+	for _, p := range a.Placements {
+		r.Allocs = append(r.Allocs, sched.Alloc{Node: p.Node, GPUIndices: p.GPUIndices, CPUs: p.CPUs, MemoryMB: p.MemoryMB,
+			GPUShare: MilliOf(p.GPUShare), GPUMemoryMB: p.GPUMemoryMB})
+	}
+	return r
+}
+
+// pendingOf is pending job j as the scheduler sees it, without the service it has received.
+func pendingOf(j *api.Job) sched.Job {
+	return sched.Job{
+		ID: j.ID, Queue: j.Spec.Queue, Team: j.Spec.Team, User: j.Spec.User, SubmitTime: j.SubmitTime, Nice: j.Spec.Nice,
+		TimeLimit: time.Duration(j.Spec.TimeLimit) * time.Second, Image: j.Spec.Image,
+		StartBy: j.Spec.LatestStart(),
+		Request: sched.Request{
+			GPUs: j.Spec.GPUs, Nodes: j.Spec.Nodes, GPUsPerNode: j.Spec.GPUsPerNode, GPUModel: j.Spec.GPUModel,
+			GPUModels: GPUModels(j.Spec.GPUModel), CPUs: j.Spec.CPUs, MemoryMB: j.Spec.MemoryMB,
+			GPUShare: MilliOf(j.Spec.GPUShare), GPUMemoryMB: j.Spec.GPUMemoryMB,
+			CUDA: j.Spec.CUDA, Driver: j.Spec.Driver,
+		},
+	}
 }
 
 // MilliOf turns a share of a GPU (0.25) into milli-GPU (250), the scheduler's unit.

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/rotahq/rota/internal/api"
@@ -60,6 +61,9 @@ type State struct {
 	jobSeq    map[int64]uint64
 	nodeSeq   map[string]uint64
 	configSeq uint64
+
+	// snap is what the last Snapshot was made of (snapshot.go).
+	snap snapCache
 }
 
 // New returns an empty state.
@@ -109,6 +113,10 @@ func (s *State) Apply(b *batch.Batch) {
 	s.seq++
 	for i := range b.Jobs {
 		s.jobSeq[b.Jobs[i].ID] = s.seq
+		s.forgetSnapJob(b.Jobs[i].ID)
+	}
+	for i := range b.Attempts {
+		s.forgetSnapJob(b.Attempts[i].JobID)
 	}
 	for i := range b.Nodes {
 		s.nodeSeq[b.Nodes[i].Name] = s.seq
@@ -252,23 +260,18 @@ func (s *State) Jobs(keep func(*api.Job) bool) []api.Job {
 }
 
 // PendingIDs returns the IDs of pending jobs, ascending.
-func (s *State) PendingIDs() []int64 { return sortedKeys(s.pending) }
+func (s *State) PendingIDs() []int64 { return s.jobIdx.ids(len(s.pending), api.StatePending) }
 
 // UnfinishedIDs returns the IDs of the jobs not yet ended (held, pending or active),
 // ascending.
 func (s *State) UnfinishedIDs() []int64 {
-	out := make([]int64, 0, len(s.held)+len(s.pending)+len(s.active))
-	for _, m := range []map[int64]struct{}{s.held, s.pending, s.active} {
-		for id := range m {
-			out = append(out, id)
-		}
-	}
-	slices.Sort(out)
-	return out
+	return s.jobIdx.ids(len(s.held)+len(s.pending)+len(s.active), api.StateHeld, api.StatePending, api.StateAssigned, api.StateRunning)
 }
 
 // ActiveIDs returns the IDs of jobs holding resources, ascending.
-func (s *State) ActiveIDs() []int64 { return sortedKeys(s.active) }
+func (s *State) ActiveIDs() []int64 {
+	return s.jobIdx.ids(len(s.active), api.StateAssigned, api.StateRunning)
+}
 
 func sortedKeys(m map[int64]struct{}) []int64 {
 	out := make([]int64, 0, len(m))
@@ -287,6 +290,25 @@ func (s *State) Node(name string) (api.Node, bool) {
 	}
 	return *n, true
 }
+
+// NodesWhere returns copies of the nodes keep accepts, ordered by name. keep reads the
+// state's own node and must not change it.
+func (s *State) NodesWhere(keep func(*api.Node) bool) []api.Node {
+	var out []api.Node
+	for _, n := range s.nodes {
+		if keep(n) {
+			out = append(out, *n)
+		}
+	}
+	slices.SortFunc(out, func(a, b api.Node) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
+
+// Peek returns the state's own record of job id, or nil, for reading only: a cycle reads
+// every pending and active job, and a copy of each would cost more than the reading.
+// Callers hold the lock that guards the state and must not change the record, which
+// the next Apply may replace.
+func (s *State) Peek(id int64) *api.Job { return s.jobs[id] }
 
 // Nodes returns copies of all nodes, ordered by name.
 func (s *State) Nodes() []api.Node {
@@ -370,7 +392,7 @@ func (s *State) Reservations() []api.Reservation {
 func (s *State) NextReservationID() int64 { return s.maxResv + 1 }
 
 // HeldIDs returns the IDs of held jobs, ascending.
-func (s *State) HeldIDs() []int64 { return sortedKeys(s.held) }
+func (s *State) HeldIDs() []int64 { return s.jobIdx.ids(len(s.held), api.StateHeld) }
 
 // Queue returns the named queue.
 func (s *State) Queue(name string) (api.Queue, bool) {

@@ -253,3 +253,32 @@ func TestCyclesAreCoalesced(t *testing.T) {
 		t.Fatal("no cycle due after RecomputeInterval")
 	}
 }
+
+// After a long cycle the loop rests as long as the cycle took before it starts another,
+// whatever changed meanwhile; after a short one it does not rest at all.
+func TestLongCyclesAreFollowedByRest(t *testing.T) {
+	h := newHarness(t)
+	h.beat("n1", 8)
+	h.submit(api.JobSpec{GPUs: 8, Command: []string{"train"}})
+	h.srv.loopCycle(context.Background())
+	h.submit(api.JobSpec{GPUs: 1, Command: []string{"train"}})
+	if !h.srv.cycleDue() {
+		t.Fatal("no cycle due after a submit that followed a short cycle")
+	}
+
+	const took = 300 * time.Millisecond
+	h.srv.planning = func() { time.Sleep(took) }
+	start := time.Now()
+	h.srv.loopCycle(context.Background())
+	ended := time.Now()
+	h.srv.planning = nil
+	h.submit(api.JobSpec{GPUs: 1, Command: []string{"train"}})
+	for !h.srv.cycleDue() {
+		time.Sleep(10 * time.Millisecond)
+	}
+	// The rest is as long as the cycle, counted from its end (less the moments between
+	// the loop's clock readings and the test's).
+	if rested, cycle := time.Since(ended), ended.Sub(start); rested < took*9/10 {
+		t.Fatalf("a cycle was due %v after one of %v", rested, cycle)
+	}
+}

@@ -198,7 +198,7 @@ func (s *Server) maintenanceWindows(b *store.Batch, now time.Time) {
 	for i := range b.Nodes {
 		changed[b.Nodes[i].Name] = i
 	}
-	for _, n := range s.state.Nodes() {
+	for _, n := range s.state.NodesWhere(func(n *api.Node) bool { return n.Maintenance != nil }) {
 		if i, ok := changed[n.Name]; ok {
 			n = b.Nodes[i]
 		}

@@ -65,12 +65,37 @@ func (s *Server) Cycle(ctx context.Context) error {
 		return nil
 	}
 	state, seq := s.state, s.cycled
+	var err error
 	s.mu.Unlock()
 	locked = false
 	if s.planning != nil {
 		s.planning()
 	}
-	plan, err := sched.ScheduleWith(snap, now, s.cfg.Policy)
+	if s.planner == nil {
+		s.planner, err = sched.NewPlanner(s.cfg.Policy)
+	}
+	var plan sched.Plan
+	if err == nil {
+		// The planner keeps its node layout while the snapshot's NodesVersion stays the
+		// same: cycles run one at a time, so only this one uses it.
+		plan = s.planner.Schedule(snap, now)
+	}
+	// What the plan says of each pending job is made ready before the lock is taken again.
+	// One array each for the estimates and priorities of every pending job, rather than
+	// two small allocations per job per cycle.
+	reasons := make(map[int64]sched.Reason, len(plan.Pending))
+	ests := make([]*time.Time, len(plan.Pending))
+	prios := make([]api.Priority, len(plan.Pending))
+	estAt := make([]time.Time, len(plan.Pending))
+	for i, p := range plan.Pending {
+		reasons[p.JobID] = p.Reason
+		if !p.EstimatedStart.IsZero() {
+			estAt[i] = p.EstimatedStart
+			ests[i] = &estAt[i]
+		}
+		pr := p.Priority
+		prios[i] = api.Priority{Tier: pr.Tier, Score: pr.Score, FairShare: pr.FairShare, Age: pr.Age, Size: pr.Size, Deadline: pr.Deadline, Nice: pr.Nice}
+	}
 	if s.planned != nil {
 		s.planned()
 	}
@@ -152,17 +177,9 @@ func (s *Server) Cycle(ctx context.Context) error {
 		s.wake()
 	}
 	s.claims = plan.Claims
-	s.reasons = make(map[int64]sched.Reason, len(plan.Pending))
-	for _, p := range plan.Pending {
-		s.reasons[p.JobID] = p.Reason
-		var est *time.Time
-		if !p.EstimatedStart.IsZero() {
-			t := p.EstimatedStart
-			est = &t
-		}
-		pr := p.Priority
-		s.state.SetPendingReason(p.JobID, string(p.Reason.Code), p.Reason.Message, est, &api.Priority{
-			Tier: pr.Tier, Score: pr.Score, FairShare: pr.FairShare, Age: pr.Age, Size: pr.Size, Deadline: pr.Deadline, Nice: pr.Nice})
+	s.reasons = reasons
+	for i, p := range plan.Pending {
+		s.state.SetPendingReason(p.JobID, string(p.Reason.Code), p.Reason.Message, ests[i], &prios[i])
 	}
 	for id, r := range held {
 		s.state.SetPendingReason(id, r[0], r[1], nil, nil)
@@ -213,9 +230,8 @@ func (s *Server) releaseHeld(b *store.Batch, now time.Time) {
 
 // finishDrains marks a draining node drained once no job holds anything on it.
 func (s *Server) finishDrains(b *store.Batch, now time.Time) {
-	usage := s.state.Usage()
-	for _, n := range s.state.Nodes() {
-		if n.State != api.NodeDraining || usage[n.Name] != nil {
+	for _, n := range s.state.NodesWhere(func(n *api.Node) bool { return n.State == api.NodeDraining }) {
+		if s.state.NodeUsage(n.Name) != nil {
 			continue
 		}
 		n.State = api.NodeDrained
@@ -233,12 +249,12 @@ func (s *Server) admission(now time.Time) map[int64][2]string {
 	s.wakeAt = time.Time{}
 	arrayActive := map[int64]int{}
 	for _, id := range s.state.ActiveIDs() {
-		if j, _ := s.state.Job(id); j.ArrayID != 0 {
+		if j := s.state.Peek(id); j.ArrayID != 0 {
 			arrayActive[j.ArrayID]++
 		}
 	}
 	for _, id := range s.state.PendingIDs() {
-		j, _ := s.state.Job(id)
+		j := s.state.Peek(id)
 		if j.NotBefore != nil && now.Before(*j.NotBefore) {
 			if s.wakeAt.IsZero() || j.NotBefore.Before(s.wakeAt) {
 				s.wakeAt = *j.NotBefore

@@ -178,9 +178,14 @@ type Server struct {
 	cycled    uint64
 	lastCycle time.Time
 	wakeAt    time.Time
+	// restUntil (Unix nanoseconds of the wall clock) is when the loop may start the next
+	// cycle after a long one (see cycleRest).
+	restUntil atomic.Int64
 	// planning and planned, if set (by tests and benchmarks), run while a cycle plans,
 	// without s.mu: before the plan is made and after.
 	planning, planned func()
+	// planner plans every cycle (made by the first); cycleMu guards it.
+	planner *sched.Planner
 
 	logMu sync.Mutex // serialises writes to shipped log files
 	// logs is the directory of shipped logs; every log file is opened through it.
@@ -451,6 +456,9 @@ func (s *Server) wake() {
 // Run schedules and watches node liveness until ctx ends; with a lease, it also keeps or
 // seeks the lease, and schedules only while it leads. It returns once the lease, if
 // held, has been given up.
+// cycleRestAfter is how long a cycle takes before the loop rests after it (cycleDue).
+const cycleRestAfter = 100 * time.Millisecond
+
 func (s *Server) Run(ctx context.Context) error {
 	if s.cfg.Lease != nil {
 		done := make(chan struct{})
@@ -463,9 +471,7 @@ func (s *Server) Run(ctx context.Context) error {
 		if s.isLeader() {
 			s.checkNodes(ctx)
 			if s.cycleDue() {
-				if err := s.Cycle(ctx); err != nil && !errors.Is(err, errNotLeader) {
-					s.log.Error("scheduling cycle failed", "err", err)
-				}
+				s.loopCycle(ctx)
 			}
 		}
 		select {
@@ -477,11 +483,29 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 }
 
+// loopCycle runs one cycle for the loop, and has the loop rest after it as long as it
+// took when that was long (cycleDue).
+func (s *Server) loopCycle(ctx context.Context) {
+	start := time.Now()
+	if err := s.Cycle(ctx); err != nil && !errors.Is(err, errNotLeader) {
+		s.log.Error("scheduling cycle failed", "err", err)
+	}
+	if took := time.Since(start); took >= cycleRestAfter {
+		s.restUntil.Store(time.Now().Add(took).UnixNano())
+	}
+}
+
 // cycleDue reports whether a cycle may decide anything the last one did not: the state
 // changed since, a timer it noted is due, or RecomputeInterval has passed. Cycles are thus
 // coalesced: any number of changes between two ticks make one cycle, and an idle cluster
-// makes none beyond the bounded recompute.
+// makes none beyond the bounded recompute. After a cycle that took longer than
+// cycleRestAfter, the loop rests as long as it took before the next one: on a large
+// cluster with a steady stream of submits, planning takes at most half of one core and
+// leaves the rest to heartbeats and requests, as Slurm's minimum scheduling interval does.
 func (s *Server) cycleDue() bool {
+	if time.Now().UnixNano() < s.restUntil.Load() {
+		return false
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.cfg.Clock.Now()
