@@ -359,11 +359,11 @@ pools:
 
 	// Deadlines: one met (it ends well before), one that waits for all four GPUs behind a
 	// three-hour job while it must start within the hour.
-	met := u.submit("--gpus", "1", "--name", "ui-deadline-met", "--time-limit", "10m", "--deadline", "+2h", "--", "true")
+	met := u.submit("--gpus", "1", "--name", "ui-deadline-met", "--time", "10m", "--deadline", "+2h", "--", "true")
 	u.waitJob(met, 30*time.Second, api.StateSucceeded)
-	blocker := u.submit("--gpus", "1", "--name", "ui-blocker", "--time-limit", "3h", "--", "sleep", "600")
+	blocker := u.submit("--gpus", "1", "--name", "ui-blocker", "--time", "3h", "--", "sleep", "600")
 	u.waitJob(blocker, 30*time.Second, api.StateRunning)
-	late := u.submit("--gpus", "4", "--name", "ui-deadline-late", "--time-limit", "1h", "--deadline", "+2h", "--", "true")
+	late := u.submit("--gpus", "4", "--name", "ui-deadline-late", "--time", "1h", "--deadline", "+2h", "--", "true")
 	var warning string
 	waitForf(t, 20*time.Second, func() string {
 		return "a deadline warning on job " + strconv.FormatInt(late, 10) + "; last: " + warning
@@ -378,8 +378,11 @@ pools:
 	logIn := func(who, tok string) {
 		t.Helper()
 		b.problems.on("login as " + who)
-		b.eval(`sessionStorage.clear(); history.replaceState(null, "", "/#/"); location.reload(); ""`)
-		b.wait("the login form", `document.getElementById("login") !== null`, 15*time.Second)
+		b.eval(`sessionStorage.clear(); history.replaceState(null, "", "/#/"); ""`)
+		if err := chromedp.Do(b.ctx, chromedp.Reload()); err != nil {
+			t.Fatalf("reload the page: %v", err)
+		}
+		b.wait("the login form", `document.getElementById("token") !== null`, 15*time.Second)
 		b.eval(`document.getElementById("token").value = ` + strconv.Quote(tok) + `; document.getElementById("login").requestSubmit(); ""`)
 		b.wait("the overview as "+who, `document.querySelector('.page[data-page="overview"][data-ready]') !== null && document.getElementById("me").textContent.startsWith(`+strconv.Quote(who+" ")+`)`, 20*time.Second)
 		b.checkClean()
@@ -412,6 +415,11 @@ pools:
 	b.shoot("requests-refused")
 	fill(map[string]string{"limit": "4"})
 	b.wait("the quota request filed and listed pending", `document.getElementById("request-message").textContent.startsWith("Request 1 filed") && document.querySelector('#requests tr[data-request="1"][data-state="pending"]') !== null`, 10*time.Second)
+	// A reservation's times go to the API as instants; one that ends before it starts is
+	// refused naming the end, and nothing is filed.
+	start := time.Now().Add(2 * time.Hour)
+	fill(map[string]string{"kind": "reservation", "gpus": "2", "start": start.Format("2006-01-02T15:04"), "end": start.Add(-time.Hour).Format("2006-01-02T15:04"), "reason": "release evaluation"})
+	b.wait("the API's refusal of an end before the start", `document.getElementById("request-message").textContent.startsWith("end: ") && document.getElementById("request-message").textContent.includes("is not after the start")`, 10*time.Second)
 	fill(map[string]string{"kind": "queue", "queue": "urgent", "reason": "production model regressed, hotfix training"})
 	b.wait("the queue request listed pending", `document.querySelector('#requests tr[data-request="2"][data-state="pending"]') !== null`, 10*time.Second)
 	if n := b.eval(`String(document.querySelectorAll("#requests button.approve").length)`); n != "0" {
