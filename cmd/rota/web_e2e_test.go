@@ -315,7 +315,7 @@ func TestWebUIGovernance(t *testing.T) {
 	addr := freePort(t)
 	u := startUpWith(t, 4, "--fake-gpus-config", fake, "--labels", "pool=train", "--listen", addr)
 
-	for _, user := range [][]string{{"alice", "member"}, {"olga", "admin"}} {
+	for _, user := range [][]string{{"alice", "member"}, {"olga", "admin"}, {"vera", "viewer"}} {
 		if r := u.rota("admin", "user", "add", user[0], "--role", user[1]); r.code != 0 {
 			t.Fatalf("rota admin user add %s: %s", user[0], r)
 		}
@@ -328,7 +328,7 @@ func TestWebUIGovernance(t *testing.T) {
 		}
 		return tok.Token
 	}
-	alice, olga := token("alice"), token("olga")
+	alice, olga, vera := token("alice"), token("olga"), token("vera")
 	// Team vision may borrow up to 2 GPUs; urgent is for team platform only; pool train
 	// wants a driver and CUDA newer than the node's.
 	cfg := filepath.Join(dir, "rota.yaml")
@@ -420,8 +420,12 @@ pools:
 	start := time.Now().Add(2 * time.Hour)
 	fill(map[string]string{"kind": "reservation", "gpus": "2", "start": start.Format("2006-01-02T15:04"), "end": start.Add(-time.Hour).Format("2006-01-02T15:04"), "reason": "release evaluation"})
 	b.wait("the API's refusal of an end before the start", `document.getElementById("request-message").textContent.startsWith("end: ") && document.getElementById("request-message").textContent.includes("is not after the start")`, 10*time.Second)
-	fill(map[string]string{"kind": "queue", "queue": "urgent", "reason": "production model regressed, hotfix training"})
+	// What a user writes is shown as text, never as markup.
+	fill(map[string]string{"kind": "queue", "queue": "urgent", "reason": "production model regressed <img src=x id=injected>"})
 	b.wait("the queue request listed pending", `document.querySelector('#requests tr[data-request="2"][data-state="pending"]') !== null`, 10*time.Second)
+	if got := b.eval(`document.getElementById("injected") === null ? document.querySelector('#requests tr[data-request="2"] .reason').textContent : "an img element"`); got != "production model regressed <img src=x id=injected>" {
+		t.Errorf("the request's reason shows as %q; want the text as written", got)
+	}
 	if n := b.eval(`String(document.querySelectorAll("#requests button.approve").length)`); n != "0" {
 		t.Errorf("a member sees %s Approve buttons; want none", n)
 	}
@@ -490,5 +494,13 @@ pools:
 		t.Errorf("alice sees %s requests; want her own 2", n)
 	}
 	b.shoot("requests-denied")
+	b.checkClean()
+
+	// A viewer may neither file nor read requests: the page shows the API's refusal.
+	logIn("vera", vera)
+	b.visit("requests (vera)", "#/requests")
+	if msg := b.eval(`document.getElementById("requests-error")?.textContent ?? ""`); !strings.Contains(msg, "viewer") {
+		t.Errorf("a viewer's Requests page says %q; want the API's refusal naming the role", msg)
+	}
 	b.checkClean()
 }

@@ -886,27 +886,29 @@
         ? 'Every request of the cluster. Operators and admins approve or deny those of others; an approved request applies at once and undoes itself at its end.'
         : 'Your requests. An operator or admin approves or denies them; one nobody decides expires.'),
       formBox, listBox);
+    // load draws the list, or the API's refusal to give it (a viewer's, say) in its place.
     const load = async () => {
       const q = filter.value ? '?state=' + encodeURIComponent(filter.value) : '';
-      const list = await api('/api/v1/requests' + q);
-      if (!alive()) return;
-      drawRequests(listBox, filter, list.requests || [], () => load().catch((e) => showListError(listBox, filter, e)));
+      try {
+        const list = await api('/api/v1/requests' + q);
+        if (!alive()) return;
+        drawRequests(listBox, filter, list.requests || [], load);
+      } catch (e) {
+        if (!alive()) return;
+        listBox.replaceChildren(requestsHead(filter), el('p', { class: 'error', id: 'requests-error' }, errText(e)));
+      }
       ready(page);
     };
     filter.addEventListener('change', () => {
       requestState = filter.value;
-      load().catch((e) => showListError(listBox, filter, e));
+      load();
     });
-    drawRequestForm(formBox, () => load().catch((e) => showListError(listBox, filter, e)));
+    drawRequestForm(formBox, load);
     await every(15000, async () => {
       // A refresh would throw away a note being written: wait for the next one.
       const editing = listBox.contains(document.activeElement) || [...listBox.querySelectorAll('input')].some((i) => i.value);
       if (!editing) await load();
     });
-  }
-
-  function showListError(box, filter, e) {
-    box.replaceChildren(requestsHead(filter), el('p', { class: 'error', id: 'requests-error' }, errText(e)));
   }
 
   function requestsHead(filter) {
