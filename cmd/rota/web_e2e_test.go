@@ -413,8 +413,11 @@ pools:
 		t.Errorf("the refused limit's input is not marked")
 	}
 	b.shoot("requests-refused")
-	fill(map[string]string{"limit": "4"})
+	fill(map[string]string{"limit": "4", "for_s": "48"})
 	b.wait("the quota request filed and listed pending", `document.getElementById("request-message").textContent.startsWith("Request 1 filed") && document.querySelector('#requests tr[data-request="1"][data-state="pending"]') !== null`, 10*time.Second)
+	if got := b.eval(`document.querySelector('#requests tr[data-request="1"]').textContent`); !strings.Contains(got, "for 2d 0h from approval") {
+		t.Errorf("the quota request asked for 48 hours reads %q; want it to last 2d 0h from approval", got)
+	}
 	// A reservation's times go to the API as instants; one that ends before it starts is
 	// refused naming the end, and nothing is filed.
 	start := time.Now().Add(2 * time.Hour)

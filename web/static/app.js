@@ -932,15 +932,22 @@
     const form = el('form', { id: 'request-form', class: 'request-form', noValidate: true },
       el('div', { class: 'controls' }, el('label', null, 'What', kind), rows),
       el('label', { class: 'wide' }, 'Reason', reason), el('div', null, submit), msg);
+    const clearMarks = () => form.querySelectorAll('.invalid').forEach((i) => { i.classList.remove('invalid'); i.removeAttribute('aria-invalid'); });
+    // The placeholders say what an empty field means for the kind: the API's defaults.
     const showKind = () => {
       for (const r of rows) r.hidden = !r.dataset.kinds.split(' ').includes(kind.value);
       inputs.gpu_model.placeholder = kind.value === 'quota' ? '* for any' : 'any';
+      inputs.for_s.placeholder = kind.value === 'quota' ? '168 (7 days)' : '24';
     };
-    kind.addEventListener('change', showKind);
+    kind.addEventListener('change', () => {
+      showKind();
+      clearMarks();
+      msg.textContent = '';
+    });
     showKind();
     form.addEventListener('submit', async (ev) => {
       ev.preventDefault();
-      form.querySelectorAll('.invalid').forEach((i) => { i.classList.remove('invalid'); i.removeAttribute('aria-invalid'); });
+      clearMarks();
       const fail = (field, text) => {
         msg.className = 'error';
         msg.textContent = field ? field + ': ' + text : text;
@@ -960,6 +967,7 @@
         if (input.validity.badInput) return fail(name, 'is not a number');
         const v = input.value.trim();
         if (v === '') continue;
+        if (attrsType(name) === 'number' && !isFinite(Number(v))) return fail(name, 'is not a number'); // JSON would send null: the default
         if (name === 'for_s') body.for_s = Math.round(Number(v) * 3600);
         else if (attrsType(name) === 'number') body[name] = Number(v);
         else if (attrsType(name) === 'datetime-local') {
