@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -155,122 +156,354 @@ func TestWebUIInBrowser(t *testing.T) {
 		link = "http://" + addr + link
 	}
 
+	b := newUIBrowser(t, chrome, shots, 90*time.Second)
+
+	// Log in through the one-time link: the overview draws, the code leaves the address.
+	b.problems.on("login")
+	if err := chromedp.Do(b.ctx, chromedp.Navigate(link)); err != nil {
+		t.Fatalf("open %s: %v", link, err)
+	}
+	b.wait("the overview after logging in", `document.querySelector('.page[data-page="overview"][data-ready]') !== null`, 20*time.Second)
+	if h := b.eval(`location.href`); strings.Contains(h, "login=") {
+		t.Errorf("the address still holds the one-time code: %s", h)
+	}
+	if who := b.eval(`document.getElementById("me").textContent`); who == "" {
+		t.Errorf("the header does not say who is logged in")
+	}
+	b.wait("the overview's GPU counts", `document.querySelector('#gpu-stats .stat.used .n')?.textContent === "1"`, 10*time.Second)
+	b.shoot("overview")
+	b.checkClean()
+
+	b.visit("nodes", "#/nodes")
+	b.wait("a cell per GPU", `document.querySelectorAll(".gpu-cell").length === 4 && document.querySelectorAll('.gpu-cell[data-state="used"]').length === 1`, 10*time.Second)
+	if cell := b.eval(`document.querySelector('.gpu-cell[data-state="used"]').textContent`); !strings.Contains(cell, "job "+strconv.FormatInt(running, 10)) {
+		t.Errorf("the used GPU's cell says %q; want it to name job %d", cell, running)
+	}
+	b.shoot("nodes")
+	b.checkClean()
+
+	b.visit("queue", "#/queue")
+	sel := fmt.Sprintf(`#pending tr[data-job="%d"] .reason`, pending)
+	b.wait("the pending job's reason", `document.querySelector(`+strconv.Quote(sel)+`)?.textContent.includes("free GPU")`, 10*time.Second)
+	b.wait("the running job in the queue", fmt.Sprintf(`document.querySelector('#running tr[data-job="%d"]') !== null`, running), 5*time.Second)
+	b.shoot("queue")
+	b.checkClean()
+
+	b.visit("job", "#/jobs/"+strconv.FormatInt(running, 10))
+	b.wait("the job's log lines", `document.getElementById("log").textContent.includes("ui-line 3")`, 15*time.Second)
+	b.wait("the job's utilisation chart", `document.querySelector("#util-chart svg path.line") !== null && document.querySelector("#mem-chart svg path.line") !== null`, 20*time.Second)
+	b.wait("the job's timeline", `document.querySelectorAll("#timeline li").length >= 2`, 5*time.Second)
+	b.shoot("job")
+	b.checkClean()
+
+	b.visit("reports", "#/reports")
+	b.wait("a report or why there is none", `document.querySelector("#report table, #report-unavailable") !== null`, 10*time.Second)
+	b.shoot("reports")
+	b.checkClean()
+
+	// The pending job's page explains the wait; its Cancel button (two clicks) cancels it.
+	b.visit("pending job", "#/jobs/"+strconv.FormatInt(pending, 10))
+	b.wait("why the job waits", `document.querySelector("#why li")?.textContent.includes("free GPU")`, 10*time.Second)
+	b.shoot("job-pending")
+	b.eval(`document.getElementById("cancel").click(); ""`)
+	b.eval(`document.getElementById("cancel").click(); ""`)
+	b.wait("the page to show the job cancelled", `document.querySelector(".jobhead .badge")?.textContent === "CANCELLED"`, 10*time.Second)
+	if d, r := u.show(pending); r.code != 0 || d.State != api.StateCancelled {
+		t.Errorf("job %d after Cancel in the UI: %s (%s); want CANCELLED", pending, d.State, r)
+	}
+	if b.eval(`document.getElementById("cancel") === null ? "gone" : "there"`) != "gone" {
+		t.Errorf("the Cancel button is still shown for a cancelled job")
+	}
+	b.checkClean()
+
+	// Logging out revokes the session token and shows the login form.
+	b.problems.on("logout")
+	b.eval(`document.getElementById("logout").click(); ""`)
+	b.wait("the login form", `document.getElementById("login") !== null && sessionStorage.getItem("rota.token") === null`, 5*time.Second)
+	b.checkClean()
+}
+
+// uiBrowser is headless Chromium with the helpers the browser tests share. Its methods
+// fail the test with what the page shows.
+type uiBrowser struct {
+	t        *testing.T
+	ctx      context.Context
+	problems *browserProblems
+	shots    string
+	began    time.Time
+}
+
+// newUIBrowser starts Chromium at 1280×900 for at most timeout; it stops with the test.
+func newUIBrowser(t *testing.T, chrome, shots string, timeout time.Duration) *uiBrowser {
+	t.Helper()
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(chrome), chromedp.NoSandbox, chromedp.WindowSize(1280, 900),
 		chromedp.Flag("disable-dev-shm-usage", true), chromedp.UserDataDir(t.TempDir()))
 	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	defer cancelAlloc()
+	t.Cleanup(cancelAlloc)
 	ctx, cancelTab := chromedp.NewContext(allocCtx)
-	defer cancelTab()
-	ctx, cancelTime := context.WithTimeout(ctx, 90*time.Second)
-	defer cancelTime()
-	problems := &browserProblems{}
-	problems.listen(ctx)
+	t.Cleanup(cancelTab)
+	ctx, cancelTime := context.WithTimeout(ctx, timeout)
+	t.Cleanup(cancelTime)
+	b := &uiBrowser{t: t, ctx: ctx, problems: &browserProblems{}, shots: shots, began: time.Now()}
+	b.problems.listen(ctx)
+	return b
+}
 
-	// wait polls a JavaScript predicate; on a timeout it fails with what the page shows.
-	wait := func(what, expr string, d time.Duration) {
-		t.Helper()
-		if _, err := chromedp.Run(ctx, chromedp.Poll[chromedp.Void](expr, chromedp.WithPollingTimeout(d), chromedp.WithPollingInterval(100*time.Millisecond))); err != nil {
-			text, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.body.innerText`))
-			t.Fatalf("waiting for %s: %v\nthe page shows:\n%s", what, err, tail(text, 4000))
+// wait polls a JavaScript predicate; on a timeout it fails with what the page shows.
+func (b *uiBrowser) wait(what, expr string, d time.Duration) {
+	b.t.Helper()
+	if _, err := chromedp.Run(b.ctx, chromedp.Poll[chromedp.Void](expr, chromedp.WithPollingTimeout(d), chromedp.WithPollingInterval(100*time.Millisecond))); err != nil {
+		text, _ := chromedp.Run(b.ctx, chromedp.Evaluate[string](`document.body.innerText`))
+		b.t.Fatalf("waiting for %s: %v\nthe page shows:\n%s", what, err, tail(text, 4000))
+	}
+}
+
+func (b *uiBrowser) eval(expr string) string {
+	b.t.Helper()
+	s, err := chromedp.Run(b.ctx, chromedp.Evaluate[string](expr))
+	if err != nil {
+		b.t.Fatalf("evaluate %s: %v", expr, err)
+	}
+	return s
+}
+
+// shoot saves a full-page screenshot as name.png in the screenshot directory.
+func (b *uiBrowser) shoot(name string) {
+	b.t.Helper()
+	png, err := chromedp.Run(b.ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		b.t.Fatalf("screenshot of %s: %v", name, err)
+	}
+	p := filepath.Join(b.shots, name+".png")
+	if err := os.WriteFile(p, png, 0o644); err != nil {
+		b.t.Fatal(err)
+	}
+	b.t.Logf("screenshot of the %s page: %s (%.1fs into the browser session)", name, p, time.Since(b.began).Seconds())
+}
+
+// visit goes to a page of the UI and waits until it has drawn.
+func (b *uiBrowser) visit(name, hash string) {
+	b.t.Helper()
+	b.problems.on(name)
+	b.eval(`location.hash = ` + strconv.Quote(hash) + `; ""`)
+	b.wait("the "+name+" page", `document.querySelector(".page[data-ready]") !== null && location.hash === `+strconv.Quote(hash), 15*time.Second)
+}
+
+// checkClean fails the test for each problem the pages reported since the last call.
+func (b *uiBrowser) checkClean() {
+	b.t.Helper()
+	for _, p := range b.problems.take() {
+		b.t.Errorf("%s", p)
+	}
+}
+
+// The pool's governance in the page: a member files requests in the form (a bad one
+// refused naming the field), an admin approves one, which applies, and denies one with a
+// note the member then reads; an admin's own request is refused in the page; a node whose
+// driver is below its pool's wanted range is flagged; jobs show their deadlines, a met one
+// and one whose estimated start makes it unreachable.
+func TestWebUIGovernance(t *testing.T) {
+	skipShort(t)
+	chrome := findChrome(t)
+	shots := screenshotDir(t)
+	dir := t.TempDir()
+	fake := filepath.Join(dir, "fake-gpus.yaml")
+	if err := os.WriteFile(fake, []byte("count: 4\nmodel: NVIDIA H100 80GB HBM3\ndriver_version: \"535.104.05\"\ncuda_version: \"12.2\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	addr := freePort(t)
+	u := startUpWith(t, 4, "--fake-gpus-config", fake, "--labels", "pool=train", "--listen", addr)
+
+	for _, user := range [][]string{{"alice", "member"}, {"olga", "admin"}, {"vera", "viewer"}} {
+		if r := u.rota("admin", "user", "add", user[0], "--role", user[1]); r.code != 0 {
+			t.Fatalf("rota admin user add %s: %s", user[0], r)
 		}
 	}
-	eval := func(expr string) string {
-		t.Helper()
-		s, err := chromedp.Run(ctx, chromedp.Evaluate[string](expr))
-		if err != nil {
-			t.Fatalf("evaluate %s: %v", expr, err)
+	token := func(user string) string {
+		r := u.rota("admin", "token", "create", "--user", user, "-o", "json")
+		var tok api.NewToken
+		if r.code != 0 || json.Unmarshal([]byte(r.stdout), &tok) != nil || tok.Token == "" {
+			t.Fatalf("rota admin token create --user %s: %s", user, r)
 		}
-		return s
+		return tok.Token
 	}
-	began := time.Now()
-	shoot := func(name string) {
+	alice, olga, vera := token("alice"), token("olga"), token("vera")
+	// Team vision may borrow up to 2 GPUs; urgent is for team platform only; pool train
+	// wants a driver and CUDA newer than the node's.
+	cfg := filepath.Join(dir, "rota.yaml")
+	if err := os.WriteFile(cfg, []byte(`queues:
+  - name: urgent
+    tier: 80
+    default_time_limit_s: 86400
+    max_time_limit_s: 259200
+    grace_s: 120
+    teams: [platform]
+teams:
+  - name: vision
+    members: [alice]
+    quotas:
+      "*": {guaranteed: 1, limit: 2}
+  - name: platform
+pools:
+  - name: train
+    driver: ">=550"
+    cuda: ">=12.4"
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if r := u.rota("admin", "apply", "-f", cfg); r.code != 0 {
+		t.Fatalf("rota admin apply: %s", r)
+	}
+	u.waitNode(20*time.Second, "the node drifting from pool train's versions", func(n api.Node) bool { return len(n.Drift) == 2 })
+
+	// Deadlines: one met (it ends well before), one that waits for all four GPUs behind a
+	// three-hour job while it must start within the hour.
+	met := u.submit("--gpus", "1", "--name", "ui-deadline-met", "--time", "10m", "--deadline", "+2h", "--", "true")
+	u.waitJob(met, 30*time.Second, api.StateSucceeded)
+	blocker := u.submit("--gpus", "1", "--name", "ui-blocker", "--time", "3h", "--", "sleep", "600")
+	u.waitJob(blocker, 30*time.Second, api.StateRunning)
+	late := u.submit("--gpus", "4", "--name", "ui-deadline-late", "--time", "1h", "--deadline", "+2h", "--", "true")
+	var warning string
+	waitForf(t, 20*time.Second, func() string {
+		return "a deadline warning on job " + strconv.FormatInt(late, 10) + "; last: " + warning
+	}, func() bool {
+		d, r := u.show(late)
+		warning = d.DeadlineWarning
+		return r.code == 0 && strings.Contains(warning, "looks unreachable")
+	})
+
+	b := newUIBrowser(t, chrome, shots, 150*time.Second)
+	// logIn logs in through the login form with an API token.
+	logIn := func(who, tok string) {
 		t.Helper()
-		png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
-		if err != nil {
-			t.Fatalf("screenshot of %s: %v", name, err)
+		b.problems.on("login as " + who)
+		b.eval(`sessionStorage.clear(); history.replaceState(null, "", "/#/"); ""`)
+		if err := chromedp.Do(b.ctx, chromedp.Reload()); err != nil {
+			t.Fatalf("reload the page: %v", err)
 		}
-		p := filepath.Join(shots, name+".png")
-		if err := os.WriteFile(p, png, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("screenshot of the %s page: %s (%.1fs into the browser session)", name, p, time.Since(began).Seconds())
+		b.wait("the login form", `document.getElementById("token") !== null`, 15*time.Second)
+		b.eval(`document.getElementById("token").value = ` + strconv.Quote(tok) + `; document.getElementById("login").requestSubmit(); ""`)
+		b.wait("the overview as "+who, `document.querySelector('.page[data-page="overview"][data-ready]') !== null && document.getElementById("me").textContent.startsWith(`+strconv.Quote(who+" ")+`)`, 20*time.Second)
+		b.checkClean()
 	}
-	// visit goes to a page of the UI and waits until it has drawn.
-	visit := func(name, hash string) {
+	if err := chromedp.Do(b.ctx, chromedp.Navigate("http://"+addr+"/")); err != nil {
+		t.Fatalf("open the UI: %v", err)
+	}
+
+	// A member files a quota raise: too big first, refused naming the field, then right.
+	logIn("alice", alice)
+	b.wait("the overview's drifting node", `document.querySelector("#drift-stat .n")?.textContent === "1"`, 10*time.Second)
+	if b.eval(`document.getElementById("requests-stat") === null ? "none" : "shown"`) != "none" {
+		t.Errorf("a member's overview counts the requests waiting for a decision; only deciders' should")
+	}
+	b.visit("requests (alice)", "#/requests")
+	fill := func(values map[string]string) {
 		t.Helper()
-		problems.on(name)
-		eval(`location.hash = ` + strconv.Quote(hash) + `; ""`)
-		wait("the "+name+" page", `document.querySelector(".page[data-ready]") !== null && location.hash === `+strconv.Quote(hash), 15*time.Second)
+		js, _ := json.Marshal(values)
+		b.eval(`(() => { const v = ` + string(js) + `;
+			const kind = document.getElementById("request-kind");
+			if (v.kind) { kind.value = v.kind; kind.dispatchEvent(new Event("change")); }
+			for (const [k, x] of Object.entries(v)) if (k !== "kind") document.querySelector('#request-form [name="' + k + '"]').value = x;
+			document.getElementById("request-form").requestSubmit(); return ""; })()`)
 	}
-	checkClean := func() {
-		t.Helper()
-		for _, p := range problems.take() {
-			t.Errorf("%s", p)
+	fill(map[string]string{"kind": "quota", "gpu_model": "*", "limit": "9", "reason": "paper deadline on the 12th"})
+	b.wait("the API's refusal of a limit above the cluster's GPUs", `document.getElementById("request-message").textContent.startsWith("limit: must be between 1 and 4")`, 10*time.Second)
+	if b.eval(`document.getElementById("request-limit").classList.contains("invalid") ? "marked" : "not"`) != "marked" {
+		t.Errorf("the refused limit's input is not marked")
+	}
+	b.shoot("requests-refused")
+	fill(map[string]string{"limit": "4", "for_s": "48"})
+	b.wait("the quota request filed and listed pending", `document.getElementById("request-message").textContent.startsWith("Request 1 filed") && document.querySelector('#requests tr[data-request="1"][data-state="pending"]') !== null`, 10*time.Second)
+	if got := b.eval(`document.querySelector('#requests tr[data-request="1"]').textContent`); !strings.Contains(got, "for 2d 0h from approval") {
+		t.Errorf("the quota request asked for 48 hours reads %q; want it to last 2d 0h from approval", got)
+	}
+	// A reservation's times go to the API as instants; one that ends before it starts is
+	// refused naming the end, and nothing is filed.
+	start := time.Now().Add(2 * time.Hour)
+	fill(map[string]string{"kind": "reservation", "gpus": "2", "start": start.Format("2006-01-02T15:04"), "end": start.Add(-time.Hour).Format("2006-01-02T15:04"), "reason": "release evaluation"})
+	b.wait("the API's refusal of an end before the start", `document.getElementById("request-message").textContent.startsWith("end: ") && document.getElementById("request-message").textContent.includes("is not after the start")`, 10*time.Second)
+	// What a user writes is shown as text, never as markup.
+	fill(map[string]string{"kind": "queue", "queue": "urgent", "reason": "production model regressed <img src=x id=injected>"})
+	b.wait("the queue request listed pending", `document.querySelector('#requests tr[data-request="2"][data-state="pending"]') !== null`, 10*time.Second)
+	if got := b.eval(`document.getElementById("injected") === null ? document.querySelector('#requests tr[data-request="2"] .reason').textContent : "an img element"`); got != "production model regressed <img src=x id=injected>" {
+		t.Errorf("the request's reason shows as %q; want the text as written", got)
+	}
+	if n := b.eval(`String(document.querySelectorAll("#requests button.approve").length)`); n != "0" {
+		t.Errorf("a member sees %s Approve buttons; want none", n)
+	}
+	b.shoot("requests-member")
+	b.checkClean()
+
+	// An admin approves the quota raise, which applies, and denies the queue request.
+	logIn("olga", olga)
+	b.wait("the overview's count of requests waiting", `document.querySelector("#requests-stat .n")?.textContent === "2"`, 10*time.Second)
+	b.shoot("overview-governance")
+	b.visit("requests (olga)", "#/requests")
+	row := func(id int) string {
+		return fmt.Sprintf(`document.querySelector('#requests tr[data-request="%d"]')`, id)
+	}
+	b.eval(row(1) + `.querySelector("button.approve").click(); ""`)
+	b.wait("request 1 approved", row(1)+`?.dataset.state === "approved" && `+row(1)+`.textContent.includes("olga")`, 10*time.Second)
+	r := u.rota("admin", "team", "list", "-o", "json")
+	var teams api.TeamList
+	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &teams) != nil {
+		t.Fatalf("rota admin team list -o json: %s", r)
+	}
+	for _, tm := range teams.Teams {
+		if tm.Name == "vision" && tm.Quotas["*"].Limit != 4 {
+			t.Errorf("team vision's quota after the approval in the page: %+v; want the limit raised to 4", tm.Quotas)
 		}
 	}
+	b.eval(row(2) + `.querySelector("button.deny").click(); ""`)
+	b.wait("the API's refusal of a deny without a note", row(2)+`.querySelector(".decide-error").textContent.startsWith("note: is required to deny")`, 10*time.Second)
+	b.eval(row(2) + `.querySelector("input.note").value = "the cluster is full this week; ask again on the 14th"; ` + row(2) + `.querySelector("button.deny").click(); ""`)
+	b.wait("request 2 denied with its note", row(2)+`?.dataset.state === "denied" && `+row(2)+`.textContent.includes("the cluster is full this week")`, 10*time.Second)
 
-	// Log in through the one-time link: the overview draws, the code leaves the address.
-	problems.on("login")
-	if err := chromedp.Do(ctx, chromedp.Navigate(link)); err != nil {
-		t.Fatalf("open %s: %v", link, err)
+	// Nobody decides their own request, an admin included: the page says so.
+	fill(map[string]string{"kind": "queue", "queue": "urgent", "reason": "to try the queue"})
+	b.wait("olga's own request listed", row(3)+` !== null`, 10*time.Second)
+	b.eval(row(3) + `.querySelector("button.approve").click(); ""`)
+	b.wait("the refusal to approve one's own request", row(3)+`.querySelector(".decide-error").textContent.includes("is your own; another operator or admin must decide it")`, 10*time.Second)
+	if st := b.eval(row(3) + `.dataset.state`); st != "pending" {
+		t.Errorf("olga's own request is %s after she tried to approve it; want pending", st)
 	}
-	wait("the overview after logging in", `document.querySelector('.page[data-page="overview"][data-ready]') !== null`, 20*time.Second)
-	if h := eval(`location.href`); strings.Contains(h, "login=") {
-		t.Errorf("the address still holds the one-time code: %s", h)
+	b.shoot("requests-admin")
+	b.checkClean()
+
+	// The drifting node, and the deadlines in the queue and on the job pages.
+	b.visit("nodes", "#/nodes")
+	b.wait("the node flagged as drifting", `document.querySelector(".node .badge.drift") !== null`, 10*time.Second)
+	if txt := b.eval(`document.querySelector(".node dd.drift").textContent`); !strings.Contains(txt, "driver 535.104.05, pool train wants >=550") || !strings.Contains(txt, "CUDA 12.2, pool train wants >=12.4") {
+		t.Errorf("the node's drift reads %q; want the driver and CUDA against pool train's ranges", txt)
 	}
-	if who := eval(`document.getElementById("me").textContent`); who == "" {
-		t.Errorf("the header does not say who is logged in")
+	b.shoot("nodes-drift")
+	b.visit("queue", "#/queue")
+	cell := fmt.Sprintf(`document.querySelector('#pending tr[data-job="%d"] .deadline')`, late)
+	b.wait("the late job's deadline and warning in the queue", cell+`?.textContent.includes("finish by") && `+cell+`.querySelector(".deadline-warning")?.textContent.includes("looks unreachable")`, 10*time.Second)
+	b.shoot("queue-deadline")
+	b.visit("late job", "#/jobs/"+strconv.FormatInt(late, 10))
+	b.wait("the late job's deadline warning", `document.getElementById("job-deadline")?.textContent.includes("finish by") && document.getElementById("deadline-warning")?.textContent.includes("looks unreachable")`, 10*time.Second)
+	b.shoot("job-deadline")
+	b.visit("met job", "#/jobs/"+strconv.FormatInt(met, 10))
+	b.wait("the met deadline", `document.querySelector("#job-deadline .badge.deadline")?.textContent === "met"`, 10*time.Second)
+	b.checkClean()
+
+	// The member reads why the queue request was denied, and sees only her requests.
+	logIn("alice", alice)
+	b.visit("requests (alice again)", "#/requests")
+	b.wait("the denied request's note", row(2)+`?.dataset.state === "denied" && `+row(2)+`.textContent.includes("ask again on the 14th")`, 10*time.Second)
+	if n := b.eval(`String(document.querySelectorAll("#requests tr[data-request]").length)`); n != "2" {
+		t.Errorf("alice sees %s requests; want her own 2", n)
 	}
-	wait("the overview's GPU counts", `document.querySelector('#gpu-stats .stat.used .n')?.textContent === "1"`, 10*time.Second)
-	shoot("overview")
-	checkClean()
+	b.shoot("requests-denied")
+	b.checkClean()
 
-	visit("nodes", "#/nodes")
-	wait("a cell per GPU", `document.querySelectorAll(".gpu-cell").length === 4 && document.querySelectorAll('.gpu-cell[data-state="used"]').length === 1`, 10*time.Second)
-	if cell := eval(`document.querySelector('.gpu-cell[data-state="used"]').textContent`); !strings.Contains(cell, "job "+strconv.FormatInt(running, 10)) {
-		t.Errorf("the used GPU's cell says %q; want it to name job %d", cell, running)
+	// A viewer may neither file nor read requests: the page shows the API's refusal.
+	logIn("vera", vera)
+	b.visit("requests (vera)", "#/requests")
+	if msg := b.eval(`document.getElementById("requests-error")?.textContent ?? ""`); !strings.Contains(msg, "viewer") {
+		t.Errorf("a viewer's Requests page says %q; want the API's refusal naming the role", msg)
 	}
-	shoot("nodes")
-	checkClean()
-
-	visit("queue", "#/queue")
-	sel := fmt.Sprintf(`#pending tr[data-job="%d"] .reason`, pending)
-	wait("the pending job's reason", `document.querySelector(`+strconv.Quote(sel)+`)?.textContent.includes("free GPU")`, 10*time.Second)
-	wait("the running job in the queue", fmt.Sprintf(`document.querySelector('#running tr[data-job="%d"]') !== null`, running), 5*time.Second)
-	shoot("queue")
-	checkClean()
-
-	visit("job", "#/jobs/"+strconv.FormatInt(running, 10))
-	wait("the job's log lines", `document.getElementById("log").textContent.includes("ui-line 3")`, 15*time.Second)
-	wait("the job's utilisation chart", `document.querySelector("#util-chart svg path.line") !== null && document.querySelector("#mem-chart svg path.line") !== null`, 20*time.Second)
-	wait("the job's timeline", `document.querySelectorAll("#timeline li").length >= 2`, 5*time.Second)
-	shoot("job")
-	checkClean()
-
-	visit("reports", "#/reports")
-	wait("a report or why there is none", `document.querySelector("#report table, #report-unavailable") !== null`, 10*time.Second)
-	shoot("reports")
-	checkClean()
-
-	// The pending job's page explains the wait; its Cancel button (two clicks) cancels it.
-	visit("pending job", "#/jobs/"+strconv.FormatInt(pending, 10))
-	wait("why the job waits", `document.querySelector("#why li")?.textContent.includes("free GPU")`, 10*time.Second)
-	shoot("job-pending")
-	eval(`document.getElementById("cancel").click(); ""`)
-	eval(`document.getElementById("cancel").click(); ""`)
-	wait("the page to show the job cancelled", `document.querySelector(".jobhead .badge")?.textContent === "CANCELLED"`, 10*time.Second)
-	if d, r := u.show(pending); r.code != 0 || d.State != api.StateCancelled {
-		t.Errorf("job %d after Cancel in the UI: %s (%s); want CANCELLED", pending, d.State, r)
-	}
-	if eval(`document.getElementById("cancel") === null ? "gone" : "there"`) != "gone" {
-		t.Errorf("the Cancel button is still shown for a cancelled job")
-	}
-	checkClean()
-
-	// Logging out revokes the session token and shows the login form.
-	problems.on("logout")
-	eval(`document.getElementById("logout").click(); ""`)
-	wait("the login form", `document.getElementById("login") !== null && sessionStorage.getItem("rota.token") === null`, 5*time.Second)
-	checkClean()
+	b.checkClean()
 }

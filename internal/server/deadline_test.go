@@ -65,6 +65,9 @@ func TestDeadlineWarningAndResult(t *testing.T) {
 	if got.State != api.StatePending || got.EstimatedStart == nil || !strings.Contains(got.DeadlineWarning, "looks unreachable: the estimated start 2026-11-01T11:00:00Z") {
 		t.Fatalf("waiting job: %s est %v warning %q; want a warning naming the estimated start", got.State, got.EstimatedStart, got.DeadlineWarning)
 	}
+	if l := h.listJobs(); len(l) != 2 || l[1].ID != waiter.ID || l[1].DeadlineWarning != got.DeadlineWarning {
+		t.Errorf("the job list: %+v; want job %d with the warning its own page gives", l, waiter.ID)
+	}
 	if got.Priority == nil || got.Priority.Deadline <= 0 {
 		t.Errorf("priority %+v; want a deadline factor", got.Priority)
 	}

@@ -328,11 +328,14 @@ func (s *Server) handleListJobs(w http.ResponseWriter, r *http.Request) {
 		return mayRead(j) == nil
 	}
 	jobs, more := s.state.JobsPage(after, want, limit, keep)
-	// Usage is summed up for the page only: it costs a look at each rank's history.
+	// Usage is summed up for the page only: it costs a look at each rank's history. The
+	// deadline warning is given here as on the job itself, so a queue can show it.
+	now := s.cfg.Clock.Now()
 	for i := range jobs {
 		if a, ok := s.state.CurrentAttempt(jobs[i].ID); ok {
 			jobs[i].Usage = s.attemptUsage(&a)
 		}
+		jobs[i].DeadlineWarning = deadlineWarning(&jobs[i], now)
 	}
 	jobs, more, err := s.withEvicted(r.Context(), jobs, more, endedOf(want), after, limit, queue, user, keep)
 	s.mu.Unlock()

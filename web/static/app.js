@@ -95,8 +95,14 @@
 
   // ---- the API ------------------------------------------------------------------------
 
+  // APIError is a refusal of the API: its status, message and the field at fault (if any).
   class APIError extends Error {
-    constructor(status, message) { super(message); this.status = status; }
+    constructor(status, message, field) { super(message); this.status = status; this.field = field || ''; }
+  }
+
+  // errText says what went wrong in one line, naming the field the API found at fault.
+  function errText(e) {
+    return e.field && !e.message.startsWith(e.field + ':') ? e.field + ': ' + e.message : e.message;
   }
 
   function token() { return sessionStorage.getItem(TOKEN); }
@@ -121,13 +127,14 @@
       throw new APIError(0, 'the server cannot be reached (' + e.message + ')');
     }
     if (!resp.ok) {
-      let msg = 'the server answered ' + resp.status + ' ' + resp.statusText;
+      let msg = 'the server answered ' + resp.status + ' ' + resp.statusText, field = '';
       try {
         const body = await resp.json();
         if (body && body.message) msg = body.message;
+        if (body && typeof body.field === 'string') field = body.field;
       } catch (e) { /* not JSON: keep the status */ }
       if (resp.status === 401 && !opts.anonymous && !opts.token) loggedOut(msg);
-      throw new APIError(resp.status, msg);
+      throw new APIError(resp.status, msg, field);
     }
     if (opts.raw) return resp;
     if (resp.status === 204) return null;
@@ -272,7 +279,7 @@
     const page = el('div', { class: 'page', dataset: { page: name } }, el('p', { class: 'muted' }, 'Loading…'));
     main.replaceChildren(page);
     main.dataset.page = name;
-    const pages = { overview: overviewPage, nodes: nodesPage, queue: queuePage, jobs: jobPage, reports: reportsPage };
+    const pages = { overview: overviewPage, nodes: nodesPage, queue: queuePage, jobs: jobPage, requests: requestsPage, reports: reportsPage };
     const fn = pages[name];
     if (!fn || (name === 'jobs' && !/^\d+$/.test(parts[1] || ''))) {
       page.replaceChildren(el('h1', null, 'No such page'), el('p', null, el('a', { href: '#/' }, 'Back to the overview')));
@@ -401,10 +408,11 @@
 
   async function overviewPage(page, args, alive) {
     const statsBox = el('div', { class: 'stats', id: 'gpu-stats' });
+    const govBox = el('div', { class: 'stats', id: 'governance-stats' });
     const utilBox = el('section', { class: 'card' }, el('h2', null, 'GPU utilisation, mean over all GPUs'), el('p', { class: 'muted' }, 'Loading…'));
     const queueBox = el('section', { class: 'card' }, el('h2', null, 'Queue depth'));
     const waitBox = el('section', { class: 'card' }, el('h2', null, 'Wait times by queue, last 30 days'), el('p', { class: 'muted' }, 'Loading…'));
-    page.replaceChildren(el('h1', null, 'Overview'), statsBox, legend(GPU_STATES), utilBox, el('div', { class: 'grid2' }, queueBox, waitBox));
+    page.replaceChildren(el('h1', null, 'Overview'), statsBox, legend(GPU_STATES), govBox, utilBox, el('div', { class: 'grid2' }, queueBox, waitBox));
 
     await every(10000, async () => {
       const [nodeList, jobs] = await Promise.all([api('/api/v1/nodes'), allJobs('')]);
@@ -417,6 +425,8 @@
         el('div', { class: 'stat' }, el('div', { class: 'n' }, String(total)), 'GPUs on ' + nodes.length + (nodes.length === 1 ? ' node' : ' nodes')),
         ...GPU_STATES.filter(([k]) => counts[k] || ['free', 'used', 'idle', 'unhealthy'].includes(k)).map(([k, label]) =>
           el('div', { class: 'stat ' + k, dataset: { state: k } }, el('div', { class: 'n' }, String(counts[k])), label)));
+      await drawGovernance(govBox, nodes, alive);
+      if (!alive()) return;
 
       // Queue depth: pending jobs per queue, and what runs.
       const perQueue = new Map();
@@ -468,6 +478,27 @@
     });
   }
 
+  // drawGovernance counts the nodes whose versions drift from their pool's wanted ranges
+  // and, for those who decide them, the requests waiting for a decision.
+  async function drawGovernance(box, nodes, alive) {
+    const drifting = nodes.filter((n) => n.drift && n.drift.length).length;
+    const stats = [el('a', { class: 'stat drift' + (drifting ? ' warn' : ''), id: 'drift-stat', href: '#/nodes' },
+      el('div', { class: 'n' }, String(drifting)), drifting === 1 ? 'node drifts from its pool\'s versions' : 'nodes drift from their pool\'s versions')];
+    if (mayDecide()) {
+      let waiting = '?', why = '';
+      try {
+        const list = await api('/api/v1/requests?state=pending');
+        waiting = String((list.requests || []).length);
+      } catch (e) {
+        why = errText(e);
+      }
+      if (!alive()) return;
+      stats.push(el('a', { class: 'stat requests' + (waiting !== '0' ? ' warn' : ''), id: 'requests-stat', href: '#/requests', title: why || null },
+        el('div', { class: 'n' }, waiting), waiting === '1' ? 'request waits for a decision' : 'requests wait for a decision'));
+    }
+    box.replaceChildren(...stats);
+  }
+
   // ---- Nodes --------------------------------------------------------------------------
 
   async function nodesPage(page, args, alive) {
@@ -488,12 +519,17 @@
 
   function nodeCard({ node: n, cells }) {
     const models = [...new Set((n.gpus || []).map((g) => g.model))].join(', ') || 'no GPUs';
+    const drifts = n.drift && n.drift.length > 0;
     const info = el('dl', { class: 'kv' },
       el('dt', null, 'GPUs'), el('dd', null, (n.gpus || []).length + ' × ' + models + ' — ' + (n.gpus_used || 0) + ' allocated'),
-      el('dt', null, 'Driver'), el('dd', null, (n.driver_version || '-') + ', CUDA ' + (n.cuda_version || '-') + (n.device_source ? ' (' + n.device_source + ')' : '')),
+      el('dt', null, 'Driver'), el('dd', { class: drifts ? 'warn' : '' }, (n.driver_version || '-') + ', CUDA ' + (n.cuda_version || '-') + (n.device_source ? ' (' + n.device_source + ')' : '')),
       el('dt', null, 'CPUs, memory'), el('dd', null, (n.cpus_used || 0) + ' of ' + n.cpus + ' CPUs, ' + fmtMB(n.memory_mb)),
       el('dt', null, 'Heard from'), el('dd', null, since(n.last_heartbeat) + ' ago' + (n.agent && n.agent.version ? ', agent ' + n.agent.version : '')),
       el('dt', null, 'Scheduling'), el('dd', null, drainText(n)));
+    if (drifts) {
+      info.append(el('dt', null, 'Version drift'), el('dd', { class: 'warn drift' },
+        el('ul', { class: 'reasons' }, n.drift.map((d) => el('li', null, driftText(d))))));
+    }
     if (n.maintenance) {
       info.append(el('dt', null, 'Maintenance'), el('dd', { class: 'warn' }, maintenanceText(n.maintenance)));
     }
@@ -503,7 +539,8 @@
         n.health_check.output && !n.health_check.ok ? el('pre', { class: 'log' }, n.health_check.output) : null));
     }
     const card = el('section', { class: 'card node', dataset: { node: n.name } },
-      el('h2', null, n.name, badge(n.state), n.syncing ? el('span', { class: 'muted' }, 'syncing') : null), info);
+      el('h2', null, n.name, badge(n.state), n.syncing ? el('span', { class: 'muted' }, 'syncing') : null,
+        drifts ? el('span', { class: 'badge drift', title: n.drift.map(driftText).join('\n') }, 'version drift') : null), info);
     if (n.degraded && n.degraded.length) {
       card.appendChild(el('div', { class: 'warn' }, el('b', null, 'Degraded: '), el('ul', { class: 'reasons' }, n.degraded.map((d) => el('li', null, d)))));
     }
@@ -522,7 +559,14 @@
       ', until ' + (m.end ? fmtTime(m.end) : 'resumed') + (m.by ? ' (by ' + m.by + ')' : '');
   }
 
+  // driftText is one of a node's versions outside its pool's wanted range, as the API
+  // gives it: what the node reports against what the pool wants.
+  function driftText(d) {
+    return (d.component === 'cuda' ? 'CUDA ' : 'driver ') + (d.version || '(none reported)') + ', pool ' + d.pool + ' wants ' + d.wanted;
+  }
+
   function drainText(n) {
+    if (n.drift_drain && (n.state === 'DRAINING' || n.state === 'DRAINED')) return n.state.toLowerCase() + ' on its own: its versions drift (the pool drains on drift); it returns to service when they are back in range';
     switch (n.state) {
       case 'DRAINING': return 'draining: takes no new work, running jobs finish';
       case 'DRAINED': return 'drained: takes no new work';
@@ -563,25 +607,48 @@
       const waiting = jobs.filter((j) => j.state === 'PENDING' || j.state === 'HELD');
       const active = jobs.filter((j) => !terminal(j.state) && !waiting.includes(j));
       pending.replaceChildren(el('h2', null, 'Pending (' + waiting.length + ')'), waiting.length
-        ? table(['Job', 'Name', 'User', 'Queue', { label: 'GPUs', num: true }, 'Waiting', 'Why it waits', 'Estimated start'],
+        ? table(['Job', 'Name', 'User', 'Queue', { label: 'GPUs', num: true }, 'Waiting', 'Why it waits', 'Estimated start', 'Deadline'],
           waiting.map((j) => ({
             attrs: { dataset: { job: String(j.id) } },
             cells: [jobLink(j.id), j.spec.name || '', j.spec.user, j.spec.queue, String(j.spec.gpus || 0), since(j.submit_time),
               el('span', { class: 'reason' }, j.state === 'HELD' ? 'held: ' + (j.message || 'until released') : (j.message || j.reason || '-')),
-              j.estimated_start ? el('span', { title: fmtTime(j.estimated_start) }, until(j.estimated_start)) : '-'],
+              j.estimated_start ? el('span', { title: fmtTime(j.estimated_start) }, until(j.estimated_start)) : '-', deadlineCell(j)],
           })))
         : el('p', { class: 'notice' }, 'Nothing is waiting.'));
       running.replaceChildren(el('h2', null, 'Running (' + active.length + ')'), active.length
-        ? table(['Job', 'Name', 'User', 'Queue', { label: 'GPUs', num: true }, 'State', 'Nodes', 'Running for', { label: 'GPU use', num: true }],
+        ? table(['Job', 'Name', 'User', 'Queue', { label: 'GPUs', num: true }, 'State', 'Nodes', 'Running for', { label: 'GPU use', num: true }, 'Deadline'],
           active.map((j) => ({
             attrs: { dataset: { job: String(j.id) } },
             cells: [jobLink(j.id), j.spec.name || '', j.spec.user, j.spec.queue, String(j.spec.gpus || 0), badge(j.state), (j.nodes || []).join(', ') || '-',
               since(j.start_time || j.submit_time),
-              el('span', { class: j.idle_since ? 'warn' : '' }, j.usage && j.usage.gpu_util_pct ? pct(j.usage.gpu_util_pct.last) + (j.idle_since ? ' idle' : '') : '-')],
+              el('span', { class: j.idle_since ? 'warn' : '' }, j.usage && j.usage.gpu_util_pct ? pct(j.usage.gpu_util_pct.last) + (j.idle_since ? ' idle' : '') : '-'),
+              deadlineCell(j)],
           })))
         : el('p', { class: 'notice' }, 'Nothing is running.'));
       ready(page);
     });
+  }
+
+  // ---- Deadlines ----------------------------------------------------------------------
+
+  // deadlineWhen is a job's deadline in a few words: "finish by <time>".
+  function deadlineWhen(j) {
+    return (j.spec.deadline_kind === 'start' ? 'start by ' : 'finish by ') + fmtTime(j.spec.deadline);
+  }
+
+  // deadlineResult is the badge of a decided deadline: met, or missed (and by how much).
+  function deadlineResult(j) {
+    if (!j.deadline_result) return null;
+    const missed = j.deadline_result === 'missed';
+    return el('span', { class: 'badge deadline ' + (missed ? 'missed' : 'met') },
+      missed ? 'missed' + (j.deadline_missed_by_s ? ' by ' + fmtDur(j.deadline_missed_by_s) : '') : 'met');
+  }
+
+  // deadlineCell is a queue's Deadline column: when, the result, the API's warning.
+  function deadlineCell(j) {
+    if (!j.spec.deadline) return '-';
+    return el('span', { class: 'deadline' }, deadlineWhen(j), ' ', deadlineResult(j),
+      j.deadline_warning ? el('span', { class: 'warn deadline-warning' }, j.deadline_warning) : null);
   }
 
   // ---- Job ----------------------------------------------------------------------------
@@ -714,6 +781,11 @@
       el('dt', null, 'Where'), el('dd', null, (job.nodes || []).join(', ') || '-'),
       el('dt', null, 'Status'), el('dd', { id: 'job-message' }, [job.reason, job.message].filter(Boolean).join(': ') || '-'));
     if (job.exit_code !== null && job.exit_code !== undefined) dl.append(el('dt', null, 'Exit code'), el('dd', null, String(job.exit_code)));
+    if (s.deadline) {
+      dl.append(el('dt', null, 'Deadline'), el('dd', { id: 'job-deadline' },
+        deadlineWhen(job) + (job.deadline_result ? ' ' : new Date(s.deadline) > Date.now() ? ' (' + until(s.deadline) + ') ' : ' (passed) '), deadlineResult(job),
+        job.deadline_warning ? el('div', { class: 'warn', id: 'deadline-warning' }, job.deadline_warning) : null));
+    }
     if (job.estimated_start && !terminal(job.state)) dl.append(el('dt', null, 'Estimated start'), el('dd', null, fmtTime(job.estimated_start) + ' (' + until(job.estimated_start) + ')'));
     if (job.usage && job.usage.gpu_util_pct) dl.append(el('dt', null, 'GPU use'), el('dd', null, 'mean ' + pct(job.usage.gpu_util_pct.mean) + ', last ' + pct(job.usage.gpu_util_pct.last) + (job.usage.gpu_memory_mb ? ', memory up to ' + fmtMB(Math.round(job.usage.gpu_memory_mb.max)) : '')));
     if (job.idle_since) dl.append(el('dt', null, 'Idle'), el('dd', { class: 'warn' }, 'every GPU idle since ' + fmtTime(job.idle_since)));
@@ -781,6 +853,207 @@
       note.textContent = where + ', ' + offset + ' bytes' + (done ? ', complete.' : ', following (every 2 s)…');
       return !done;
     }).catch(() => {});
+  }
+
+  // ---- Requests -----------------------------------------------------------------------
+
+  // The form's fields are the API's (api.Request), each shown for the kinds it belongs to,
+  // so a refusal naming a field points at its input.
+  const REQUEST_KINDS = [['quota', 'Raise a team\'s quota'], ['queue', 'Use a restricted queue'], ['reservation', 'Reserve GPUs']];
+  const REQUEST_STATES = ['pending', 'approved', 'denied', 'expired', 'ended'];
+  const REQUEST_FIELDS = [
+    // name, label, input attributes, kinds
+    ['team', 'Team', { type: 'text', maxLength: 128 }, ['quota', 'reservation']],
+    ['queue', 'Queue', { type: 'text', maxLength: 128 }, ['queue']],
+    ['gpus', 'GPUs', { type: 'number', min: 1, step: 1 }, ['reservation']],
+    ['gpu_model', 'GPU model', { type: 'text', maxLength: 128 }, ['quota', 'reservation']],
+    ['limit', 'New limit (GPUs)', { type: 'number', min: 1, step: 1 }, ['quota']],
+    ['for_s', 'For (hours; empty: the default)', { type: 'number', min: 0, step: 'any' }, ['quota', 'queue']],
+    ['start', 'Start', { type: 'datetime-local' }, ['reservation']],
+    ['end', 'End', { type: 'datetime-local' }, ['reservation']],
+  ];
+  let requestState = '';
+
+  function mayDecide() { return !!me && (me.role === 'admin' || me.role === 'operator'); }
+
+  async function requestsPage(page, args, alive) {
+    const formBox = el('section', { class: 'card', id: 'request-form-box' });
+    const filter = el('select', { id: 'request-state' }, el('option', { value: '' }, 'all'),
+      REQUEST_STATES.map((st) => el('option', { value: st, selected: st === requestState }, st)));
+    const listBox = el('section', { class: 'card', id: 'requests' }, el('p', { class: 'muted' }, 'Loading…'));
+    page.replaceChildren(el('h1', null, 'Requests'),
+      el('p', { class: 'muted' }, mayDecide()
+        ? 'Every request of the cluster. Operators and admins approve or deny those of others; an approved request applies at once and undoes itself at its end.'
+        : 'Your requests. An operator or admin approves or denies them; one nobody decides expires.'),
+      formBox, listBox);
+    // load draws the list, or the API's refusal to give it (a viewer's, say) in its place.
+    const load = async () => {
+      const q = filter.value ? '?state=' + encodeURIComponent(filter.value) : '';
+      try {
+        const list = await api('/api/v1/requests' + q);
+        if (!alive()) return;
+        drawRequests(listBox, filter, list.requests || [], load);
+      } catch (e) {
+        if (!alive()) return;
+        listBox.replaceChildren(requestsHead(filter), el('p', { class: 'error', id: 'requests-error' }, errText(e)));
+      }
+      ready(page);
+    };
+    filter.addEventListener('change', () => {
+      requestState = filter.value;
+      load();
+    });
+    drawRequestForm(formBox, load);
+    await every(15000, async () => {
+      // A refresh would throw away a note being written: wait for the next one.
+      const editing = listBox.contains(document.activeElement) || [...listBox.querySelectorAll('input')].some((i) => i.value);
+      if (!editing) await load();
+    });
+  }
+
+  function requestsHead(filter) {
+    return el('div', { class: 'controls' }, el('h2', null, 'Requests'), el('label', null, 'State', filter));
+  }
+
+  function drawRequestForm(box, reload) {
+    const kind = el('select', { name: 'kind', id: 'request-kind' }, REQUEST_KINDS.map(([k, label]) => el('option', { value: k }, label + ' (' + k + ')')));
+    const inputs = {};
+    const rows = REQUEST_FIELDS.map(([name, label, attrs, kinds]) => {
+      const input = el('input', Object.assign({ name, id: 'request-' + name.replace('_', '-') }, attrs));
+      inputs[name] = input;
+      return el('label', { dataset: { kinds: kinds.join(' ') } }, label, input);
+    });
+    const myTeam = (me && me.teams && me.teams[0]) || '';
+    inputs.team.placeholder = myTeam || 'your team';
+    inputs.gpu_model.placeholder = '* for any';
+    const reason = el('textarea', { name: 'reason', id: 'request-reason', rows: 2, maxLength: 1000, placeholder: 'Why you need it, for whoever decides' });
+    const submit = el('button', { type: 'submit', id: 'request-submit' }, 'File request');
+    const msg = el('p', { id: 'request-message' });
+    const form = el('form', { id: 'request-form', class: 'request-form', noValidate: true },
+      el('div', { class: 'controls' }, el('label', null, 'What', kind), rows),
+      el('label', { class: 'wide' }, 'Reason', reason), el('div', null, submit), msg);
+    const clearMarks = () => form.querySelectorAll('.invalid').forEach((i) => { i.classList.remove('invalid'); i.removeAttribute('aria-invalid'); });
+    // The placeholders say what an empty field means for the kind: the API's defaults.
+    const showKind = () => {
+      for (const r of rows) r.hidden = !r.dataset.kinds.split(' ').includes(kind.value);
+      inputs.gpu_model.placeholder = kind.value === 'quota' ? '* for any' : 'any';
+      inputs.for_s.placeholder = kind.value === 'quota' ? '168 (7 days)' : '24';
+    };
+    kind.addEventListener('change', () => {
+      showKind();
+      clearMarks();
+      msg.textContent = '';
+    });
+    showKind();
+    form.addEventListener('submit', async (ev) => {
+      ev.preventDefault();
+      clearMarks();
+      const fail = (field, text) => {
+        msg.className = 'error';
+        msg.textContent = field ? field + ': ' + text : text;
+        const input = field === 'reason' ? reason : field === 'kind' ? kind : inputs[field];
+        if (input && !input.closest('[hidden]')) {
+          input.classList.add('invalid');
+          input.setAttribute('aria-invalid', 'true');
+          input.focus();
+        }
+      };
+      const body = { kind: kind.value, reason: reason.value };
+      for (const [name, , , kinds] of REQUEST_FIELDS) {
+        const input = inputs[name];
+        if (!kinds.includes(kind.value)) continue;
+        // An entry the browser cannot read as a number is refused here, naming the field,
+        // rather than sent as nothing (which would mean the default).
+        if (input.validity.badInput) return fail(name, 'is not a number');
+        const v = input.value.trim();
+        if (v === '') continue;
+        if (attrsType(name) === 'number' && !isFinite(Number(v))) return fail(name, 'is not a number'); // JSON would send null: the default
+        if (name === 'for_s') body.for_s = Math.round(Number(v) * 3600);
+        else if (attrsType(name) === 'number') body[name] = Number(v);
+        else if (attrsType(name) === 'datetime-local') {
+          const d = new Date(v);
+          if (isNaN(d)) return fail(name, 'is not a time');
+          body[name] = d.toISOString();
+        } else body[name] = v;
+      }
+      submit.disabled = true;
+      try {
+        const req = await api('/api/v1/requests', { method: 'POST', json: body });
+        msg.className = 'ok';
+        msg.textContent = 'Request ' + req.id + ' filed: ' + describeRequest(req) + '. It waits for a decision until ' + fmtTime(req.expires) + '.';
+        reason.value = '';
+        reload();
+      } catch (e) {
+        fail(e.field, e.message);
+      } finally {
+        submit.disabled = false;
+      }
+    });
+    box.replaceChildren(el('h2', null, 'Ask for something'), form);
+  }
+
+  function attrsType(name) { return REQUEST_FIELDS.find(([n]) => n === name)[2].type; }
+
+  // describeRequest says what a request asks for, as the API's Request.Describe does.
+  function describeRequest(r) {
+    switch (r.kind) {
+      case 'quota': return 'raise team ' + r.team + '\'s ' + r.gpu_model + ' limit to ' + r.limit + ' GPUs';
+      case 'queue': return 'let ' + r.user + ' submit to queue ' + r.queue;
+      case 'reservation': return 'reserve ' + r.gpus + ' GPUs (model ' + (r.gpu_model || 'any') + ') for team ' + r.team;
+    }
+    return String(r.kind);
+  }
+
+  // requestWindow is when the grant runs: asked for a time (quota, queue) until approved,
+  // then from the approval; a reservation's own window.
+  function requestWindow(r) {
+    if (r.start && r.end) return fmtTime(r.start) + ' to ' + fmtTime(r.end);
+    return r.for_s ? 'for ' + fmtDur(r.for_s) + ' from approval' : '-';
+  }
+
+  function drawRequests(box, filter, reqs, reload) {
+    const decider = mayDecide();
+    const headers = ['#', 'Kind', 'Asked', 'When', 'By', 'Reason', 'State', 'Decided', 'Expires', 'Outcome'];
+    if (decider) headers.push('Decide');
+    const sorted = reqs.slice().sort((a, b) => b.id - a.id);
+    box.replaceChildren(requestsHead(filter), sorted.length
+      ? table(headers, sorted.map((r) => {
+        const cells = [String(r.id), r.kind, describeRequest(r), requestWindow(r), r.user + (r.team ? ' (team ' + r.team + ')' : ''),
+          el('span', { class: 'reason' }, r.reason || '-'),
+          el('span', { class: 'badge req ' + String(r.state).replace(/[^a-z]/g, '') }, r.state),
+          r.decided_by ? el('span', { class: 'decision' }, r.decided_by + ', ' + fmtTime(r.decided), r.note ? el('span', { class: 'note' }, ': ' + r.note) : null) : '-',
+          r.state === 'pending' ? fmtTime(r.expires) + ' (' + until(r.expires) + ')' : '-',
+          el('span', { class: 'outcome' }, r.message || '-')];
+        if (decider) cells.push(r.state === 'pending' ? decideControls(r, reload) : '');
+        return { attrs: { dataset: { request: String(r.id), state: r.state } }, cells };
+      }))
+      : el('p', { class: 'notice' }, filter.value ? 'No ' + filter.value + ' request.' : 'No request yet.'));
+  }
+
+  // decideControls are an operator's Approve and Deny (with a note, which denying needs)
+  // for a pending request; a refusal of the API shows beside them.
+  function decideControls(r, reload) {
+    const base = '/api/v1/requests/' + encodeURIComponent(r.id);
+    const note = el('input', { type: 'text', class: 'note', name: 'note', maxLength: 1000, placeholder: 'note (needed to deny)' });
+    const approve = el('button', { type: 'button', class: 'approve' }, 'Approve');
+    const deny = el('button', { type: 'button', class: 'danger deny' }, 'Deny');
+    const msg = el('div', { class: 'error decide-error' });
+    const decide = async (verb) => {
+      approve.disabled = deny.disabled = true;
+      msg.textContent = '';
+      try {
+        const n = note.value.trim();
+        await api(base + '/' + verb, { method: 'POST', json: n ? { note: n } : {} });
+        note.value = '';
+        reload();
+      } catch (e) {
+        msg.textContent = errText(e);
+        approve.disabled = deny.disabled = false;
+      }
+    };
+    approve.addEventListener('click', () => decide('approve'));
+    deny.addEventListener('click', () => decide('deny'));
+    return el('div', { class: 'decide' }, note, el('div', null, approve, ' ', deny), msg);
   }
 
   // ---- Reports ------------------------------------------------------------------------
