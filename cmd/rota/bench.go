@@ -26,6 +26,8 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.IntVar(&scale.Running, "running", 0, "scale suite: how many of the jobs run, filling every GPU (default 35000; with --quick 700)")
 	fs.DurationVar(&scale.Heartbeat, "heartbeat", 0, "scale suite: the server's --heartbeat-interval (default 2s)")
 	fs.DurationVar(&scale.Window, "window", 0, "scale suite: how long each steady measurement lasts (default 20s; with --quick 2s)")
+	fs.StringVar(&scale.ServerCPUProfile, "server-cpu-profile", "", "scale suite: the server writes a CPU profile of the whole run to `FILE` (go tool pprof reads it)")
+	fs.StringVar(&scale.ServerMemProfile, "server-mem-profile", "", "scale suite: the server writes a heap profile to `FILE` as it is stopped at the end")
 	watch := fs.Bool("watch", true, "scale suite: each simulated agent holds a watch long-poll open, as rota agent does (false halves the connections, where the open-file limit is too low)")
 	if code := parseFlags(fs, args); code >= 0 {
 		return code

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/user"
 	"path/filepath"
+	"runtime/pprof"
 	"strings"
 	"time"
 
@@ -169,10 +170,39 @@ func runServer(ctx context.Context, args []string, stderr io.Writer) int {
 	var sf serverFlags
 	fs := newFlagSet("server", stderr)
 	sf.register(fs)
+	cpuProfile := fs.String("cpu-profile", "", "write a CPU profile (pprof format) of the server to `FILE`, from start until it stops: for finding where a loaded server spends its time")
+	memProfile := fs.String("mem-profile", "", "write a heap profile (pprof format) of the server to `FILE` when it stops: for finding what holds its memory")
 	if code := parseFlags(fs, args); code >= 0 {
 		return code
 	}
 	log := newLogger(stderr)
+	if *cpuProfile != "" {
+		stop, err := startCPUProfile(*cpuProfile)
+		if err != nil {
+			fmt.Fprintf(stderr, "rota server: --cpu-profile: %v\n", err)
+			return 2
+		}
+		defer stop()
+	}
+	if *memProfile != "" {
+		f, err := os.Create(*memProfile)
+		if err != nil {
+			fmt.Fprintf(stderr, "rota server: --mem-profile: %v\n", err)
+			return 2
+		}
+		// Written as the server is told to stop, while it still holds everything: the
+		// profile is of the heap as the last garbage collection found it.
+		written := make(chan struct{})
+		go func() {
+			defer close(written)
+			<-ctx.Done()
+			if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+				log.Error("--mem-profile", "err", err)
+			}
+			f.Close()
+		}()
+		defer func() { <-written }()
+	}
 	if err := serve(ctx, sf, server.Config{}, log, nil); err != nil {
 		log.Error("server stopped", "err", err)
 		return 1
@@ -507,4 +537,17 @@ func envOr(key, def string) string {
 		return v
 	}
 	return def
+}
+
+// startCPUProfile profiles the process's CPU into file until the returned stop is called.
+func startCPUProfile(file string) (stop func(), err error) {
+	f, err := os.Create(file)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }

@@ -43,6 +43,12 @@ type ScaleOptions struct {
 	// run needs where the open-file limit is too low for two per agent. New work then
 	// reaches an agent with its next heartbeat.
 	NoWatch bool
+	// ServerCPUProfile, if set, is a file the server writes a CPU profile of the whole
+	// run to (rota server --cpu-profile).
+	ServerCPUProfile string
+	// ServerMemProfile, if set, is a file the server writes a heap profile to as it is
+	// stopped (rota server --mem-profile).
+	ServerMemProfile string
 }
 
 // Sized fills in the defaults, the quick ones with quick, and checks that the sizes make
@@ -154,7 +160,7 @@ func runScale(ctx context.Context, opts Options) (results []Result, err error) {
 	}
 
 	say("starting %s server (heartbeat interval %s, watches %v)", o.Binary, o.Heartbeat, !o.NoWatch)
-	srv, err := startServerProc(ctx, o.Binary, o.Heartbeat)
+	srv, err := startServerProc(ctx, o.Binary, o.Heartbeat, o.ServerCPUProfile, o.ServerMemProfile)
 	if err != nil {
 		return nil, err
 	}

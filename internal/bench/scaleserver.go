@@ -44,7 +44,7 @@ type serverProc struct {
 const serverStartTimeout = time.Minute
 
 // startServerProc starts binary as `rota server` and waits until it answers.
-func startServerProc(ctx context.Context, binary string, heartbeat time.Duration) (*serverProc, error) {
+func startServerProc(ctx context.Context, binary string, heartbeat time.Duration, cpuProfile, memProfile string) (*serverProc, error) {
 	dir, err := os.MkdirTemp("", "rota-scale-")
 	if err != nil {
 		return nil, err
@@ -68,6 +68,15 @@ func startServerProc(ctx context.Context, binary string, heartbeat time.Duration
 	p.cmd = exec.Command(binary, "server", "--data-dir", filepath.Join(dir, "data"), "--listen", addr, "--tls",
 		"--heartbeat-interval", heartbeat.String(), "--node-not-ready-after", notReady.String(),
 		"--node-lost-after", max(5*time.Minute, 2*notReady).String())
+	for flag, file := range map[string]string{"--cpu-profile": cpuProfile, "--mem-profile": memProfile} {
+		if file == "" {
+			continue
+		}
+		if abs, err := filepath.Abs(file); err == nil {
+			file = abs
+		}
+		p.cmd.Args = append(p.cmd.Args, flag, file)
+	}
 	p.cmd.Stdout, p.cmd.Stderr = logFile, logFile
 	// The server must not pick up the settings of whoever runs the benchmark.
 	for _, kv := range os.Environ() {

@@ -55,12 +55,6 @@ func (s *Server) handleHeartbeat(w http.ResponseWriter, r *http.Request) {
 		writeError(w, status, e)
 		return
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if e := s.validName("node", name); e != nil {
-		writeError(w, http.StatusBadRequest, e)
-		return
-	}
 	if hb.Node != "" && hb.Node != name {
 		writeError(w, http.StatusBadRequest, invalid("node", "body names node %q but the URL names %q", truncateName(hb.Node), name))
 		return
@@ -69,14 +63,31 @@ func (s *Server) handleHeartbeat(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, e)
 		return
 	}
-	now := s.cfg.Clock.Now()
-	if e := s.takeOver(name, &hb, now); e != nil {
-		writeError(w, http.StatusConflict, e)
+	resp, status, e := s.heartbeat(r, name, &hb)
+	if e != nil {
+		writeError(w, status, e)
 		return
+	}
+	// The answer is written after the lock is let go: ten thousand agents' answers
+	// encoded under it would hold up every other request.
+	writeJSON(w, http.StatusOK, resp)
+}
+
+// heartbeat records heartbeat hb of node name under the server's lock, and returns the
+// answer, or the status and error to refuse it with.
+func (s *Server) heartbeat(r *http.Request, name string, hb *api.Heartbeat) (api.HeartbeatResponse, int, *api.Error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if e := s.validName("node", name); e != nil {
+		return api.HeartbeatResponse{}, http.StatusBadRequest, e
+	}
+	now := s.cfg.Clock.Now()
+	if e := s.takeOver(name, hb, now); e != nil {
+		return api.HeartbeatResponse{}, http.StatusConflict, e
 	}
 	id := caller(r)
 	b := &store.Batch{}
-	node := s.refreshNode(b, name, &hb, id, now)
+	node := s.refreshNode(b, name, hb, id, now)
 	// Tasks are of the cluster the agent names; another cluster's attempts mean nothing
 	// here, and the agent stops them once it learns this cluster from the answer. The
 	// reading goes in first, so a rank that ends now has it in its summary.
@@ -92,8 +103,8 @@ func (s *Server) handleHeartbeat(w http.ResponseWriter, r *http.Request) {
 	}
 	if err := s.commit(r.Context(), b); err != nil {
 		s.log.Error("heartbeat: commit failed", "node", name, "err", err)
-		commitError(w, "could not record the heartbeat", err)
-		return
+		status, e := commitErrorOf("could not record the heartbeat", err)
+		return api.HeartbeatResponse{}, status, e
 	}
 	s.state.SetLastHeartbeat(name, now)
 	s.state.SetNodeHealth(name, node.HealthCheck, node.Degraded)
@@ -106,10 +117,10 @@ func (s *Server) handleHeartbeat(w http.ResponseWriter, r *http.Request) {
 	if acked == nil {
 		acked = []api.TaskRef{}
 	}
-	writeJSON(w, http.StatusOK, api.HeartbeatResponse{
+	return api.HeartbeatResponse{
 		Tasks: s.desiredTasks(name), Acked: acked, StoppedAcked: stoppedAcked, ClusterID: s.clusterID,
 		HeartbeatSeconds: s.cfg.HeartbeatInterval.Seconds(), SyncEpoch: node.SyncEpoch,
-	})
+	}, 0, nil
 }
 
 // validateHeartbeat refuses a report that would put nonsense into the node's record: the

@@ -438,12 +438,21 @@ func (s *Server) resync(ctx context.Context) error {
 
 // commitError answers a failed commit: 503 while the state cannot be vouched for, else 500.
 func commitError(w http.ResponseWriter, what string, err error) {
+	status, e := commitErrorOf(what, err)
+	writeError(w, status, e)
+}
+
+// commitErrorOf is what commitError writes.
+func commitErrorOf(what string, err error) (int, *api.Error) {
 	status, code := http.StatusInternalServerError, api.CodeInternal
 	if errors.Is(err, errStale) || errors.Is(err, errNotLeader) {
 		status, code = http.StatusServiceUnavailable, api.CodeUnavailable
 	}
-	writeError(w, status, &api.Error{Code: code, Message: what + ": " + err.Error()})
+	return status, &api.Error{Code: code, Message: what + ": " + err.Error()}
 }
+
+// cycleRestAfter is how long a cycle takes before the loop rests after it (cycleDue).
+const cycleRestAfter = 100 * time.Millisecond
 
 // wake asks the scheduling loop for a cycle soon. It never blocks.
 func (s *Server) wake() {
@@ -456,9 +465,6 @@ func (s *Server) wake() {
 // Run schedules and watches node liveness until ctx ends; with a lease, it also keeps or
 // seeks the lease, and schedules only while it leads. It returns once the lease, if
 // held, has been given up.
-// cycleRestAfter is how long a cycle takes before the loop rests after it (cycleDue).
-const cycleRestAfter = 100 * time.Millisecond
-
 func (s *Server) Run(ctx context.Context) error {
 	if s.cfg.Lease != nil {
 		done := make(chan struct{})
