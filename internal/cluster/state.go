@@ -310,6 +310,20 @@ func (s *State) NodesWhere(keep func(*api.Node) bool) []api.Node {
 // the next Apply may replace.
 func (s *State) Peek(id int64) *api.Job { return s.jobs[id] }
 
+// PeekNode returns the state's own record of the named node, or nil, for reading only, on
+// the terms of Peek.
+func (s *State) PeekNode(name string) *api.Node { return s.nodes[name] }
+
+// PeekAttempt returns the state's own record of job id's current attempt, or nil, for
+// reading only, on the terms of Peek.
+func (s *State) PeekAttempt(id int64) *api.Attempt {
+	list := s.attempts[id]
+	if len(list) == 0 {
+		return nil
+	}
+	return &list[len(list)-1]
+}
+
 // Nodes returns copies of all nodes, ordered by name.
 func (s *State) Nodes() []api.Node {
 	out := make([]api.Node, 0, len(s.nodes))

@@ -511,28 +511,37 @@ func (s *Server) checkNodes(ctx context.Context) {
 	}
 	now := s.cfg.Clock.Now()
 	b := &store.Batch{}
-	lost := map[string]bool{}
-	live := map[string]bool{}
-	for _, n := range s.state.Nodes() {
-		silent := now.Sub(n.LastHeartbeat)
-		to := n.State
-		switch {
-		case silent >= s.cfg.LostAfter && n.State != api.NodeLost:
-			to = api.NodeLost
-		case silent >= s.cfg.NotReadyAfter && n.State == api.NodeReady:
-			to = api.NodeNotReady
-		}
-		live[n.Name] = silent < s.cfg.NotReadyAfter && to != api.NodeLost
-		lost[n.Name] = to == api.NodeLost
-		if to == n.State {
-			continue
-		}
+	// Only the nodes whose state changes now are copied: this runs every tick, under the
+	// lock, over every node and every active job.
+	newly := map[string]api.NodeState{}
+	for _, n := range s.state.NodesWhere(func(n *api.Node) bool { return s.silenceMoves(n, now) != n.State }) {
+		to, silent := s.silenceMoves(&n, now), now.Sub(n.LastHeartbeat)
+		newly[n.Name] = to
 		b.Events = append(b.Events, api.Event{Time: now, Actor: "system", Kind: api.EventNode, Node: n.Name,
 			Message: fmt.Sprintf("node %s: %s -> %s after %s without a heartbeat", n.Name, n.State, to, silent.Round(time.Second))})
 		n.State = to
 		b.Nodes = append(b.Nodes, n)
 	}
+	// lost and live say what the nodes are once this batch is applied.
+	lost := func(name string) bool {
+		if to, ok := newly[name]; ok {
+			return to == api.NodeLost
+		}
+		n := s.state.PeekNode(name)
+		return n != nil && n.State == api.NodeLost
+	}
+	live := func(name string) bool {
+		n := s.state.PeekNode(name)
+		return n != nil && now.Sub(n.LastHeartbeat) < s.cfg.NotReadyAfter && !lost(name)
+	}
 	for _, id := range s.state.ActiveIDs() {
+		// Most attempts have every rank on a live node, started: look before copying.
+		a0 := s.state.PeekAttempt(id)
+		if a0 == nil || !slices.ContainsFunc(a0.Placements, func(p api.Placement) bool {
+			return !p.State.Terminal() && (lost(p.Node) || (p.State == "" && now.Sub(a0.AssignTime) >= s.cfg.AssignTimeout && live(p.Node)))
+		}) {
+			continue
+		}
 		job, _ := s.state.Job(id)
 		a, ok := s.state.CurrentAttempt(id)
 		if !ok {
@@ -548,9 +557,9 @@ func (s *Server) checkNodes(ctx context.Context) {
 				continue
 			}
 			switch {
-			case lost[p.Node]:
+			case lost(p.Node):
 				p.State, p.Reason, p.Message = api.StateFailed, api.ReasonNodeLost, "node "+p.Node+" stopped reporting"
-			case p.State == "" && live[p.Node] && now.Sub(a.AssignTime) >= s.cfg.AssignTimeout:
+			case p.State == "" && live(p.Node) && now.Sub(a.AssignTime) >= s.cfg.AssignTimeout:
 				p.State, p.Reason = api.StateFailed, api.ReasonNotStarted
 				p.Message = fmt.Sprintf("the agent of node %s did not start it within %s", p.Node, s.cfg.AssignTimeout)
 			default:
@@ -579,6 +588,19 @@ func (s *Server) checkNodes(ctx context.Context) {
 			s.log.Warn(ev.Message)
 		}
 	}
+}
+
+// silenceMoves is the state node n moves to after its silence until now: NOT_READY or
+// LOST, or the state it is in.
+func (s *Server) silenceMoves(n *api.Node, now time.Time) api.NodeState {
+	silent := now.Sub(n.LastHeartbeat)
+	switch {
+	case silent >= s.cfg.LostAfter && n.State != api.NodeLost:
+		return api.NodeLost
+	case silent >= s.cfg.NotReadyAfter && n.State == api.NodeReady:
+		return api.NodeNotReady
+	}
+	return n.State
 }
 
 func retries(spec api.JobSpec) int {

@@ -16,7 +16,10 @@ import (
 type nodeWatch struct {
 	mu      sync.Mutex // guards the fields below
 	version map[string]uint64
-	changed chan struct{} // closed and replaced at every bump
+	// changed holds, per node watched, a channel closed at the node's next bump. One
+	// channel per node, not one for all: with ten thousand agents watching, a job placed
+	// on one node must wake its agent, not all of them.
+	changed map[string]chan struct{}
 }
 
 // bump records that the jobs of a committed batch changed on their nodes.
@@ -32,11 +35,11 @@ func (w *nodeWatch) bump(b *store.Batch) {
 	for _, j := range b.Jobs {
 		for _, n := range j.Nodes {
 			w.version[n]++
+			if c := w.changed[n]; c != nil {
+				close(c)
+				delete(w.changed, n)
+			}
 		}
-	}
-	if w.changed != nil {
-		close(w.changed)
-		w.changed = nil
 	}
 }
 
@@ -44,23 +47,34 @@ func (w *nodeWatch) bump(b *store.Batch) {
 func (w *nodeWatch) bumpAll() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if w.version == nil {
+		w.version = map[string]uint64{}
+	}
 	for n := range w.version {
 		w.version[n]++
 	}
-	if w.changed != nil {
-		close(w.changed)
-		w.changed = nil
+	for n, c := range w.changed {
+		if _, counted := w.version[n]; !counted {
+			w.version[n]++
+		}
+		close(c)
 	}
+	w.changed = nil
 }
 
-// current returns the node's version and a channel closed at the next bump of any node.
+// current returns the node's version and a channel closed at the node's next bump.
 func (w *nodeWatch) current(node string) (uint64, <-chan struct{}) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.changed == nil {
-		w.changed = make(chan struct{})
+	c := w.changed[node]
+	if c == nil {
+		if w.changed == nil {
+			w.changed = map[string]chan struct{}{}
+		}
+		c = make(chan struct{})
+		w.changed[node] = c
 	}
-	return w.version[node], w.changed
+	return w.version[node], c
 }
 
 const maxWatch = 60 * time.Second
