@@ -4,6 +4,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/rotahq/rota/internal/api"
@@ -183,8 +184,13 @@ func (s *State) snapNodes() {
 		}
 	}
 	c.nodes, c.maint, c.configSeq = nodes, maint, s.configSeq
-	c.version++
+	c.version = nodesVersions.Add(1)
 }
+
+// nodesVersions numbers node lists across every State of the process, so that a planner
+// that outlives a State (a server that reads the store afresh) never takes another
+// State's list for the one it has seen.
+var nodesVersions atomic.Uint64
 
 // nodeOf is node n as the scheduler sees it.
 func nodeOf(n *api.Node, pools map[string]api.Pool) sched.Node {

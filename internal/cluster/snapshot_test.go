@@ -155,3 +155,20 @@ func TestSnapshotPassesImagesAndRuntimes(t *testing.T) {
 		t.Errorf("reason %+v; want NoNodeMatches: no node has a container runtime", r)
 	}
 }
+
+// A server that reads the store afresh gets a new State but keeps its planner, which
+// reuses its node layout while NodesVersion stays the same: two States' node lists never
+// share a version, even when each has had the same number of changes.
+func TestNodesVersionIsUniqueAcrossStates(t *testing.T) {
+	now := time.Date(2026, 11, 1, 9, 0, 0, 0, time.UTC)
+	a, b := New(), New()
+	a.Apply(&batch.Batch{Nodes: []api.Node{{Name: "n1", State: api.NodeReady}}})
+	b.Apply(&batch.Batch{Nodes: []api.Node{{Name: "n2", State: api.NodeReady}}})
+	va, vb := a.Snapshot(now, nil).NodesVersion, b.Snapshot(now, nil).NodesVersion
+	if va == 0 || vb == 0 || va == vb {
+		t.Fatalf("node lists of two states have versions %d and %d", va, vb)
+	}
+	if again := a.Snapshot(now, nil).NodesVersion; again != va {
+		t.Fatalf("unchanged nodes moved NodesVersion from %d to %d", va, again)
+	}
+}
