@@ -282,3 +282,27 @@ func TestLongCyclesAreFollowedByRest(t *testing.T) {
 		t.Fatalf("a cycle was due %v after one of %v", rested, cycle)
 	}
 }
+
+// On a cluster whose cycles are long, the recompute that only time asks for waits ten
+// cycles' length when that is longer than RecomputeInterval.
+func TestRecomputeStretchesWithLongCycles(t *testing.T) {
+	h := &harness{t: t, clock: &fakeClock{t: time.Date(2026, 11, 1, 9, 0, 0, 0, time.UTC)}, dir: t.TempDir(),
+		cfg: func(c *Config) { c.RecomputeInterval = time.Second }}
+	h.open()
+	h.beat("n1", 8)
+	h.submit(api.JobSpec{GPUs: 8, Command: []string{"train"}})
+	h.submit(api.JobSpec{GPUs: 8, Command: []string{"train"}}) // waits: a cycle has work
+	const took = 150 * time.Millisecond
+	h.srv.planning = func() { time.Sleep(took) }
+	h.srv.loopCycle(context.Background())
+	h.srv.planning = nil
+	h.srv.restUntil.Store(0) // the rest after a long cycle is TestLongCyclesAreFollowedByRest's
+	h.clock.Add(time.Second)
+	if h.srv.cycleDue() {
+		t.Fatal("a recompute was due after RecomputeInterval though the last cycle took over a tenth of it")
+	}
+	h.clock.Add(time.Minute) // well past ten cycles' length, however slow the machine
+	if !h.srv.cycleDue() {
+		t.Fatal("no recompute due after ten cycles' length")
+	}
+}

@@ -181,6 +181,9 @@ type Server struct {
 	// restUntil (Unix nanoseconds of the wall clock) is when the loop may start the next
 	// cycle after a long one (see cycleRest).
 	restUntil atomic.Int64
+	// lastTook is how long the loop's last cycle took, which stretches the recompute
+	// interval on a large cluster (cycleDue).
+	lastTook atomic.Int64
 	// planning and planned, if set (by tests and benchmarks), run while a cycle plans,
 	// without s.mu: before the plan is made and after.
 	planning, planned func()
@@ -451,8 +454,12 @@ func commitErrorOf(what string, err error) (int, *api.Error) {
 	return status, &api.Error{Code: code, Message: what + ": " + err.Error()}
 }
 
-// cycleRestAfter is how long a cycle takes before the loop rests after it (cycleDue).
-const cycleRestAfter = 100 * time.Millisecond
+// cycleRestAfter is how long a cycle takes before the loop rests after it, and
+// recomputeStretch how many times its length the time-only recompute waits (cycleDue).
+const (
+	cycleRestAfter   = 100 * time.Millisecond
+	recomputeStretch = 10
+)
 
 // wake asks the scheduling loop for a cycle soon. It never blocks.
 func (s *Server) wake() {
@@ -496,7 +503,9 @@ func (s *Server) loopCycle(ctx context.Context) {
 	if err := s.Cycle(ctx); err != nil && !errors.Is(err, errNotLeader) {
 		s.log.Error("scheduling cycle failed", "err", err)
 	}
-	if took := time.Since(start); took >= cycleRestAfter {
+	took := time.Since(start)
+	s.lastTook.Store(int64(took))
+	if took >= cycleRestAfter {
 		s.restUntil.Store(time.Now().Add(took).UnixNano())
 	}
 }
@@ -508,6 +517,9 @@ func (s *Server) loopCycle(ctx context.Context) {
 // cycleRestAfter, the loop rests as long as it took before the next one: on a large
 // cluster with a steady stream of submits, planning takes at most half of one core and
 // leaves the rest to heartbeats and requests, as Slurm's minimum scheduling interval does.
+// Likewise, the recompute that nothing but time asks for waits at least recomputeStretch
+// times as long as the last cycle took, so an idle large cluster spends at most a tenth of
+// a core on it.
 func (s *Server) cycleDue() bool {
 	if time.Now().UnixNano() < s.restUntil.Load() {
 		return false
@@ -515,7 +527,8 @@ func (s *Server) cycleDue() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.cfg.Clock.Now()
-	return s.state.Seq() != s.cycled || now.Sub(s.lastCycle) >= s.cfg.RecomputeInterval ||
+	recompute := max(s.cfg.RecomputeInterval, recomputeStretch*time.Duration(s.lastTook.Load()))
+	return s.state.Seq() != s.cycled || now.Sub(s.lastCycle) >= recompute ||
 		(!s.wakeAt.IsZero() && !now.Before(s.wakeAt))
 }
 
