@@ -1,0 +1,219 @@
+package sched
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// countResv holds gpus H100 GPUs for team vision from start to end after t0.
+func countResv(gpus int, start, end time.Duration) Reservation {
+	return Reservation{ID: 4, Name: "resv-4", Team: "vision", GPUs: gpus, Model: "H100", Start: t0.Add(start), End: t0.Add(end)}
+}
+
+func teamJob(id int64, team string, gpus int, limit time.Duration) Job {
+	j := job(id, gpus, "H100")
+	j.Team, j.TimeLimit = team, limit
+	return j
+}
+
+func placedGPUs(p Plan, team map[int64]string, want string) int {
+	n := 0
+	for _, pl := range p.Placements {
+		if team[pl.JobID] == want {
+			for _, a := range pl.Allocs {
+				n += len(a.GPUIndices)
+			}
+		}
+	}
+	return n
+}
+
+// During an open window, another team's jobs take only what the team does not need: of
+// 16 free H100s with 4 held, a 12-GPU job of nlp starts but a further 2-GPU one waits,
+// naming the hold in one sentence; the team's own job then takes the held GPUs.
+func TestHoldDuringWindow(t *testing.T) {
+	nodes := []Node{gpuNode("gpu-01", "H100", 8), gpuNode("gpu-02", "H100", 8)}
+	big := teamJob(1, "nlp", 8, time.Hour)
+	big2 := teamJob(2, "nlp", 4, time.Hour)
+	small := teamJob(3, "nlp", 2, time.Hour)
+	s := snapshot(nodes, nil, big, big2, small)
+	s.Reservations = []Reservation{countResv(4, -time.Hour, 6*time.Hour)}
+	p := mustSchedule(s, Options{})
+	for _, id := range []int64{1, 2} {
+		if _, ok := placementOf(p, id); !ok {
+			t.Fatalf("job %d of nlp within the spare capacity did not start: %+v", id, p.Pending)
+		}
+	}
+	pj, ok := pendingOf(p, 3)
+	if !ok {
+		t.Fatalf("nlp's job 3 took GPUs held for vision: %+v", p.Placements)
+	}
+	const want = "4 of the 4 free H100 GPUs are held for team vision by reservation 4 until 15:00"
+	if pj.Reason.Code != ReasonReserved || pj.Reason.Team != "vision" || pj.Reason.Message != want {
+		t.Errorf("reason %+v; want Reserved for team vision: %q", pj.Reason, want)
+	}
+
+	// The team's job uses the held GPUs, even behind the others.
+	own := teamJob(4, "vision", 4, 10*time.Hour)
+	s = snapshot(nodes, nil, big, big2, small, own)
+	s.Reservations = []Reservation{countResv(4, -time.Hour, 6*time.Hour)}
+	p = mustSchedule(s, Options{})
+	if _, ok := placementOf(p, 4); !ok {
+		t.Errorf("vision's job did not get its held GPUs: %+v", p.Pending)
+	}
+	if _, ok := placementOf(p, 3); ok {
+		t.Errorf("nlp's job 3 started: nothing was free after vision's")
+	}
+}
+
+// What the team already runs on matching GPUs counts toward the hold: with 2 of its 4 in
+// use, only 2 more are kept, and other teams may take the rest.
+func TestHoldCountsTeamUse(t *testing.T) {
+	nodes := []Node{gpuNode("gpu-01", "H100", 8)}
+	running := []Running{busy(10, "gpu-01", 3*time.Hour, 0, 1)} // vision's, 2 GPUs
+	other := teamJob(1, "nlp", 4, time.Hour)
+	s := snapshot(nodes, running, other)
+	s.Reservations = []Reservation{countResv(4, -time.Hour, 6*time.Hour)}
+	p := mustSchedule(s, Options{})
+	if _, ok := placementOf(p, 1); !ok {
+		t.Fatalf("nlp's 4-GPU job did not start with 6 free and 2 still held: %+v", p.Pending)
+	}
+	s = snapshot(nodes, running, teamJob(2, "nlp", 5, time.Hour))
+	s.Reservations = []Reservation{countResv(4, -time.Hour, 6*time.Hour)}
+	p = mustSchedule(s, Options{})
+	if pj, ok := pendingOf(p, 2); !ok || !strings.HasPrefix(pj.Reason.Message, "2 of the 6 free H100 GPUs are held") {
+		t.Errorf("nlp's 5-GPU job: %+v; want pending, 2 of the 6 free held", pj)
+	}
+}
+
+// Before the window, a job of another team whose time limit ends before Start may use the
+// held GPUs; one that would run into the window may take only what the window will not
+// need, like a job near a maintenance window. Its estimated start is the window's end.
+func TestHoldBeforeWindow(t *testing.T) {
+	nodes := []Node{gpuNode("gpu-01", "H100", 8)}
+	resv := []Reservation{countResv(6, 2*time.Hour, 5*time.Hour)}
+
+	short := teamJob(1, "nlp", 8, time.Hour)
+	s := snapshot(nodes, nil, short)
+	s.Reservations = resv
+	if p := mustSchedule(s, Options{}); len(p.Placements) != 1 {
+		t.Fatalf("a job ending before the window did not start: %+v", p.Pending)
+	}
+
+	long := teamJob(2, "nlp", 4, 3*time.Hour)
+	s = snapshot(nodes, nil, long)
+	s.Reservations = resv
+	p := mustSchedule(s, Options{})
+	pj, ok := pendingOf(p, 2)
+	if !ok {
+		t.Fatalf("a job running into the window took GPUs it needs: %+v", p.Placements)
+	}
+	if pj.Reason.Code != ReasonReserved || !strings.Contains(pj.Reason.Message, "from 11:00 until 14:00") ||
+		!strings.Contains(pj.Reason.Message, "ends before 11:00") {
+		t.Errorf("reason %+v; want Reserved naming the window", pj.Reason)
+	}
+	if !pj.EstimatedStart.Equal(t0.Add(5 * time.Hour)) {
+		t.Errorf("estimated start %v; want the window's end, %v", pj.EstimatedStart, t0.Add(5*time.Hour))
+	}
+
+	// 2 GPUs are not needed by the window: a 2-GPU job may run into it.
+	s = snapshot(nodes, nil, teamJob(3, "nlp", 2, 3*time.Hour))
+	s.Reservations = resv
+	if p := mustSchedule(s, Options{}); len(p.Placements) != 1 {
+		t.Errorf("a 2-GPU job within what the window leaves did not start: %+v", p.Pending)
+	}
+
+	// A running job of nlp that ends before the start gives its GPUs back in time: the
+	// long job still waits, as 6 are needed and only 4 are free now.
+	s = snapshot(nodes, []Running{{ID: 20, Queue: "train", Team: "nlp", Start: t0, End: t0.Add(time.Hour),
+		Allocs: []Alloc{{Node: "gpu-01", GPUIndices: []int{0, 1, 2, 3}, CPUs: 1, MemoryMB: 1024}}}}, long)
+	s.Reservations = resv
+	if p := mustSchedule(s, Options{}); len(p.Placements) != 0 {
+		t.Errorf("the long job took GPUs the window needs: %+v", p.Placements)
+	}
+}
+
+// Holds match their model and pool only; unknown models hold nothing; holds that have
+// ended hold nothing.
+func TestHoldScopeAndExpiry(t *testing.T) {
+	a100 := gpuNode("gpu-a", "A100", 8)
+	h100 := gpuNode("gpu-h", "H100", 8)
+	h100.Labels = map[string]string{"pool": "train"}
+	nodes := []Node{a100, h100}
+	j := job(1, 8, "A100")
+	j.Team = "nlp"
+	for _, tc := range []struct {
+		name  string
+		r     Reservation
+		start bool
+	}{
+		{"other model", countResv(8, -time.Hour, time.Hour), true},
+		{"any model", Reservation{Team: "vision", GPUs: 9, Start: t0.Add(-time.Hour), End: t0.Add(time.Hour)}, false},
+		{"other pool", Reservation{Team: "vision", GPUs: 8, Pool: "train", Start: t0.Add(-time.Hour), End: t0.Add(time.Hour)}, true},
+		{"ended", Reservation{Team: "vision", GPUs: 16, Start: t0.Add(-2 * time.Hour), End: t0}, true},
+		{"unknown model", Reservation{Team: "vision", GPUs: 8, Model: "B200", Start: t0.Add(-time.Hour), End: t0.Add(time.Hour)}, true},
+		{"own team", Reservation{Team: "nlp", GPUs: 16, Start: t0.Add(-time.Hour), End: t0.Add(time.Hour)}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := snapshot(nodes, nil, j)
+			s.Reservations = []Reservation{tc.r}
+			p := mustSchedule(s, Options{})
+			if started := len(p.Placements) == 1; started != tc.start {
+				t.Errorf("started %v, want %v: %+v", started, tc.start, p.Pending)
+			}
+		})
+	}
+}
+
+// At End the hold lets go: the same job blocked at t0 starts once the window is over.
+func TestHoldExpires(t *testing.T) {
+	nodes := []Node{gpuNode("gpu-01", "H100", 8)}
+	s := snapshot(nodes, nil, teamJob(1, "nlp", 8, time.Hour))
+	s.Reservations = []Reservation{countResv(8, -time.Hour, time.Hour)}
+	if p := mustSchedule(s, Options{}); len(p.Placements) != 0 {
+		t.Fatalf("started during the window: %+v", p.Placements)
+	}
+	p, err := ScheduleWith(s, t0.Add(time.Hour), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Placements) != 1 {
+		t.Errorf("not started at the window's end: %+v", p.Pending)
+	}
+}
+
+// A hold never preempts other teams' running jobs, and a higher tier of another team
+// does not preempt its way onto held GPUs; the team's running jobs are untouched either way.
+func TestHoldNoPreemption(t *testing.T) {
+	nodes := []Node{gpuNode("gpu-01", "H100", 8)}
+	running := []Running{{ID: 10, Queue: "train", Team: "nlp", Start: t0.Add(-time.Hour), End: t0.Add(5 * time.Hour),
+		Allocs: []Alloc{{Node: "gpu-01", GPUIndices: []int{0, 1, 2, 3, 4, 5}, CPUs: 1, MemoryMB: 1024}}}}
+	own := teamJob(1, "vision", 4, time.Hour)
+	s := snapshot(nodes, running, own)
+	s.Reservations = []Reservation{countResv(4, -time.Hour, 6*time.Hour)}
+	p := mustSchedule(s, Options{})
+	if len(p.Preemptions) != 0 || len(p.Placements) != 0 {
+		t.Errorf("placed %+v, preempted %+v for a hold; holds do not preempt", p.Placements, p.Preemptions)
+	}
+	// It waits for nlp's job to end, and is told when.
+	if pj, _ := pendingOf(p, 1); !pj.EstimatedStart.Equal(t0.Add(5 * time.Hour)) {
+		t.Errorf("vision's job: %+v; want an estimated start when nlp's job ends (+5h)", pj)
+	}
+
+	// Another team's urgent job would preempt the batch job for free GPUs, but not for
+	// the held ones.
+	running[0].Queue = "batch"
+	if p := mustSchedule(snapshot(nodes, running, func() Job { j := teamJob(2, "ml", 4, time.Hour); j.Queue = "urgent"; return j }()), Options{}); len(p.Preemptions) != 1 {
+		t.Fatalf("without the hold the urgent job preempts nothing (%+v): the case below proves nothing", p)
+	}
+
+	urgent := teamJob(2, "ml", 4, time.Hour)
+	urgent.Queue = "urgent"
+	s = snapshot(nodes, running, urgent)
+	s.Reservations = []Reservation{countResv(4, -time.Hour, 6*time.Hour)}
+	p = mustSchedule(s, Options{})
+	if len(p.Preemptions) != 0 || len(p.Placements) != 0 {
+		t.Errorf("urgent job of another team: placements %+v, preemptions %+v; want neither onto held GPUs", p.Placements, p.Preemptions)
+	}
+}
