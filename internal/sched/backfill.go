@@ -78,7 +78,7 @@ func (st *state) earliestWithWindows(c cand, d *demand, limit int64) int64 {
 		}
 		// A hold's spare capacity is known only now; once it ends, it no longer counts.
 		if held {
-			if i := st.heldFor(c, d, t); i >= 0 {
+			if i, _ := st.heldFor(c, d, t); i >= 0 {
 				next = max(next, st.holds[i].end)
 			}
 		}

@@ -540,7 +540,7 @@ var candidateChain = [...]nodeCheck{
 	// GPUs held by count for another team: the job may take them only while enough stay
 	// free for that team, or if it ends before the window opens.
 	{"held", func(st *state, c cand, d *demand) int64 {
-		if st.heldFor(c, d, st.now) >= 0 {
+		if st.held(c, d, st.now) {
 			return 1
 		}
 		return 0

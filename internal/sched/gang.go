@@ -219,7 +219,7 @@ func (st *state) earliestGang(d *demand) ([]cand, int64) {
 			}
 			var set []cand
 			for _, x := range class[:i+1] {
-				if st.earliestOn(x.c, d, t, t) == t && !st.foreignWindow(x.c.node, d, t) && st.heldFor(x.c, d, t) < 0 {
+				if st.earliestOn(x.c, d, t, t) == t && !st.foreignWindow(x.c.node, d, t) && !st.held(x.c, d, t) {
 					set = append(set, x.c)
 					if len(set) == d.nodes {
 						break

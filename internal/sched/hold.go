@@ -42,9 +42,6 @@ type gpuHold struct {
 	need int
 }
 
-// spare is what other teams' jobs that run into the window may take.
-func (h *gpuHold) spare() int { return h.avail - h.need }
-
 func (h *gpuHold) overlaps(start, end int64) bool { return h.start < end && start < h.end }
 
 // matches reports whether group gi holds GPUs of the hold's model and pool.
@@ -154,21 +151,49 @@ func (st *state) useHolds(gi, n int, team string, start, end int64, taken bool) 
 }
 
 // heldFor returns the first hold for another team that keeps the job off candidate c if
-// it starts at start, or -1: the job would run into the window and take GPUs the team
-// needs. A gang counts all its GPUs against each node's holds; a shared job one GPU.
-func (st *state) heldFor(c cand, d *demand, start int64) int {
+// it starts at start, or -1, and the GPUs it must keep: the job would run into the window and take GPUs the team
+// needs. What a hold's GPUs must cover is its own need and that of every other hold the
+// job runs into whose GPUs are among its own (the same model and pool, or narrower), so
+// that two reservations of H100s, or one of H100s and one of any model, are not both
+// met from the same free GPUs. A gang counts all its GPUs against each node's holds; a
+// shared job one GPU.
+func (st *state) heldFor(c cand, d *demand, start int64) (int, int) {
 	if len(st.holds) == 0 || c.group < 0 {
-		return -1
+		return -1, 0
 	}
 	end := addSat(start, d.dur)
 	n := max(d.gpus, 1) * max(d.nodes, 1)
+	applies := func(h *gpuHold) bool {
+		return h.team != d.team && h.overlaps(start, end) && st.matches(h, c.group)
+	}
 	for i := range st.holds {
 		h := &st.holds[i]
-		if h.team != d.team && h.overlaps(start, end) && h.spare() < n && st.matches(h, c.group) {
-			return i
+		if !applies(h) {
+			continue
+		}
+		need := 0
+		for k := range st.holds {
+			if o := &st.holds[k]; applies(o) && h.covers(o) {
+				need += o.need
+			}
+		}
+		if h.avail-need < n {
+			return i, need
 		}
 	}
-	return -1
+	return -1, 0
+}
+
+// held reports whether a hold for another team keeps the job off candidate c if it
+// starts at start.
+func (st *state) held(c cand, d *demand, start int64) bool {
+	i, _ := st.heldFor(c, d, start)
+	return i >= 0
+}
+
+// covers reports whether every GPU o may hold is one h may hold too.
+func (h *gpuHold) covers(o *gpuHold) bool {
+	return (h.model == anyModel || h.model == o.model) && (h.pool == "" || h.pool == o.pool)
 }
 
 // holdsGroup reports whether any hold covers group gi.
@@ -186,7 +211,8 @@ func (st *state) holdsGroup(gi int) bool {
 func (c *cycle) holdReason(d *demand, dg *diag) Reason {
 	st := c.st
 	cd := dg.first[checkHold]
-	h := &st.holds[max(st.heldFor(cd, d, st.now), 0)]
+	i, need := st.heldFor(cd, d, st.now)
+	h := &st.holds[max(i, 0)]
 	r := Reason{Code: ReasonReserved, BestNode: st.nodes[cd.node].n.Name, Team: h.team}
 	if c.opts.Terse {
 		return r
@@ -211,7 +237,7 @@ func (c *cycle) holdReason(d *demand, dg *diag) Reason {
 	until := c.clock(h.end)
 	if h.start <= st.now {
 		r.Message = fmt.Sprintf("%d of the %d free %s %s held for team %s by %s until %s",
-			min(h.need, free), free, what, isAre(min(h.need, free)), h.team, who, until)
+			min(need, free), free, what, isAre(min(need, free)), h.team, who, until)
 		return r
 	}
 	limit := "its time limit would run past the start"
@@ -219,7 +245,7 @@ func (c *cycle) holdReason(d *demand, dg *diag) Reason {
 		limit = "it has no time limit"
 	}
 	r.Message = fmt.Sprintf("%d %s %s held for team %s by %s from %s until %s, and %s; a job that ends before %s may use them",
-		h.need, what, isAre(h.need), h.team, who, c.clock(h.start), until, limit, c.clock(h.start))
+		need, what, isAre(need), h.team, who, c.clock(h.start), until, limit, c.clock(h.start))
 	return r
 }
 

@@ -217,3 +217,27 @@ func TestHoldNoPreemption(t *testing.T) {
 		t.Errorf("urgent job of another team: placements %+v, preemptions %+v; want neither onto held GPUs", p.Placements, p.Preemptions)
 	}
 }
+
+// Two holds that may take the same GPUs are met from different ones: with 6 and 4 of 16
+// H100s held, for two teams, and the second of any model, a third team may take 6, not 7.
+func TestHoldsAddUp(t *testing.T) {
+	nodes := []Node{gpuNode("gpu-01", "H100", 8), gpuNode("gpu-02", "H100", 8)}
+	resv := []Reservation{
+		countResv(6, -time.Hour, 6*time.Hour),
+		{ID: 5, Team: "audio", GPUs: 4, Start: t0.Add(-time.Hour), End: t0.Add(6 * time.Hour)},
+	}
+	for _, tc := range []struct {
+		gpus  int
+		start bool
+	}{{6, true}, {7, false}} {
+		s := snapshot(nodes, nil, teamJob(1, "nlp", tc.gpus, time.Hour))
+		s.Reservations = resv
+		p := mustSchedule(s, Options{})
+		if started := len(p.Placements) == 1; started != tc.start {
+			t.Errorf("%d GPUs: started %v, want %v (%+v)", tc.gpus, started, tc.start, p.Pending)
+		}
+		if pj, ok := pendingOf(p, 1); ok && !strings.HasPrefix(pj.Reason.Message, "10 of the 16 free GPUs are held for team audio by reservation 5") {
+			t.Errorf("reason %q; want the 10 held GPUs named", pj.Reason.Message)
+		}
+	}
+}

@@ -340,7 +340,7 @@ func (st *state) nodeFits(ni int, d *demand) bool {
 // by count for another team (hold.go) any more than onto nodes reserved for one.
 func (st *state) groupFits(gi int, d *demand) bool {
 	return gi < 0 || (d.takes(st.groups[gi].model) && len(st.groups[gi].index) >= d.gpus &&
-		st.heldFor(cand{st.groups[gi].node, gi}, d, st.now) < 0)
+		!st.held(cand{st.groups[gi].node, gi}, d, st.now))
 }
 
 // single picks the one node where the cheapest victims let a single-node job start; among
