@@ -44,13 +44,15 @@ type gpuHold struct {
 
 func (h *gpuHold) overlaps(start, end int64) bool { return h.start < end && start < h.end }
 
-// matches reports whether group gi holds GPUs of the hold's model and pool.
+// matches reports whether group gi holds GPUs of the hold's model and pool that the team
+// may use: GPUs on a node another team's reservation or a maintenance window takes
+// during the window are of no use to it, and so neither held nor counted.
 func (st *state) matches(h *gpuHold, gi int) bool {
 	g := &st.groups[gi]
 	if h.model == noModel || (h.model != anyModel && g.model != h.model) {
 		return false
 	}
-	return h.pool == "" || st.nodes[g.node].n.Labels["pool"] == h.pool
+	return (h.pool == "" || st.nodes[g.node].n.Labels["pool"] == h.pool) && !st.nodeClosed(g.node, h.team, h.start, h.end)
 }
 
 // addHolds turns the reservations by GPU count into the cycle's holds, after the running
@@ -126,6 +128,17 @@ func (st *state) addHolds(rs []Reservation, running []Running) {
 			}
 		}
 	}
+}
+
+// nodeClosed reports whether a window on node ni keeps team's jobs off it at some time
+// between start and end.
+func (st *state) nodeClosed(ni int, team string, start, end int64) bool {
+	for _, w := range st.nodes[ni].windows {
+		if w.blocks(team) && w.start < end && start < w.end {
+			return true
+		}
+	}
+	return false
 }
 
 // useHolds records that a job of team takes n GPUs of group gi from start until end: a

@@ -241,3 +241,28 @@ func TestHoldsAddUp(t *testing.T) {
 		}
 	}
 }
+
+// GPUs on a node reserved whole for another team, or going into maintenance, during the
+// window are no use to the team: its hold is met from the other nodes, and other teams'
+// jobs may use those GPUs as the node's own window allows.
+func TestHoldBesideNodeWindows(t *testing.T) {
+	nodes := []Node{gpuNode("gpu-01", "H100", 8), gpuNode("gpu-02", "H100", 8)}
+	hold := countResv(6, -time.Hour, 6*time.Hour)
+
+	// audio holds gpu-01 whole: nlp's 4 GPUs would leave 4 on gpu-02 for vision's 6.
+	s := snapshot(nodes, nil, teamJob(1, "nlp", 4, 30*time.Minute))
+	s.Reservations = []Reservation{hold, {Name: "whole", Team: "audio", Nodes: []string{"gpu-01"}, Start: t0, End: t0.Add(6 * time.Hour)}}
+	if p := mustSchedule(s, Options{}); len(p.Placements) != 0 {
+		t.Errorf("nlp's job took %+v; only gpu-02's 8 can be vision's", p.Placements)
+	}
+
+	// gpu-01 goes into maintenance in an hour: short jobs of nlp may fill it, but not
+	// take gpu-02's GPUs from vision.
+	s = snapshot(nodes, nil, teamJob(1, "nlp", 4, 30*time.Minute), teamJob(2, "nlp", 4, 30*time.Minute), teamJob(3, "nlp", 4, 30*time.Minute))
+	s.Reservations = []Reservation{hold}
+	s.Maintenance = []Maintenance{{Node: "gpu-01", Start: t0.Add(time.Hour)}}
+	p := mustSchedule(s, Options{})
+	if len(p.Placements) != 2 || p.Placements[0].Allocs[0].Node != "gpu-01" || p.Placements[1].Allocs[0].Node != "gpu-01" {
+		t.Errorf("placements %+v; want jobs 1 and 2 on gpu-01 and job 3 waiting", p.Placements)
+	}
+}
