@@ -65,7 +65,12 @@ func (st *state) earliestWithWindows(c cand, d *demand, limit int64) int64 {
 	}
 	from := st.now
 	for range len(st.nodes[c.node].windows) + len(st.holds) + 1 {
-		t := st.earliestOn(c, d, from, limit)
+		var t int64
+		if from == st.now {
+			t = st.earliestMemo(c, d, limit) // the same walk, kept between calls
+		} else {
+			t = st.earliestOn(c, d, from, limit)
+		}
 		if t == forever || t > limit {
 			return t
 		}
