@@ -1,6 +1,7 @@
 package sched
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -264,5 +265,95 @@ func TestHoldBesideNodeWindows(t *testing.T) {
 	p := mustSchedule(s, Options{})
 	if len(p.Placements) != 2 || p.Placements[0].Allocs[0].Node != "gpu-01" || p.Placements[1].Allocs[0].Node != "gpu-01" {
 		t.Errorf("placements %+v; want jobs 1 and 2 on gpu-01 and job 3 waiting", p.Placements)
+	}
+}
+
+// checkHolds verifies, for each reservation by GPU count open at now that no other open
+// one falls within, that a plan which gives another team's job any of its GPUs leaves as
+// many of them free as the team still lacks. Its GPUs are the healthy ones of its model
+// and pool on schedulable nodes that no maintenance window or other team's reservation
+// closes during it; free means held by no running job, live claim or placement.
+func checkHolds(t *testing.T, s *Snapshot, p Plan, now time.Time, claimed map[gpuKey]int64) {
+	t.Helper()
+	within := func(a, b Reservation) bool { // a's GPUs are among b's
+		return (b.Model == "" || b.Model == a.Model) && (b.Pool == "" || b.Pool == a.Pool)
+	}
+	jobs := map[int64]*Job{}
+	for i := range s.Pending {
+		jobs[s.Pending[i].ID] = &s.Pending[i]
+	}
+	for hi, h := range s.Reservations {
+		if h.GPUs == 0 || len(h.Nodes) > 0 || now.Before(h.Start) || !now.Before(h.End) {
+			continue
+		}
+		nested := false
+		for oi, o := range s.Reservations {
+			nested = nested || (oi != hi && o.GPUs > 0 && len(o.Nodes) == 0 && !now.Before(o.Start) && now.Before(o.End) && within(o, h))
+		}
+		if nested {
+			continue
+		}
+		theirs := map[gpuKey]bool{}
+		for _, n := range s.Nodes {
+			closed := !n.Schedulable || n.HealthFailed
+			for _, m := range s.Maintenance {
+				closed = closed || (m.Node == n.Name && m.Start.Before(h.End) && (m.End.IsZero() || h.Start.Before(m.End)))
+			}
+			for _, w := range s.Reservations {
+				closed = closed || (w.Team != h.Team && slices.Contains(w.Nodes, n.Name) && w.Start.Before(h.End) && h.Start.Before(w.End))
+			}
+			if closed || (h.Pool != "" && n.Labels["pool"] != h.Pool) {
+				continue
+			}
+			for _, g := range n.GPUs {
+				if g.Healthy && !g.Held && (h.Model == "" || g.Model == h.Model) {
+					theirs[gpuKey{n.Name, g.Index}] = true
+				}
+			}
+		}
+		busy := map[gpuKey]bool{}
+		used := 0
+		for _, r := range s.Running {
+			for _, a := range r.Allocs {
+				for _, i := range a.GPUIndices {
+					k := gpuKey{a.Node, i}
+					if theirs[k] && r.Team == h.Team && !r.Preempting && a.GPUShare == 0 {
+						used++
+					}
+					busy[k] = true
+				}
+			}
+		}
+		for k := range claimed {
+			busy[k] = true
+		}
+		foreign := 0
+		for _, pl := range p.Placements {
+			j := jobs[pl.JobID]
+			for _, a := range pl.Allocs {
+				for _, i := range a.GPUIndices {
+					k := gpuKey{a.Node, i}
+					if !theirs[k] || busy[k] {
+						continue // not the hold's, or a share of a GPU already taken
+					}
+					busy[k] = true
+					if j.Team == h.Team {
+						used++
+					} else {
+						foreign++
+					}
+				}
+			}
+		}
+		free := 0
+		for k := range theirs {
+			if !busy[k] {
+				free++
+			}
+		}
+		if need := max(0, h.GPUs-used); foreign > 0 && free < need {
+			t.Fatalf("reservation %d holds %d GPUs for team %s, which uses %d: other teams took %d, leaving %d free of the %d it lacks",
+				h.ID, h.GPUs, h.Team, used, foreign, free, need)
+		}
 	}
 }
