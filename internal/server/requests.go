@@ -52,8 +52,11 @@ func (s *Server) handleCreateRequest(w http.ResponseWriter, r *http.Request) {
 	now := s.cfg.Clock.Now()
 	if e := s.validateRequest(&req, id, now); e != nil {
 		status := http.StatusBadRequest
-		if e.Code == api.CodeForbidden {
+		switch e.Code {
+		case api.CodeForbidden:
 			status = http.StatusForbidden
+		case api.CodeConflict:
+			status = http.StatusConflict // the reservations already made leave no room
 		}
 		writeError(w, status, e)
 		return

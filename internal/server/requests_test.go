@@ -277,6 +277,15 @@ func TestRequestReservation(t *testing.T) {
 	if r := h.request(3); r.State != api.RequestPending {
 		t.Errorf("a refused approval left the request %s; want pending", r.State)
 	}
+	// Filed now, the same request is refused at once, and not stored.
+	if code, e := h.call(mia, "POST", "/api/v1/requests", "application/json", mustJSON(t,
+		api.Request{Kind: api.RequestReservation, GPUs: 4, GPUModel: "H100", Start: &start, End: &end, Reason: "late"})); code != http.StatusConflict || e.Field != "gpus" {
+		t.Errorf("filing beyond what the reservations leave: %d %+v; want 409 gpus", code, e)
+	}
+	var reqs api.RequestList
+	if h.do("GET", "/api/v1/requests", nil, &reqs); len(reqs.Requests) != 3 {
+		t.Errorf("%d requests stored; want the 3 filed before", len(reqs.Requests))
+	}
 
 	// Before the window, another team's job that would run into it may take only what
 	// the window leaves: 2 H100s.
