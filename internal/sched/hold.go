@@ -40,14 +40,21 @@ type gpuHold struct {
 	// need is what the team still lacks: gpus less the team's GPUs in use on matching
 	// GPUs during the window.
 	need int
+	// in holds the groups whose GPUs the hold covers.
+	in bitset
 }
 
 func (h *gpuHold) overlaps(start, end int64) bool { return h.start < end && start < h.end }
 
-// matches reports whether group gi holds GPUs of the hold's model and pool that the team
+// matches reports whether group gi holds GPUs the hold covers (gpuHold.in).
+func (st *state) matches(h *gpuHold, gi int) bool {
+	return h.in[gi>>6]&(1<<(gi&63)) != 0
+}
+
+// covered reports whether group gi holds GPUs of the hold's model and pool that the team
 // may use: GPUs on a node another team's reservation or a maintenance window takes
 // during the window are of no use to it, and so neither held nor counted.
-func (st *state) matches(h *gpuHold, gi int) bool {
+func (st *state) covered(h *gpuHold, gi int) bool {
 	g := &st.groups[gi]
 	if h.model == noModel || (h.model != anyModel && g.model != h.model) {
 		return false
@@ -78,10 +85,13 @@ func (st *state) addHolds(rs []Reservation, running []Running) {
 			}
 		}
 		h.need = h.gpus
+		// Which groups it covers is worked out once: the checks ask for every candidate.
+		h.in = newBitset(len(st.groups))
 		for gi := range st.groups {
-			if !st.matches(&h, gi) {
+			if !st.covered(&h, gi) {
 				continue
 			}
+			h.in.set(gi)
 			h.avail += st.groups[gi].nfree
 			if h.start <= st.now {
 				continue
