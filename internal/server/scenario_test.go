@@ -36,12 +36,12 @@ type scenarioNode struct {
 }
 
 type scenarioStep struct {
-	At     time.Duration  `yaml:"at"`
-	Submit *scenarioJob   `yaml:"submit"`
-	Cancel string         `yaml:"cancel"`
+	At     time.Duration `yaml:"at"`
+	Submit *scenarioJob  `yaml:"submit"`
+	Cancel string        `yaml:"cancel"`
 	// Reserve makes a reservation by GPU count, its window given from the scenario's start.
 	Reserve *scenarioReserve `yaml:"reserve"`
-	Expect *scenarioCheck `yaml:"expect"`
+	Expect  *scenarioCheck   `yaml:"expect"`
 }
 
 type scenarioJob struct {
