@@ -15,8 +15,8 @@ import (
 //
 // The rule for other teams' jobs, on the GPUs a hold matches:
 //   - one whose run would overlap the window (it is open, or the job's time limit, or
-//     the lack of one, would carry it past Start) may take GPUs only while enough stay
-//     for the team: spare (below) at least its GPUs;
+//     the lack of one, would carry it past Start) may take GPUs only while as many stay
+//     free as the team lacks, with what other holds among the same GPUs lack (heldFor);
 //   - one whose time limit ends it before Start is not concerned by the hold at all.
 //
 // This is how maintenance windows and node reservations are respected before they open,
