@@ -29,8 +29,10 @@ type Request struct {
 	Limit    int    `json:"limit,omitempty"`
 	// Queue is the restricted queue asked for.
 	Queue string `json:"queue,omitempty"`
-	// GPUs is the number of GPUs a reservation asks for.
-	GPUs int `json:"gpus,omitempty"`
+	// GPUs is the number of GPUs a reservation asks for, and Pool the pool they must be
+	// in ("": any).
+	GPUs int    `json:"gpus,omitempty"`
+	Pool string `json:"pool,omitempty"`
 	// For is how long a quota raise or queue grant lasts from its approval, in seconds.
 	For int64 `json:"for_s,omitempty"`
 	// Start and End bound a reservation; for a quota raise or a queue grant they are set
@@ -45,8 +47,9 @@ type Request struct {
 	// Previous is the team's quota for the model before an approved raise, restored when
 	// the raise ends (nil: the team had no quota of that model).
 	Previous *Quota `json:"previous,omitempty"`
-	// Reservation is the ID of the reservation an approved reservation request made, and
-	// Nodes the nodes it holds.
+	// Reservation is the ID of the reservation an approved reservation request made, a
+	// reservation by GPU count. Nodes are the nodes it holds, for a reservation granted
+	// as whole nodes before reservations by count existed.
 	Reservation int64    `json:"reservation,omitempty"`
 	Nodes       []string `json:"nodes,omitempty"`
 	// Message says what applying or ending the grant did.
@@ -97,6 +100,9 @@ func (r Request) Describe() string {
 		model := r.GPUModel
 		if model == "" {
 			model = "any"
+		}
+		if r.Pool != "" {
+			return fmt.Sprintf("reserve %d GPUs (model %s, pool %s) for team %s", r.GPUs, model, r.Pool, r.Team)
 		}
 		return fmt.Sprintf("reserve %d GPUs (model %s) for team %s", r.GPUs, model, r.Team)
 	}

@@ -326,16 +326,28 @@ type TeamList struct {
 	Teams []Team `json:"teams"`
 }
 
-// Reservation holds whole nodes for a team in a time window.
+// Reservation holds GPUs for a team in a time window, in one of two forms. By count (no
+// Nodes): GPUs GPUs of model Model ("": any) in pool Pool ("": any), on whichever nodes the
+// scheduler finds them free. By node: the whole nodes Nodes, GPUs being the GPUs on them.
 type Reservation struct {
 	ID    int64     `json:"id"`
 	Name  string    `json:"name"`
 	Team  string    `json:"team"`
 	GPUs  int       `json:"gpus"`
 	Nodes []string  `json:"nodes"`
+	Model string    `json:"model,omitempty"`
+	Pool  string    `json:"pool,omitempty"`
 	Start time.Time `json:"start"`
 	End   time.Time `json:"end"`
+	// Used and Held describe a reservation by count while its window is open (API only):
+	// the team's GPUs in use of its model and pool, up to GPUs, and how many of the rest
+	// are free and kept for the team now.
+	Used int `json:"used,omitempty"`
+	Held int `json:"held,omitempty"`
 }
+
+// ByCount reports whether the reservation holds a number of GPUs rather than nodes.
+func (r *Reservation) ByCount() bool { return len(r.Nodes) == 0 }
 
 // ReservationList is the answer to GET /api/v1/reservations.
 type ReservationList struct {

@@ -35,9 +35,11 @@ Commands:
   resume NODE...                  let jobs start on drained nodes again
   node remove NAME [--force]      forget a node and revoke its certificate; --force
                                   requeues the jobs that run there
-  reserve --team T --gpus N --start TIME --end TIME [--name NAME]
-                                  hold GPUs for a team in a time window
-  reservations                    list reservations
+  reserve --team T --gpus N [--model M] [--pool P] --start TIME --end TIME [--name NAME]
+                                  hold N GPUs for a team in a time window
+  reserve --team T --nodes N1,N2 --start TIME --end TIME
+                                  hold whole nodes for a team in a time window
+  reserve list, reservations      list reservations, with held and used GPUs
   unreserve ID...                 delete reservations
   requests [--state S]            list members' requests for quota, queues, reservations
   requests approve ID [--note T]  approve a request, which applies it at once

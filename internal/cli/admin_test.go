@@ -259,14 +259,28 @@ func TestParseTimes(t *testing.T) {
 
 func TestReserve(t *testing.T) {
 	srv := newFakeServer(t)
-	code, out, errOut := run(t, srv.URL, "admin", "reserve", "--team", "nlp", "--gpus", "16", "--start", "2026-03-02 09:00", "--end", "4h", "--name", "release-run")
-	want := "Reserved 16 GPUs for team nlp on node-a,node-b from 2026-03-02 09:00:00 UTC to 2026-03-02 13:00:00 UTC (reservation 5)\n5\n"
+	code, out, errOut := run(t, srv.URL, "admin", "reserve", "--team", "nlp", "--gpus", "16", "--model", "H100", "--pool", "train",
+		"--start", "2026-03-02 09:00", "--end", "4h", "--name", "release-run")
+	want := "Reserved 16 GPUs of model H100 in pool train for team nlp from 2026-03-02 09:00:00 UTC to 2026-03-02 13:00:00 UTC (reservation 5)\n5\n"
 	if code != ExitOK || out != want {
 		t.Errorf("exit %d\nstdout %q\nwant   %q\nstderr %q", code, out, want, errOut)
 	}
-	wantReq := api.Reservation{Name: "release-run", Team: "nlp", GPUs: 16, Start: *at(21 * time.Hour), End: *at(25 * time.Hour)}
+	wantReq := api.Reservation{Name: "release-run", Team: "nlp", GPUs: 16, Model: "H100", Pool: "train", Start: *at(21 * time.Hour), End: *at(25 * time.Hour)}
 	if !reflect.DeepEqual(srv.reservation, wantReq) {
 		t.Errorf("server got\n%+v\nwant\n%+v", srv.reservation, wantReq)
+	}
+
+	// Whole nodes, by name.
+	code, out, errOut = run(t, srv.URL, "admin", "reserve", "--team", "nlp", "--nodes", "node-a,node-b", "--start", "2026-03-02 09:00", "--end", "4h")
+	want = "Reserved 16 GPUs on node-a,node-b for team nlp from 2026-03-02 09:00:00 UTC to 2026-03-02 13:00:00 UTC (reservation 5)\n5\n"
+	if code != ExitOK || out != want || !slices.Equal(srv.reservation.Nodes, []string{"node-a", "node-b"}) || srv.reservation.GPUs != 0 {
+		t.Errorf("exit %d\nstdout %q\nwant   %q\nstderr %q\nserver got %+v", code, out, want, errOut, srv.reservation)
+	}
+
+	// "reserve list" is "reservations".
+	code, out, _ = run(t, srv.URL, "admin", "reserve", "list")
+	if _, listed, _ := run(t, srv.URL, "admin", "reservations"); code != ExitOK || out != listed || !strings.Contains(out, "8 GPUs of model H100 in pool train") {
+		t.Errorf("reserve list: exit %d, %q; want the reservations table", code, out)
 	}
 
 	// --start defaults to now.
@@ -425,6 +439,10 @@ func TestAdminUsage(t *testing.T) {
 		{[]string{"team", "set", ""}, ExitUsage, "the name is empty"},
 		{[]string{"reserve", "--gpus", "8", "--end", "4h"}, ExitUsage, "--team is required"},
 		{[]string{"reserve", "--team", "nlp", "--end", "4h"}, ExitUsage, "--gpus must be 1 or more, got 0"},
+		{[]string{"reserve", "--team", "nlp", "--gpus", "-2", "--end", "4h"}, ExitUsage, "--gpus must be 1 or more, got -2"},
+		{[]string{"reserve", "--team", "nlp", "--gpus", "2", "--nodes", "node-a", "--end", "4h"}, ExitUsage, "give one or the other"},
+		{[]string{"reserve", "--team", "nlp", "--model", "H100", "--nodes", "node-a", "--end", "4h"}, ExitUsage, "give one or the other"},
+		{[]string{"reserve", "--team", "nlp", "--nodes", "node-a,,node-b", "--end", "4h"}, ExitUsage, "an empty node name"},
 		{[]string{"reserve", "--team", "nlp", "--gpus", "8"}, ExitUsage, "--end is required"},
 		{[]string{"reserve", "--team", "nlp", "--gpus", "8", "--start", "soon", "--end", "4h"}, ExitUsage, `--start: invalid time "soon"`},
 		{[]string{"reserve", "--team", "nlp", "--gpus", "8", "--start", "+2h", "--end", "2026-03-01 13:00"}, ExitUsage,

@@ -552,8 +552,8 @@ func (c *Client) Reservations(ctx context.Context) (api.ReservationList, error) 
 	return list, err
 }
 
-// Reserve asks for r.GPUs for r.Team from r.Start to r.End. The server picks the nodes and
-// the ID, and returns the reservation with both.
+// Reserve holds GPUs for r.Team from r.Start to r.End: r.GPUs of r.Model in r.Pool by
+// count, or the whole r.Nodes. The server sets the ID and returns the reservation.
 func (c *Client) Reserve(ctx context.Context, r api.Reservation) (api.Reservation, error) {
 	var out api.Reservation
 	err := c.do(ctx, http.MethodPost, "/api/v1/reservations", nil, r, &out)

@@ -333,6 +333,7 @@ func fixtureReservations() api.ReservationList {
 	return api.ReservationList{Reservations: []api.Reservation{
 		{ID: 3, Name: "release-run", Team: "nlp", GPUs: 16, Nodes: []string{"node-a", "node-b"}, Start: *at(21 * time.Hour), End: *at(25 * time.Hour)},
 		{ID: 4, Team: "vision", GPUs: 4, Start: *at(48 * time.Hour), End: *at(72 * time.Hour)},
+		{ID: 6, Name: "request-2", Team: "vision", GPUs: 8, Model: "H100", Pool: "train", Start: *at(-time.Hour), End: *at(3 * time.Hour), Used: 3, Held: 5},
 	}}
 }
 
@@ -651,7 +652,10 @@ func newFakeServerWith(t *testing.T, start func(*httptest.Server)) *fakeServer {
 		f.mu.Lock()
 		f.reservation = res
 		f.mu.Unlock()
-		res.ID, res.Nodes = 5, []string{"node-a", "node-b"}
+		res.ID = 5
+		for range res.Nodes {
+			res.GPUs += 8
+		}
 		writeJSON(w, http.StatusCreated, res)
 	})
 	mux.HandleFunc("PUT /api/v1/config", func(w http.ResponseWriter, r *http.Request) {

@@ -23,9 +23,10 @@ undoes itself at its end.
       raise team T's limit for GPU model M (* for any) to N GPUs, for --for from approval
   rota request queue NAME [--for 24h] --reason TEXT
       submit to the restricted queue NAME, for --for from approval
-  rota request reservation --gpus N [--gpu-model M] [--team T] --start TIME --end TIME --reason TEXT
-      hold N GPUs for your team from --start to --end; granted as the fewest whole nodes
-      of the model that hold that many GPUs
+  rota request reservation --gpus N [--gpu-model M] [--pool P] [--team T] --start TIME --end TIME --reason TEXT
+      hold N GPUs of model M in pool P (any, without them) for your team from --start to
+      --end; granted as a reservation by GPU count, which the scheduler keeps free for
+      the team on whichever nodes, and which ends by itself at --end
   rota request list [--state S]
       your requests, and what became of them
 TIME is as for rota admin reserve: RFC 3339, "2026-12-01 09:00" (local), or +2h; --end may
@@ -60,6 +61,7 @@ func runRequest(ctx context.Context, cfg Config, args []string) int {
 	model := fs.String("gpu-model", "", "GPU `model` (* for any, for a quota)")
 	limit := fs.Int("limit", 0, "the quota limit asked, in `GPUs`")
 	gpus := fs.Int("gpus", 0, "number of `GPUs` to reserve")
+	pool := fs.String("pool", "", "`pool` of the GPUs to reserve (default any)")
 	forSpan := fs.String("for", "", "how long a quota raise or queue grant lasts from approval, a `DURATION` (7d, 24h)")
 	start := fs.String("start", "", "when the reservation begins, a `TIME`")
 	end := fs.String("end", "", "when it ends, a `TIME` or a DURATION after --start")
@@ -68,7 +70,7 @@ func runRequest(ctx context.Context, cfg Config, args []string) int {
 	if !ok {
 		return code
 	}
-	req := api.Request{Kind: kind, Team: *team, GPUModel: *model, Reason: strings.TrimSpace(*reason)}
+	req := api.Request{Kind: kind, Team: *team, GPUModel: *model, Pool: *pool, Reason: strings.TrimSpace(*reason)}
 	if err := buildRequest(&req, pos, *limit, *gpus, *forSpan, *start, *end, cfg.Now(), cfg.location()); err != nil {
 		return cfg.usageError(cmd, "%v", err)
 	}
@@ -103,6 +105,9 @@ func buildRequest(req *api.Request, pos []string, limit, gpus int, forSpan, star
 			return errors.New("name one queue: rota request queue NAME --reason TEXT")
 		}
 		return fmt.Errorf("unexpected argument %q", pos[0])
+	}
+	if req.Pool != "" && req.Kind != api.RequestReservation {
+		return errors.New("--pool is for a reservation")
 	}
 	if forSpan != "" {
 		if req.Kind == api.RequestReservation {

@@ -107,8 +107,8 @@ func TestRequestVerbs(t *testing.T) {
 		t.Errorf("queue: exit %d, stderr %q, sent %+v", code, errOut, rs.got)
 	}
 
-	code, _, errOut = run(t, srv.URL, "request", "reservation", "--gpus", "16", "--gpu-model", "H100", "--start", "+1h", "--end", "4h", "--reason", "eval")
-	if code != ExitOK || rs.got.GPUs != 16 || rs.got.GPUModel != "H100" || rs.got.Start == nil || !rs.got.Start.Equal(testNow.Add(time.Hour)) ||
+	code, _, errOut = run(t, srv.URL, "request", "reservation", "--gpus", "16", "--gpu-model", "H100", "--pool", "train", "--start", "+1h", "--end", "4h", "--reason", "eval")
+	if code != ExitOK || rs.got.GPUs != 16 || rs.got.GPUModel != "H100" || rs.got.Pool != "train" || rs.got.Start == nil || !rs.got.Start.Equal(testNow.Add(time.Hour)) ||
 		rs.got.End == nil || !rs.got.End.Equal(testNow.Add(5*time.Hour)) {
 		t.Errorf("reservation: exit %d, stderr %q, sent %+v", code, errOut, rs.got)
 	}
@@ -161,6 +161,7 @@ func TestRequestVerbsUsage(t *testing.T) {
 		{[]string{"request", "reservation", "--gpus", "4", "--start", "+2h", "--end", "+1h", "--reason", "x"}, "is not after --start"},
 		{[]string{"request", "reservation", "--gpus", "4", "--start", "+1h", "--end", "2h", "--for", "2h", "--reason", "x"}, "--for is for a quota or a queue"},
 		{[]string{"request", "gpus"}, `unknown kind "gpus"`},
+		{[]string{"request", "queue", "urgent", "--pool", "train", "--reason", "x"}, "--pool is for a reservation"},
 		{[]string{"admin", "requests", "deny", "4"}, "--note is required to deny"},
 		{[]string{"admin", "requests", "approve", "x"}, `invalid request ID "x"`},
 		{[]string{"admin", "requests", "approve"}, "name one request ID"},

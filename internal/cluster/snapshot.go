@@ -46,7 +46,11 @@ func (s *State) Snapshot(now time.Time, keep func(*api.Job) bool) *sched.Snapsho
 	}
 	for _, r := range s.Reservations() {
 		if r.End.After(now) {
-			snap.Reservations = append(snap.Reservations, sched.Reservation{Name: r.Name, Team: r.Team, Nodes: r.Nodes, Start: r.Start, End: r.End})
+			sr := sched.Reservation{ID: r.ID, Name: r.Name, Team: r.Team, Nodes: r.Nodes, Start: r.Start, End: r.End}
+			if r.ByCount() {
+				sr.GPUs, sr.Model, sr.Pool = r.GPUs, r.Model, r.Pool
+			}
+			snap.Reservations = append(snap.Reservations, sr)
 		}
 	}
 	s.snapNodes()

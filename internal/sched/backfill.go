@@ -56,14 +56,21 @@ func (st *state) earliestOn(c cand, d *demand, from, limit int64) int64 {
 }
 
 // earliestWithWindows is earliestOn that also steps past administrative windows held
-// for other teams. Like earliestOn, it may stop early with a time after limit.
+// for other teams, and past the end of holds by GPU count that keep the job off the
+// group. Like earliestOn, it may stop early with a time after limit.
 func (st *state) earliestWithWindows(c cand, d *demand, limit int64) int64 {
-	if len(st.nodes[c.node].windows) == 0 {
+	held := len(st.holds) > 0 && st.holdsGroup(c.group)
+	if len(st.nodes[c.node].windows) == 0 && !held {
 		return st.earliestMemo(c, d, limit) // the common case
 	}
 	from := st.now
-	for range len(st.nodes[c.node].windows) + 1 {
-		t := st.earliestOn(c, d, from, limit)
+	for range len(st.nodes[c.node].windows) + len(st.holds) + 1 {
+		var t int64
+		if from == st.now {
+			t = st.earliestMemo(c, d, limit) // the same walk, kept between calls
+		} else {
+			t = st.earliestOn(c, d, from, limit)
+		}
 		if t == forever || t > limit {
 			return t
 		}
@@ -72,6 +79,12 @@ func (st *state) earliestWithWindows(c cand, d *demand, limit int64) int64 {
 		for _, w := range st.nodes[c.node].windows {
 			if w.blocks(d.team) && w.start < end && t < w.end {
 				next = max(next, w.end)
+			}
+		}
+		// A hold's spare capacity is known only now; once it ends, it no longer counts.
+		if held {
+			if i, _ := st.heldFor(c, d, t); i >= 0 {
+				next = max(next, st.holds[i].end)
 			}
 		}
 		if next == t {

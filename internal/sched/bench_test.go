@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"testing"
+	"time"
 )
 
 // benchPlan schedules one generated snapshot b.N times and reports placements per second.
@@ -103,4 +104,25 @@ func BenchmarkPlanShared_100Nodes_1000Pending_BestFit(b *testing.B) {
 
 func BenchmarkPlanShared_100Nodes_1000Pending_Packing(b *testing.B) {
 	benchShared(b, 100, 1000, SharePlacementPacking)
+}
+
+// Reservations by GPU count, open and ahead, of one model or any, hold GPUs for three
+// teams, enough that they bind (the held team places more than without them): every
+// candidate of the other teams passes the hold check.
+func BenchmarkPlan_1000Nodes_10000Pending_Holds(b *testing.B) {
+	s := genCluster(rand.New(rand.NewPCG(1, 2)), 1000, 10000, 0.5, false)
+	s.Reservations = []Reservation{
+		{ID: 1, Team: teamOf(1), GPUs: 1500, Model: "H100", Start: t0.Add(-time.Hour), End: t0.Add(6 * time.Hour)},
+		{ID: 2, Team: teamOf(2), GPUs: 1000, Model: "A100", Start: t0.Add(2 * time.Hour), End: t0.Add(8 * time.Hour)},
+		{ID: 3, Team: teamOf(3), GPUs: 200, Pool: "train", Start: t0, End: t0.Add(time.Hour)},
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	placed := 0
+	for b.Loop() {
+		p := mustSchedule(s, Options{})
+		placed += len(p.Placements)
+	}
+	b.ReportMetric(float64(placed)/b.Elapsed().Seconds(), "placements/s")
+	b.ReportMetric(float64(placed)/float64(b.N), "placed/op")
 }

@@ -16,6 +16,10 @@
 //   - EASY backfill: the highest blocked jobs get reservations, which are also their
 //     estimated starts, and lower jobs start only where they do not delay them, nor run
 //     into another team's reservation or any maintenance window (Snapshot.Maintenance);
+//   - reservations by GPU count (Reservation.GPUs without Nodes; hold.go): a number of
+//     GPUs of a model and pool kept for a team in a window on no node in particular;
+//     other teams' jobs that would run into the window take only what the team does not
+//     lack, and nothing is preempted for one;
 //   - preemption of borrowed, lower-tier or (under LAS) more-served preemptible work of
 //     the same tier, losing the least, for single
 //     jobs and gangs alike, with a claim on what the victims free that the caller carries
@@ -57,7 +61,8 @@
 // (order.go) and runs each through admission (quota.go), the feasibility chain
 // (feasible.go), placement (feasible.go, gang.go, topology.go), preemption (preempt.go),
 // reasons (reason.go) and backfill reservations (backfill.go). Claims carried from earlier
-// cycles are taken out of the state before any job is served (claims.go).
+// cycles are taken out of the state before any job is served (claims.go), and then the
+// holds by GPU count are counted on what is left (hold.go).
 //
 // It must stay pure so that the server and the simulator get exactly the same decisions
 // and tests can replay them: no I/O (no net, os, os/exec, database/sql), no goroutines, no

@@ -537,6 +537,14 @@ var candidateChain = [...]nodeCheck{
 		}
 		return 0
 	}},
+	// GPUs held by count for another team: the job may take them only while enough stay
+	// free for that team, or if it ends before the window opens.
+	{"held", func(st *state, c cand, d *demand) int64 {
+		if st.held(c, d, st.now) {
+			return 1
+		}
+		return 0
+	}},
 	// Higher jobs' backfill reservations: the job may take what they need only if it
 	// gives it back before they start (EASY backfill).
 	{"backfill", func(st *state, c cand, d *demand) int64 {
@@ -554,6 +562,7 @@ const (
 	checkCPUs
 	checkMemory
 	checkWindow
+	checkHold
 	checkBackfill
 	numChecks
 )

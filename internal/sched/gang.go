@@ -163,6 +163,9 @@ func (c *cycle) placeGang(j *Job, d *demand, cds []cand) {
 		}
 		st.take(cd.node, cd.group, positions, d.cpus, d.mem)
 		st.release(cd, len(positions), d)
+		if len(st.holds) > 0 {
+			st.useHolds(cd.group, len(positions), d.team, st.now, addSat(st.now, d.dur), true)
+		}
 		pl.Allocs = append(pl.Allocs, alloc)
 	}
 	pl.Borrowing = c.charge(j, d, cds[0].group, d.gpus*d.nodes*MilliGPU)
@@ -216,7 +219,7 @@ func (st *state) earliestGang(d *demand) ([]cand, int64) {
 			}
 			var set []cand
 			for _, x := range class[:i+1] {
-				if st.earliestOn(x.c, d, t, t) == t && !st.foreignWindow(x.c.node, d, t) {
+				if st.earliestOn(x.c, d, t, t) == t && !st.foreignWindow(x.c.node, d, t) && !st.held(x.c, d, t) {
 					set = append(set, x.c)
 					if len(set) == d.nodes {
 						break

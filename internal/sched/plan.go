@@ -194,6 +194,8 @@ func newCycle(s *Snapshot, now time.Time, opts Options, st *state, pending []Pen
 	if len(s.Claims) > 0 {
 		c.applyClaims()
 	}
+	// Holds by GPU count last: what running jobs and claims hold is not free for them.
+	st.addHolds(s.Reservations, s.Running)
 	return c
 }
 
@@ -384,6 +386,9 @@ func (c *cycle) placeSingle(j *Job, d *demand, cd cand) {
 	}
 	st.take(cd.node, cd.group, positions, d.cpus, d.mem)
 	st.release(cd, len(positions), d)
+	if len(st.holds) > 0 && cd.group >= 0 {
+		st.useHolds(cd.group, len(positions), d.team, st.now, addSat(st.now, d.dur), true)
+	}
 	c.plan.Placements = append(c.plan.Placements, Placement{JobID: j.ID, Allocs: []Alloc{alloc}, Borrowing: c.charge(j, d, cd.group, d.gpus*d.nodes*MilliGPU)})
 }
 

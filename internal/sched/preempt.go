@@ -336,9 +336,11 @@ func (st *state) nodeFits(ni int, d *demand) bool {
 }
 
 // groupFits reports whether group gi (-1: none, for a CPU-only job) has the model and the
-// GPUs the job needs, if nothing ran there.
+// GPUs the job needs, if nothing ran there. A job does not preempt its way onto GPUs held
+// by count for another team (hold.go) any more than onto nodes reserved for one.
 func (st *state) groupFits(gi int, d *demand) bool {
-	return gi < 0 || (d.takes(st.groups[gi].model) && len(st.groups[gi].index) >= d.gpus)
+	return gi < 0 || (d.takes(st.groups[gi].model) && len(st.groups[gi].index) >= d.gpus &&
+		!st.held(cand{st.groups[gi].node, gi}, d, st.now))
 }
 
 // single picks the one node where the cheapest victims let a single-node job start; among

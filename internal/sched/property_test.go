@@ -159,6 +159,11 @@ func genCluster(r *rand.Rand, nodes, pending int, busyFrac float64, rich bool) *
 		id++
 	}
 	if rich {
+		// Reservations by GPU count: one open, of H100s, and one ahead, of anything in
+		// pool train. From nodes, not from r, so the other draws stay as they were.
+		s.Reservations = append(s.Reservations,
+			Reservation{ID: 1, Team: "vision", GPUs: nodes, Model: "H100", Start: t0.Add(-time.Hour), End: t0.Add(3 * time.Hour)},
+			Reservation{ID: 2, Team: "speech", GPUs: nodes/2 + 1, Pool: "train", Start: t0.Add(2 * time.Hour), End: t0.Add(6 * time.Hour)})
 		inf := s.Queues["inference"]
 		inf.Pools = []string{"inference"}
 		s.Queues["inference"] = inf
@@ -422,6 +427,7 @@ func checkPlanAt(t *testing.T, s *Snapshot, p Plan, now time.Time, minRuntime ti
 			t.Fatalf("job %d got %d GPUs, wants %d", j.ID, total, want)
 		}
 	}
+	checkHolds(t, s, p, now, claimed)
 	for _, pj := range p.Pending {
 		seen[pj.JobID]++
 		if pj.Reason.Code == "" || pj.Reason.Message == "" {

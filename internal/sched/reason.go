@@ -13,7 +13,8 @@ import (
 //     reservation of a higher job (EASY backfill refused it). wait also turns Resources
 //     and Fragmented into Priority when higher jobs already wait for the same resources:
 //     then the job is not the one the next free GPUs go to.
-//   - Reserved: the only nodes with room are held for another team.
+//   - Reserved: the only nodes with room are held for another team, or the free GPUs
+//     of the model are held by count for one (hold.go).
 //   - Resources: nodes had the GPUs free but lacked CPUs or memory, or no node has
 //     enough free GPUs. BestNode is the closest node and Missing what it lacks.
 //   - Fragmented: enough GPUs of the model are free in all, but spread over nodes.
@@ -26,6 +27,8 @@ func (c *cycle) reason(d *demand, dg *diag) Reason {
 		return c.gangShortage(d, dg)
 	case dg.rejected[checkBackfill] > 0:
 		return Reason{Code: ReasonPriority, BestNode: st.nodes[dg.first[checkBackfill].node].n.Name}
+	case dg.rejected[checkHold] > 0 && dg.rejected[checkWindow]+dg.rejected[checkCPUs]+dg.rejected[checkMemory] == 0:
+		return c.holdReason(d, dg)
 	case dg.rejected[checkWindow] > 0 && dg.rejected[checkCPUs]+dg.rejected[checkMemory] == 0:
 		ni := dg.first[checkWindow].node
 		var w window

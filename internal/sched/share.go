@@ -387,6 +387,9 @@ func (c *cycle) placeShared(j *Job, d *demand, s shareSpot) {
 		st.take(s.c.node, s.c.group, []int{s.p}, d.cpus, d.mem)
 		st.tenantEnd[k] = end
 		st.release(s.c, 1, d)
+		if len(st.holds) > 0 {
+			st.useHolds(s.c.group, 1, d.team, st.now, end, true)
+		}
 	} else {
 		st.take(s.c.node, -1, nil, d.cpus, d.mem)
 		if old := st.tenantEnd[k]; end > old {

@@ -163,6 +163,8 @@ type state struct {
 	tenantEnd []int64
 	// mix is the request mix FGD weighs fragmentation by, built on first use.
 	mix *shareMix
+	// holds are the cycle's reservations by GPU count (hold.go).
+	holds []gpuHold
 	// early holds each group's last earliest start (earliestMemo); nil until a cycle
 	// asks for one. Never shared between cycles: versions start again with each copy.
 	early []earlyMemo
@@ -315,6 +317,7 @@ func (b *state) clone(s *Snapshot, now int64, old *state) *state {
 	if old == nil {
 		old = &state{pools: map[string][]int{}, ranges: map[string]VersionRange{}}
 	}
+	st.holds = old.holds[:0]
 	st.pools = old.pools
 	clear(st.pools)
 	st.ranges = old.ranges

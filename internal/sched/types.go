@@ -17,7 +17,8 @@ type Snapshot struct {
 	// Teams by name: quotas, fair-share weight and decayed usage. Nil switches quotas off
 	// and gives every team the same fair share.
 	Teams map[string]Team
-	// Reservations are administrative windows that hold nodes for one team.
+	// Reservations are administrative windows that hold nodes, or a number of GPUs, for
+	// one team.
 	Reservations []Reservation
 	// Maintenance lists the planned maintenance windows of nodes: no job of any team may
 	// run on the node during one.
@@ -51,12 +52,23 @@ type Quota struct {
 	Limit      int
 }
 
-// Reservation holds whole nodes for a team from Start to End. Other teams' jobs may use the
-// nodes only if their time limit ends them before Start.
+// Reservation holds whole nodes, or a number of GPUs, for a team from Start to End.
+//
+// With Nodes, it holds those nodes: other teams' jobs may use them only if their time
+// limit ends them before Start. Without Nodes, it holds GPUs GPUs of model Model ("": any)
+// in pool Pool ("": any) on no node in particular: during the window other teams' jobs
+// may take such GPUs only while as many stay free as the team lacks (GPUs less what its
+// jobs use of them), and before Start the same holds for a job whose time limit would run
+// into the window (see hold.go).
 type Reservation struct {
+	// ID numbers the reservation in messages where it is set; Name names it otherwise.
+	ID    int64
 	Name  string
 	Team  string
 	Nodes []string
+	GPUs  int
+	Model string
+	Pool  string
 	Start time.Time
 	End   time.Time
 }
@@ -381,7 +393,8 @@ const (
 	ReasonQuotaExceeded ReasonCode = "QuotaExceeded"
 	// ReasonWaitingForPreemption: victims are being stopped to make room for the job.
 	ReasonWaitingForPreemption ReasonCode = "WaitingForPreemption"
-	// ReasonReserved: the only nodes that fit are held by a reservation for another team.
+	// ReasonReserved: the only nodes that fit, or the free GPUs of the model, are held by a
+	// reservation for another team.
 	ReasonReserved ReasonCode = "Reserved"
 	// ReasonUserLimit: the job would take its user beyond the queue's per-user GPU cap.
 	ReasonUserLimit ReasonCode = "UserLimit"

@@ -5,8 +5,9 @@ import (
 	"io"
 	"net/http"
 	"reflect"
-	"sort"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/rotahq/rota/internal/api"
@@ -189,13 +190,17 @@ func (s *Server) handleDeleteTeam(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) handleReservations(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
-	list := s.state.Reservations()
+	now := s.cfg.Clock.Now()
+	// A reservation ends by itself at its end: it holds nothing after, and is not listed.
+	list := slices.DeleteFunc(s.state.Reservations(), func(r api.Reservation) bool { return !r.End.After(now) })
+	s.state.ReservationUse(list, now)
 	s.mu.Unlock()
 	writeJSON(w, http.StatusOK, api.ReservationList{Reservations: list})
 }
 
-// handleReserve holds whole nodes with at least the requested GPUs for a team in a window.
-// Nodes already reserved in an overlapping window are not used twice.
+// handleReserve holds GPUs for a team in a window: a number of GPUs of a model and pool
+// (no nodes), which the scheduler keeps free for the team wherever they are, or the whole
+// nodes named. Nothing is stored unless every check passes.
 func (s *Server) handleReserve(w http.ResponseWriter, r *http.Request) {
 	var req api.Reservation
 	if status, e := s.decodeJSON(w, r, &req); e != nil {
@@ -205,69 +210,57 @@ func (s *Server) handleReserve(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.cfg.Clock.Now()
-	switch {
-	case req.Team == "":
-		writeError(w, http.StatusBadRequest, invalid("team", "is required"))
-		return
-	case req.Team != "default" && !s.hasTeam(req.Team):
-		writeError(w, http.StatusBadRequest, invalid("team", "unknown team %q", req.Team))
-		return
-	case req.GPUs < 1 || req.GPUs > maxGPUs:
-		writeError(w, http.StatusBadRequest, invalid("gpus", "must be between 1 and %d", maxGPUs))
-		return
-	case req.Start.IsZero() || req.End.IsZero():
-		writeError(w, http.StatusBadRequest, invalid("start", "start and end are both required"))
-		return
-	case !req.End.After(req.Start):
-		writeError(w, http.StatusBadRequest, invalid("end", "must be after start"))
-		return
-	case !req.End.After(now):
-		writeError(w, http.StatusBadRequest, invalid("end", "is in the past"))
-		return
-	case req.End.Sub(req.Start) > 366*24*time.Hour:
-		writeError(w, http.StatusBadRequest, invalid("end", "a reservation may last at most a year"))
-		return
-	case req.Name != "" && !nameRE().MatchString(req.Name):
-		writeError(w, http.StatusBadRequest, invalid("name", "use letters, digits and ._@+-"))
-		return
-	}
-	taken := map[string]bool{}
-	for _, o := range s.state.Reservations() {
-		if o.Start.Before(req.End) && req.Start.Before(o.End) {
-			for _, n := range o.Nodes {
-				taken[n] = true
-			}
+	req.ID, req.Used, req.Held = 0, 0, 0
+	if e := s.checkReservation(&req, now); e != nil {
+		status := http.StatusBadRequest
+		if e.Code == api.CodeConflict {
+			status = http.StatusConflict
 		}
-	}
-	var nodes []api.Node
-	for _, n := range s.state.Nodes() {
-		if !taken[n.Name] && len(n.GPUs) > 0 && n.State != api.NodeLost {
-			nodes = append(nodes, n)
-		}
-	}
-	// Largest nodes first, so the reservation holds as few nodes as it can.
-	sort.SliceStable(nodes, func(a, b int) bool { return len(nodes[a].GPUs) > len(nodes[b].GPUs) })
-	got := 0
-	req.Nodes = nil
-	for _, n := range nodes {
-		if got >= req.GPUs {
-			break
-		}
-		req.Nodes = append(req.Nodes, n.Name)
-		got += len(n.GPUs)
-	}
-	if got < req.GPUs {
-		writeError(w, http.StatusConflict, &api.Error{Code: api.CodeConflict, Field: "gpus",
-			Message: fmt.Sprintf("only %d GPUs on nodes free of other reservations in that window; %d asked", got, req.GPUs)})
+		writeError(w, status, e)
 		return
 	}
 	req.ID = s.state.NextReservationID()
 	if req.Name == "" {
 		req.Name = "resv-" + strconv.FormatInt(req.ID, 10)
 	}
-	b := &store.Batch{Reservations: []api.Reservation{req}, Events: []api.Event{withChange(audit(r, now, api.EventReservation, "reserved %v (%d GPUs) for team %s from %s to %s",
-		req.Nodes, got, req.Team, req.Start.Format(time.RFC3339), req.End.Format(time.RFC3339)), nil, req)}}
+	b := &store.Batch{Reservations: []api.Reservation{req}, Events: []api.Event{withChange(audit(r, now, api.EventReservation, "%s",
+		describeReservation(req, "")), nil, req)}}
 	s.adminCommit(w, r, b, http.StatusCreated, req)
+}
+
+// checkReservation checks a new reservation, by count or by nodes, naming the field at
+// fault. Callers hold s.mu.
+func (s *Server) checkReservation(req *api.Reservation, now time.Time) *api.Error {
+	switch {
+	case req.Team == "":
+		return invalid("team", "is required")
+	case req.Team != "default" && !s.hasTeam(req.Team):
+		return invalid("team", "unknown team %q", req.Team)
+	case req.Start.IsZero() || req.End.IsZero():
+		return invalid("start", "start and end are both required")
+	case !req.End.After(req.Start):
+		return invalid("end", "%s is not after the start %s", req.End.UTC().Format(time.RFC3339), req.Start.UTC().Format(time.RFC3339))
+	case !req.End.After(now):
+		return invalid("end", "is in the past")
+	case req.End.Sub(req.Start) > 366*24*time.Hour:
+		return invalid("end", "a reservation may last at most a year")
+	case req.Name != "" && !nameRE().MatchString(req.Name):
+		return invalid("name", "use letters, digits and ._@+-")
+	}
+	if len(req.Nodes) > 0 {
+		return s.checkReservedNodes(req)
+	}
+	return s.checkCount(req)
+}
+
+// describeReservation says what a reservation holds, for the audit trail.
+func describeReservation(r api.Reservation, by string) string {
+	what := fmt.Sprintf("%d %s", r.GPUs, scopeName(r.Model, r.Pool))
+	if !r.ByCount() {
+		what = fmt.Sprintf("nodes %s (%d GPUs)", strings.Join(r.Nodes, ", "), r.GPUs)
+	}
+	return fmt.Sprintf("reservation %d: %s for team %s from %s to %s%s", r.ID, what, r.Team,
+		r.Start.UTC().Format(time.RFC3339), r.End.UTC().Format(time.RFC3339), by)
 }
 
 func (s *Server) hasTeam(name string) bool {

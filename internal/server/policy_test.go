@@ -224,15 +224,15 @@ func TestReservations(t *testing.T) {
 	h.putConfig("teams:\n  - {name: vision}\n")
 	start := h.clock.Now().Add(time.Hour)
 	var r api.Reservation
-	if code := h.do("POST", "/api/v1/reservations", api.Reservation{Team: "vision", GPUs: 8, Start: start, End: start.Add(2 * time.Hour)}, &r); code != 201 {
+	if code := h.do("POST", "/api/v1/reservations", api.Reservation{Team: "vision", Nodes: []string{"n1"}, Start: start, End: start.Add(2 * time.Hour)}, &r); code != 201 {
 		t.Fatalf("reserve: %d", code)
 	}
-	if len(r.Nodes) != 1 || r.ID != 1 {
-		t.Fatalf("reservation %+v; want one whole node", r)
+	if len(r.Nodes) != 1 || r.ID != 1 || r.GPUs != 8 {
+		t.Fatalf("reservation %+v; want node n1 and its 8 GPUs", r)
 	}
 	var e api.Error
-	if code := h.do("POST", "/api/v1/reservations", api.Reservation{Team: "vision", GPUs: 16, Start: start, End: start.Add(time.Hour)}, &e); code != 409 {
-		t.Errorf("overlapping reservation larger than what is left: %d; want 409", code)
+	if code := h.do("POST", "/api/v1/reservations", api.Reservation{Team: "vision", Nodes: []string{"n2", "n1"}, Start: start, End: start.Add(time.Hour)}, &e); code != 409 || e.Field != "nodes" {
+		t.Errorf("a node already reserved in an overlapping window: %d %+v; want 409 nodes", code, e)
 	}
 	if code := h.do("POST", "/api/v1/reservations", api.Reservation{Team: "vision", GPUs: 1, Start: start, End: start.Add(-time.Hour)}, &e); code != 400 || e.Field != "end" {
 		t.Errorf("end before start: %d field %q", code, e.Field)

@@ -52,8 +52,11 @@ func (s *Server) handleCreateRequest(w http.ResponseWriter, r *http.Request) {
 	now := s.cfg.Clock.Now()
 	if e := s.validateRequest(&req, id, now); e != nil {
 		status := http.StatusBadRequest
-		if e.Code == api.CodeForbidden {
+		switch e.Code {
+		case api.CodeForbidden:
 			status = http.StatusForbidden
+		case api.CodeConflict:
+			status = http.StatusConflict // the reservations already made leave no room
 		}
 		writeError(w, status, e)
 		return
@@ -118,7 +121,7 @@ func (s *Server) validateRequest(req *api.Request, id auth.Identity, now time.Ti
 }
 
 func (s *Server) validateQuotaRequest(req *api.Request) *api.Error {
-	req.Queue, req.GPUs, req.Start, req.End = "", 0, nil, nil
+	req.Queue, req.GPUs, req.Pool, req.Start, req.End = "", 0, "", nil, nil
 	if req.Team == "default" {
 		return invalid("team", "the default team has no quota to raise; name a team")
 	}
@@ -140,7 +143,7 @@ func (s *Server) validateQuotaRequest(req *api.Request) *api.Error {
 }
 
 func (s *Server) validateQueueRequest(req *api.Request, id auth.Identity) *api.Error {
-	req.GPUModel, req.Limit, req.GPUs, req.Start, req.End = "", 0, 0, nil, nil
+	req.GPUModel, req.Limit, req.GPUs, req.Pool, req.Start, req.End = "", 0, 0, "", nil, nil
 	q, ok := s.state.Queue(req.Queue)
 	switch {
 	case req.Queue == "":
@@ -160,6 +163,9 @@ func (s *Server) validateQueueRequest(req *api.Request, id auth.Identity) *api.E
 
 func (s *Server) validateReservationRequest(req *api.Request, now time.Time) *api.Error {
 	req.Limit, req.Queue, req.For = 0, "", 0
+	if req.GPUModel == "*" {
+		req.GPUModel = "" // any model, as a quota says it
+	}
 	switch {
 	case req.GPUs < 1 || req.GPUs > maxGPUs:
 		return invalid("gpus", "must be between 1 and %d, got %d", maxGPUs, req.GPUs)
@@ -174,14 +180,10 @@ func (s *Server) validateReservationRequest(req *api.Request, now time.Time) *ap
 	case req.End.Sub(*req.Start) > maxGrant:
 		return invalid("end", "a reservation may last at most a year")
 	}
-	model := req.GPUModel
-	if model == "" {
-		model = "*"
-	}
-	if have := s.modelGPUs(model); req.GPUs > have {
-		return invalid("gpus", "the cluster has %d GPUs of model %s; %d asked", have, model, req.GPUs)
-	}
-	return nil
+	// What the cluster has now, and the reservations already made: a request the cluster
+	// cannot hold is refused before anyone is asked to decide it.
+	resv := api.Reservation{Team: req.Team, GPUs: req.GPUs, Model: req.GPUModel, Pool: req.Pool, Start: *req.Start, End: *req.End}
+	return s.checkCount(&resv)
 }
 
 // modelGPUs counts the GPUs of a model ("*": any) on the nodes that are not lost.
@@ -378,57 +380,25 @@ func (s *Server) grant(r *http.Request, b *store.Batch, req *api.Request, now ti
 			return e
 		}
 		b.Reservations = append(b.Reservations, resv)
-		b.Events = append(b.Events, withChange(audit(r, now, api.EventReservation, "reserved %v (%d GPUs) for team %s from %s to %s by request %d",
-			resv.Nodes, resv.GPUs, resv.Team, resv.Start.Format(time.RFC3339), resv.End.Format(time.RFC3339), req.ID), nil, resv))
-		req.Reservation, req.Nodes = resv.ID, resv.Nodes
-		req.Message = fmt.Sprintf("reservation %d holds nodes %s", resv.ID, strings.Join(resv.Nodes, ", "))
+		b.Events = append(b.Events, withChange(audit(r, now, api.EventReservation, "%s",
+			describeReservation(resv, fmt.Sprintf(" by request %d", req.ID))), nil, resv))
+		req.Reservation = resv.ID
+		req.Message = fmt.Sprintf("reservation %d holds %d %s for team %s from %s until %s", resv.ID, resv.GPUs, scopeName(resv.Model, resv.Pool),
+			resv.Team, resv.Start.UTC().Format(time.RFC3339), resv.End.UTC().Format(time.RFC3339))
 	}
 	return nil
 }
 
-// reserveForRequest turns a request for a number of GPUs into a reservation of whole
-// nodes, as the scheduler reserves whole nodes: the fewest nodes whose GPUs, all of the
-// model asked, add up to at least that many, from nodes no other reservation holds in an
-// overlapping window. Callers hold s.mu.
+// reserveForRequest turns a request for a number of GPUs into a reservation by GPU count
+// of the model and pool asked: the scheduler keeps that many free for the team during the
+// window, on whichever nodes. It refuses (409) what the cluster, with the reservations made
+// since the request was filed, can no longer hold. Callers hold s.mu.
 func (s *Server) reserveForRequest(req api.Request) (api.Reservation, *api.Error) {
-	taken := map[string]bool{}
-	for _, o := range s.state.Reservations() {
-		if o.Start.Before(*req.End) && req.Start.Before(o.End) {
-			for _, n := range o.Nodes {
-				taken[n] = true
-			}
-		}
-	}
-	var nodes []api.Node
-	for _, n := range s.state.Nodes() {
-		if taken[n.Name] || len(n.GPUs) == 0 || n.State == api.NodeLost {
-			continue
-		}
-		if req.GPUModel != "" && slices.ContainsFunc(n.GPUs, func(g api.GPU) bool { return g.Model != req.GPUModel }) {
-			continue
-		}
-		nodes = append(nodes, n)
-	}
-	// Largest nodes first, so the reservation holds as few nodes as it can; by name
-	// among equals, so the choice does not depend on map order.
-	sort.SliceStable(nodes, func(a, b int) bool {
-		if len(nodes[a].GPUs) != len(nodes[b].GPUs) {
-			return len(nodes[a].GPUs) > len(nodes[b].GPUs)
-		}
-		return nodes[a].Name < nodes[b].Name
-	})
-	resv := api.Reservation{ID: s.state.NextReservationID(), Team: req.Team, Start: *req.Start, End: *req.End}
-	resv.Name = "request-" + strconv.FormatInt(req.ID, 10)
-	for _, n := range nodes {
-		if resv.GPUs >= req.GPUs {
-			break
-		}
-		resv.Nodes = append(resv.Nodes, n.Name)
-		resv.GPUs += len(n.GPUs)
-	}
-	if resv.GPUs < req.GPUs {
-		return api.Reservation{}, &api.Error{Code: api.CodeConflict, Field: "gpus",
-			Message: fmt.Sprintf("only %d GPUs on whole nodes of the model free of other reservations in that window; %d asked", resv.GPUs, req.GPUs)}
+	resv := api.Reservation{ID: s.state.NextReservationID(), Name: "request-" + strconv.FormatInt(req.ID, 10), Team: req.Team,
+		GPUs: req.GPUs, Model: req.GPUModel, Pool: req.Pool, Start: *req.Start, End: *req.End}
+	if e := s.checkCount(&resv); e != nil {
+		// Whatever the field, it is the cluster that changed, not the request.
+		return api.Reservation{}, &api.Error{Code: api.CodeConflict, Field: e.Field, Message: e.Message}
 	}
 	return resv, nil
 }

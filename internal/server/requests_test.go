@@ -239,7 +239,8 @@ func TestRequestQueueGrant(t *testing.T) {
 	}
 }
 
-// A reservation by GPU count becomes a reservation of the fewest whole nodes of the model.
+// An approved request for a number of GPUs becomes a reservation by GPU count, which the
+// scheduler enforces, and which ends by itself.
 func TestRequestReservation(t *testing.T) {
 	h, mia, olga, _ := requestsSetup(t)
 	start, end := h.clock.Now().Add(time.Hour), h.clock.Now().Add(5*time.Hour)
@@ -247,6 +248,9 @@ func TestRequestReservation(t *testing.T) {
 	if req.Team != "ml" || !req.Expires.Equal(start) {
 		t.Errorf("filed: team %s expires %v; want ml, expiring at the start", req.Team, req.Expires)
 	}
+	// Each fits alone; after the first, only one of them.
+	h.fileRequest(mia, api.Request{Kind: api.RequestReservation, GPUs: 4, GPUModel: "H100", Start: &start, End: &end, Reason: "more"})
+	h.fileRequest(mia, api.Request{Kind: api.RequestReservation, GPUs: 4, GPUModel: "H100", Start: &start, End: &end, Reason: "even more"})
 	var got api.Request
 	if code := h.doAs(olga, "POST", "/api/v1/requests/1/approve", nil, &got); code != http.StatusOK {
 		t.Fatalf("approve: %d", code)
@@ -257,21 +261,51 @@ func TestRequestReservation(t *testing.T) {
 		t.Fatalf("reservations: %+v; request %+v", list, got)
 	}
 	r := list.Reservations[0]
-	if r.Team != "ml" || r.GPUs != 16 || strings.Join(r.Nodes, ",") != "n1,n2" || !r.Start.Equal(start) || !r.End.Equal(end) {
-		t.Errorf("reservation: %+v; want ml, n1 and n2 (16 GPUs) in the window", r)
+	if r.Team != "ml" || r.GPUs != 10 || r.Model != "H100" || len(r.Nodes) != 0 || r.Name != "request-1" || !r.Start.Equal(start) || !r.End.Equal(end) {
+		t.Errorf("reservation: %+v; want 10 H100 GPUs by count for ml in the window", r)
 	}
-	// No more H100 nodes free in the window: a second one cannot be granted.
-	h.fileRequest(mia, api.Request{Kind: api.RequestReservation, GPUs: 4, GPUModel: "H100", Start: &start, End: &end, Reason: "more"})
-	if code, e := h.call(olga, "POST", "/api/v1/requests/2/approve", "", nil); code != http.StatusConflict || e.Field != "gpus" {
-		t.Errorf("approve beyond what is free: %d %+v; want 409 gpus", code, e)
+	if !strings.Contains(got.Message, "holds 10 H100 GPUs for team ml") {
+		t.Errorf("message %q", got.Message)
 	}
-	if r := h.request(2); r.State != api.RequestPending {
+	if code := h.doAs(olga, "POST", "/api/v1/requests/2/approve", nil, &got); code != http.StatusOK {
+		t.Fatalf("approve the second: %d", code)
+	}
+	// 10 and 4 of the 16 H100s are held in the window: 4 more are not there.
+	if code, e := h.call(olga, "POST", "/api/v1/requests/3/approve", "", nil); code != http.StatusConflict || e.Field != "gpus" || !strings.Contains(e.Message, "with its 4 that makes 18") {
+		t.Errorf("approve beyond what is free: %d %+v; want 409 gpus with the numbers", code, e)
+	}
+	if r := h.request(3); r.State != api.RequestPending {
 		t.Errorf("a refused approval left the request %s; want pending", r.State)
 	}
+	// Filed now, the same request is refused at once, and not stored.
+	if code, e := h.call(mia, "POST", "/api/v1/requests", "application/json", mustJSON(t,
+		api.Request{Kind: api.RequestReservation, GPUs: 4, GPUModel: "H100", Start: &start, End: &end, Reason: "late"})); code != http.StatusConflict || e.Field != "gpus" {
+		t.Errorf("filing beyond what the reservations leave: %d %+v; want 409 gpus", code, e)
+	}
+	var reqs api.RequestList
+	if h.do("GET", "/api/v1/requests", nil, &reqs); len(reqs.Requests) != 3 {
+		t.Errorf("%d requests stored; want the 3 filed before", len(reqs.Requests))
+	}
+
+	// Before the window, another team's job that would run into it may take only what
+	// the window leaves: 2 H100s.
+	long := h.submit(api.JobSpec{Team: "default", GPUs: 4, GPUModel: "H100", TimeLimit: 2 * 3600, Command: []string{"x"}})
+	short := h.submit(api.JobSpec{Team: "default", GPUs: 8, GPUModel: "H100", TimeLimit: 1800, Command: []string{"x"}})
+	h.cycle()
+	if got := h.job(long.ID); got.State != api.StatePending {
+		t.Errorf("a job running into the window: %s; want PENDING", got.State)
+	}
+	if got := h.job(short.ID); got.State != api.StateAssigned {
+		t.Errorf("a job ending before the window: %s; want ASSIGNED", got.State)
+	}
+
 	h.clock.Add(5 * time.Hour)
 	h.cycle()
-	if r := h.request(1); r.State != api.RequestEnded {
-		t.Errorf("after the window: %s; want ended", r.State)
+	if r := h.request(1); r.State != api.RequestEnded || r.Message != "reservation 1 ended" {
+		t.Errorf("after the window: %s %q; want ended", r.State, r.Message)
+	}
+	if rs := h.reservations(); len(rs) != 0 {
+		t.Errorf("after the window: %+v still listed", rs)
 	}
 }
 
@@ -296,6 +330,9 @@ func TestRequestValidation(t *testing.T) {
 		{"past start", api.Request{Kind: api.RequestReservation, GPUs: 4, Start: at(-time.Hour), End: at(time.Hour), Reason: "x"}, "start"},
 		{"no end", api.Request{Kind: api.RequestReservation, GPUs: 4, Start: at(time.Hour), Reason: "x"}, "end"},
 		{"more GPUs than the model has", api.Request{Kind: api.RequestReservation, GPUs: 5, GPUModel: "A100", Start: at(time.Hour), End: at(2 * time.Hour), Reason: "x"}, "gpus"},
+		{"no GPUs", api.Request{Kind: api.RequestReservation, GPUs: 0, Start: at(time.Hour), End: at(2 * time.Hour), Reason: "x"}, "gpus"},
+		{"reservation of an unknown model", api.Request{Kind: api.RequestReservation, GPUs: 1, GPUModel: "B200", Start: at(time.Hour), End: at(2 * time.Hour), Reason: "x"}, "model"},
+		{"reservation in an unknown pool", api.Request{Kind: api.RequestReservation, GPUs: 1, Pool: "infer", Start: at(time.Hour), End: at(2 * time.Hour), Reason: "x"}, "pool"},
 		{"grant too long", api.Request{Kind: api.RequestQueue, Queue: "urgent", For: 400 * 86400, Reason: "x"}, "for_s"},
 		{"unknown queue", api.Request{Kind: api.RequestQueue, Queue: "nope", Reason: "x"}, "queue"},
 	} {

@@ -36,10 +36,12 @@ type scenarioNode struct {
 }
 
 type scenarioStep struct {
-	At     time.Duration  `yaml:"at"`
-	Submit *scenarioJob   `yaml:"submit"`
-	Cancel string         `yaml:"cancel"`
-	Expect *scenarioCheck `yaml:"expect"`
+	At     time.Duration `yaml:"at"`
+	Submit *scenarioJob  `yaml:"submit"`
+	Cancel string        `yaml:"cancel"`
+	// Reserve makes a reservation by GPU count, its window given from the scenario's start.
+	Reserve *scenarioReserve `yaml:"reserve"`
+	Expect  *scenarioCheck   `yaml:"expect"`
 }
 
 type scenarioJob struct {
@@ -60,6 +62,15 @@ type scenarioCheck struct {
 	Borrowing []string            `yaml:"borrowing"`
 	// Before lists pairs [a, b]: a started (its current attempt) no later than b.
 	Before [][2]string `yaml:"started_before"`
+}
+
+type scenarioReserve struct {
+	Team  string        `yaml:"team"`
+	GPUs  int           `yaml:"gpus"`
+	Model string        `yaml:"model"`
+	Pool  string        `yaml:"pool"`
+	From  time.Duration `yaml:"from"`
+	Until time.Duration `yaml:"until"`
 }
 
 // fakeTask is a job process as a fake agent pretends to run it.
@@ -158,6 +169,14 @@ func runScenario(t *testing.T, file string) {
 			}
 			ids[st.Submit.Name] = j.ID
 			jobs[j.ID] = st.Submit
+			tick()
+		case st.Reserve != nil:
+			r := st.Reserve
+			var e api.Error
+			if code := h.do("POST", "/api/v1/reservations", api.Reservation{Team: r.Team, GPUs: r.GPUs, Model: r.Model, Pool: r.Pool,
+				Start: start.Add(r.From), End: start.Add(r.Until)}, &e); code != 201 {
+				t.Fatalf("at %s: reserve: %d %s", st.At, code, e.Message)
+			}
 			tick()
 		case st.Cancel != "":
 			h.do("POST", fmt.Sprintf("/api/v1/jobs/%d/cancel", ids[st.Cancel]), nil, nil)

@@ -87,10 +87,12 @@ func encodeTeam(t api.Team) (string, error) {
 	return encodeJSON(t)
 }
 
-// encodeReservation returns the JSON stored for r, with its times in UTC.
+// encodeReservation returns the JSON stored for r, with its times in UTC, without what the
+// API fills in from the live state.
 func encodeReservation(r api.Reservation) (string, error) {
 	r.Start = r.Start.UTC()
 	r.End = r.End.UTC()
+	r.Used, r.Held = 0, 0
 	return encodeJSON(r)
 }
 

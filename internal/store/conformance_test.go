@@ -323,11 +323,19 @@ func storedTeam(tm api.Team) api.Team {
 	return tm
 }
 
+// fullReservation sets every stored field, though a reservation by GPU count (Model,
+// Pool) has no Nodes.
 func fullReservation(id int64) api.Reservation {
 	return api.Reservation{
 		ID: id, Name: "neurips-push", Team: "vision", GPUs: 16, Nodes: []string{"gpu-01", "gpu-02"},
-		Start: t0.Add(24 * time.Hour), End: t0.Add(72 * time.Hour),
+		Model: "H100", Pool: "train", Start: t0.Add(24 * time.Hour), End: t0.Add(72 * time.Hour),
 	}
+}
+
+// withUse adds to r the fields the API fills in from the live state, which are not stored.
+func withUse(r api.Reservation) api.Reservation {
+	r.Used, r.Held = 3, 5
+	return r
 }
 
 func fullEvent(jobID int64) api.Event {
@@ -401,7 +409,7 @@ func testRoundTrip(t *testing.T, url string) {
 	checkAllSet(t, "Node", fullNode("gpu-01"))
 	checkAllSet(t, "Queue", fullQueue("train"))
 	checkAllSet(t, "Team", fullTeam("vision"))
-	checkAllSet(t, "Reservation", fullReservation(4))
+	checkAllSet(t, "Reservation", withUse(fullReservation(4)))
 	checkAllSet(t, "Event", fullEvent(7))
 
 	s := openStore(t, url)
@@ -419,7 +427,7 @@ func testRoundTrip(t *testing.T, url string) {
 		Nodes:        []api.Node{fullNode("gpu-02"), fullNode("gpu-01")},
 		Queues:       []api.Queue{fullQueue("train"), fullQueue("batch")},
 		Teams:        []api.Team{fullTeam("vision"), bareTeam},
-		Reservations: []api.Reservation{bareReservation, fullReservation(4)},
+		Reservations: []api.Reservation{bareReservation, withUse(fullReservation(4))},
 		Events:       []api.Event{fullEvent(7), bareEvent},
 	}
 	commit(t, s, b)

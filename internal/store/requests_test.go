@@ -13,7 +13,7 @@ import (
 func fullRequest(id int64) api.Request {
 	start, end, decided := t0.Add(time.Hour), t0.Add(49*time.Hour), t0.Add(time.Minute)
 	return api.Request{ID: id, Kind: api.RequestQuota, User: "mia", Team: "ml", State: api.RequestApproved, Reason: "paper deadline",
-		Created: t0, Expires: t0.Add(72 * time.Hour), GPUModel: "H100", Limit: 12, Queue: "urgent", GPUs: 16, For: 172800,
+		Created: t0, Expires: t0.Add(72 * time.Hour), GPUModel: "H100", Limit: 12, Queue: "urgent", GPUs: 16, Pool: "train", For: 172800,
 		Start: &start, End: &end, DecidedBy: "olga", Decided: &decided, Note: "ok", Previous: &api.Quota{Guaranteed: 4, Limit: 8},
 		Reservation: 3, Nodes: []string{"n1", "n2"}, Message: "limit raised from 8 to 12"}
 }
