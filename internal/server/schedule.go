@@ -110,10 +110,13 @@ func (s *Server) Cycle(ctx context.Context) error {
 			s.log.Error("plan cannot be applied", "job", p.JobID, "err", err)
 			continue
 		}
-		job.Borrowing = p.Borrowing
+		job.Borrowing, job.BorrowingInTeam = p.Borrowing, p.BorrowingInTeam
 		msg := "placed on " + strings.Join(job.Nodes, ",")
-		if p.Borrowing {
+		switch {
+		case p.Borrowing:
 			msg += ", borrowing beyond team " + job.Spec.Team + "'s guaranteed quota (preemptible)"
+		case p.BorrowingInTeam:
+			msg += ", borrowing beyond project " + job.Spec.Project + "'s guaranteed quota inside team " + job.Spec.Team + " (preemptible by the team's in-quota jobs)"
 		}
 		ev, err := cluster.Transition(&job, api.StateAssigned, "", msg, "scheduler", now)
 		if err != nil {
@@ -446,7 +449,7 @@ func (s *Server) endAttempt(job *api.Job, a *api.Attempt, now time.Time) (api.Ev
 		job.StartTime, job.EndTime = nil, nil
 		job.IdleSince, job.IdleWarned = nil, false
 	}
-	job.PreemptRequested, job.Borrowing, job.Stopping = false, false, ""
+	job.PreemptRequested, job.Borrowing, job.BorrowingInTeam, job.Stopping = false, false, false, ""
 	return ev, nil
 }
 
