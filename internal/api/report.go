@@ -127,11 +127,15 @@ const (
 	// goes only to webhooks that name it: the asker's and their team's, and, for a request
 	// filed, those of the operators and admins who decide.
 	NotifyRequest = "request"
+	// NotifyBudget tells a team that it or one of its projects passed the soft or hard
+	// limit of a GPU-hour budget, once per period and limit. It goes to the team's
+	// webhooks that name it or name no events.
+	NotifyBudget = "budget"
 )
 
 // NotifyEvents lists every notification event.
 func NotifyEvents() []string {
-	return []string{NotifyStarted, NotifySucceeded, NotifyFailed, NotifyEnded, NotifyPreempted, NotifyIdleWarning, NotifyNodeLost, NotifyRequest}
+	return []string{NotifyStarted, NotifySucceeded, NotifyFailed, NotifyEnded, NotifyPreempted, NotifyIdleWarning, NotifyNodeLost, NotifyRequest, NotifyBudget}
 }
 
 // Notify is a webhook: a JSON POST of a Notification to URL on the events named (empty:

@@ -27,6 +27,10 @@ import (
 func (s *Server) Cycle(ctx context.Context) error {
 	s.cycleMu.Lock()
 	defer s.cycleMu.Unlock()
+	if err := s.refreshBudgets(ctx, s.cfg.Clock.Now()); err != nil {
+		// Budgets then count from memory alone until the store answers again.
+		s.log.Warn("budgets", "err", err)
+	}
 	s.mu.Lock()
 	locked := true
 	defer func() {
@@ -45,9 +49,11 @@ func (s *Server) Cycle(ctx context.Context) error {
 	s.maintenanceWindows(b, now)
 	s.missedDeadlines(b, now)
 	s.expireRequests(b, now)
+	crossed := s.checkBudgets(b, now)
 	if err := s.commit(ctx, b); err != nil {
 		return fmt.Errorf("commit held and drained: %w", err)
 	}
+	s.notifyBudgets(crossed)
 	s.evictEnded()
 
 	s.lastCycle = now
@@ -239,6 +245,13 @@ func (s *Server) admission(now time.Time) map[int64][2]string {
 	}
 	for _, id := range s.state.PendingIDs() {
 		j, _ := s.state.Job(id)
+		if bs, ok := s.budgetHold(&j.Spec); ok {
+			if s.wakeAt.IsZero() || bs.end.Before(s.wakeAt) {
+				s.wakeAt = bs.end
+			}
+			out[id] = [2]string{reasonBudget, bs.holdMessage()}
+			continue
+		}
 		if j.NotBefore != nil && now.Before(*j.NotBefore) {
 			if s.wakeAt.IsZero() || j.NotBefore.Before(s.wakeAt) {
 				s.wakeAt = *j.NotBefore
