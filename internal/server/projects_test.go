@@ -1,0 +1,202 @@
+package server
+
+import (
+	"fmt"
+	"net/http"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rotahq/rota/internal/api"
+)
+
+// visionTeam is a team of 8 guaranteed and 16 at most GPUs with two projects.
+func visionTeam() api.Team {
+	return api.Team{Name: "vision", Weight: 1,
+		Quotas:   map[string]api.Quota{"*": {Guaranteed: 8, Limit: 16}},
+		CPUQuota: &api.Quota{Guaranteed: 32, Limit: 64},
+		Projects: []api.Project{
+			{Name: "det", Quotas: map[string]api.Quota{"*": {Guaranteed: 4, Limit: 8}}, CPUQuota: &api.Quota{Limit: 16}},
+			{Name: "seg", Quotas: map[string]api.Quota{"*": {Guaranteed: 4, Limit: 16}}},
+		}}
+}
+
+func (h *harness) putTeam(t api.Team) (int, api.Error) {
+	h.t.Helper()
+	var e api.Error
+	code := h.do("PUT", "/api/v1/teams/"+t.Name, t, &e)
+	return code, e
+}
+
+func (h *harness) team(name string) (api.Team, bool) {
+	h.t.Helper()
+	var list api.TeamList
+	h.do("GET", "/api/v1/teams", nil, &list)
+	for _, t := range list.Teams {
+		if t.Name == name {
+			return t, true
+		}
+	}
+	return api.Team{}, false
+}
+
+// Bad projects, quotas and budgets are refused with the field and both numbers, and
+// nothing of the team changes.
+func TestProjectValidationStoresNothing(t *testing.T) {
+	h := newHarness(t)
+	if code, e := h.putTeam(visionTeam()); code != http.StatusOK {
+		t.Fatalf("put team: %d %s", code, e.Message)
+	}
+	before, _ := h.team("vision")
+	for _, tc := range []struct {
+		name  string
+		edit  func(*api.Team)
+		field string
+		says  []string
+	}{
+		{"project guarantee above the team's", func(t *api.Team) { t.Projects[0].Quotas["*"] = api.Quota{Guaranteed: 9, Limit: 9} },
+			"projects[0].quotas", []string{"project det", "guaranteed 9", "guaranteed 8"}},
+		{"project limit above the team's", func(t *api.Team) { t.Projects[1].Quotas["*"] = api.Quota{Guaranteed: 4, Limit: 20} },
+			"projects[1].quotas", []string{"project seg", "limit 20", "limit 16"}},
+		{"guarantees add up above the team's", func(t *api.Team) { t.Projects[1].Quotas["*"] = api.Quota{Guaranteed: 5, Limit: 8} },
+			"projects", []string{"add up to 9", "guaranteed 8"}},
+		{"project CPUs above the team's", func(t *api.Team) { t.Projects[0].CPUQuota = &api.Quota{Limit: 65} },
+			"projects[0].cpu_quota", []string{"project det", "limit 65 CPUs", "limit 64"}},
+		{"project guarantee where the team has none", func(t *api.Team) { t.Projects[0].MemoryQuotaMB = &api.Quota{Guaranteed: 1024} },
+			"projects[0].memory_quota_mb", []string{"needs a team quota"}},
+		{"negative", func(t *api.Team) { t.Projects[0].Quotas["*"] = api.Quota{Guaranteed: -1} },
+			"projects[0].quotas", []string{"between 0 and"}},
+		{"unknown period", func(t *api.Team) { t.Budget = &api.Budget{Period: "fortnight", Hard: 10} },
+			"budget.period", []string{`"fortnight"`, "day, week, month"}},
+		{"soft above hard", func(t *api.Team) { t.Projects[0].Budget = &api.Budget{Period: "month", Soft: 20, Hard: 10} },
+			"projects[0].budget.soft_gpu_hours", []string{"project det", "soft limit 20", "hard limit 10"}},
+		{"negative budget", func(t *api.Team) { t.Budget = &api.Budget{Period: "day", Hard: -1} },
+			"budget", []string{"between 0 and"}},
+		{"project twice", func(t *api.Team) { t.Projects[1].Name = "det" },
+			"projects[1].name", []string{"defined twice"}},
+		{"team quota lowered under its projects'", func(t *api.Team) { t.Quotas["*"] = api.Quota{Guaranteed: 6, Limit: 16} },
+			"projects", []string{"add up to 8", "guaranteed 6"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			team := visionTeam()
+			tc.edit(&team)
+			code, e := h.putTeam(team)
+			if code != http.StatusBadRequest || e.Field != tc.field {
+				t.Fatalf("status %d, field %q (%s); want 400 on %q", code, e.Field, e.Message, tc.field)
+			}
+			for _, s := range tc.says {
+				if !strings.Contains(e.Message, s) {
+					t.Errorf("message %q does not say %q", e.Message, s)
+				}
+			}
+			if after, _ := h.team("vision"); !reflect.DeepEqual(after, before) {
+				t.Errorf("team changed after a refused update:\n%+v\nwant\n%+v", after, before)
+			}
+		})
+	}
+
+	// A job names a project of its team, or none.
+	var e api.Error
+	code := h.do("POST", "/api/v1/jobs", api.JobSpec{Team: "vision", Project: "cls", Command: []string{"x"}}, &e)
+	if code != http.StatusBadRequest || e.Field != "project" || !strings.Contains(e.Message, "det, seg") {
+		t.Fatalf("unknown project: %d %q %s; want 400 on project listing det, seg", code, e.Field, e.Message)
+	}
+	if j := h.submit(api.JobSpec{Team: "vision", Project: "det", Command: []string{"x"}}); j.Spec.Project != "det" {
+		t.Errorf("job's project %q; want det", j.Spec.Project)
+	}
+}
+
+func (h *harness) budgetEvents() []api.Event {
+	h.t.Helper()
+	var list api.EventList
+	if code := h.do("GET", "/api/v1/audit?kind=budget", nil, &list); code != http.StatusOK {
+		h.t.Fatalf("audit: status %d", code)
+	}
+	return list.Events
+}
+
+// A project's day budget and its team's month budget, over the end of a day and of a
+// month: the soft limit warns once per period (also across a restart), the hard limit
+// holds new jobs but not running ones, and a new period starts them.
+func TestBudgetsOverAPeriodBoundary(t *testing.T) {
+	h := newHarness(t)
+	h.clock.Add(time.Date(2026, 11, 30, 20, 0, 0, 0, time.UTC).Sub(h.clock.Now()))
+	h.beat("n1", 8)
+	team := visionTeam()
+	team.Budget = &api.Budget{Period: api.BudgetMonth, Soft: 10, Hard: 12}
+	team.Projects[0].Budget = &api.Budget{Period: api.BudgetDay, Hard: 4}
+	if code, e := h.putTeam(team); code != http.StatusOK {
+		t.Fatalf("put team: %d %s", code, e.Message)
+	}
+	spec := func(project string, gpus int) api.JobSpec {
+		return api.JobSpec{Team: "vision", Project: project, GPUs: gpus, Command: []string{"train"}}
+	}
+	a := h.submit(spec("det", 2))
+	h.cycle()
+	if got := h.job(a.ID); got.State != api.StateAssigned {
+		t.Fatalf("job a: %s %s", got.State, got.Message)
+	}
+
+	// 22:00: det used its 4 GPU-hours of the day.
+	h.clock.Add(2 * time.Hour)
+	b := h.submit(spec("det", 1))
+	c := h.submit(spec("", 4))
+	h.cycle()
+	got := h.job(b.ID)
+	want := "project det used 4 of its 4 GPU-hours budget for 2026-11-30; new jobs start when the period ends or the budget is raised"
+	if got.State != api.StatePending || got.Reason != reasonBudget || got.Message != want {
+		t.Fatalf("job b: %s %s %q; want pending, %s, %q", got.State, got.Reason, got.Message, reasonBudget, want)
+	}
+	if got := h.job(a.ID); got.State != api.StateAssigned {
+		t.Errorf("job a: %s; a running job is not stopped by its budget", got.State)
+	}
+	if got := h.job(c.ID); got.State != api.StateAssigned {
+		t.Errorf("job c (the team's, not det's): %s %s", got.State, got.Message)
+	}
+	var why api.Why
+	h.do("GET", fmt.Sprintf("/api/v1/jobs/%d/why", b.ID), nil, &why)
+	if len(why.Reasons) == 0 || !strings.Contains(why.Reasons[0], "project det used 4 of its 4 GPU-hours") {
+		t.Errorf("why: %q", why.Reasons)
+	}
+
+	// 23:00: the team used 4 + 6 = 10 GPU-hours of the month: its soft limit.
+	h.clock.Add(time.Hour)
+	h.cycle()
+	evs := h.budgetEvents()
+	if len(evs) != 2 || evs[0].Reason != "hard" || evs[1].Reason != "soft" || !strings.Contains(evs[1].Message, "team vision used 10 of its 10 GPU-hours soft budget for 2026-11") {
+		t.Fatalf("budget events: %+v; want det's hard limit, then the team's soft limit", evs)
+	}
+	if got := h.job(c.ID); !strings.Contains(got.BudgetWarning, "team vision used 10") {
+		t.Errorf("job c's budget warning %q", got.BudgetWarning)
+	}
+	// Once per period, restart or not; projects and budgets come back from the file.
+	h.restart()
+	h.cycle()
+	if evs := h.budgetEvents(); len(evs) != 2 {
+		t.Fatalf("after a restart, budget events: %+v; want the same two", evs)
+	}
+	if back, _ := h.team("vision"); !reflect.DeepEqual(back.Projects, team.Projects) || !reflect.DeepEqual(back.Budget, team.Budget) {
+		t.Fatalf("after a restart, team %+v; want projects %+v and budget %+v", back, team.Projects, team.Budget)
+	}
+
+	// 23:30: the team used 13: its hard limit holds its new jobs too.
+	h.clock.Add(30 * time.Minute)
+	d := h.submit(spec("seg", 1))
+	h.cycle()
+	if got := h.job(d.ID); got.Reason != reasonBudget || !strings.HasPrefix(got.Message, "team vision used 13 of its 12 GPU-hours budget for 2026-11;") {
+		t.Fatalf("job d: %s %q", got.Reason, got.Message)
+	}
+
+	// Midnight: a new day and a new month; the held jobs start, and no warning remains.
+	h.clock.Add(30 * time.Minute)
+	h.cycle()
+	for _, id := range []int64{b.ID, d.ID} {
+		if got := h.job(id); got.State != api.StateAssigned {
+			t.Errorf("job %d in the new period: %s %s %s", id, got.State, got.Reason, got.Message)
+		}
+	}
+	if got := h.job(c.ID); got.BudgetWarning != "" {
+		t.Errorf("job c's warning in the new period: %q", got.BudgetWarning)
+	}
+}
