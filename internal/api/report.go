@@ -15,11 +15,14 @@ const (
 	ByNode       = "node"
 	ByDay        = "day"
 	ByHourOfWeek = "hour-of-week"
+	// ByProject groups by team and project: "vision/detection", and "vision/(none)" for
+	// the team's jobs that name no project.
+	ByProject = "project"
 )
 
 // UsageGroupings lists the valid by= values.
 func UsageGroupings() []string {
-	return []string{ByTeam, ByUser, ByQueue, ByGPUModel, ByNode, ByDay, ByHourOfWeek}
+	return []string{ByTeam, ByProject, ByUser, ByQueue, ByGPUModel, ByNode, ByDay, ByHourOfWeek}
 }
 
 // UsageRow is one group of a usage report: what the attempts of the group used inside the

@@ -363,10 +363,10 @@ type Project struct {
 	Quotas map[string]Quota `json:"quotas,omitempty" yaml:"quotas"`
 	// CPUQuota and MemoryQuotaMB bound the CPU cores and memory (MB) the project's jobs
 	// request; nil: bounded by the team's only.
-	CPUQuota      *Quota `json:"cpu_quota,omitempty" yaml:"cpu_quota"`
-	MemoryQuotaMB *Quota `json:"memory_quota_mb,omitempty" yaml:"memory_quota_mb"`
+	CPUQuota      *Quota `json:"cpu_quota,omitempty" yaml:"cpu_quota,omitempty"`
+	MemoryQuotaMB *Quota `json:"memory_quota_mb,omitempty" yaml:"memory_quota_mb,omitempty"`
 	// Budget is the project's GPU-hour budget; nil: none.
-	Budget *Budget `json:"budget,omitempty" yaml:"budget"`
+	Budget *Budget `json:"budget,omitempty" yaml:"budget,omitempty"`
 }
 
 // Team is a tenant.
@@ -376,12 +376,12 @@ type Team struct {
 	Quotas map[string]Quota `json:"quotas,omitempty" yaml:"quotas"`
 	// CPUQuota and MemoryQuotaMB bound the CPU cores and memory (MB) the team's jobs
 	// request; nil: not bounded.
-	CPUQuota      *Quota `json:"cpu_quota,omitempty" yaml:"cpu_quota"`
-	MemoryQuotaMB *Quota `json:"memory_quota_mb,omitempty" yaml:"memory_quota_mb"`
+	CPUQuota      *Quota `json:"cpu_quota,omitempty" yaml:"cpu_quota,omitempty"`
+	MemoryQuotaMB *Quota `json:"memory_quota_mb,omitempty" yaml:"memory_quota_mb,omitempty"`
 	// Budget is the team's GPU-hour budget, over all its jobs; nil: none.
-	Budget *Budget `json:"budget,omitempty" yaml:"budget"`
+	Budget *Budget `json:"budget,omitempty" yaml:"budget,omitempty"`
 	// Projects divide the team's work; a job names one with JobSpec.Project.
-	Projects []Project `json:"projects,omitempty" yaml:"projects"`
+	Projects []Project `json:"projects,omitempty" yaml:"projects,omitempty"`
 	// Weight is the team's fair-share weight (default 1).
 	Weight float64 `json:"weight" yaml:"weight"`
 	// Members are the users whose jobs default to this team.

@@ -106,7 +106,8 @@ type Span struct {
 
 // SpanOf is the span of attempt a of job j at now; false for one that used no GPU time.
 func SpanOf(j *api.Job, a api.Attempt, now time.Time) (Span, bool) {
-	start, end := attemptStart(a), now
+	// From assignment, as accounting counts allocated GPU-hours: the GPUs are held from then.
+	start, end := a.AssignTime, now
 	if a.EndTime != nil {
 		end = *a.EndTime
 	}
