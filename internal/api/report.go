@@ -25,6 +25,12 @@ func UsageGroupings() []string {
 	return []string{ByTeam, ByProject, ByUser, ByQueue, ByGPUModel, ByNode, ByDay, ByHourOfWeek}
 }
 
+// PackGroupings lists the groupings the monthly review pack holds: all but by project,
+// which teams with projects ask for with by=project.
+func PackGroupings() []string {
+	return []string{ByTeam, ByUser, ByQueue, ByGPUModel, ByNode, ByDay, ByHourOfWeek}
+}
+
 // UsageRow is one group of a usage report: what the attempts of the group used inside the
 // report's window. An attempt's GPU time is split by the window and, for day and
 // hour-of-week, by the bucket its seconds fall in; per node and model by its ranks. What

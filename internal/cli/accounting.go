@@ -193,7 +193,7 @@ func runUsageReport(ctx context.Context, cfg Config, args []string) int {
 		return cfg.fail(ctx, err)
 	}
 	p := report.Pack{Month: *month, Since: since, Until: until, Generated: cfg.Now().UTC(), Reports: map[string]api.UsageReport{}}
-	for _, by := range api.UsageGroupings() {
+	for _, by := range api.PackGroupings() {
 		if p.Reports[by], err = c.Usage(ctx, by, since, until); err != nil {
 			return cfg.fail(ctx, err)
 		}

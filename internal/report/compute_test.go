@@ -302,7 +302,7 @@ func TestQueryErrors(t *testing.T) {
 		q     Query
 		param string
 	}{
-		{Query{By: "project", Since: day(1), Until: day(2)}, "by"},
+		{Query{By: "cluster", Since: day(1), Until: day(2)}, "by"},
 		{Query{By: "", Since: day(1), Until: day(2)}, "by"},
 		{Query{By: api.ByTeam, Since: day(2), Until: day(1)}, "until"},
 		{Query{By: api.ByTeam, Since: day(2), Until: day(2)}, "until"},
