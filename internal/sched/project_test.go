@@ -1,6 +1,9 @@
 package sched
 
 import (
+	"maps"
+	"math/rand/v2"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -180,5 +183,76 @@ func TestCPUAndMemoryCaps(t *testing.T) {
 	}
 	if pj, ok := pendingOf(p, 6); !ok || pj.Reason.Code != ReasonQuotaExceeded {
 		t.Fatalf("job 6: %+v; want QuotaExceeded after job 5 took 6 of 8 CPUs", pj)
+	}
+}
+
+// On random clusters with projects, no placement takes a project past its GPU limit or a
+// team past its CPU cap, and the failure cache (which now keys on the project) changes no
+// decision.
+func TestRandomSnapshotsWithProjects(t *testing.T) {
+	placedInProject := 0
+	for seed := range uint64(30) {
+		r := rand.New(rand.NewPCG(seed, 0x9a0))
+		s := genCluster(r, 5+r.IntN(60), r.IntN(300), r.Float64(), true)
+		withProjects(s)
+		p := mustSchedule(s, Options{})
+		checkPlan(t, s, p)
+		type key struct{ team, project string }
+		gpus, cpus := map[key]int{}, map[string]int{}
+		count := func(team, project string, allocs []Alloc) {
+			for _, a := range allocs {
+				k := key{team, project}
+				for i := range s.Nodes {
+					if s.Nodes[i].Name != a.Node || len(a.GPUIndices) == 0 {
+						continue
+					}
+					model := s.Nodes[i].GPUs[a.GPUIndices[0]].Model
+					if team == "vision" && model != "H100" {
+						continue // vision's projects have quotas of H100s only
+					}
+					gpus[k] += a.milli()
+				}
+				cpus[team] += a.CPUs
+			}
+		}
+		for _, run := range s.Running {
+			count(run.Team, run.Project, run.Allocs)
+		}
+		before := maps.Clone(gpus)
+		cpusBefore := maps.Clone(cpus)
+		byID := map[int64]*Job{}
+		for i := range s.Pending {
+			byID[s.Pending[i].ID] = &s.Pending[i]
+		}
+		for _, pl := range p.Placements {
+			j := byID[pl.JobID]
+			count(j.Team, j.Project, pl.Allocs)
+			if j.Project != "" {
+				placedInProject++
+			}
+		}
+		for k, used := range gpus {
+			pr, ok := s.Teams[k.team].Projects[k.project]
+			if !ok {
+				continue
+			}
+			for _, q := range pr.Quota {
+				if limit := q.Limit * MilliGPU; used > limit && used > before[k] {
+					t.Errorf("seed %d: project %s/%s holds %d milli-GPU after the plan, above its limit %d", seed, k.team, k.project, used, limit)
+				}
+			}
+		}
+		if c := s.Teams["nlp"].CPU; c != nil && cpus["nlp"] > c.Limit && cpus["nlp"] > cpusBefore["nlp"] {
+			t.Errorf("seed %d: team nlp requests %d CPUs after the plan, above its cap %d", seed, cpus["nlp"], c.Limit)
+		}
+		o, _ := Options{}.withDefaults()
+		c := newCycle(s, t0, o, newState(s, t0.UnixNano()), nil)
+		c.noCache = true
+		if q := c.run(); !reflect.DeepEqual(decisions(p), decisions(q)) {
+			t.Fatalf("seed %d: the failure cache changed the plan", seed)
+		}
+	}
+	if placedInProject == 0 {
+		t.Error("no random snapshot placed a job of a project")
 	}
 }

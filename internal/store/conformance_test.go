@@ -314,6 +314,12 @@ func fullTeam(name string) api.Team {
 		Weight:        1.7,
 		Members:       []string{"ada", "bob"},
 		Notify:        []api.Notify{{URL: "https://hooks.example.com/vision", Events: []string{api.NotifyEnded}}},
+		CPUQuota:      &api.Quota{Guaranteed: 128, Limit: 256},
+		MemoryQuotaMB: &api.Quota{Guaranteed: 1 << 20, Limit: 2 << 20},
+		Budget:        &api.Budget{Period: api.BudgetMonth, Soft: 800.5, Hard: 1000},
+		Projects: []api.Project{{Name: "detection", Quotas: map[string]api.Quota{"H100": {Guaranteed: 8, Limit: 32}},
+			CPUQuota: &api.Quota{Limit: 64}, MemoryQuotaMB: &api.Quota{Guaranteed: 1024, Limit: 4096},
+			Budget: &api.Budget{Period: api.BudgetWeek, Hard: 200}}},
 		UsageGPUHours: 812.25,
 		GPUsInUse:     map[string]int{"H100": 24},
 	}
