@@ -1,6 +1,7 @@
 package server
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"reflect"
@@ -198,5 +199,88 @@ func TestBudgetsOverAPeriodBoundary(t *testing.T) {
 	}
 	if got := h.job(c.ID); got.BudgetWarning != "" {
 		t.Errorf("job c's warning in the new period: %q", got.BudgetWarning)
+	}
+}
+
+// rota admin apply takes projects and budgets in the team's YAML, and refuses the whole
+// file, storing nothing, when one project does not fit its team.
+func TestApplyProjects(t *testing.T) {
+	h := newHarness(t)
+	put := func(body string) (int, api.Error) {
+		t.Helper()
+		req, _ := http.NewRequest("PUT", h.http.URL+"/api/v1/config", strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+h.token)
+		req.Header.Set("Content-Type", "application/yaml")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var e api.Error
+		json.NewDecoder(resp.Body).Decode(&e)
+		return resp.StatusCode, e
+	}
+	good := `teams:
+  - name: vision
+    quotas: {"*": {guaranteed: 8, limit: 16}}
+    cpu_quota: {guaranteed: 32, limit: 64}
+    budget: {period: month, soft_gpu_hours: 800, hard_gpu_hours: 1000}
+    projects:
+      - name: det
+        quotas: {"*": {guaranteed: 4, limit: 8}}
+        budget: {period: week, hard_gpu_hours: 200}
+      - name: seg
+        quotas: {"*": {guaranteed: 4, limit: 16}}
+`
+	if code, e := put(good); code != http.StatusOK {
+		t.Fatalf("apply: %d %s", code, e.Message)
+	}
+	got, _ := h.team("vision")
+	if len(got.Projects) != 2 || got.Projects[0].Budget == nil || got.Projects[0].Budget.Hard != 200 || got.Budget.Soft != 800 || got.CPUQuota.Limit != 64 {
+		t.Fatalf("applied team: %+v", got)
+	}
+	bad := strings.Replace(good, `guaranteed: 4, limit: 16`, `guaranteed: 4, limit: 17`, 1) + `queues:
+  - name: extra
+    tier: 1
+`
+	code, e := put(bad)
+	if code != http.StatusBadRequest || !strings.Contains(e.Message, "project seg") || !strings.Contains(e.Message, "limit 17") || !strings.Contains(e.Message, "limit 16") {
+		t.Fatalf("bad apply: %d %q %s; want 400 naming project seg, 17 and 16", code, e.Field, e.Message)
+	}
+	if after, _ := h.team("vision"); !reflect.DeepEqual(after, got) {
+		t.Errorf("team changed by a refused apply: %+v", after)
+	}
+	var queues api.QueueList
+	h.do("GET", "/api/v1/queues", nil, &queues)
+	for _, q := range queues.Queues {
+		if q.Name == "extra" {
+			t.Error("a refused apply stored its queue")
+		}
+	}
+}
+
+// Through the server: a project's job beyond its guarantee borrows inside its team, and
+// `rota why` names the project's quota that holds the next one, with the numbers.
+func TestProjectQuotaThroughTheServer(t *testing.T) {
+	h := newHarness(t)
+	h.beat("n1", 8)
+	if code, e := h.putTeam(visionTeam()); code != http.StatusOK {
+		t.Fatalf("put team: %d %s", code, e.Message)
+	}
+	a := h.submit(api.JobSpec{Team: "vision", Project: "det", GPUs: 6, Command: []string{"x"}})
+	b := h.submit(api.JobSpec{Team: "vision", Project: "det", GPUs: 4, Command: []string{"x"}})
+	h.cycle()
+	if got := h.job(a.ID); got.State != api.StateAssigned || !got.BorrowingInTeam || got.Borrowing {
+		t.Fatalf("job a: %s, borrowing %v, inside the team %v; want assigned, borrowing inside the team", got.State, got.Borrowing, got.BorrowingInTeam)
+	}
+	got := h.job(b.ID)
+	want := "project det of team vision uses 6 of its 8-GPU limit; this job needs 4"
+	if got.Reason != "QuotaExceeded" || got.Message != want {
+		t.Fatalf("job b: %s %q; want QuotaExceeded %q", got.Reason, got.Message, want)
+	}
+	var why api.Why
+	h.do("GET", fmt.Sprintf("/api/v1/jobs/%d/why", a.ID), nil, &why)
+	if !strings.Contains(strings.Join(why.Reasons, " "), "beyond project det's guaranteed quota") {
+		t.Errorf("why of the running job: %q", why.Reasons)
 	}
 }
