@@ -396,7 +396,7 @@ func (c *cycle) at(t int64) time.Time { return time.Unix(0, t).In(c.loc) }
 // project's quotas, and its CPUs and memory against their caps, and reports whether it
 // borrows across teams, or inside its team.
 func (c *cycle) charge(j *Job, d *demand, gi int, milli int) (borrowing, inTeam bool) {
-	if c.quotas.teams != nil {
+	if c.quotas.compute {
 		c.quotas.add(d.team, d.project, cpuKey, d.cpus*d.nodes)
 		c.quotas.add(d.team, d.project, memKey, int(d.mem)*d.nodes)
 	}

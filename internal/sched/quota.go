@@ -14,6 +14,9 @@ type quotas struct {
 	// used maps a scope (a team's name, or scopeOf(team, project)) to what it holds by
 	// resource: a GPU model's name, cpuKey or memKey.
 	used map[string]map[string]int
+	// compute is set when some team or project caps CPUs or memory: only then are they
+	// counted.
+	compute bool
 }
 
 // Resources other than GPUs, keyed apart from any model's name.
@@ -33,6 +36,7 @@ func newQuotas(s *Snapshot, st *state) *quotas {
 		return q // nothing to count against
 	}
 	q.teams = s.Teams
+	q.compute = anyCompute(s.Teams)
 	for _, r := range s.Running {
 		project := q.project(r.Team, r.Project)
 		cpus, mem := 0, 0
@@ -68,10 +72,26 @@ func newQuotas(s *Snapshot, st *state) *quotas {
 				}
 			}
 		}
-		q.add(r.Team, project, cpuKey, cpus)
-		q.add(r.Team, project, memKey, mem)
+		if q.compute {
+			q.add(r.Team, project, cpuKey, cpus)
+			q.add(r.Team, project, memKey, mem)
+		}
 	}
 	return q
+}
+
+func anyCompute(teams map[string]Team) bool {
+	for _, t := range teams {
+		if t.CPU != nil || t.Memory != nil {
+			return true
+		}
+		for _, p := range t.Projects {
+			if p.CPU != nil || p.Memory != nil {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func anyQuota(teams map[string]Team) bool {
@@ -215,7 +235,7 @@ func (q *quotas) admit(team, project, model string, milli int) verdict {
 // caps of its team and project; it returns the refusal, if any.
 func (q *quotas) admitCompute(team, project string, cpus, mem int) (verdict, bool) {
 	t, ok := q.teams[team]
-	if !ok {
+	if !ok || !q.compute {
 		return verdict{}, false
 	}
 	check := func(scope, project string, cq *Quota, key string, n int) (verdict, bool) {
@@ -322,9 +342,17 @@ func (c *cycle) admitDemand(d *demand) (verdict, bool) {
 // job needs 4". need is in milli-GPU; CPU and memory refusals name their own need.
 func (c *cycle) quotaReason(team string, v verdict, d *demand) Reason {
 	r := Reason{Code: ReasonQuotaExceeded, Team: team, Project: v.project}
-	who := "team " + team
-	if v.project != "" {
-		who = "project " + v.project + " of team " + team
+	if c.opts.Terse && v.resource == "" {
+		r.Used, r.Limit = ceilGPUs(v.used), v.limit/MilliGPU
+		return r
+	}
+	// Built only for the rarer refusals: a team's GPU limit, the common one, formats
+	// in one call.
+	who := func() string {
+		if v.project != "" {
+			return "project " + v.project + " of team " + team
+		}
+		return "team " + team
 	}
 	switch v.resource {
 	case cpuKey, memKey:
@@ -335,7 +363,7 @@ func (c *cycle) quotaReason(team string, v verdict, d *demand) Reason {
 		}
 		r.Resource, r.Used, r.Limit = what, v.used, v.limit
 		if !c.opts.Terse {
-			r.Message = fmt.Sprintf("%s requests %d of its %d-%s limit; this job needs %d", who, v.used, v.limit, unit, need)
+			r.Message = fmt.Sprintf("%s requests %d of its %d-%s limit; this job needs %d", who(), v.used, v.limit, unit, need)
 		}
 		return r
 	}
@@ -346,7 +374,11 @@ func (c *cycle) quotaReason(team string, v verdict, d *demand) Reason {
 		if v.key != "" {
 			what = "GPU " + v.key + " limit"
 		}
-		r.Message = fmt.Sprintf("%s uses %s of its %d-%s; this job needs %s", who, fmtGPUs(v.used), v.limit/MilliGPU, what, fmtGPUs(need))
+		if v.project == "" {
+			r.Message = fmt.Sprintf("team %s uses %s of its %d-%s; this job needs %s", team, fmtGPUs(v.used), v.limit/MilliGPU, what, fmtGPUs(need))
+		} else {
+			r.Message = fmt.Sprintf("%s uses %s of its %d-%s; this job needs %s", who(), fmtGPUs(v.used), v.limit/MilliGPU, what, fmtGPUs(need))
+		}
 	}
 	return r
 }
