@@ -87,6 +87,9 @@ func gpuHours(v float64) string {
 // jobs leave memory, reading only the newly evicted ones, and starts afresh when the
 // earliest period it serves moves.
 type budgetLedger struct {
+	// state is the state the ledger complements: a state read afresh (after a commit of
+	// unknown outcome) holds other jobs in memory, so the ledger starts again with it.
+	state        *cluster.State
 	from, before time.Time
 	spans        []cluster.Span
 }
@@ -107,12 +110,14 @@ func earliestPeriod(now time.Time) time.Time {
 // caller at a time.
 func (s *Server) refreshBudgets(ctx context.Context, now time.Time) error {
 	s.mu.Lock()
-	any := slices.ContainsFunc(s.state.Teams(), hasBudget)
-	before := s.state.EvictedBefore()
+	budgeted := slices.ContainsFunc(s.state.Teams(), hasBudget)
+	before, state := s.state.EvictedBefore(), s.state
 	s.mu.Unlock()
 	l := &s.ledger
-	if !any {
-		*l = budgetLedger{}
+	if !budgeted || l.state != state {
+		*l = budgetLedger{state: state}
+	}
+	if !budgeted {
 		return nil
 	}
 	from := earliestPeriod(now)
@@ -142,6 +147,11 @@ func (s *Server) refreshBudgets(ctx context.Context, now time.Time) error {
 			byID[jobs[i].ID] = &jobs[i]
 		}
 		s.mu.Lock()
+		if s.state != state {
+			// Read afresh meanwhile: the next cycle starts the ledger again.
+			s.mu.Unlock()
+			return nil
+		}
 		for _, a := range atts {
 			j, ok := byID[a.JobID]
 			if !ok {
@@ -190,7 +200,9 @@ func (s *Server) budgetStates(now time.Time) []budgetState {
 	}
 	from := earliestPeriod(now)
 	spans := s.state.Spans(from, now, func(team string) bool { return budgeted[team] })
-	spans = append(spans, s.ledger.spans...)
+	if s.ledger.state == s.state {
+		spans = append(spans, s.ledger.spans...)
+	}
 	for i := range out {
 		b := &out[i]
 		sec := 0.0

@@ -284,3 +284,44 @@ func TestProjectQuotaThroughTheServer(t *testing.T) {
 		t.Errorf("why of the running job: %q", why.Reasons)
 	}
 }
+
+// A job that ended and left memory still counts in its team's budget for the period, read
+// once from the store, and after a restart too.
+func TestBudgetCountsEvictedJobs(t *testing.T) {
+	h := &harness{t: t, clock: &fakeClock{t: time.Date(2026, 12, 1, 1, 0, 0, 0, time.UTC)}, dir: t.TempDir(),
+		cfg: func(c *Config) { c.KeepEnded = time.Hour }}
+	h.open()
+	team := visionTeam()
+	team.Budget = &api.Budget{Period: api.BudgetMonth, Hard: 10}
+	if code, e := h.putTeam(team); code != http.StatusOK {
+		t.Fatalf("put team: %d %s", code, e.Message)
+	}
+	h.beat("n1", 8)
+	a := h.submit(api.JobSpec{Team: "vision", GPUs: 4, Command: []string{"x"}})
+	h.cycle()
+	h.clock.Add(3 * time.Hour) // 12 GPU-hours
+	code := 0
+	h.beat("n1", 8, api.TaskStatus{JobID: a.ID, Attempt: 1, State: api.StateSucceeded, ExitCode: &code})
+	if got := h.job(a.ID); got.State != api.StateSucceeded {
+		t.Fatalf("job a: %s", got.State)
+	}
+	h.clock.Add(2 * time.Hour) // past KeepEnded: the next cycle evicts job a
+	h.cycle()
+	h.srv.mu.Lock()
+	_, evicted := h.srv.state.Evicted(a.ID)
+	h.srv.mu.Unlock()
+	if !evicted {
+		t.Fatal("job a is still in memory; the test needs it evicted")
+	}
+	check := func(when string) {
+		t.Helper()
+		b := h.submit(api.JobSpec{Team: "vision", GPUs: 1, Command: []string{"x"}})
+		h.cycle()
+		if got := h.job(b.ID); got.Reason != reasonBudget || !strings.HasPrefix(got.Message, "team vision used 12 of its 10 GPU-hours budget for 2026-12;") {
+			t.Fatalf("%s: job b %s %q; want held by the budget, 12 of 10", when, got.Reason, got.Message)
+		}
+	}
+	check("evicted")
+	h.restart()
+	check("after a restart")
+}
