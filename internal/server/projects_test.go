@@ -325,3 +325,25 @@ func TestBudgetCountsEvictedJobs(t *testing.T) {
 	h.restart()
 	check("after a restart")
 }
+
+// Passing the soft limit tells the team's webhook, with the sentence of the event.
+func TestBudgetWebhook(t *testing.T) {
+	h := newHarness(t)
+	rc := newReceiver(t, nil)
+	team := visionTeam()
+	team.Notify = []api.Notify{{URL: rc.URL}}
+	team.Projects[0].Budget = &api.Budget{Period: api.BudgetDay, Soft: 1, Hard: 5}
+	if code, e := h.putTeam(team); code != http.StatusOK {
+		t.Fatalf("put team: %d %s", code, e.Message)
+	}
+	h.beat("n1", 8)
+	h.submit(api.JobSpec{Team: "vision", Project: "det", GPUs: 1, Command: []string{"x"}})
+	h.cycle()
+	h.clock.Add(90 * time.Minute)
+	h.cycle()
+	got := rc.wait(t, 1)[0]
+	want := "team vision, project det used 1.5 of its 1 GPU-hours soft budget for 2026-11-01; at 5 new jobs are held until the period ends"
+	if got.n.Event != api.NotifyBudget || got.n.Message != want || got.n.Job != nil || got.header.Get("Rota-Event") != api.NotifyBudget {
+		t.Errorf("notification %s; want event budget saying %q", got.raw, want)
+	}
+}
