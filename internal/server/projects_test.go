@@ -346,4 +346,10 @@ func TestBudgetWebhook(t *testing.T) {
 	if got.n.Event != api.NotifyBudget || got.n.Message != want || got.n.Job != nil || got.header.Get("Rota-Event") != api.NotifyBudget {
 		t.Errorf("notification %s; want event budget saying %q", got.raw, want)
 	}
+	_, f := h.scrapeMetrics(h.token)
+	f.check(t, []series{
+		{"rota_budget_used_gpu_hours", map[string]string{"team": "vision", "project": "det", "period": "2026-11-01"}, 1.5},
+		{"rota_budget_limit_gpu_hours", map[string]string{"team": "vision", "project": "det", "period": "2026-11-01", "limit": "soft"}, 1},
+		{"rota_budget_limit_gpu_hours", map[string]string{"team": "vision", "project": "det", "period": "2026-11-01", "limit": "hard"}, 5},
+	})
 }
