@@ -203,11 +203,16 @@ func (s *Server) budgetStates(now time.Time) []budgetState {
 	if s.ledger.state == s.state {
 		spans = append(spans, s.ledger.spans...)
 	}
+	// By team, so that each budget reads only its own team's spans.
+	byTeam := map[string][]cluster.Span{}
+	for _, sp := range spans {
+		byTeam[sp.Team] = append(byTeam[sp.Team], sp)
+	}
 	for i := range out {
 		b := &out[i]
 		sec := 0.0
-		for _, sp := range spans {
-			if sp.Team != b.team || (b.project != "" && sp.Project != b.project) {
+		for _, sp := range byTeam[b.team] {
+			if b.project != "" && sp.Project != b.project {
 				continue
 			}
 			start, end := maxTime(sp.Start, b.start), sp.End
