@@ -203,15 +203,17 @@ func (s *Server) budgetStates(now time.Time) []budgetState {
 	if s.ledger.state == s.state {
 		spans = append(spans, s.ledger.spans...)
 	}
-	// By team, so that each budget reads only its own team's spans.
-	byTeam := map[string][]cluster.Span{}
-	for _, sp := range spans {
-		byTeam[sp.Team] = append(byTeam[sp.Team], sp)
-	}
+	// In team order, so that each budget reads only its own team's spans.
+	slices.SortFunc(spans, func(a, b cluster.Span) int { return strings.Compare(a.Team, b.Team) })
 	for i := range out {
 		b := &out[i]
+		lo, _ := slices.BinarySearchFunc(spans, b.team, func(sp cluster.Span, team string) int { return strings.Compare(sp.Team, team) })
+		hi := lo
+		for hi < len(spans) && spans[hi].Team == b.team {
+			hi++
+		}
 		sec := 0.0
-		for _, sp := range byTeam[b.team] {
+		for _, sp := range spans[lo:hi] {
 			if b.project != "" && sp.Project != b.project {
 				continue
 			}
