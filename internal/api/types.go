@@ -1051,6 +1051,7 @@ type HistoryRecord struct {
 	MemoryMB   int64      `json:"memory_mb"`
 	Queue      string     `json:"queue"`
 	Team       string     `json:"team"`
+	Project    string     `json:"project,omitempty"`
 	User       string     `json:"user"`
 	State      JobState   `json:"state"`
 	Attempts   int        `json:"attempts"`

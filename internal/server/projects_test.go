@@ -283,6 +283,14 @@ func TestProjectQuotaThroughTheServer(t *testing.T) {
 	if !strings.Contains(strings.Join(why.Reasons, " "), "beyond project det's guaranteed quota") {
 		t.Errorf("why of the running job: %q", why.Reasons)
 	}
+	// The accounting records carry the project, for exports.
+	var hist api.HistoryList
+	h.do("GET", "/api/v1/history", nil, &hist)
+	for _, r := range hist.Records {
+		if r.ID == a.ID && r.Project != "det" {
+			t.Errorf("history record of job a: project %q; want det", r.Project)
+		}
+	}
 }
 
 // A job that ended and left memory still counts in its team's budget for the period, read
