@@ -283,13 +283,21 @@ func TestProjectQuotaThroughTheServer(t *testing.T) {
 	if !strings.Contains(strings.Join(why.Reasons, " "), "beyond project det's guaranteed quota") {
 		t.Errorf("why of the running job: %q", why.Reasons)
 	}
-	// The accounting records carry the project, for exports.
+	// The accounting records of ended jobs carry the project, for exports.
+	h.finish("n1", 8, a.ID, 0)
 	var hist api.HistoryList
 	h.do("GET", "/api/v1/history", nil, &hist)
+	found := false
 	for _, r := range hist.Records {
-		if r.ID == a.ID && r.Project != "det" {
-			t.Errorf("history record of job a: project %q; want det", r.Project)
+		if r.ID == a.ID {
+			found = true
+			if r.Project != "det" {
+				t.Errorf("history record of job a: project %q; want det", r.Project)
+			}
 		}
+	}
+	if !found {
+		t.Errorf("no history record of job a in %+v", hist.Records)
 	}
 }
 
