@@ -15,10 +15,19 @@ const (
 	ByNode       = "node"
 	ByDay        = "day"
 	ByHourOfWeek = "hour-of-week"
+	// ByProject groups by team and project: "vision/detection", and "vision/(none)" for
+	// the team's jobs that name no project.
+	ByProject = "project"
 )
 
 // UsageGroupings lists the valid by= values.
 func UsageGroupings() []string {
+	return []string{ByTeam, ByProject, ByUser, ByQueue, ByGPUModel, ByNode, ByDay, ByHourOfWeek}
+}
+
+// PackGroupings lists the groupings the monthly review pack holds: all but by project,
+// which teams with projects ask for with by=project.
+func PackGroupings() []string {
 	return []string{ByTeam, ByUser, ByQueue, ByGPUModel, ByNode, ByDay, ByHourOfWeek}
 }
 
@@ -127,11 +136,15 @@ const (
 	// goes only to webhooks that name it: the asker's and their team's, and, for a request
 	// filed, those of the operators and admins who decide.
 	NotifyRequest = "request"
+	// NotifyBudget tells a team that it or one of its projects passed the soft or hard
+	// limit of a GPU-hour budget, once per period and limit. It goes to the team's
+	// webhooks that name it or name no events.
+	NotifyBudget = "budget"
 )
 
 // NotifyEvents lists every notification event.
 func NotifyEvents() []string {
-	return []string{NotifyStarted, NotifySucceeded, NotifyFailed, NotifyEnded, NotifyPreempted, NotifyIdleWarning, NotifyNodeLost, NotifyRequest}
+	return []string{NotifyStarted, NotifySucceeded, NotifyFailed, NotifyEnded, NotifyPreempted, NotifyIdleWarning, NotifyNodeLost, NotifyRequest, NotifyBudget}
 }
 
 // Notify is a webhook: a JSON POST of a Notification to URL on the events named (empty:

@@ -3,6 +3,7 @@ package api
 import (
 	"cmp"
 	"encoding/json"
+	"fmt"
 	"time"
 )
 
@@ -74,9 +75,12 @@ var EndReasons = []string{ReasonExitCode, ReasonOOM, ReasonGPUError, ReasonGPUMe
 
 // JobSpec is what a user asks for. It is stored as submitted, after defaults are filled in.
 type JobSpec struct {
-	Name    string            `json:"name,omitempty" yaml:"name"`
-	Queue   string            `json:"queue,omitempty" yaml:"queue"`
-	Team    string            `json:"team,omitempty" yaml:"team"`
+	Name  string `json:"name,omitempty" yaml:"name"`
+	Queue string `json:"queue,omitempty" yaml:"queue"`
+	Team  string `json:"team,omitempty" yaml:"team"`
+	// Project names one of the team's projects (Team.Projects) the job is charged to;
+	// empty: the team only.
+	Project string            `json:"project,omitempty" yaml:"project"`
 	User    string            `json:"user,omitempty" yaml:"user"`
 	Command []string          `json:"command" yaml:"command"`
 	WorkDir string            `json:"workdir,omitempty" yaml:"workdir"`
@@ -219,6 +223,13 @@ type Job struct {
 	ArrayLimit int `json:"array_limit,omitempty"`
 	// Borrowing is true while the job runs on GPUs beyond its team's guaranteed quota.
 	Borrowing bool `json:"borrowing,omitempty"`
+	// BorrowingInTeam is true while the job runs beyond its project's guaranteed quota
+	// but within its team's: it uses another project's idle share of the team, and is
+	// reclaimed, after work borrowing across teams, by in-quota jobs of its team.
+	BorrowingInTeam bool `json:"borrowing_in_team,omitempty"`
+	// BudgetWarning says the job's team or project has passed the soft limit of its
+	// GPU-hour budget for the current period (API only, not stored).
+	BudgetWarning string `json:"budget_warning,omitempty"`
 	// LastCheckpoint is when the job last reported a checkpoint through ROTA_EVENTS_FILE.
 	LastCheckpoint *time.Time `json:"last_checkpoint,omitempty"`
 	// Stopping is set while the other ranks of a multi-node attempt are being stopped
@@ -304,11 +315,73 @@ type Quota struct {
 	Limit      int `json:"limit" yaml:"limit"`
 }
 
+// Budget bounds the GPU-hours a team or project uses in each calendar period (UTC): at
+// Soft an event is recorded and the team's webhooks are told, once per period; at Hard
+// its new jobs stay pending until the period ends or the budget is raised (running jobs
+// go on). Zero Soft or Hard: no such limit.
+type Budget struct {
+	// Period is BudgetDay, BudgetWeek (ISO weeks, from Monday) or BudgetMonth.
+	Period string  `json:"period" yaml:"period"`
+	Soft   float64 `json:"soft_gpu_hours,omitempty" yaml:"soft_gpu_hours"`
+	Hard   float64 `json:"hard_gpu_hours,omitempty" yaml:"hard_gpu_hours"`
+}
+
+// Budget periods.
+const (
+	BudgetDay   = "day"
+	BudgetWeek  = "week"
+	BudgetMonth = "month"
+)
+
+// BudgetPeriods lists the periods a budget may have.
+var BudgetPeriods = []string{BudgetDay, BudgetWeek, BudgetMonth}
+
+// PeriodOf returns the calendar period (UTC) of the given kind that holds t: its start,
+// its end and its name ("2026-12-01", "2026-W49", "2026-12").
+func PeriodOf(kind string, t time.Time) (start, end time.Time, name string) {
+	t = t.UTC()
+	day := time.Date(t.Year(), t.Month(), t.Day(), 0, 0, 0, 0, time.UTC)
+	switch kind {
+	case BudgetDay:
+		return day, day.AddDate(0, 0, 1), day.Format("2006-01-02")
+	case BudgetWeek:
+		start = day.AddDate(0, 0, -((int(day.Weekday()) + 6) % 7))
+		y, w := start.ISOWeek()
+		return start, start.AddDate(0, 0, 7), fmt.Sprintf("%d-W%02d", y, w)
+	default:
+		start = time.Date(t.Year(), t.Month(), 1, 0, 0, 0, 0, time.UTC)
+		return start, start.AddDate(0, 1, 0), start.Format("2006-01")
+	}
+}
+
+// Project is a part of a team's work with its own quotas and budget, drawn from the
+// team's: a project's guarantee or limit never exceeds its team's for the same resource,
+// and its projects' guarantees together fit in the team's.
+type Project struct {
+	Name string `json:"name" yaml:"name"`
+	// Quotas by GPU model, as the team's; the key "*" applies to any model not named.
+	Quotas map[string]Quota `json:"quotas,omitempty" yaml:"quotas"`
+	// CPUQuota and MemoryQuotaMB bound the CPU cores and memory (MB) the project's jobs
+	// request; nil: bounded by the team's only.
+	CPUQuota      *Quota `json:"cpu_quota,omitempty" yaml:"cpu_quota,omitempty"`
+	MemoryQuotaMB *Quota `json:"memory_quota_mb,omitempty" yaml:"memory_quota_mb,omitempty"`
+	// Budget is the project's GPU-hour budget; nil: none.
+	Budget *Budget `json:"budget,omitempty" yaml:"budget,omitempty"`
+}
+
 // Team is a tenant.
 type Team struct {
 	Name string `json:"name" yaml:"name"`
 	// Quotas by GPU model; the key "*" applies to any model not named.
 	Quotas map[string]Quota `json:"quotas,omitempty" yaml:"quotas"`
+	// CPUQuota and MemoryQuotaMB bound the CPU cores and memory (MB) the team's jobs
+	// request; nil: not bounded.
+	CPUQuota      *Quota `json:"cpu_quota,omitempty" yaml:"cpu_quota,omitempty"`
+	MemoryQuotaMB *Quota `json:"memory_quota_mb,omitempty" yaml:"memory_quota_mb,omitempty"`
+	// Budget is the team's GPU-hour budget, over all its jobs; nil: none.
+	Budget *Budget `json:"budget,omitempty" yaml:"budget,omitempty"`
+	// Projects divide the team's work; a job names one with JobSpec.Project.
+	Projects []Project `json:"projects,omitempty" yaml:"projects,omitempty"`
 	// Weight is the team's fair-share weight (default 1).
 	Weight float64 `json:"weight" yaml:"weight"`
 	// Members are the users whose jobs default to this team.
@@ -717,6 +790,9 @@ const (
 	// EventRequest records a request filed, approved, denied or expired, and an approved
 	// grant applied or ended (see Request).
 	EventRequest = "request"
+	// EventBudget records a team or project passing the soft or hard limit of its
+	// GPU-hour budget, once per period and limit.
+	EventBudget = "budget"
 	// EventAdmin is what older servers recorded for every administrative change.
 	EventAdmin = "admin"
 )
@@ -725,7 +801,7 @@ const (
 func EventKinds() []string {
 	return []string{EventSubmit, EventTransition, EventCheckpoint, EventPreempt, EventCancel, EventHold, EventRelease,
 		EventNode, EventDrain, EventQueue, EventTeam, EventQuota, EventUser, EventToken, EventJoin, EventReservation,
-		EventConfig, EventHealth, EventIdle, EventDeadline, EventRequest, EventAdmin}
+		EventConfig, EventHealth, EventIdle, EventDeadline, EventRequest, EventBudget, EventAdmin}
 }
 
 // Queue is a class of work. Issue-2 queues carry a priority tier and time limits.
@@ -987,6 +1063,7 @@ type HistoryRecord struct {
 	MemoryMB   int64      `json:"memory_mb"`
 	Queue      string     `json:"queue"`
 	Team       string     `json:"team"`
+	Project    string     `json:"project,omitempty"`
 	User       string     `json:"user"`
 	State      JobState   `json:"state"`
 	Attempts   int        `json:"attempts"`

@@ -22,14 +22,16 @@ import (
 // cost, and the monthly review pack. The server computes the figures (GET /api/v1/usage);
 // internal/report prints them and writes the pack.
 
-const usageHelp = `rota usage [--by team|user|queue|gpu-model|node|day|hour-of-week] [--since T] [--until T] [-o table|json|csv]
+const usageHelp = `rota usage [--by team|project|user|queue|gpu-model|node|day|hour-of-week] [--since T] [--until T] [-o table|json|csv]
        rota usage report --month YYYY-MM --out DIR
 
 GPU-hours allocated and effective (allocated × measured utilisation), utilisation, jobs,
 success rate, wait p50/p95, failures by category, preemptions with the GPU-hours they
 lost since their last checkpoint, idle holding and cost, by group, with a total line.
 --by hour-of-week and day also show capacity and what of it nobody held: nights and
-weekends. Running jobs count up to now. Days and hours are UTC.
+weekends. --by project gives one row per team and project ("vision/det"), and one for
+each team's jobs that name no project ("vision/(none)"). Running jobs count up to now.
+Days and hours are UTC.
   --since and --until take RFC 3339 times (2026-11-01T00:00:00Z), dates (2026-11-01,
   midnight UTC) or a duration back from now (90m, 12h, 7d); by default the window is the
   30 days up to now, and at most 400 days.
@@ -191,7 +193,7 @@ func runUsageReport(ctx context.Context, cfg Config, args []string) int {
 		return cfg.fail(ctx, err)
 	}
 	p := report.Pack{Month: *month, Since: since, Until: until, Generated: cfg.Now().UTC(), Reports: map[string]api.UsageReport{}}
-	for _, by := range api.UsageGroupings() {
+	for _, by := range api.PackGroupings() {
 		if p.Reports[by], err = c.Usage(ctx, by, since, until); err != nil {
 			return cfg.fail(ctx, err)
 		}

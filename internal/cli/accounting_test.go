@@ -181,7 +181,7 @@ func TestUsageFlagErrors(t *testing.T) {
 		args []string
 		says string
 	}{
-		{[]string{"--by", "project"}, "--by: unknown grouping \"project\""},
+		{[]string{"--by", "cluster"}, "--by: unknown grouping \"cluster\""},
 		{[]string{"--since", "last tuesday"}, "--since: \"last tuesday\" is not a time"},
 		{[]string{"--until", "2026-02-30"}, "--until: \"2026-02-30\" is not a time"},
 		{[]string{"--since", "2026-03-01", "--until", "2026-02-01"}, "--until (2026-02-01T00:00:00Z) is not after --since"},

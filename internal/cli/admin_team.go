@@ -19,16 +19,29 @@ Lists the teams. QUOTAS gives guaranteed/limit GPUs per model, "*" for any model
 named: work up to the guarantee is in quota, beyond it up to the limit the team borrows
 idle GPUs and that work may be preempted. USAGE is the team's decayed GPU-hours, which
 fair share weighs against WEIGHT. IN-USE counts the GPUs its jobs hold now, by model.
--o json prints an api.TeamList.`
+A team with projects, CPU or memory quotas or a GPU-hour budget is followed by one line
+for each: "  cpus 32/64", "  budget month soft 800 hard 1000 GPU-hours",
+"  project det: * 4/8, cpus 0/16". -o json prints an api.TeamList.`
 
-const teamSetUsage = `rota admin team set NAME [--quota MODEL=G:L]... [--weight W] [--members u1,u2] [--notify URL[#EVENTS]]...
+const teamSetUsage = `rota admin team set NAME [--project P] [--quota MODEL=G:L]... [--cpus G:L] [--memory G:L]
+    [--budget PERIOD:SOFT:HARD] [--weight W] [--members u1,u2] [--notify URL[#EVENTS]]...
+rota admin team set NAME --delete-project P
 
 Creates team NAME from the flags (weight 1 unless given), or changes only the flags
 given of an existing one. --quota sets one model's guaranteed and limit GPUs and leaves
 the other models as they are; MODEL "*" means any model not named, and MODEL=none
-removes that model's quota. --members "" clears the members. --notify replaces the
-team's webhooks, told of the events of every job of the team (the events after #, as
-in rota submit --notify); --notify "" clears them. -o json prints the team as stored.`
+removes that model's quota. --cpus and --memory (MB) set the guaranteed and limit CPU
+cores and memory the jobs request ("none" removes them). --budget sets the GPU-hours a
+PERIOD (day, week or month, in UTC) may use: at SOFT the team is warned once per period,
+at HARD its new jobs wait for the next period (0 for no such limit; "none" removes the
+budget). --members "" clears the members. --notify replaces the team's webhooks, told of
+the events of every job of the team (the events after #, as in rota submit --notify);
+--notify "" clears them.
+
+With --project P, --quota, --cpus, --memory and --budget set project P of the team
+instead (created if new): its guarantees and limits stay within the team's, and its
+projects' guarantees add up to at most the team's. --delete-project P removes one.
+-o json prints the team as stored.`
 
 const teamDeleteUsage = `rota admin team delete NAME
 
@@ -51,11 +64,96 @@ func (cfg Config) printTeams(ctx context.Context, teams []api.Team) int {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%.1f\t%s\t%s\n",
 			t.Name, strconv.FormatFloat(t.Weight, 'f', -1, 64), formatQuotas(t.Quotas),
 			t.UsageGPUHours, formatInUse(t.GPUsInUse), joinOrDash(t.Members))
+		for _, line := range teamDetails(t) {
+			fmt.Fprintf(tw, "  %s\n", line) // no tab: the line does not widen the columns
+		}
 	}
 	if err := tw.Flush(); err != nil {
 		return cfg.fail(ctx, err)
 	}
 	return ExitOK
+}
+
+// teamDetails lists what a team holds beyond its GPU quotas, one line each: CPU and
+// memory quotas, budget, projects.
+func teamDetails(t api.Team) []string {
+	var out []string
+	limits := func(quotas map[string]api.Quota, cpus, mem *api.Quota, b *api.Budget) []string {
+		var parts []string
+		if len(quotas) > 0 {
+			parts = append(parts, formatQuotas(quotas))
+		}
+		if cpus != nil {
+			parts = append(parts, fmt.Sprintf("cpus %d/%d", cpus.Guaranteed, cpus.Limit))
+		}
+		if mem != nil {
+			parts = append(parts, fmt.Sprintf("memory %d/%d MB", mem.Guaranteed, mem.Limit))
+		}
+		if b != nil {
+			parts = append(parts, formatBudget(b))
+		}
+		return parts
+	}
+	out = append(out, limits(nil, t.CPUQuota, t.MemoryQuotaMB, t.Budget)...)
+	for _, p := range t.Projects {
+		parts := limits(p.Quotas, p.CPUQuota, p.MemoryQuotaMB, p.Budget)
+		if len(parts) == 0 {
+			parts = []string{"the team's quotas"}
+		}
+		out = append(out, "project "+p.Name+": "+strings.Join(parts, ", "))
+	}
+	return out
+}
+
+// formatBudget prints a budget as "budget month soft 800 hard 1000 GPU-hours".
+func formatBudget(b *api.Budget) string {
+	s := "budget " + b.Period
+	if b.Soft > 0 {
+		s += " soft " + strconv.FormatFloat(b.Soft, 'f', -1, 64)
+	}
+	if b.Hard > 0 {
+		s += " hard " + strconv.FormatFloat(b.Hard, 'f', -1, 64)
+	}
+	return s + " GPU-hours"
+}
+
+// parseRange reads G:L for a CPU or memory quota, or none (nil).
+func parseRange(flag, s string) (*api.Quota, error) {
+	if strings.TrimSpace(s) == "none" {
+		return nil, nil
+	}
+	gs, ls, ok := strings.Cut(s, ":")
+	g, gerr := strconv.Atoi(strings.TrimSpace(gs))
+	l, lerr := strconv.Atoi(strings.TrimSpace(ls))
+	switch {
+	case !ok || gerr != nil || lerr != nil:
+		return nil, fmt.Errorf("--%s: want GUARANTEED:LIMIT, e.g. 32:64, or none, got %q", flag, s)
+	case g < 0 || l < g:
+		return nil, fmt.Errorf("--%s: %q: want 0 <= guaranteed <= limit", flag, s)
+	}
+	return &api.Quota{Guaranteed: g, Limit: l}, nil
+}
+
+// parseBudget reads PERIOD:SOFT:HARD, or none (nil).
+func parseBudget(s string) (*api.Budget, error) {
+	if strings.TrimSpace(s) == "none" {
+		return nil, nil
+	}
+	parts := strings.Split(s, ":")
+	if len(parts) != 3 || !slices.Contains(api.BudgetPeriods, parts[0]) {
+		return nil, fmt.Errorf("--budget: want PERIOD:SOFT:HARD with PERIOD one of %s (e.g. month:800:1000), or none, got %q", strings.Join(api.BudgetPeriods, ", "), s)
+	}
+	soft, serr := strconv.ParseFloat(parts[1], 64)
+	hard, herr := strconv.ParseFloat(parts[2], 64)
+	switch {
+	case serr != nil || herr != nil || math.IsNaN(soft) || math.IsNaN(hard):
+		return nil, fmt.Errorf("--budget: %q: SOFT and HARD are GPU-hours", s)
+	case soft < 0 || hard < 0:
+		return nil, fmt.Errorf("--budget: %q: GPU-hours must be 0 or more", s)
+	case hard > 0 && soft > hard:
+		return nil, fmt.Errorf("--budget: %q: the soft limit %g is above the hard limit %g", s, soft, hard)
+	}
+	return &api.Budget{Period: parts[0], Soft: soft, Hard: hard}, nil
 }
 
 // formatQuotas prints quotas as "A100 4/8, H100 8/16, * 2/4": models sorted, "*" last.
@@ -152,6 +250,11 @@ type teamFlags struct {
 	weight  float64
 	members string
 	notify  notifyFlag
+	project string
+	drop    string
+	cpus    string
+	memory  string
+	budget  string
 }
 
 func runTeamSet(ctx context.Context, cfg Config, args []string) int {
@@ -162,9 +265,34 @@ func runTeamSet(ctx context.Context, cfg Config, args []string) int {
 	fs.Float64Var(&f.weight, "weight", 1, "fair-share `weight`")
 	fs.StringVar(&f.members, "members", "", "`users` whose jobs default to this team, comma-separated")
 	fs.Var(&f.notify, "notify", "webhook `URL[#EVENTS]` told of the team's jobs' events (repeatable)")
+	fs.StringVar(&f.project, "project", "", "set the quotas and budget of this `project` of the team")
+	fs.StringVar(&f.drop, "delete-project", "", "remove this `project` from the team")
+	fs.StringVar(&f.cpus, "cpus", "", "`G:L` guaranteed and limit CPU cores, or none")
+	fs.StringVar(&f.memory, "memory", "", "`G:L` guaranteed and limit memory in MB, or none")
+	fs.StringVar(&f.budget, "budget", "", "GPU-hour budget `PERIOD:SOFT:HARD` (day, week or month), or none")
 	pos, code, ok := parseFlags(fs, g, args)
 	if !ok {
 		return code
+	}
+	var cpus, memory *api.Quota
+	var budget *api.Budget
+	var perr error
+	fs.Visit(func(fl *flag.Flag) {
+		switch {
+		case perr != nil:
+		case fl.Name == "cpus":
+			cpus, perr = parseRange("cpus", f.cpus)
+		case fl.Name == "memory":
+			memory, perr = parseRange("memory", f.memory)
+		case fl.Name == "budget":
+			budget, perr = parseBudget(f.budget)
+		}
+	})
+	if perr != nil {
+		return cfg.usageError(cmd, "%v", perr)
+	}
+	if f.project != "" && f.drop != "" {
+		return cfg.usageError(cmd, "--project and --delete-project exclude each other")
 	}
 	name, ok := cfg.oneArg(cmd, "name", pos)
 	if !ok {
@@ -190,19 +318,43 @@ func runTeamSet(ctx context.Context, cfg Config, args []string) int {
 	}
 	// What the server reports about use is not part of the team's definition.
 	t.UsageGPUHours, t.GPUsInUse = 0, nil
+	if f.drop != "" {
+		i := slices.IndexFunc(t.Projects, func(p api.Project) bool { return p.Name == f.drop })
+		if i < 0 {
+			return cfg.usageError(cmd, "team %s has no project %q", name, f.drop)
+		}
+		t.Projects = slices.Delete(t.Projects, i, i+1)
+	}
+	// The limits the flags set: the team's, or with --project the project's.
+	quotas, cpuQ, memQ, budgetP := &t.Quotas, &t.CPUQuota, &t.MemoryQuotaMB, &t.Budget
+	if f.project != "" {
+		i := slices.IndexFunc(t.Projects, func(p api.Project) bool { return p.Name == f.project })
+		if i < 0 {
+			t.Projects = append(t.Projects, api.Project{Name: f.project})
+			i = len(t.Projects) - 1
+		}
+		p := &t.Projects[i]
+		quotas, cpuQ, memQ, budgetP = &p.Quotas, &p.CPUQuota, &p.MemoryQuotaMB, &p.Budget
+	}
 	fs.Visit(func(fl *flag.Flag) {
 		switch fl.Name {
 		case "quota":
-			if t.Quotas == nil {
-				t.Quotas = map[string]api.Quota{}
+			if *quotas == nil {
+				*quotas = map[string]api.Quota{}
 			}
 			for m, q := range f.quotas {
 				if q == nil {
-					delete(t.Quotas, m)
+					delete(*quotas, m)
 				} else {
-					t.Quotas[m] = *q
+					(*quotas)[m] = *q
 				}
 			}
+		case "cpus":
+			*cpuQ = cpus
+		case "memory":
+			*memQ = memory
+		case "budget":
+			*budgetP = budget
 		case "weight":
 			t.Weight = f.weight
 		case "members":

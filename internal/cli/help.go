@@ -168,6 +168,7 @@ var specFields = []struct{ name, what string }{
 	{"name", "the job's name"},
 	{"queue", "the queue to submit to (default: the server's)"},
 	{"team", "the team the job is accounted to"},
+	{"project", "the project of the team the job is accounted to: its quotas and GPU-hour budget apply as well as the team's"},
 	{"user", "submit on behalf of this user (admins only)"},
 	{"workdir", "the working directory (default: the one rota submit ran in)"},
 	{"env", "environment variables, a map: {LR: \"0.1\"}"},

@@ -180,6 +180,7 @@ func printJobDetail(cfg Config, d api.JobDetail) {
 		{"User", orDash(j.Spec.User)},
 		{"Submitted by", j.SubmittedBy},
 		{"Team", orDash(j.Spec.Team)},
+		{"Project", j.Spec.Project},
 		{"Queue", orDash(j.Spec.Queue)},
 		{"State", state},
 		{"Stopping", stopping},
@@ -187,6 +188,7 @@ func printJobDetail(cfg Config, d api.JobDetail) {
 		{"Hold", describeHold(j)},
 		{"Reason", orDash(j.Reason)},
 		{"Message", orDash(clean(j.Message))},
+		{"Budget", budgetLine(j)},
 		{"Command", shellQuote(j.Spec.Command)},
 		{"Workdir", orDash(j.Spec.WorkDir)},
 		{"Request", describeRequest(j.Spec)},
@@ -443,6 +445,9 @@ func describeDeadline(j api.Job, now time.Time, loc *time.Location) string {
 // describeBorrowing is the Borrowing line: set while the job runs beyond its team's
 // guaranteed quota, where an in-quota job may reclaim its GPUs.
 func describeBorrowing(j api.Job) string {
+	if j.BorrowingInTeam && !j.Borrowing {
+		return "yes, beyond the guaranteed quota of project " + clean(j.Spec.Project) + ", inside team " + j.Spec.Team
+	}
 	if !j.Borrowing {
 		return ""
 	}
@@ -451,6 +456,15 @@ func describeBorrowing(j api.Job) string {
 		team = "team " + j.Spec.Team
 	}
 	return "yes, beyond the guaranteed quota of " + team
+}
+
+// budgetLine is the Budget line: a warning while the job's team or project is past the
+// soft limit of its GPU-hour budget.
+func budgetLine(j api.Job) string {
+	if j.BudgetWarning == "" {
+		return ""
+	}
+	return "WARNING: " + clean(j.BudgetWarning)
 }
 
 // checkpoint is the Checkpoint line: when the job last reported one.

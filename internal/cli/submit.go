@@ -101,6 +101,7 @@ type submitFlags struct {
 	gpus, gpusPerNode, nodes, cpus, retries int
 	mem, timeLimit, grace                   string
 	queue, name, team, workdir, gpuModel    string
+	project                                 string
 	signal, file, user, restartPolicy       string
 	image, gres, dependency, export         string
 	after, afterOK, array                   string
@@ -135,6 +136,7 @@ func (f *submitFlags) register(fs *flag.FlagSet, cmdline bool) {
 	fs.StringVar(&f.queue, "queue", "", "`queue` to submit to (default: the server's)")
 	fs.StringVar(&f.name, "name", "", "job `name`")
 	fs.StringVar(&f.team, "team", "", "`team` the job is accounted to")
+	fs.StringVar(&f.project, "project", "", "`project` of the team the job is accounted to (its quotas and budget apply)")
 	fs.StringVar(&f.workdir, "workdir", "", "working `directory` (default: the current one)")
 	fs.Var(f.env, "env", "environment variable `K=V` (repeatable)")
 	fs.StringVar(&f.export, "export", "", "submitter's variables the job gets: ALL (default, less a deny-list), NONE or `VAR,VAR=VALUE,...`")
@@ -431,6 +433,8 @@ func (b *specBuilder) applyFlag(f submitFlags, name string) error {
 		spec.Name = f.name
 	case "team":
 		spec.Team = f.team
+	case "project":
+		spec.Project = f.project
 	case "workdir":
 		spec.WorkDir = f.workdir
 	case "signal":

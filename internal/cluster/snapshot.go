@@ -32,12 +32,14 @@ func (s *State) Snapshot(now time.Time, keep func(*api.Job) bool) *sched.Snapsho
 	snap := &sched.Snapshot{Queues: map[string]sched.Queue{}, Teams: map[string]sched.Team{}}
 	usage := s.TeamUsage(now)
 	for _, t := range s.teams {
-		st := sched.Team{Name: t.Name, Weight: t.Weight, Usage: usage[t.Name], Quota: map[string]sched.Quota{}}
-		for model, q := range t.Quotas {
-			if model == "*" {
-				model = ""
+		st := sched.Team{Name: t.Name, Weight: t.Weight, Usage: usage[t.Name], Quota: schedQuotas(t.Quotas),
+			CPU: schedQuota(t.CPUQuota), Memory: schedQuota(t.MemoryQuotaMB)}
+		if len(t.Projects) > 0 {
+			st.Projects = make(map[string]sched.Project, len(t.Projects))
+			for _, p := range t.Projects {
+				st.Projects[p.Name] = sched.Project{Name: p.Name, Quota: schedQuotas(p.Quotas),
+					CPU: schedQuota(p.CPUQuota), Memory: schedQuota(p.MemoryQuotaMB)}
 			}
-			st.Quota[model] = sched.Quota{Guaranteed: q.Guaranteed, Limit: q.Limit}
 		}
 		snap.Teams[t.Name] = st
 	}
@@ -233,8 +235,8 @@ func nodeOf(n *api.Node, pools map[string]api.Pool) sched.Node {
 // runningOf is active job j, on its current attempt a, as the scheduler sees it, without
 // the service it has received.
 func runningOf(j *api.Job, a *api.Attempt) sched.Running {
-	r := sched.Running{ID: j.ID, Queue: j.Spec.Queue, Team: j.Spec.Team, User: j.Spec.User, Start: a.AssignTime,
-		Borrowing: j.Borrowing, Preempting: j.PreemptRequested || j.CancelRequested || j.Stopping != ""}
+	r := sched.Running{ID: j.ID, Queue: j.Spec.Queue, Team: j.Spec.Team, Project: j.Spec.Project, User: j.Spec.User, Start: a.AssignTime,
+		Borrowing: j.Borrowing, BorrowingInTeam: j.BorrowingInTeam, Preempting: j.PreemptRequested || j.CancelRequested || j.Stopping != ""}
 	if j.LastCheckpoint != nil {
 		r.LastCheckpoint = *j.LastCheckpoint
 	}
@@ -251,7 +253,7 @@ func runningOf(j *api.Job, a *api.Attempt) sched.Running {
 // pendingOf is pending job j as the scheduler sees it, without the service it has received.
 func pendingOf(j *api.Job) sched.Job {
 	return sched.Job{
-		ID: j.ID, Queue: j.Spec.Queue, Team: j.Spec.Team, User: j.Spec.User, SubmitTime: j.SubmitTime, Nice: j.Spec.Nice,
+		ID: j.ID, Queue: j.Spec.Queue, Team: j.Spec.Team, Project: j.Spec.Project, User: j.Spec.User, SubmitTime: j.SubmitTime, Nice: j.Spec.Nice,
 		TimeLimit: time.Duration(j.Spec.TimeLimit) * time.Second, Image: j.Spec.Image,
 		StartBy: j.Spec.LatestStart(),
 		Request: sched.Request{
@@ -274,4 +276,25 @@ func GPUModels(spec string) []string {
 		return nil
 	}
 	return strings.Split(spec, ",")
+}
+
+// schedQuotas turns a team's or project's GPU quotas into the core's, where "" is any
+// model the map does not name.
+func schedQuotas(quotas map[string]api.Quota) map[string]sched.Quota {
+	out := make(map[string]sched.Quota, len(quotas))
+	for model, q := range quotas {
+		if model == "*" {
+			model = ""
+		}
+		out[model] = sched.Quota{Guaranteed: q.Guaranteed, Limit: q.Limit}
+	}
+	return out
+}
+
+// schedQuota is a CPU or memory quota for the core; nil for none.
+func schedQuota(q *api.Quota) *sched.Quota {
+	if q == nil {
+		return nil
+	}
+	return &sched.Quota{Guaranteed: q.Guaranteed, Limit: q.Limit}
 }

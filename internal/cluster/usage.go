@@ -95,3 +95,43 @@ func (s *State) serviceOf(id int64, now time.Time) service {
 	}
 	return sv
 }
+
+// Span is one attempt's use of GPUs: from Start to End (now, for an attempt still
+// running), GPUs at once, charged to the job's team and project.
+type Span struct {
+	Team, Project string
+	Start, End    time.Time
+	GPUs          float64
+}
+
+// SpanOf is the span of attempt a of job j at now; false for one that used no GPU time.
+func SpanOf(j *api.Job, a api.Attempt, now time.Time) (Span, bool) {
+	// From assignment, as accounting counts allocated GPU-hours: the GPUs are held from then.
+	start, end := a.AssignTime, now
+	if a.EndTime != nil {
+		end = *a.EndTime
+	}
+	gpus := attemptGPUs(a)
+	if gpus == 0 || !end.After(start) {
+		return Span{}, false
+	}
+	return Span{Team: j.Spec.Team, Project: j.Spec.Project, Start: start, End: end, GPUs: gpus}, true
+}
+
+// Spans returns the spans of the attempts in memory that used GPUs after since, of the
+// teams keep accepts. Jobs evicted from memory are the caller's to add from the store.
+func (s *State) Spans(since, now time.Time, keep func(team string) bool) []Span {
+	var out []Span
+	for id, list := range s.attempts {
+		j, ok := s.jobs[id]
+		if !ok || !keep(j.Spec.Team) {
+			continue
+		}
+		for _, a := range list {
+			if sp, ok := SpanOf(j, a, now); ok && sp.End.After(since) {
+				out = append(out, sp)
+			}
+		}
+	}
+	return out
+}

@@ -41,8 +41,10 @@ type AttemptUsage struct {
 	JobID             int64
 	N                 int
 	Team, User, Queue string
-	Ranks             []Rank
-	GPUs              float64
+	// Project is the job's project of its team; "" for none.
+	Project string
+	Ranks   []Rank
+	GPUs    float64
 	// Assign is when the attempt was given its GPUs; from then they are held.
 	Assign time.Time
 	Start  *time.Time
@@ -121,7 +123,7 @@ func Account(in Input) []AttemptUsage {
 
 // account makes the record of attempt a of job j; prev is the attempt before it, if any.
 func account(j *api.Job, a, prev *api.Attempt, ev events, models map[string]map[int]string, now time.Time) AttemptUsage {
-	u := AttemptUsage{JobID: j.ID, N: a.N, Team: j.Spec.Team, User: j.Spec.User, Queue: j.Spec.Queue,
+	u := AttemptUsage{JobID: j.ID, N: a.N, Team: j.Spec.Team, Project: j.Spec.Project, User: j.Spec.User, Queue: j.Spec.Queue,
 		Assign: a.AssignTime, Start: a.StartTime, State: a.State, ExitCode: a.ExitCode}
 	u.End, u.Running = now, a.EndTime == nil
 	if a.EndTime != nil {

@@ -431,7 +431,7 @@ func (c *computation) notes(records []AttemptUsage) []string {
 	}
 	notes = append(notes, fmt.Sprintf("capacity is today's inventory: %s on %s (lost nodes excepted)", plural(c.gpus(), "GPU"), plural(len(c.capacity), "node")))
 	switch c.q.By {
-	case api.ByTeam, api.ByUser, api.ByQueue:
+	case api.ByTeam, api.ByProject, api.ByUser, api.ByQueue:
 	default:
 		notes = append(notes, "a job or attempt in several rows counts once in the total")
 	}

@@ -302,7 +302,7 @@ func TestQueryErrors(t *testing.T) {
 		q     Query
 		param string
 	}{
-		{Query{By: "project", Since: day(1), Until: day(2)}, "by"},
+		{Query{By: "cluster", Since: day(1), Until: day(2)}, "by"},
 		{Query{By: "", Since: day(1), Until: day(2)}, "by"},
 		{Query{By: api.ByTeam, Since: day(2), Until: day(1)}, "until"},
 		{Query{By: api.ByTeam, Since: day(2), Until: day(2)}, "until"},
@@ -377,5 +377,41 @@ func TestDeadlineCounts(t *testing.T) {
 	WriteTable(&b, compute(t, scenario(), api.ByTeam, scenarioWindow))
 	if strings.Contains(b.String(), "DEADLINES") {
 		t.Errorf("a report without deadlines shows the column:\n%s", b.String())
+	}
+}
+
+// By project, each team's rows split by project, with the team's jobs that name none in a
+// row of their own; together they add up to the team's row.
+func TestByProject(t *testing.T) {
+	in := scenario()
+	for i := range in.Jobs {
+		switch in.Jobs[i].ID {
+		case 1, 6:
+			in.Jobs[i].Spec.Project = "llm"
+		case 3:
+			in.Jobs[i].Spec.Project = "det"
+		}
+	}
+	rep := compute(t, in, api.ByProject, scenarioWindow)
+	keys := []string{}
+	for _, r := range rep.Rows {
+		keys = append(keys, r.Key)
+	}
+	if strings.Join(keys, " ") != "nlp/(none) nlp/llm vision/(none) vision/det" {
+		t.Fatalf("rows %v", keys)
+	}
+	// nlp's jobs 1 (4 GPU-hours) and 6 (16) are llm's; 2 and 5 (1 + 1.5) the team's.
+	if r := rowOf(t, rep, "nlp/llm"); r.Jobs != 2 || !near(r.GPUHours, 20) {
+		t.Errorf("nlp/llm: %d jobs, %v GPU-hours; want 2, 20", r.Jobs, r.GPUHours)
+	}
+	if r := rowOf(t, rep, "nlp/(none)"); r.Jobs != 2 || !near(r.GPUHours, 2.5) {
+		t.Errorf("nlp/(none): %d jobs, %v GPU-hours; want 2, 2.5", r.Jobs, r.GPUHours)
+	}
+	// vision's job 3 (1.5 GPU-hours) is det's.
+	if r := rowOf(t, rep, "vision/det"); r.Jobs != 1 || !near(r.GPUHours, 1.5) {
+		t.Errorf("vision/det: %d jobs, %v GPU-hours; want 1, 1.5", r.Jobs, r.GPUHours)
+	}
+	if !near(rep.Total.GPUHours, 37.5) {
+		t.Errorf("total %v GPU-hours; want 37.5 as by team", rep.Total.GPUHours)
 	}
 }

@@ -25,7 +25,13 @@ type grouping struct {
 
 // groupings by the by= value.
 var groupings = map[string]grouping{
-	api.ByTeam:  byAttempt(func(a *AttemptUsage) string { return a.Team }),
+	api.ByTeam: byAttempt(func(a *AttemptUsage) string { return a.Team }),
+	api.ByProject: byAttempt(func(a *AttemptUsage) string {
+		if a.Project == "" {
+			return a.Team + "/(none)"
+		}
+		return a.Team + "/" + a.Project
+	}),
 	api.ByUser:  byAttempt(func(a *AttemptUsage) string { return a.User }),
 	api.ByQueue: byAttempt(func(a *AttemptUsage) string { return a.Queue }),
 	api.ByNode: {

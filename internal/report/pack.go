@@ -211,7 +211,7 @@ func writeHTML(w io.Writer, p Pack, gov []table) error {
 	if t.Cost != nil {
 		pg.Summary = append(pg.Summary, [2]string{"Cost (" + team.Currency + ")", money(t.Cost)})
 	}
-	for _, by := range api.UsageGroupings() {
+	for _, by := range api.PackGroupings() {
 		rep := p.Reports[by]
 		head, rows := Cells(rep)
 		pg.Usage[by] = table{Title: Title(rep), Head: head, Rows: rows}

@@ -21,7 +21,7 @@ import (
 
 // keyTitles head the first column, by grouping.
 var keyTitles = map[string]string{
-	api.ByTeam: "TEAM", api.ByUser: "USER", api.ByQueue: "QUEUE", api.ByGPUModel: "GPU MODEL",
+	api.ByTeam: "TEAM", api.ByProject: "TEAM/PROJECT", api.ByUser: "USER", api.ByQueue: "QUEUE", api.ByGPUModel: "GPU MODEL",
 	api.ByNode: "NODE", api.ByDay: "DAY (UTC)", api.ByHourOfWeek: "HOUR (UTC)",
 }
 
@@ -36,7 +36,7 @@ func hasCapacity(by string) bool {
 
 // groupNames name the groupings in a sentence.
 var groupNames = map[string]string{
-	api.ByTeam: "team", api.ByUser: "user", api.ByQueue: "queue", api.ByGPUModel: "GPU model",
+	api.ByTeam: "team", api.ByProject: "project", api.ByUser: "user", api.ByQueue: "queue", api.ByGPUModel: "GPU model",
 	api.ByNode: "node", api.ByDay: "day (UTC)", api.ByHourOfWeek: "hour of the week (UTC)",
 }
 

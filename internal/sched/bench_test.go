@@ -126,3 +126,53 @@ func BenchmarkPlan_1000Nodes_10000Pending_Holds(b *testing.B) {
 	b.ReportMetric(float64(placed)/b.Elapsed().Seconds(), "placements/s")
 	b.ReportMetric(float64(placed)/float64(b.N), "placed/op")
 }
+
+// The policy benchmark with projects: vision and nlp split into two projects each, with
+// GPU quotas inside the team's, a CPU cap on nlp, and every job and running job of those
+// teams in one of them; a fifth of the running work borrows inside its team.
+func BenchmarkPlan_1000Nodes_10000Pending_Projects(b *testing.B) {
+	s := genCluster(rand.New(rand.NewPCG(1, 2)), 1000, 10000, 0.5, true)
+	withProjects(s)
+	b.ReportAllocs()
+	b.ResetTimer()
+	placed := 0
+	for b.Loop() {
+		p := mustSchedule(s, Options{})
+		placed += len(p.Placements)
+	}
+	b.ReportMetric(float64(placed)/b.Elapsed().Seconds(), "placements/s")
+	b.ReportMetric(float64(placed)/float64(b.N), "placed/op")
+}
+
+// withProjects gives the rich generated cluster's vision and nlp teams projects a and b.
+func withProjects(s *Snapshot) {
+	for _, name := range []string{"vision", "nlp"} {
+		t := s.Teams[name]
+		t.Projects = map[string]Project{}
+		for model, q := range t.Quota {
+			for _, p := range []string{"a", "b"} {
+				pr := t.Projects[p]
+				if pr.Quota == nil {
+					pr.Quota = map[string]Quota{}
+				}
+				pr.Quota[model] = Quota{Guaranteed: q.Guaranteed / 2, Limit: q.Limit * 3 / 4}
+				t.Projects[p] = pr
+			}
+		}
+		if name == "nlp" {
+			t.CPU = &Quota{Limit: 64 * len(s.Nodes) / 3}
+		}
+		s.Teams[name] = t
+	}
+	for i := range s.Pending {
+		if t := s.Pending[i].Team; t == "vision" || t == "nlp" {
+			s.Pending[i].Project = []string{"a", "b"}[s.Pending[i].ID%2]
+		}
+	}
+	for i := range s.Running {
+		if t := s.Running[i].Team; t == "vision" || t == "nlp" {
+			s.Running[i].Project = []string{"a", "b"}[s.Running[i].ID%2]
+			s.Running[i].BorrowingInTeam = !s.Running[i].Borrowing && s.Running[i].ID%5 == 0
+		}
+	}
+}

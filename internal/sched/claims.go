@@ -352,8 +352,8 @@ func (c *cycle) serveClaim(j *Job, pj PendingJob, d *demand, k *claim) {
 	// A job that takes any model passed admission on some model; its claim fixes one,
 	// which its team's quota must allow. If it does not, the claim lapses.
 	if gi := k.allocs[0].group; gi >= 0 && c.quotas.teams != nil {
-		if v := c.quotas.admit(d.team, c.st.models[c.st.groups[gi].model].name, d.gpus*d.nodes*MilliGPU); !v.ok {
-			pj.Reason = c.quotaReason(d.team, v, d.gpus*d.nodes*MilliGPU)
+		if v := c.quotas.admit(d.team, d.project, c.st.models[c.st.groups[gi].model].name, d.gpus*d.nodes*MilliGPU); !v.ok {
+			pj.Reason = c.quotaReason(d.team, v, d)
 			c.plan.Pending = append(c.plan.Pending, pj)
 			return
 		}
@@ -367,7 +367,7 @@ func (c *cycle) serveClaim(j *Job, pj PendingJob, d *demand, k *claim) {
 		k.placed = true
 		c.st.gpuVersion++ // reasons that named the claim are out of date
 		pl := Placement{JobID: j.ID, Allocs: k.clone()}
-		pl.Borrowing = c.charge(j, d, k.allocs[0].group, d.gpus*d.nodes*MilliGPU)
+		pl.Borrowing, pl.BorrowingInTeam = c.charge(j, d, k.allocs[0].group, d.gpus*d.nodes*MilliGPU)
 		c.plan.Placements = append(c.plan.Placements, pl)
 		return
 	}

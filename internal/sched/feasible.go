@@ -30,6 +30,9 @@ type demand struct {
 	mem   int64
 	dur   int64 // forever when the job has no time limit
 	team  string
+	// project is the job's project, "" for none; scope is the team's name, or for a job
+	// of a project scopeOf(team, project), which cache keys use.
+	project, scope string
 	// pools are the node pools the job's queue may use; nil: any node.
 	pools []string
 	// image is set for a job with a container image: it needs a node with a runtime.
@@ -123,7 +126,10 @@ func (d *demand) versionNote() string {
 // It returns a message instead when the request cannot be read as whole GPUs per node.
 func newDemand(st *state, j *Job, q *Queue) (demand, string) {
 	r := j.Request
-	d := demand{modelName: r.GPUModel, nodes: max(r.Nodes, 1), cpus: r.CPUs, mem: r.MemoryMB, team: j.Team, dur: forever}
+	d := demand{modelName: r.GPUModel, nodes: max(r.Nodes, 1), cpus: r.CPUs, mem: r.MemoryMB, team: j.Team, project: j.Project, scope: j.Team, dur: forever}
+	if j.Project != "" {
+		d.scope = scopeOf(j.Team, j.Project)
+	}
 	if len(q.Pools) > 0 {
 		d.pools, d.poolKey = q.Pools, q.Name
 	}
@@ -254,14 +260,16 @@ type shape struct {
 	nodes int
 	cpus  int
 	mem   int64
-	team  string // admin reservations and quotas depend on it
+	// team is the demand's scope: admin reservations and quotas depend on the team, and a
+	// project's quotas can deny models, which the failed cache must not share.
+	team  string
 	pools string // the demand's poolKey: the queue's name when it limits the pools, the image mark
 	share int
 	gmem  int64
 }
 
 func (d *demand) shape() shape {
-	return shape{model: d.modelName, list: d.models != nil, gpus: d.gpus, nodes: d.nodes, cpus: d.cpus, mem: d.mem, team: d.team, pools: d.poolKey,
+	return shape{model: d.modelName, list: d.models != nil, gpus: d.gpus, nodes: d.nodes, cpus: d.cpus, mem: d.mem, team: d.scope, pools: d.poolKey,
 		share: d.share, gmem: d.gmem}
 }
 

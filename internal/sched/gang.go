@@ -168,7 +168,7 @@ func (c *cycle) placeGang(j *Job, d *demand, cds []cand) {
 		}
 		pl.Allocs = append(pl.Allocs, alloc)
 	}
-	pl.Borrowing = c.charge(j, d, cds[0].group, d.gpus*d.nodes*MilliGPU)
+	pl.Borrowing, pl.BorrowingInTeam = c.charge(j, d, cds[0].group, d.gpus*d.nodes*MilliGPU)
 	c.plan.Placements = append(c.plan.Placements, pl)
 }
 

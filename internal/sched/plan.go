@@ -249,7 +249,7 @@ func (c *cycle) schedule(r *ranked) {
 	}
 	v, ok := c.admitDemand(d)
 	if !ok {
-		pj.Reason = c.quotaReason(j.Team, v, c.milliOf(d))
+		pj.Reason = c.quotaReason(j.Team, v, d)
 		c.plan.Pending = append(c.plan.Pending, pj)
 		return
 	}
@@ -269,7 +269,7 @@ func (c *cycle) schedule(r *ranked) {
 			return
 		}
 	}
-	inQuota := v.limited && !v.borrowing
+	inQuota := v.inQuota()
 	if failedBefore && d.dur >= f.dur && !c.noCache {
 		c.wait(r, pj, d, f.reason, inQuota)
 		return
@@ -389,28 +389,35 @@ func (c *cycle) placeSingle(j *Job, d *demand, cd cand) {
 	if len(st.holds) > 0 && cd.group >= 0 {
 		st.useHolds(cd.group, len(positions), d.team, st.now, addSat(st.now, d.dur), true)
 	}
-	c.plan.Placements = append(c.plan.Placements, Placement{JobID: j.ID, Allocs: []Alloc{alloc}, Borrowing: c.charge(j, d, cd.group, d.gpus*d.nodes*MilliGPU)})
+	pl := Placement{JobID: j.ID, Allocs: []Alloc{alloc}}
+	pl.Borrowing, pl.BorrowingInTeam = c.charge(j, d, cd.group, d.gpus*d.nodes*MilliGPU)
+	c.plan.Placements = append(c.plan.Placements, pl)
 }
 
 // at turns a cycle time back into a time.Time in the caller's location.
 func (c *cycle) at(t int64) time.Time { return time.Unix(0, t).In(c.loc) }
 
-// charge counts a placed job's milli-GPUs against its user's cap and its team's quota,
-// and reports whether it borrows.
-func (c *cycle) charge(j *Job, d *demand, gi int, milli int) bool {
+// charge counts a placed job's milli-GPUs against its user's cap and its team's and
+// project's quotas, and its CPUs and memory against their caps, and reports whether it
+// borrows across teams, or inside its team.
+func (c *cycle) charge(j *Job, d *demand, gi int, milli int) (borrowing, inTeam bool) {
+	if c.quotas.compute {
+		c.quotas.add(d.team, d.project, cpuKey, d.cpus*d.nodes)
+		c.quotas.add(d.team, d.project, memKey, int(d.mem)*d.nodes)
+	}
 	if gi < 0 {
-		return false
+		return false, false
 	}
 	if c.users != nil {
 		c.users[userKey{j.Queue, j.User}] += milli
 	}
 	if c.quotas.teams == nil {
-		return false
+		return false, false
 	}
 	model := c.st.models[c.st.groups[gi].model].name
-	v := c.quotas.admit(d.team, model, milli)
-	c.quotas.add(d.team, model, milli)
-	return v.borrowing
+	v := c.quotas.admit(d.team, d.project, model, milli)
+	c.quotas.add(d.team, d.project, model, milli)
+	return v.borrowing, v.inTeam
 }
 
 // wait records why a job stays pending. The first in line for its resources may preempt;

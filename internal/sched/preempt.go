@@ -10,7 +10,8 @@ import (
 
 // Preemption, when a job cannot start: it may stop running work it has a right over, in
 // this order of right (DESIGN.md, "The scheduling core"):
-//   - an in-quota job reclaims GPUs from other teams' jobs that borrow;
+//   - an in-quota job reclaims GPUs from other teams' jobs that borrow, and then from the
+//     jobs of its own team's other projects that borrow inside the team;
 //   - a job of a higher tier takes from a lower tier whose queue is preemptible;
 //   - under the "las" order, a job of a preemptible queue takes from jobs of its own tier,
 //     also of preemptible queues, that have sunk to a lower-priority LAS queue (las.go).
@@ -35,6 +36,7 @@ type victim struct {
 	tier     int
 	byTier   bool    // its queue yields to higher tiers
 	reclaim  bool    // it borrows beyond its team's guarantee
+	inTeam   bool    // it borrows beyond its project's guarantee, within its team's
 	las      bool    // its queue yields to jobs of its tier in a lower LAS queue
 	level    int     // its LAS queue
 	stopping bool    // already told to stop
@@ -64,7 +66,11 @@ type preemptor struct {
 	highestLAS  int // the highest LAS queue of a victim; -1 without LAS victims
 	anyBorrower bool
 	anyStopping bool
-	failed      map[preemptKey]bool
+	// anyInTeam is set when some victim borrows inside its team: victim sets are then
+	// ordered by how many such victims they stop before their loss, which the per-node
+	// bounds do not know, so the search visits every node.
+	anyInTeam bool
+	failed    map[preemptKey]bool
 	// chosen is scratch for cheapest, reused from one node to the next.
 	chosen []int
 }
@@ -98,12 +104,12 @@ func newPreemptor(c *cycle) *preemptor {
 		if q.NeverPreempt || tenant(r) {
 			continue // a tenant frees no whole GPU by stopping
 		}
-		v := victim{r: r, tier: q.Tier, byTier: ok && q.Preemptible, reclaim: r.Borrowing, stopping: r.Preempting,
+		v := victim{r: r, tier: q.Tier, byTier: ok && q.Preemptible, reclaim: r.Borrowing, inTeam: r.BorrowingInTeam && !r.Borrowing, stopping: r.Preempting,
 			las: byLAS && ok && lasQueue(q)}
 		if !v.stopping && c.opts.MinRuntime > 0 && st.now-nanos(r.Start) < int64(c.opts.MinRuntime) {
 			continue
 		}
-		if !v.byTier && !v.reclaim && !v.stopping {
+		if !v.byTier && !v.reclaim && !v.inTeam && !v.stopping {
 			continue
 		}
 		p.victims = append(p.victims, v)
@@ -151,11 +157,13 @@ func newPreemptor(c *cycle) *preemptor {
 		if v.byTier {
 			p.lowestTier = min(p.lowestTier, v.tier)
 		}
-		p.anyBorrower = p.anyBorrower || v.reclaim
+		p.anyBorrower = p.anyBorrower || v.reclaim || v.inTeam
+		p.anyInTeam = p.anyInTeam || v.inTeam
 		p.anyStopping = p.anyStopping || v.stopping
 	}
 	// Each node's holds in the order victims are chosen: stopping ones first (they cost
-	// nothing), then lowest tier, least loss, ID. The order does not depend on the
+	// nothing), then those that borrow across teams before those that borrow inside their
+	// team, then lowest tier, least loss, ID. The order does not depend on the
 	// preemptor, so it is set once here rather than at every search.
 	n := 0
 	for _, hs := range p.holds {
@@ -196,6 +204,12 @@ func newPreemptor(c *cycle) *preemptor {
 					}
 					return 1
 				}
+				if va.inTeam != vb.inTeam {
+					if vb.inTeam {
+						return -1
+					}
+					return 1
+				}
 				return cmp.Or(cmp.Compare(va.tier, vb.tier), cmp.Compare(va.cost, vb.cost), cmp.Compare(va.r.ID, vb.r.ID))
 			})
 		}
@@ -219,13 +233,14 @@ type nodeLoss struct {
 }
 
 // mayStop reports whether a job of the given tier, team and LAS queue (noLAS where LAS
-// does not apply to it), in quota or not, has a right over the victim.
+// does not apply to it), in quota or not, has a right over the victim. Work borrowing
+// inside a team is the team's own to take back.
 func (v *victim) mayStop(tier int, team string, inQuota bool, level int) bool {
 	if v.taken {
 		return false
 	}
 	return v.stopping || (v.byTier && v.tier < tier) || (v.reclaim && inQuota && v.r.Team != team) ||
-		(v.las && v.tier == tier && v.level > level)
+		(v.inTeam && inQuota && v.r.Team == team) || (v.las && v.tier == tier && v.level > level)
 }
 
 // noLAS is the LAS queue of a job that LAS gives no right to preempt.
@@ -290,6 +305,12 @@ func (c *cycle) preempt(r *ranked, d *demand, inQuota bool) ([]int64, []string, 
 				why = fmt.Sprintf("preempted on %s by job %d of higher tier (queue %s)", node, r.job.ID, r.queue.Name)
 			case v.reclaim && inQuota && v.r.Team != d.team:
 				why = fmt.Sprintf("borrowed GPUs on %s reclaimed by team %s's in-quota job %d", node, d.team, r.job.ID)
+			case v.inTeam && inQuota && v.r.Team == d.team:
+				who := "team " + d.team
+				if d.project != "" {
+					who = "project " + d.project
+				}
+				why = fmt.Sprintf("GPUs borrowed inside team %s on %s reclaimed by %s's in-quota job %d", d.team, node, who, r.job.ID)
 			default:
 				why = fmt.Sprintf("preempted on %s by job %d, which has had less GPU time (LAS queue %d, this job's %d)",
 					node, r.job.ID, level, v.level)
@@ -311,6 +332,7 @@ type option struct {
 	cd      cand
 	victims []int
 	maxTier int // of the victims not already stopping; minTier without any
+	inTeam  int // victims that borrow inside their team: they go after those across teams
 	cost    float64
 }
 
@@ -319,14 +341,14 @@ const (
 	maxTier = 1<<31 - 1
 )
 
-// worse orders options by what they lose: the highest tier stopped, the GPU-seconds lost,
-// the number of victims.
+// worse orders options by what they lose: the highest tier stopped, the victims that
+// borrow inside their team, the GPU-seconds lost, the number of victims.
 func (o *option) worse(b *option) bool {
 	return o.compare(b) > 0
 }
 
 func (o *option) compare(b *option) int {
-	return cmp.Or(cmp.Compare(o.maxTier, b.maxTier), cmp.Compare(o.cost, b.cost), cmp.Compare(len(o.victims), len(b.victims)))
+	return cmp.Or(cmp.Compare(o.maxTier, b.maxTier), cmp.Compare(o.inTeam, b.inTeam), cmp.Compare(o.cost, b.cost), cmp.Compare(len(o.victims), len(b.victims)))
 }
 
 // nodeFits reports whether node ni could hold the job if nothing ran there, GPUs aside.
@@ -351,11 +373,11 @@ func (p *preemptor) single(st *state, d *demand, tier int, inQuota bool, level i
 	noGroup := [1]int{-1}
 	for _, nl := range p.nodes {
 		ni := nl.node
-		if found && cmp.Or(cmp.Compare(nl.least.tier, best.maxTier), cmp.Compare(nl.least.cost, best.cost)) > 0 {
+		if found && !p.anyInTeam && cmp.Or(cmp.Compare(nl.least.tier, best.maxTier), cmp.Compare(nl.least.cost, best.cost)) > 0 {
 			break // nothing here or further on can lose less
 		}
 		// The margin keeps float rounding from skipping a node that would tie.
-		if need := d.gpus - st.nodes[ni].freeGPUs - nl.stopping; found && need > 0 &&
+		if need := d.gpus - st.nodes[ni].freeGPUs - nl.stopping; found && !p.anyInTeam && need > 0 &&
 			cmp.Or(cmp.Compare(nl.tier, best.maxTier), cmp.Compare(float64(need)*nl.age*(1-1e-9), best.cost)) > 0 {
 			continue
 		}
@@ -457,6 +479,9 @@ func (p *preemptor) gang(st *state, d *demand, tier int, inQuota bool, level int
 					all.victims = append(all.victims, vi)
 					if !p.victims[vi].stopping {
 						all.cost += p.victims[vi].cost
+						if p.victims[vi].inTeam {
+							all.inTeam++
+						}
 					}
 				}
 			}
@@ -512,6 +537,9 @@ func (p *preemptor) cheapest(st *state, cd cand, d *demand, tier int, inQuota bo
 			if !v.stopping {
 				o.maxTier = max(o.maxTier, v.tier)
 				o.cost += v.cost
+				if v.inTeam {
+					o.inTeam++
+				}
 			}
 			// Tier and loss only grow from here: once worse than the bound, stop.
 			if o.victims = chosen; bound != nil && o.worse(bound) {

@@ -5,13 +5,28 @@ import (
 	"strconv"
 )
 
-// quotas tracks each team's GPUs in use per model, from the running jobs and the
-// placements of this cycle, against the quotas of the snapshot. It counts in milli-GPU,
-// so that a share of a GPU is charged as a share.
+// quotas tracks each team's and each project's GPUs in use per model, and CPU cores and
+// memory requested, from the running jobs and the placements of this cycle, against the
+// quotas of the snapshot. It counts GPUs in milli-GPU, so that a share of a GPU is charged
+// as a share.
 type quotas struct {
-	teams map[string]Team           // nil when no team has a quota: admission admits everything
-	used  map[string]map[string]int // team -> model -> milli-GPU held
+	teams map[string]Team // nil when no team has a quota: admission admits everything
+	// used maps a scope (a team's name, or scopeOf(team, project)) to what it holds by
+	// resource: a GPU model's name, cpuKey or memKey.
+	used map[string]map[string]int
+	// compute is set when some team or project caps CPUs or memory: only then are they
+	// counted.
+	compute bool
 }
+
+// Resources other than GPUs, keyed apart from any model's name.
+const (
+	cpuKey = "\x00cpus"
+	memKey = "\x00memory_mb"
+)
+
+// scopeOf names a project's line in quotas.used; team names cannot hold the separator.
+func scopeOf(team, project string) string { return team + "/" + project }
 
 // newQuotas counts what running jobs hold. It looks GPUs up on every node of the snapshot,
 // schedulable or not, since a drained node's jobs still count against their team.
@@ -21,8 +36,13 @@ func newQuotas(s *Snapshot, st *state) *quotas {
 		return q // nothing to count against
 	}
 	q.teams = s.Teams
+	q.compute = anyCompute(s.Teams)
 	for _, r := range s.Running {
+		project := q.project(r.Team, r.Project)
+		cpus, mem := 0, 0
 		for _, a := range r.Allocs {
+			cpus += a.CPUs
+			mem += int(a.MemoryMB)
 			ni, ok := st.allNodes[a.Node]
 			if !ok || len(a.GPUIndices) == 0 {
 				continue
@@ -36,7 +56,7 @@ func newQuotas(s *Snapshot, st *state) *quotas {
 			}
 			if single(n.GPUs) {
 				// The common case: one model on the node, so no per-GPU lookup.
-				q.add(r.Team, n.GPUs[0].Model, a.milli())
+				q.add(r.Team, project, n.GPUs[0].Model, a.milli())
 				continue
 			}
 			each := MilliGPU
@@ -46,68 +66,205 @@ func newQuotas(s *Snapshot, st *state) *quotas {
 			for _, idx := range a.GPUIndices {
 				for _, g := range n.GPUs {
 					if g.Index == idx {
-						q.add(r.Team, g.Model, each)
+						q.add(r.Team, project, g.Model, each)
 						break
 					}
 				}
 			}
 		}
+		if q.compute {
+			q.add(r.Team, project, cpuKey, cpus)
+			q.add(r.Team, project, memKey, mem)
+		}
 	}
 	return q
 }
 
+func anyCompute(teams map[string]Team) bool {
+	for _, t := range teams {
+		if t.CPU != nil || t.Memory != nil {
+			return true
+		}
+		for _, p := range t.Projects {
+			if p.CPU != nil || p.Memory != nil {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 func anyQuota(teams map[string]Team) bool {
 	for _, t := range teams {
-		if len(t.Quota) > 0 {
+		if len(t.Quota) > 0 || t.CPU != nil || t.Memory != nil || len(t.Projects) > 0 {
 			return true
 		}
 	}
 	return false
 }
 
-func (q *quotas) add(team, model string, milli int) {
-	m := q.used[team]
+// project returns the name of the team's project, or "" where the team has no such
+// project (the job then counts against the team only).
+func (q *quotas) project(team, project string) string {
+	if project == "" {
+		return ""
+	}
+	if _, ok := q.teams[team].Projects[project]; !ok {
+		return ""
+	}
+	return project
+}
+
+// add charges n of resource key to the team and, if set, its project.
+func (q *quotas) add(team, project, key string, n int) {
+	if n == 0 {
+		return
+	}
+	q.addTo(team, key, n)
+	if project != "" {
+		q.addTo(scopeOf(team, project), key, n)
+	}
+}
+
+func (q *quotas) addTo(scope, key string, n int) {
+	m := q.used[scope]
 	if m == nil {
 		m = map[string]int{}
-		q.used[team] = m
+		q.used[scope] = m
 	}
-	m[model] += milli
+	m[key] += n
 }
 
 // verdict is the outcome of admission for one model.
 type verdict struct {
-	limited   bool // the team has a quota for the model
-	ok        bool // within the limit
-	borrowing bool // beyond guaranteed
-	key       string
-	used      int // milli-GPU
-	limit     int // milli-GPU
+	limited   bool // the team or project has a quota for the model
+	ok        bool // within the limits
+	borrowing bool // beyond the team's guarantee: borrows across teams
+	inTeam    bool // beyond the project's guarantee, within the team's
+	// What refused, or what the job is counted against: project is set where the
+	// project's quota refused; resource is cpuKey or memKey for CPU or memory.
+	project  string
+	resource string
+	key      string
+	used     int // milli-GPU, CPU cores or memory MB
+	limit    int // likewise
 }
 
-// admit checks a job of the team asking for milli-GPUs of model against the team's
-// quota: the entry for the model, else the "" entry for models the quota does not name.
-// Teams without a matching entry, and CPU-only jobs, are not limited.
-func (q *quotas) admit(team, model string, milli int) verdict {
+// inQuota reports whether the job runs within a guarantee, which gives it the right to
+// reclaim what others borrow.
+func (v verdict) inQuota() bool { return v.limited && !v.borrowing && !v.inTeam }
+
+// rank orders admitting verdicts from the most favourable: in quota, not limited,
+// borrowing inside the team, borrowing across teams.
+func (v verdict) rank() int {
+	switch {
+	case v.inQuota():
+		return 0
+	case !v.limited:
+		return 1
+	case v.inTeam:
+		return 2
+	default:
+		return 3
+	}
+}
+
+// level checks milli more of model against one quota map, whose used counts are in
+// used: the entry for the model, else the "" entry for models the map does not name.
+func level(quota map[string]Quota, used map[string]int, model string, milli int) verdict {
+	key := model
+	qt, ok := quota[model]
+	if !ok {
+		key = ""
+		if qt, ok = quota[""]; !ok {
+			return verdict{ok: true}
+		}
+	}
+	n := 0
+	for m, u := range used {
+		if m == cpuKey || m == memKey {
+			continue
+		}
+		if m == key || (key == "" && !named(quota, m)) {
+			n += u
+		}
+	}
+	limit := max(qt.Limit, qt.Guaranteed) * MilliGPU
+	return verdict{limited: true, ok: n+milli <= limit, borrowing: n+milli > qt.Guaranteed*MilliGPU, key: key, used: n, limit: limit}
+}
+
+// admit checks a job of the team (and project, "" for none) asking for milli-GPUs of
+// model against the team's quota and then the project's. Teams without a matching entry,
+// and CPU-only jobs, are not limited. A project job within its project's guarantee runs
+// in quota; beyond it, it borrows inside the team while the team is within its own
+// guarantee, and across teams beyond that.
+func (q *quotas) admit(team, project, model string, milli int) verdict {
 	t, ok := q.teams[team]
 	if !ok || milli == 0 {
 		return verdict{ok: true}
 	}
-	key := model
-	qt, ok := t.Quota[model]
-	if !ok {
-		key = ""
-		if qt, ok = t.Quota[""]; !ok {
-			return verdict{ok: true}
+	v := level(t.Quota, q.used[team], model, milli)
+	if !v.ok {
+		return v
+	}
+	p, ok := t.Projects[project]
+	if project == "" || !ok {
+		return v
+	}
+	pv := level(p.Quota, q.used[scopeOf(team, project)], model, milli)
+	if !pv.ok {
+		pv.project = project
+		return pv
+	}
+	if !pv.limited {
+		return v
+	}
+	// The project's guarantee is part of the team's, so work within it is the team's by
+	// right whatever the team's other work holds.
+	if !pv.borrowing {
+		return pv
+	}
+	if !v.limited {
+		return v // the team gives no guarantee to borrow from, nor takes any back
+	}
+	pv.inTeam, pv.borrowing = !v.borrowing, v.borrowing
+	return pv
+}
+
+// admitCompute checks the job's CPU cores and memory, over all its nodes, against the
+// caps of its team and project; it returns the refusal, if any.
+func (q *quotas) admitCompute(team, project string, cpus, mem int) (verdict, bool) {
+	t, ok := q.teams[team]
+	if !ok || !q.compute {
+		return verdict{}, false
+	}
+	check := func(scope, project string, cq *Quota, key string, n int) (verdict, bool) {
+		if cq == nil || n == 0 {
+			return verdict{}, false
+		}
+		used := q.used[scope][key]
+		limit := max(cq.Limit, cq.Guaranteed)
+		if used+n <= limit {
+			return verdict{}, false
+		}
+		return verdict{limited: true, project: project, resource: key, used: used, limit: limit}, true
+	}
+	if v, over := check(team, "", t.CPU, cpuKey, cpus); over {
+		return v, true
+	}
+	if v, over := check(team, "", t.Memory, memKey, mem); over {
+		return v, true
+	}
+	if p, ok := t.Projects[project]; ok && project != "" {
+		scope := scopeOf(team, project)
+		if v, over := check(scope, project, p.CPU, cpuKey, cpus); over {
+			return v, true
+		}
+		if v, over := check(scope, project, p.Memory, memKey, mem); over {
+			return v, true
 		}
 	}
-	used := 0
-	for m, n := range q.used[team] {
-		if m == key || (key == "" && !named(t.Quota, m)) {
-			used += n
-		}
-	}
-	limit := max(qt.Limit, qt.Guaranteed) * MilliGPU
-	return verdict{limited: true, ok: used+milli <= limit, borrowing: used+milli > qt.Guaranteed*MilliGPU, key: key, used: used, limit: limit}
+	return verdict{}, false
 }
 
 func named(quota map[string]Quota, model string) bool {
@@ -121,22 +278,28 @@ func named(quota map[string]Quota, model string) bool {
 // only when none does; d.deny records the others. The verdict returned is the one that
 // refused (for a list, its most preferred model's), when every model refuses.
 func (c *cycle) admitDemand(d *demand) (verdict, bool) {
-	if c.quotas.teams == nil || d.gpus == 0 {
+	if c.quotas.teams == nil {
+		return verdict{ok: true}, true
+	}
+	if v, over := c.quotas.admitCompute(d.team, d.project, d.cpus*d.nodes, int(d.mem)*d.nodes); over {
+		return v, false
+	}
+	if d.gpus == 0 {
 		return verdict{ok: true}, true
 	}
 	total := c.milliOf(d)
 	if d.model != anyModel && d.models == nil {
-		v := c.quotas.admit(d.team, d.modelName, total)
+		v := c.quotas.admit(d.team, d.project, d.modelName, total)
 		return v, v.ok
 	}
 	var refused, admitted verdict
 	allowed, denied := 0, 0
 	try := func(m int, name string) {
-		v := c.quotas.admit(d.team, name, total)
+		v := c.quotas.admit(d.team, d.project, name, total)
 		if v.ok {
 			// The verdict returned is the most favourable admitting one: in quota where
 			// some model allows it, so the job keeps its right to reclaim borrowed GPUs.
-			if allowed == 0 || admitted.borrowing && !v.borrowing || !admitted.limited && v.limited && !v.borrowing {
+			if allowed == 0 || v.rank() < admitted.rank() {
 				admitted = v
 			}
 			allowed++
@@ -175,15 +338,47 @@ func (c *cycle) admitDemand(d *demand) (verdict, bool) {
 }
 
 // quotaReason explains a refusal, e.g. "team vision uses 14 of its 16-GPU limit; this job
-// needs 4". need is in milli-GPU.
-func (c *cycle) quotaReason(team string, v verdict, need int) Reason {
-	r := Reason{Code: ReasonQuotaExceeded, Team: team, Used: ceilGPUs(v.used), Limit: v.limit / MilliGPU}
+// needs 4", or "project detection of team vision uses 6 of its 8-GPU A100 limit; this
+// job needs 4". need is in milli-GPU; CPU and memory refusals name their own need.
+func (c *cycle) quotaReason(team string, v verdict, d *demand) Reason {
+	r := Reason{Code: ReasonQuotaExceeded, Team: team, Project: v.project}
+	if c.opts.Terse && v.resource == "" {
+		r.Used, r.Limit = ceilGPUs(v.used), v.limit/MilliGPU
+		return r
+	}
+	// Built only for the rarer refusals: a team's GPU limit, the common one, formats
+	// in one call.
+	who := func() string {
+		if v.project != "" {
+			return "project " + v.project + " of team " + team
+		}
+		return "team " + team
+	}
+	switch v.resource {
+	case cpuKey, memKey:
+		need := d.cpus * d.nodes
+		unit, what := "CPU", "cpus"
+		if v.resource == memKey {
+			need, unit, what = int(d.mem)*d.nodes, "MB memory", "memory_mb"
+		}
+		r.Resource, r.Used, r.Limit = what, v.used, v.limit
+		if !c.opts.Terse {
+			r.Message = fmt.Sprintf("%s requests %d of its %d-%s limit; this job needs %d", who(), v.used, v.limit, unit, need)
+		}
+		return r
+	}
+	need := c.milliOf(d)
+	r.Used, r.Limit = ceilGPUs(v.used), v.limit/MilliGPU
 	if !c.opts.Terse {
 		what := "GPU limit"
 		if v.key != "" {
 			what = "GPU " + v.key + " limit"
 		}
-		r.Message = fmt.Sprintf("team %s uses %s of its %d-%s; this job needs %s", team, fmtGPUs(v.used), v.limit/MilliGPU, what, fmtGPUs(need))
+		if v.project == "" {
+			r.Message = fmt.Sprintf("team %s uses %s of its %d-%s; this job needs %s", team, fmtGPUs(v.used), v.limit/MilliGPU, what, fmtGPUs(need))
+		} else {
+			r.Message = fmt.Sprintf("%s uses %s of its %d-%s; this job needs %s", who(), fmtGPUs(v.used), v.limit/MilliGPU, what, fmtGPUs(need))
+		}
 	}
 	return r
 }

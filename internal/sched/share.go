@@ -402,8 +402,9 @@ func (c *cycle) placeShared(j *Job, d *demand, s shareSpot) {
 	st.shareUsed[k] += s.milli
 	alloc := Alloc{Node: st.nodes[s.c.node].n.Name, GPUIndices: []int{g.index[s.p]}, CPUs: d.cpus, MemoryMB: d.mem,
 		GPUShare: s.milli, GPUMemoryMB: s.mem}
-	c.plan.Placements = append(c.plan.Placements, Placement{JobID: j.ID, Allocs: []Alloc{alloc},
-		Borrowing: c.charge(j, d, s.c.group, s.milli)})
+	pl := Placement{JobID: j.ID, Allocs: []Alloc{alloc}}
+	pl.Borrowing, pl.BorrowingInTeam = c.charge(j, d, s.c.group, s.milli)
+	c.plan.Placements = append(c.plan.Placements, pl)
 }
 
 // moveGPURelease moves one GPU of group gi from the release at old to one at end.

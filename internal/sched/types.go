@@ -42,6 +42,22 @@ type Team struct {
 	Weight float64
 	// Usage is the team's decayed GPU-seconds (the caller applies the half-life).
 	Usage float64
+	// CPU and Memory cap the CPU cores and memory (MB) the team's jobs request, by their
+	// Limit (at least Guaranteed); nil: no cap.
+	CPU, Memory *Quota
+	// Projects by name. A job of a project is held to the project's quotas as well as the
+	// team's; beyond the project's guarantee it first borrows the team's unused guarantee
+	// (BorrowingInTeam), and only beyond the team's guarantee capacity across teams.
+	Projects map[string]Project
+}
+
+// Project is a part of a team with quotas of its own, within the team's.
+type Project struct {
+	Name string
+	// Quota by GPU model, as Team.Quota.
+	Quota map[string]Quota
+	// CPU and Memory cap the project's jobs as Team.CPU and Team.Memory do the team's.
+	CPU, Memory *Quota
 }
 
 // Quota bounds a team's GPUs of one model. Up to Guaranteed a job runs in quota; beyond it,
@@ -188,9 +204,12 @@ func (r *Request) Shared() bool { return r.GPUShare > 0 || r.GPUMemoryMB > 0 }
 
 // Job is a pending job.
 type Job struct {
-	ID         int64
-	Queue      string
-	Team       string
+	ID    int64
+	Queue string
+	Team  string
+	// Project is one of the team's Projects; empty (or a project the team lacks): the
+	// team only.
+	Project    string
 	User       string
 	SubmitTime time.Time
 	// TimeLimit bounds the runtime; backfill and estimates depend on it. Zero: unlimited.
@@ -222,10 +241,11 @@ type Job struct {
 
 // Running is a job that holds resources.
 type Running struct {
-	ID    int64
-	Queue string
-	Team  string
-	User  string
+	ID      int64
+	Queue   string
+	Team    string
+	Project string
+	User    string
 	// Start is when it was assigned; End is Start plus its time limit (zero: unlimited).
 	Start  time.Time
 	End    time.Time
@@ -233,6 +253,10 @@ type Running struct {
 	// Borrowing is true when the job was placed beyond its team's guaranteed quota; such
 	// work may be reclaimed by in-quota jobs.
 	Borrowing bool
+	// BorrowingInTeam is true when the job was placed beyond its project's guarantee but
+	// within its team's: in-quota jobs of the same team may reclaim it, after the jobs that
+	// borrow across teams.
+	BorrowingInTeam bool
 	// LastCheckpoint is the job's latest reported checkpoint; zero means none (work since
 	// Start would be lost).
 	LastCheckpoint time.Time
@@ -342,6 +366,9 @@ type Placement struct {
 	Allocs []Alloc
 	// Borrowing marks work placed beyond the team's guaranteed quota: it is preemptible.
 	Borrowing bool
+	// BorrowingInTeam marks work placed beyond its project's guarantee but within its
+	// team's (Running.BorrowingInTeam).
+	BorrowingInTeam bool
 }
 
 // PendingJob explains why a job stays pending.
@@ -414,12 +441,15 @@ type Reason struct {
 	Missing map[string]int64
 	// Ahead counts the jobs of higher priority that wait for the same resources.
 	Ahead int
-	// Team, Used and Limit explain QuotaExceeded, in GPUs; User, Used and Limit explain
-	// UserLimit.
-	Team  string
-	User  string
-	Used  int
-	Limit int
+	// Team, Used and Limit explain QuotaExceeded, in GPUs (in CPU cores or memory MB
+	// where Resource says so), with Project where the project's quota refused; User, Used
+	// and Limit explain UserLimit.
+	Team     string
+	Project  string
+	Resource string
+	User     string
+	Used     int
+	Limit    int
 	// Victims are the jobs being stopped for WaitingForPreemption.
 	Victims []int64
 }

@@ -378,3 +378,30 @@ func processCPU(b *testing.B) time.Duration {
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
+
+// BenchmarkCycleWithBudgets is BenchmarkCycle with a month budget on the team every job is
+// in (and a week budget on one of its projects): each cycle sums the GPU-hours of the
+// 16,000 running attempts for them.
+func BenchmarkCycleWithBudgets(b *testing.B) {
+	env := benchServer(b)
+	benchFill(b, env, 2000, 8, 14_000)
+	team := api.Team{Name: "default", Weight: 1, Budget: &api.Budget{Period: api.BudgetMonth, Soft: 1e8, Hard: 1e9},
+		Projects: []api.Project{{Name: "p", Budget: &api.Budget{Period: api.BudgetWeek, Hard: 1e9}}}}
+	env.srv.mu.Lock()
+	err := env.srv.commit(context.Background(), &store.Batch{Teams: []api.Team{team}})
+	env.srv.mu.Unlock()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var start time.Time
+	var locked time.Duration
+	env.srv.planning = func() { locked += time.Since(start) }
+	b.ResetTimer()
+	for range b.N {
+		start = time.Now()
+		if err := env.srv.Cycle(context.Background()); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(locked.Microseconds())/1000/float64(b.N), "locked-ms/op")
+}

@@ -96,6 +96,9 @@ func validateTeam(t *api.Team) *api.Error {
 			return invalid("members", "team %s: %q is not a valid user name", t.Name, m)
 		}
 	}
+	if e := validateTeamParts(t); e != nil {
+		return e
+	}
 	t.UsageGPUHours, t.GPUsInUse = 0, nil
 	return nil
 }

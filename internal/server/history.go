@@ -50,7 +50,7 @@ func (s *Server) handleHistory(w http.ResponseWriter, r *http.Request) {
 		rec := api.HistoryRecord{
 			ID: j.ID, Submit: j.SubmitTime, Start: j.StartTime, End: j.EndTime, TimeLimit: j.Spec.TimeLimit,
 			GPUs: j.Spec.GPUs, Nodes: j.Spec.Nodes, GPUModel: j.Spec.GPUModel, CPUs: j.Spec.CPUs, MemoryMB: j.Spec.MemoryMB,
-			Queue: j.Spec.Queue, Team: j.Spec.Team, User: j.Spec.User, State: j.State, Attempts: j.Attempts,
+			Queue: j.Spec.Queue, Team: j.Spec.Team, Project: j.Spec.Project, User: j.Spec.User, State: j.State, Attempts: j.Attempts,
 		}
 		for _, a := range attempts[j.ID] {
 			if a.StartTime != nil && a.EndTime != nil {

@@ -656,7 +656,7 @@ func queryBool(q url.Values, name string) (bool, *api.Error) {
 // through the API, not the state changes of jobs.
 var auditKinds = []string{api.EventSubmit, api.EventCancel, api.EventHold, api.EventRelease, api.EventQuota, api.EventQueue,
 	api.EventTeam, api.EventUser, api.EventToken, api.EventJoin, api.EventNode, api.EventDrain, api.EventReservation,
-	api.EventConfig, api.EventAdmin}
+	api.EventConfig, api.EventBudget, api.EventAdmin}
 
 const (
 	defaultAuditPage = 1000

@@ -384,6 +384,9 @@ func (s *Server) handleGetJob(w http.ResponseWriter, r *http.Request) {
 		e = s.mayRead(who, &job)
 		job.Checkpoints = s.checkpointsNote(&job)
 		job.DeadlineWarning = deadlineWarning(&job, s.cfg.Clock.Now())
+		if !job.State.Terminal() && job.Reason != reasonBudget {
+			job.BudgetWarning = s.budgetWarning(&job.Spec)
+		}
 		// The current or last attempt's usage: live from memory while its ranks run,
 		// from the placements once they ended.
 		if n := len(attempts); n > 0 {

@@ -255,6 +255,13 @@ var (
 	descTeamLimit = prometheus.NewDesc("rota_team_gpu_quota_limit",
 		"A team's GPU limit by quota entry (model \"*\": any model the quota does not name).", []string{"team", "model"}, nil)
 
+	descBudgetUsed = prometheus.NewDesc("rota_budget_used_gpu_hours",
+		"GPU-hours a team (project \"\") or project used in the current period of its budget, as of the last scheduling cycle.",
+		[]string{"team", "project", "period"}, nil)
+	descBudgetLimit = prometheus.NewDesc("rota_budget_limit_gpu_hours",
+		"A team's or project's GPU-hour budget for the period, by limit (soft, hard); only the limits set.",
+		[]string{"team", "project", "period", "limit"}, nil)
+
 	gpuLabels = []string{"pool", "node", "gpu", "uuid", "model"}
 )
 
@@ -281,7 +288,7 @@ type stateCollector struct{ s *Server }
 
 func (stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descGPUs, descNodes, descJobs, descPending, descUtil, descMemory,
-		descPower, descTemp, descTeamUsed, descTeamGuaranteed, descTeamLimit, descDrift} {
+		descPower, descTemp, descTeamUsed, descTeamGuaranteed, descTeamLimit, descDrift, descBudgetUsed, descBudgetLimit} {
 		ch <- d
 	}
 }
@@ -320,6 +327,7 @@ type stateCounts struct {
 	teamUsed map[teamModel]int
 	quotas   map[teamModel]api.Quota
 	drift    []driftReading
+	budgets  []budgetState
 }
 
 // driftReading is one node's drift gauge for one component.
@@ -369,6 +377,7 @@ func (s *Server) stateMetrics() *stateCounts {
 		c.countNode(&n, usage[n.Name], active)
 		c.countDrift(&n, pools)
 	}
+	c.budgets = slices.Clone(s.budgets)
 	for _, t := range s.state.Teams() {
 		for model, q := range t.Quotas {
 			// Admission lets a team hold the larger of the two.
@@ -508,6 +517,15 @@ func (c *stateCounts) emit(ch chan<- prometheus.Metric) {
 	for k, q := range c.quotas {
 		gauge(descTeamGuaranteed, float64(q.Guaranteed), k.team, k.model)
 		gauge(descTeamLimit, float64(q.Limit), k.team, k.model)
+	}
+	for _, b := range c.budgets {
+		gauge(descBudgetUsed, b.used, b.team, b.project, b.period)
+		if b.budget.Soft > 0 {
+			gauge(descBudgetLimit, b.budget.Soft, b.team, b.project, b.period, "soft")
+		}
+		if b.budget.Hard > 0 {
+			gauge(descBudgetLimit, b.budget.Hard, b.team, b.project, b.period, "hard")
+		}
 	}
 	for _, d := range c.drift {
 		v := 0.0

@@ -27,6 +27,10 @@ import (
 func (s *Server) Cycle(ctx context.Context) error {
 	s.cycleMu.Lock()
 	defer s.cycleMu.Unlock()
+	if err := s.refreshBudgets(ctx, s.cfg.Clock.Now()); err != nil {
+		// Budgets then count from memory alone until the store answers again.
+		s.log.Warn("budgets", "err", err)
+	}
 	s.mu.Lock()
 	locked := true
 	defer func() {
@@ -45,9 +49,11 @@ func (s *Server) Cycle(ctx context.Context) error {
 	s.maintenanceWindows(b, now)
 	s.missedDeadlines(b, now)
 	s.expireRequests(b, now)
+	crossed := s.checkBudgets(b, now)
 	if err := s.commit(ctx, b); err != nil {
 		return fmt.Errorf("commit held and drained: %w", err)
 	}
+	s.notifyBudgets(crossed)
 	s.evictEnded()
 
 	s.lastCycle = now
@@ -138,10 +144,13 @@ func (s *Server) Cycle(ctx context.Context) error {
 			s.log.Error("plan cannot be applied", "job", p.JobID, "err", err)
 			continue
 		}
-		job.Borrowing = p.Borrowing
+		job.Borrowing, job.BorrowingInTeam = p.Borrowing, p.BorrowingInTeam
 		msg := "placed on " + strings.Join(job.Nodes, ",")
-		if p.Borrowing {
+		switch {
+		case p.Borrowing:
 			msg += ", borrowing beyond team " + job.Spec.Team + "'s guaranteed quota (preemptible)"
+		case p.BorrowingInTeam:
+			msg += ", borrowing beyond project " + job.Spec.Project + "'s guaranteed quota inside team " + job.Spec.Team + " (preemptible by the team's in-quota jobs)"
 		}
 		ev, err := cluster.Transition(&job, api.StateAssigned, "", msg, "scheduler", now)
 		if err != nil {
@@ -255,6 +264,13 @@ func (s *Server) admission(now time.Time) map[int64][2]string {
 	}
 	for _, id := range s.state.PendingIDs() {
 		j := s.state.Peek(id)
+		if bs, ok := s.budgetHold(&j.Spec); ok {
+			if s.wakeAt.IsZero() || bs.end.Before(s.wakeAt) {
+				s.wakeAt = bs.end
+			}
+			out[id] = [2]string{reasonBudget, bs.holdMessage()}
+			continue
+		}
 		if j.NotBefore != nil && now.Before(*j.NotBefore) {
 			if s.wakeAt.IsZero() || j.NotBefore.Before(s.wakeAt) {
 				s.wakeAt = *j.NotBefore
@@ -465,7 +481,7 @@ func (s *Server) endAttempt(job *api.Job, a *api.Attempt, now time.Time) (api.Ev
 		job.StartTime, job.EndTime = nil, nil
 		job.IdleSince, job.IdleWarned = nil, false
 	}
-	job.PreemptRequested, job.Borrowing, job.Stopping = false, false, ""
+	job.PreemptRequested, job.Borrowing, job.BorrowingInTeam, job.Stopping = false, false, false, ""
 	return ev, nil
 }
 

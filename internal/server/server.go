@@ -160,6 +160,8 @@ type Server struct {
 	// connection lost during COMMIT): memory may lack what the store holds, so nothing
 	// changes until the state has been read again.
 	suspect bool
+	// budgets are the GPU-hour budgets as the last cycle found them (budgets.go).
+	budgets []budgetState
 	// claims are the resources held for jobs waiting on their preemption victims, carried
 	// from one scheduling cycle to the next (see sched.Claim).
 	claims []sched.Claim
@@ -174,7 +176,9 @@ type Server struct {
 	// state's change sequence the last cycle saw, lastCycle when it ran, and wakeAt the
 	// earliest time a job held back by a timer (a retry's backoff) may start: the loop
 	// runs a cycle only when one of them says something may have changed (cycleDue).
-	cycleMu   sync.Mutex
+	cycleMu sync.Mutex
+	// ledger is the evicted jobs' use that budgets count; cycleMu guards it.
+	ledger    budgetLedger
 	cycled    uint64
 	lastCycle time.Time
 	wakeAt    time.Time

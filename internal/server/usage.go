@@ -150,7 +150,7 @@ func (s *Server) usageInput(who auth.Identity, q report.Query) report.Input {
 func accountedJob(j *api.Job) api.Job {
 	return api.Job{ID: j.ID, State: j.State, SubmitTime: j.SubmitTime, EndTime: j.EndTime, Attempts: j.Attempts,
 		IdleSince: j.IdleSince, LastCheckpoint: j.LastCheckpoint,
-		Spec: api.JobSpec{User: j.Spec.User, Team: j.Spec.Team, Queue: j.Spec.Queue, GPUModel: j.Spec.GPUModel}}
+		Spec: api.JobSpec{User: j.Spec.User, Team: j.Spec.Team, Project: j.Spec.Project, Queue: j.Spec.Queue, GPUModel: j.Spec.GPUModel}}
 }
 
 // usageEvents reads, from the store and without the lock, what the report needs of the

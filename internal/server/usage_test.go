@@ -111,7 +111,7 @@ func TestUsageDefaults(t *testing.T) {
 func TestUsageBadQueries(t *testing.T) {
 	h := newHarness(t)
 	for _, c := range []struct{ query, field, says string }{
-		{"by=project", "by", "team, user, queue, gpu-model, node, day, hour-of-week"},
+		{"by=cluster", "by", "team, project, user, queue, gpu-model, node, day, hour-of-week"},
 		{"since=yesterday", "since", "RFC 3339"},
 		{"until=2026-11-31", "until", "RFC 3339"},
 		{"since=2026-11-02&until=2026-11-01", "until", "after since"},

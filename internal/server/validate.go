@@ -66,6 +66,12 @@ func validateSpec(spec *api.JobSpec, st *cluster.State) *api.Error {
 		}
 		return invalid("team", "unknown team %q; teams are: default %s", spec.Team, strings.Join(names, " "))
 	}
+	if spec.Project != "" {
+		t, _ := st.Team(spec.Team)
+		if _, ok := project(t, spec.Project); !ok {
+			return invalid("project", "team %s has no project %q; its projects: %s", spec.Team, truncateName(spec.Project), projectNames(t))
+		}
+	}
 	if spec.Queue == "" {
 		spec.Queue = DefaultQueue
 	}

@@ -31,6 +31,10 @@ func (s *Server) handleWhy(w http.ResponseWriter, r *http.Request) {
 	var ahead int
 	var node string
 	var hints []string
+	budget := ""
+	if found && !job.State.Terminal() && job.Reason != reasonBudget {
+		budget = s.budgetWarning(&job.Spec)
+	}
 	if found && job.State == api.StatePending {
 		ahead = s.aheadOf(job)
 		node = s.endingOn(s.reasons[id].BestNode, job.EstimatedStart)
@@ -48,6 +52,9 @@ func (s *Server) handleWhy(w http.ResponseWriter, r *http.Request) {
 	why := explain(job, ahead)
 	if warn := deadlineWarning(&job, s.cfg.Clock.Now()); warn != "" {
 		why.Reasons = append(why.Reasons, "Warning: "+warn+".")
+	}
+	if budget != "" {
+		why.Reasons = append(why.Reasons, "Warning: "+budget+".")
 	}
 	if node != "" {
 		why.Reasons = append(why.Reasons[:1], append([]string{node}, why.Reasons[1:]...)...)
@@ -143,6 +150,9 @@ func explain(job api.Job, ahead int) api.Why {
 		add("The job is %s on %s with GPUs %s.", strings.ToLower(string(job.State)), strings.Join(job.Nodes, ", "), strings.Join(job.GPUIDs, ", "))
 		if job.Borrowing {
 			add("It borrows GPUs beyond team %s's guaranteed quota, so in-quota work may reclaim them.", job.Spec.Team)
+		}
+		if job.BorrowingInTeam {
+			add("It borrows GPUs beyond project %s's guaranteed quota from team %s's unused guarantee, so in-quota work of the team may reclaim them.", job.Spec.Project, job.Spec.Team)
 		}
 		if job.CancelRequested {
 			add("A cancel was requested; the agent is stopping it.")

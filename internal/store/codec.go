@@ -53,7 +53,7 @@ func utcPtr(t *time.Time) *time.Time {
 }
 
 // encodeJob returns the JSON stored for j, with its times in UTC like every stored time,
-// and without Priority, Checkpoints and Usage, which are computed afresh for the API.
+// and without Priority, Checkpoints, Usage and the warnings, which are computed afresh for the API.
 func encodeJob(j api.Job) ([]byte, error) {
 	j.SubmitTime = j.SubmitTime.UTC()
 	j.StartTime = utcPtr(j.StartTime)
@@ -63,7 +63,7 @@ func encodeJob(j api.Job) ([]byte, error) {
 	j.NotBefore = utcPtr(j.NotBefore)
 	j.IdleSince = utcPtr(j.IdleSince)
 	j.Spec.Deadline = utcPtr(j.Spec.Deadline)
-	j.Priority, j.Checkpoints, j.Usage, j.DeadlineWarning = nil, "", nil, ""
+	j.Priority, j.Checkpoints, j.Usage, j.DeadlineWarning, j.BudgetWarning = nil, "", nil, "", ""
 	data, err := json.Marshal(j)
 	if err != nil {
 		return nil, fmt.Errorf("encode job %d: %w", j.ID, err)

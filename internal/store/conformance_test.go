@@ -154,7 +154,7 @@ func fullJob(id int64) api.Job {
 	return api.Job{
 		ID: id,
 		Spec: api.JobSpec{
-			Name: "resnet", Queue: "train", Team: "vision", User: "ada",
+			Name: "resnet", Queue: "train", Team: "vision", Project: "detection", User: "ada",
 			Command: []string{"python", "train.py", "--lr=3e-4"},
 			WorkDir: "/home/ada/resnet",
 			Env:     map[string]string{"WANDB_MODE": "offline", "SEED": "7"},
@@ -183,6 +183,8 @@ func fullJob(id int64) api.Job {
 		ArrayIndex:       ptr(1),
 		ArrayLimit:       8,
 		Borrowing:        true,
+		BorrowingInTeam:  true,
+		BudgetWarning:    "team vision used 800 of its 800 GPU-hours soft budget for 2026-12",
 		LastCheckpoint:   ptr(t0.Add(2 * time.Hour)),
 		Priority:         &api.Priority{Tier: 2, Score: 1234.5, FairShare: 0.25, Age: 0.5, Size: 0.125, Nice: -5},
 		Stopping:         "rank 1 on gpu-02 exited with code 3",
@@ -210,7 +212,7 @@ func fullUsage() *api.Usage {
 // storedJob returns j as the store gives it back: without the API-only Priority,
 // Checkpoints and Usage.
 func storedJob(j api.Job) api.Job {
-	j.Priority, j.Checkpoints, j.Usage, j.DeadlineWarning = nil, "", nil, ""
+	j.Priority, j.Checkpoints, j.Usage, j.DeadlineWarning, j.BudgetWarning = nil, "", nil, "", ""
 	return j
 }
 
@@ -312,6 +314,12 @@ func fullTeam(name string) api.Team {
 		Weight:        1.7,
 		Members:       []string{"ada", "bob"},
 		Notify:        []api.Notify{{URL: "https://hooks.example.com/vision", Events: []string{api.NotifyEnded}}},
+		CPUQuota:      &api.Quota{Guaranteed: 128, Limit: 256},
+		MemoryQuotaMB: &api.Quota{Guaranteed: 1 << 20, Limit: 2 << 20},
+		Budget:        &api.Budget{Period: api.BudgetMonth, Soft: 800.5, Hard: 1000},
+		Projects: []api.Project{{Name: "detection", Quotas: map[string]api.Quota{"H100": {Guaranteed: 8, Limit: 32}},
+			CPUQuota: &api.Quota{Limit: 64}, MemoryQuotaMB: &api.Quota{Guaranteed: 1024, Limit: 4096},
+			Budget: &api.Budget{Period: api.BudgetWeek, Hard: 200}}},
 		UsageGPUHours: 812.25,
 		GPUsInUse:     map[string]int{"H100": 24},
 	}
