@@ -802,6 +802,9 @@ const (
 	// CodeUnavailable: the server cannot answer now, e.g. while it re-reads the store
 	// after a commit whose outcome it could not learn (503).
 	CodeUnavailable = "unavailable"
+	// CodeForwardFailed: a standby forwarded the request to the leader and lost the
+	// connection after sending it, so the leader may or may not have acted on it (502).
+	CodeForwardFailed = "forward_failed"
 )
 
 // JobList is the answer to GET /api/v1/jobs.

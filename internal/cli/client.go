@@ -752,6 +752,11 @@ func (c *Client) sendTo(ctx context.Context, base string, r request) (*http.Resp
 		if c.Printable {
 			cleanStrings(reflect.ValueOf(e))
 		}
+		if e.StatusCode == http.StatusBadGateway && e.Detail.Code == api.CodeForwardFailed {
+			// A standby sent the request on to the leader and lost the connection to it
+			// before the answer: the same as a connection of ours broken mid-way.
+			return nil, &lostAnswer{e}
+		}
 		return nil, e
 	}
 	return resp, nil

@@ -204,6 +204,9 @@ type Server struct {
 	leaderURL atomic.Pointer[string]
 	leaseKick chan struct{}
 	started   time.Time
+	// proxy carries a standby's forwarded calls to the leader (forwardToLeader); nil
+	// without a lease.
+	proxy *http.Transport
 
 	// evictedAt is when ended jobs last left memory (evictEnded); guarded by mu.
 	evictedAt time.Time
@@ -257,6 +260,9 @@ func New(ctx context.Context, cfg Config, st store.Store, logger *slog.Logger) (
 	if err := s.bootstrap(ctx); err != nil {
 		return nil, err
 	}
+	if cfg.Lease != nil {
+		s.proxy = leaderTransport(s.ca)
+	}
 	if cfg.ConfigFile != "" && s.isLeader() {
 		data, err := os.ReadFile(cfg.ConfigFile)
 		if err != nil {
@@ -277,6 +283,9 @@ func New(ctx context.Context, cfg Config, st store.Store, logger *slog.Logger) (
 // Close releases what the server holds open. The store is the caller's to close.
 func (s *Server) Close() error {
 	s.committing.Wait()
+	if s.proxy != nil {
+		s.proxy.CloseIdleConnections()
+	}
 	s.notifier.close()
 	return s.logs.Close()
 }
@@ -617,9 +626,10 @@ func methodNotAllowed(methods []string) http.HandlerFunc {
 // serve authenticates and authorizes a request for rt, checks its content type, and only
 // then runs the handler, with the caller's identity in the request's context.
 func (s *Server) serve(rt route, w http.ResponseWriter, r *http.Request) {
-	// A standby's memory is as old as its start, so it answers nothing from it.
+	// A standby's memory is as old as its start, so it answers nothing from it: the
+	// leader answers through it, or the caller is sent there.
 	if !s.isLeader() && rt.path != statusPath {
-		s.refuseAsStandby(w)
+		s.forwardToLeader(w, r)
 		return
 	}
 	id, e := s.authenticate(r)
