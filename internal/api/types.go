@@ -986,4 +986,6 @@ type HistoryRecord struct {
 // HistoryList is the answer to GET /api/v1/history.
 type HistoryList struct {
 	Records []HistoryRecord `json:"records"`
+	// Next is the cursor for the next page (the after parameter), empty at the end.
+	Next string `json:"next,omitempty"`
 }

@@ -180,6 +180,9 @@ type Server struct {
 	wakeAt    time.Time
 	// planning, if set (by tests), runs while a cycle plans, without s.mu.
 	planning func()
+	// betweenReads, if set (by tests), runs where a listing has read memory and released
+	// s.mu, before it reads the store (see evictedView).
+	betweenReads func()
 
 	logMu sync.Mutex // serialises writes to shipped log files
 	// logs is the directory of shipped logs; every log file is opened through it.
