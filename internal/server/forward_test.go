@@ -2,7 +2,9 @@ package server
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -11,6 +13,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/coder/websocket"
 
 	"github.com/rotahq/rota/internal/api"
 	"github.com/rotahq/rota/internal/auth"
@@ -231,5 +235,54 @@ func testHAStandbyForwards(t *testing.T, dbURL string) {
 	}
 	if js := jobs(); len(js) != 1 {
 		t.Errorf("jobs on the leader: %d, want the one submitted through the standby", len(js))
+	}
+}
+
+// A terminal attached through a standby reaches the job: the WebSocket upgrade and its
+// frames pass through the forwarding both ways.
+func testHAAttachThroughStandby(t *testing.T, dbURL string) {
+	c := newHACluster(t, dbURL)
+	a := c.start("a", 20*time.Millisecond)
+	b := c.start("b", time.Hour)
+	waitKnowsLeader(t, b, a.url)
+	n := &haNode{name: "n1", gpus: 1, running: map[api.TaskRef]*haTask{}, ended: map[api.TaskRef]api.TaskStatus{}, server: a}
+	if err := c.beat(n); err != nil {
+		t.Fatal(err)
+	}
+	var j api.Job
+	if code, _ := c.call(b, "POST", "/api/v1/jobs", api.JobSpec{Command: []string{"bash"}, GPUs: 1, TTY: true, Queue: "interactive"}, &j, nil); code != http.StatusCreated {
+		t.Fatalf("submit a job with a terminal through the standby: %d", code)
+	}
+	if err := a.srv.Cycle(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	n.running[api.TaskRef{JobID: j.ID, Attempt: 1}] = &haTask{start: time.Now()}
+	if err := c.beat(n); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	term, resp, err := websocket.Dial(ctx, fmt.Sprintf("%s/api/v1/jobs/%d/attach", b.url, j.ID),
+		&websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + c.token}}})
+	if err != nil {
+		status := 0
+		if resp != nil {
+			status = resp.StatusCode
+		}
+		t.Fatalf("attach through the standby: %v (status %d)", err, status)
+	}
+	defer term.CloseNow()
+	agent, _, err := websocket.Dial(ctx, fmt.Sprintf("http://rota-up/api/v1/agents/n1/attach/%d/1", j.ID), &websocket.DialOptions{HTTPClient: a.agent})
+	if err != nil {
+		t.Fatalf("the agent offering the terminal on the leader: %v", err)
+	}
+	defer agent.CloseNow()
+	writeFrame(t, term, []byte("dls\n"))
+	if got := readFrame(t, agent); string(got) != "dls\n" {
+		t.Errorf("the agent got %q; want the keys typed through the standby", got)
+	}
+	writeFrame(t, agent, []byte("dhello\r\n"))
+	if got := readFrame(t, term); string(got) != "dhello\r\n" {
+		t.Errorf("the terminal got %q through the standby; want the job's output", got)
 	}
 }

@@ -223,6 +223,7 @@ func TestHA(t *testing.T) {
 		{"FailoverUnderLoad", testHAFailoverUnderLoad},
 		{"ReplicaWithoutTheCARefused", testHAReplicaWithoutCA},
 		{"StandbyForwards", testHAStandbyForwards},
+		{"AttachThroughStandby", testHAAttachThroughStandby},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.run(t, pg.NewDatabase(t)) })
 	}
