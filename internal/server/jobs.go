@@ -177,6 +177,8 @@ func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request) {
 		// whether the job was stored after all.
 		if rec, ok := s.state.Idempotency(id.User, key); key != "" && ok && rec.Hash == hash {
 			s.log.Warn("submit: the commit reported an error but the job was stored", "job", rec.JobID, "err", err)
+			s.mu.Unlock()
+			locked = false
 			s.replaySubmit(r.Context(), w, rec, hash)
 			return
 		}
