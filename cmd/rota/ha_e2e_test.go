@@ -102,8 +102,19 @@ func TestHAProcesses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := client.SetUser(ctx, api.User{Name: "admin", Role: "admin", UnixUser: u.Username, AllowRoot: os.Geteuid() == 0}); err != nil {
+	// A client given only a standby is answered by the leader, through it, over TLS.
+	standby := ""
+	for _, r := range st.Replicas {
+		if !r.Leader {
+			standby = r.URL
+		}
+	}
+	viaStandby, err := cli.NewClient(cli.Endpoint{Server: standby, Token: token, CAFingerprint: fingerprint})
+	if err != nil {
 		t.Fatal(err)
+	}
+	if _, err := viaStandby.SetUser(ctx, api.User{Name: "admin", Role: "admin", UnixUser: u.Username, AllowRoot: os.Geteuid() == 0}); err != nil {
+		t.Fatalf("a change sent to the standby %s: %v", standby, err)
 	}
 	join, err := client.CreateJoinToken(ctx, api.JoinTokenRequest{Node: "n1", Uses: 1})
 	if err != nil {

@@ -37,3 +37,9 @@ type Replica struct {
 // LeaderHeader is set on the 503 a standby server answers with: the URL of the leader to
 // send the request to instead, when the standby knows it.
 const LeaderHeader = "Rota-Leader"
+
+// ForwardedByHeader is set by a standby on a request it forwards to the leader: its own
+// replica ID. A standby never forwards a request that carries it (so a request goes round
+// no loop of servers that each take another for the leader); it proves nothing about
+// who sent the request, and no server reads an identity from it.
+const ForwardedByHeader = "Rota-Forwarded-By"

@@ -890,6 +890,9 @@ const (
 	// CodeUnavailable: the server cannot answer now, e.g. while it re-reads the store
 	// after a commit whose outcome it could not learn (503).
 	CodeUnavailable = "unavailable"
+	// CodeForwardFailed: a standby forwarded the request to the leader and lost the
+	// connection after sending it, so the leader may or may not have acted on it (502).
+	CodeForwardFailed = "forward_failed"
 )
 
 // JobList is the answer to GET /api/v1/jobs.
@@ -1072,4 +1075,6 @@ type HistoryRecord struct {
 // HistoryList is the answer to GET /api/v1/history.
 type HistoryList struct {
 	Records []HistoryRecord `json:"records"`
+	// Next is the cursor for the next page (the after parameter), empty at the end.
+	Next string `json:"next,omitempty"`
 }

@@ -242,6 +242,52 @@ func TestSubmitRetriesOnceAfterDroppedConnection(t *testing.T) {
 	}
 }
 
+// A standby that forwarded a submit and lost the leader's answer says so with a 502
+// forward_failed: the answer was lost, as with a connection broken mid-way, so the submit
+// is sent once more with the same key; other requests are not.
+func TestSubmitRetriesOnceAfterForwardFailed(t *testing.T) {
+	var (
+		mu   sync.Mutex // guards keys and gets
+		keys []string
+		gets int
+	)
+	lost := api.Error{Code: api.CodeForwardFailed, Message: "this rota server is a standby; it lost the leader's answer"}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /api/v1/jobs", func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		keys = append(keys, r.Header.Get("Idempotency-Key"))
+		first := len(keys) == 1
+		mu.Unlock()
+		if first {
+			writeJSON(w, http.StatusBadGateway, lost)
+			return
+		}
+		w.Header().Set("Idempotent-Replayed", "true")
+		writeJSON(w, http.StatusOK, api.Job{ID: 47, Spec: api.JobSpec{Queue: "train", Command: []string{"true"}}, State: api.StatePending})
+	})
+	mux.HandleFunc("POST /api/v1/jobs/{id}/cancel", func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		gets++
+		mu.Unlock()
+		writeJSON(w, http.StatusBadGateway, lost)
+	})
+	url := newHTTPServer(t, mux)
+	code, out, errOut := run(t, url, "submit", "--", "true")
+	if code != ExitOK || lastLine(out) != "47" {
+		t.Fatalf("exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	if len(keys) != 2 || keys[0] != keys[1] || keys[0] == "" {
+		t.Errorf("requests with keys %q; want two alike", keys)
+	}
+	c, err := NewClient(Endpoint{Server: url})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Cancel(context.Background(), 47); err == nil || gets != 1 || !strings.Contains(err.Error(), "lost the leader's answer") {
+		t.Errorf("cancel after forward_failed: %v after %d requests; want a failure after one request", err, gets)
+	}
+}
+
 func TestSubmitDoesNotRetryAnswers(t *testing.T) {
 	for _, status := range []int{http.StatusBadRequest, http.StatusConflict, http.StatusInternalServerError, http.StatusServiceUnavailable} {
 		var calls atomic.Int32

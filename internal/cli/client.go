@@ -477,15 +477,30 @@ func (c *Client) arrayAction(ctx context.Context, id int64, action string) ([]ap
 }
 
 // History returns the accounting records of the jobs that ended from since to until; a
-// zero until means now.
+// zero until means now. It follows the pages to the end.
 func (c *Client) History(ctx context.Context, since, until time.Time) (api.HistoryList, error) {
 	q := url.Values{"since": {since.UTC().Format(time.RFC3339)}}
 	if !until.IsZero() {
 		q.Set("until", until.UTC().Format(time.RFC3339))
 	}
-	var list api.HistoryList
-	err := c.do(ctx, http.MethodGet, "/api/v1/history", q, nil, &list)
-	return list, err
+	all := api.HistoryList{Records: []api.HistoryRecord{}}
+	seen := map[string]bool{}
+	for {
+		var page api.HistoryList
+		if err := c.do(ctx, http.MethodGet, "/api/v1/history", q, nil, &page); err != nil {
+			return api.HistoryList{}, err
+		}
+		all.Records = append(all.Records, page.Records...)
+		if page.Next == "" {
+			return all, nil
+		}
+		// A server that hands back a cursor it already gave would keep us here forever.
+		if seen[page.Next] {
+			return api.HistoryList{}, fmt.Errorf("server repeated history cursor %q", page.Next)
+		}
+		seen[page.Next] = true
+		q.Set("after", page.Next)
+	}
 }
 
 // Why says in plain sentences why a job has not started, and when it may.
@@ -751,6 +766,11 @@ func (c *Client) sendTo(ctx context.Context, base string, r request) (*http.Resp
 		e.Server = base
 		if c.Printable {
 			cleanStrings(reflect.ValueOf(e))
+		}
+		if e.StatusCode == http.StatusBadGateway && e.Detail.Code == api.CodeForwardFailed {
+			// A standby sent the request on to the leader and lost the connection to it
+			// before the answer: the same as a connection of ours broken mid-way.
+			return nil, &lostAnswer{e}
 		}
 		return nil, e
 	}

@@ -4,8 +4,10 @@ import (
 	"context"
 	"net/http"
 	"slices"
+	"time"
 
 	"github.com/rotahq/rota/internal/api"
+	"github.com/rotahq/rota/internal/cluster"
 	"github.com/rotahq/rota/internal/store"
 )
 
@@ -45,59 +47,100 @@ func storeError(w http.ResponseWriter, what string, err error) {
 	writeError(w, http.StatusInternalServerError, &api.Error{Code: api.CodeInternal, Message: what + ": " + err.Error()})
 }
 
+// evictedView is what a read of the store needs to know of the jobs that left memory,
+// taken under s.mu so that the read itself can run without it: how many there are, the
+// cutoff they all ended before, and the state they left (load replaces it). Two views are
+// equal only if no job left memory between them.
+type evictedView struct {
+	state  *cluster.State
+	count  int
+	before time.Time
+}
+
+// evictedView returns the current view. Callers hold s.mu.
+func (s *Server) evictedView() evictedView {
+	return evictedView{state: s.state, count: s.state.EvictedCount(), before: s.state.EvictedBefore()}
+}
+
+// The reads below run without s.mu, after the caller read memory under it and took an
+// evictedView. That is safe because a job that left memory has ended and never changes,
+// and every job that had left memory when the view was taken ended before its cutoff: so
+// the ended jobs of the store before the cutoff hold every job the memory read missed.
+// Some of them may be in memory still (one whose end was reported late), or have left it
+// since the view; memory's copy answered for those, and mergeByID keeps it.
+
 // arrayElems returns the elements of array id in ID order, from memory and, for those
 // that left it, from the store. Callers do not hold s.mu.
 func (s *Server) arrayElems(ctx context.Context, id int64) ([]api.Job, error) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.arrayElemsLocked(ctx, id)
+	mem := s.memArray(id)
+	ev := s.evictedView()
+	s.mu.Unlock()
+	s.hookBetweenReads()
+	stored, err := s.storedArray(ctx, ev, id)
+	if err != nil {
+		return nil, err
+	}
+	return mergeByID(mem, stored), nil
 }
 
-// arrayElemsLocked is arrayElems for callers that hold s.mu. An array's elements have
-// the consecutive IDs from its own on, so its evicted ones are read a page at a time from
-// there until a job of another array, or none, follows.
-func (s *Server) arrayElemsLocked(ctx context.Context, id int64) ([]api.Job, error) {
-	elems := s.state.Jobs(func(j *api.Job) bool { return j.ArrayID == id })
-	if s.state.EvictedCount() == 0 {
-		return elems, nil
+// hookBetweenReads runs the test hook betweenReads, if set.
+func (s *Server) hookBetweenReads() {
+	if s.betweenReads != nil {
+		s.betweenReads()
 	}
-	if _, evicted := s.state.Evicted(id); !evicted && (len(elems) == 0 || elems[0].ID != id) {
-		return elems, nil // no such array
+}
+
+// memArray returns the elements of array id that memory holds, in ID order. Callers hold
+// s.mu.
+func (s *Server) memArray(id int64) []api.Job {
+	return s.state.Jobs(func(j *api.Job) bool { return j.ArrayID == id })
+}
+
+// storedArray reads from the store the elements of array id that had ended before the
+// view's cutoff. An array's elements have the consecutive IDs from its own on, so they
+// are read a page at a time from there until a job of another array, or none, follows.
+// Callers do not hold s.mu.
+func (s *Server) storedArray(ctx context.Context, ev evictedView, id int64) ([]api.Job, error) {
+	if ev.count == 0 {
+		return nil, nil
 	}
 	const page = 500
-	after := id - 1
+	f := store.JobFilter{After: id - 1, States: endedOf(nil), EndedBefore: ev.before, Limit: page}
 	var stored []api.Job
 	for {
-		jobs, err := s.store.JobsPage(ctx, store.JobFilter{After: after, Limit: page})
+		jobs, err := s.store.JobsPage(ctx, f)
 		if err != nil {
 			return nil, err
 		}
 		for _, j := range jobs {
 			if j.ArrayID != id {
-				return mergeByID(elems, stored), nil
+				return stored, nil
 			}
-			if _, ok := s.state.Evicted(j.ID); ok {
-				stored = append(stored, j)
-			}
+			stored = append(stored, j)
 		}
 		if len(jobs) < page {
-			return mergeByID(elems, stored), nil
+			return stored, nil
 		}
-		after = jobs[len(jobs)-1].ID
+		f.After = jobs[len(jobs)-1].ID
 	}
 }
 
-// mergeByID merges two lists of distinct jobs, each ascending by ID, into one.
+// mergeByID merges two lists of jobs, each ascending by ID with no ID twice, into one; a
+// job in both is taken from a, memory's side, which is never older than the store's.
 func mergeByID(a, b []api.Job) []api.Job {
 	if len(b) == 0 {
 		return a
 	}
 	out := make([]api.Job, 0, len(a)+len(b))
 	for len(a) > 0 && len(b) > 0 {
-		if a[0].ID < b[0].ID {
+		switch {
+		case a[0].ID < b[0].ID:
 			out, a = append(out, a[0]), a[1:]
-		} else {
+		case a[0].ID > b[0].ID:
 			out, b = append(out, b[0]), b[1:]
+		default:
+			out, a, b = append(out, a[0]), a[1:], b[1:]
 		}
 	}
 	return append(append(out, a...), b...)
@@ -119,30 +162,16 @@ func endedOf(want []api.JobState) []api.JobState {
 // from the store, and returns the page and whether another job follows. The order and
 // the cursor are the list's: ascending ID, from after on. Each side holds at most limit
 // jobs past the cursor and knows whether more follow, so the first limit of the two
-// merged are the page. Callers hold s.mu.
-func (s *Server) withEvicted(ctx context.Context, mem []api.Job, more bool, ended []api.JobState,
+// merged are the page. keep must not read the state: callers do not hold s.mu.
+func (s *Server) withEvicted(ctx context.Context, ev evictedView, mem []api.Job, more bool, ended []api.JobState,
 	after int64, limit int, queue, user string, keep func(*api.Job) bool) ([]api.Job, bool, error) {
-	if len(ended) == 0 || s.state.EvictedCount() == 0 {
+	if len(ended) == 0 || ev.count == 0 {
 		return mem, more, nil
 	}
-	f := store.JobFilter{After: after, States: ended, EndedBefore: s.state.EvictedBefore(),
-		Queue: queue, User: user, Limit: limit + 1}
-	var stored []api.Job
-	for len(stored) <= limit {
-		page, err := s.store.JobsPage(ctx, f)
-		if err != nil {
-			return nil, false, err
-		}
-		for i := range page {
-			j := &page[i]
-			if _, ok := s.state.Evicted(j.ID); ok && keep(j) {
-				stored = append(stored, *j)
-			}
-		}
-		if len(page) < f.Limit {
-			break
-		}
-		f.After = page[len(page)-1].ID
+	s.hookBetweenReads()
+	stored, err := s.storedPage(ctx, store.JobFilter{After: after, States: ended, EndedBefore: ev.before, Queue: queue, User: user}, limit, keep)
+	if err != nil {
+		return nil, false, err
 	}
 	if len(stored) == 0 {
 		return mem, more, nil
@@ -150,11 +179,42 @@ func (s *Server) withEvicted(ctx context.Context, mem []api.Job, more bool, ende
 	if err := s.storedUsage(ctx, stored); err != nil {
 		return nil, false, err
 	}
-	out := mergeByID(mem, stored)
-	if len(out) > limit {
-		return out[:limit], true, nil
+	return pageOf(mergeByID(mem, stored), more, limit)
+}
+
+// pageOf cuts merged, the two sides of a page merged, to limit: more says whether memory
+// has more past its side. A store side of limit+1 jobs makes merged longer than limit.
+func pageOf(merged []api.Job, more bool, limit int) ([]api.Job, bool, error) {
+	if len(merged) > limit {
+		return merged[:limit], true, nil
 	}
-	return out, more, nil
+	return merged, more, nil
+}
+
+// storedPage reads from the store up to limit+1 jobs that f selects and keep admits, in ID
+// order from f.After on. Callers do not hold s.mu.
+func (s *Server) storedPage(ctx context.Context, f store.JobFilter, limit int, keep func(*api.Job) bool) ([]api.Job, error) {
+	f.Limit = limit + 1
+	var stored []api.Job
+	for len(stored) <= limit {
+		page, err := s.store.JobsPage(ctx, f)
+		if err != nil {
+			return nil, err
+		}
+		for i := range page {
+			if keep(&page[i]) {
+				stored = append(stored, page[i])
+			}
+		}
+		if len(page) < f.Limit {
+			break
+		}
+		f.After = page[len(page)-1].ID
+	}
+	if len(stored) > limit+1 {
+		stored = stored[:limit+1]
+	}
+	return stored, nil
 }
 
 // storedUsage fills in the usage of evicted jobs from their last attempts, as the list

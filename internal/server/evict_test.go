@@ -223,6 +223,19 @@ func testEvictedJobs(t *testing.T, h *harness) {
 				t.Errorf("%s: history record %d: %+v; was %+v", when, i, hist.Records[i], r)
 			}
 		}
+		// The history, page by page, across memory and store: every record once, in order.
+		var histIDs []int64
+		for _, r := range hist.Records {
+			histIDs = append(histIDs, r.ID)
+		}
+		for _, limit := range []int{1, 2, 3} {
+			if got := h.historyPages(h.token, nil, limit); fmt.Sprint(got) != fmt.Sprint(histIDs) {
+				t.Errorf("%s: history by %d: %v; want %v", when, limit, got, histIDs)
+			}
+		}
+		if got := h.historyPages(bob, nil, 1); len(got) == 0 || got[0] != recent.ID {
+			t.Errorf("%s: bob's history: %v; want it to start with %d", when, got, recent.ID)
+		}
 		// Dependencies see the final states; a retried submit gets its job back.
 		after := h.submit(api.JobSpec{User: "alice", Team: "vision", GPUs: 1, Command: []string{"next"}, AfterOK: []int64{ok.ID}})
 		never := h.submit(api.JobSpec{User: "alice", Team: "vision", GPUs: 1, Command: []string{"next"}, AfterOK: []int64{bad.ID}})

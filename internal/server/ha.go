@@ -2,21 +2,31 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
+	"log/slog"
+	"net"
 	"net/http"
+	"net/http/httptrace"
+	"net/http/httputil"
+	"net/url"
 	"os"
+	"sync/atomic"
 	"time"
 
 	"github.com/rotahq/rota/internal/api"
+	"github.com/rotahq/rota/internal/auth"
 	"github.com/rotahq/rota/internal/cluster"
 	"github.com/rotahq/rota/internal/store"
 )
 
 // Several servers on one PostgreSQL store elect one leader through a store.Lease (see
 // docs/ha.md). The leader loads the state, writes and schedules; the others stand by:
-// they answer every API call but GET /api/v1/status with a 503 naming the leader, and try
-// to take the lease every LeaseInterval. A standby that takes it loads the state from the
+// they forward the API calls they can to the leader (forwardToLeader), answer the others
+// but GET /api/v1/status with a 503 naming the leader, and try to take the lease every
+// LeaseInterval. A standby that takes it loads the state from the
 // store, as a restarting server does, and leads. A leader that loses its lease stops
 // scheduling and writing at once: its store refuses every commit from that moment, and a
 // commit already under way fails on the term check if a successor has begun.
@@ -168,6 +178,97 @@ func (s *Server) refuseAsStandby(w http.ResponseWriter) {
 		msg = "this rota server is a standby: send the request to the leader at " + *u
 	}
 	writeError(w, http.StatusServiceUnavailable, &api.Error{Code: api.CodeUnavailable, Message: msg})
+}
+
+// leaderTransport is how a standby reaches the leader: over TLS trusting only the
+// cluster's CA, which every server of the cluster shares and which issued every server's
+// certificate. It presents no client certificate, so a forwarded request can never pass
+// for an agent. Nothing bounds the time to the answer's headers: watches and log streams
+// are long by design, and the caller's own hang-up ends them.
+func leaderTransport(ca *auth.CA) *http.Transport {
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(ca.CertPEM())
+	return &http.Transport{
+		DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		TLSClientConfig:     &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12},
+		TLSHandshakeTimeout: 5 * time.Second,
+		MaxIdleConnsPerHost: 64,
+		IdleConnTimeout:     90 * time.Second,
+	}
+}
+
+// forwardable reports whether a standby may forward r to the leader. The caller's
+// identity must travel inside the request, as an API token does, for the leader to check
+// it as if the caller had come straight to it. Identity that belongs to the connection
+// cannot be forwarded: an agent's client certificate (the standby cannot present it, and
+// the leader trusts no header in its stead), a Unix account on the local socket, the
+// in-process agent of `rota up`. Those callers are sent to the leader with a 503, as
+// agents expect. A request without credentials is forwarded: it is anonymous on the
+// leader too. A request already forwarded is never forwarded again, so two servers that
+// each take the other for the leader cannot pass it round.
+func forwardable(r *http.Request) bool {
+	if r.Header.Get(api.ForwardedByHeader) != "" {
+		return false
+	}
+	if r.Header.Get("Authorization") != "" {
+		return true
+	}
+	info, _ := r.Context().Value(connKey{}).(connInfo)
+	if info.local || info.unix {
+		return false
+	}
+	return r.TLS == nil || len(r.TLS.PeerCertificates) == 0
+}
+
+// forwardToLeader answers an API call on a standby: it forwards it to the leader as a
+// reverse proxy, or refuses it with a 503 naming the leader (refuseAsStandby) when it
+// cannot (see forwardable), when no leader is known, or when the leader names this very
+// server (the store lags a step-down).
+//
+// The request is sent once. A client that sees 503 takes it that nothing was done and
+// sends the request elsewhere, so 503 is answered only when that is true: the leader was
+// not reached, or the method reads. Once a change has been sent the leader may have acted
+// on it, so a connection lost before its answer is a 502 (forward_failed), which clients
+// do not resend elsewhere; a submit's idempotency key still makes sending it again safe.
+func (s *Server) forwardToLeader(w http.ResponseWriter, r *http.Request) {
+	leader := ""
+	if u := s.leaderURL.Load(); u != nil {
+		leader = *u
+	}
+	target, err := url.Parse(leader)
+	if leader == "" || err != nil || (target.Scheme != "http" && target.Scheme != "https") || target.Host == "" ||
+		s.proxy == nil || leader == s.cfg.Lease.URL() || !forwardable(r) {
+		s.refuseAsStandby(w)
+		return
+	}
+	var sent atomic.Bool
+	ctx := httptrace.WithClientTrace(r.Context(), &httptrace.ClientTrace{WroteHeaders: func() { sent.Store(true) }})
+	p := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(target)
+			pr.Out.Header.Set(api.ForwardedByHeader, s.cfg.Lease.ID())
+		},
+		Transport: s.proxy,
+		// Watches, log streams and attached terminals reach the caller as they come.
+		FlushInterval: -1,
+		ErrorLog:      slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			if r.Context().Err() != nil {
+				return // the caller hung up: nobody reads an answer
+			}
+			s.log.Warn("forwarding to the leader failed", "leader", leader, "method", r.Method, "path", r.URL.Path, "err", err)
+			if sent.Load() && r.Method != http.MethodGet && r.Method != http.MethodHead {
+				writeError(w, http.StatusBadGateway, &api.Error{Code: api.CodeForwardFailed, Message: "this rota server is a standby; it sent the request to the leader at " +
+					leader + " but lost the connection before the answer (" + err.Error() + "): the leader may have acted on it, so check before sending it again"})
+				return
+			}
+			// Not naming the leader: the caller would only find it unreachable too.
+			w.Header().Set("Retry-After", "1")
+			writeError(w, http.StatusServiceUnavailable, &api.Error{Code: api.CodeUnavailable,
+				Message: "this rota server is a standby and cannot reach the leader at " + leader + " (" + err.Error() + "); nothing was done; try again shortly"})
+		},
+	}
+	p.ServeHTTP(w, r.WithContext(ctx))
 }
 
 // replicaSeenWithin is how recently a server must have announced itself to be listed in

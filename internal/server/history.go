@@ -1,49 +1,97 @@
 package server
 
 import (
-	"context"
 	"net/http"
-	"time"
+	"strconv"
 
 	"github.com/rotahq/rota/internal/api"
 	"github.com/rotahq/rota/internal/store"
 )
 
-// handleHistory lists ended jobs submitted in [since, until) with the run time of all their
-// attempts: the accounting record that `rota history export` turns into a replayable trace.
+// handleHistory lists, a page at a time in ID order, the ended jobs submitted in
+// [since, until) with the run time of all their attempts: the accounting record that
+// `rota history export` turns into a replayable trace. It pages like the job list: limit
+// and the after cursor, with next for the following page.
 func (s *Server) handleHistory(w http.ResponseWriter, r *http.Request) {
-	since, e := queryTime(r.URL.Query(), "since")
+	q := r.URL.Query()
+	since, e := queryTime(q, "since")
 	if e != nil {
 		writeError(w, http.StatusBadRequest, e)
 		return
 	}
-	until, e := queryTime(r.URL.Query(), "until")
+	until, e := queryTime(q, "until")
 	if e != nil {
 		writeError(w, http.StatusBadRequest, e)
 		return
+	}
+	if !until.IsZero() && until.Before(since) {
+		writeError(w, http.StatusBadRequest, invalid("until", "is before since: the window is [since, until)"))
+		return
+	}
+	limit64, e := queryInt(q, "limit", 1, maxPage, defaultPage)
+	if e != nil {
+		writeError(w, http.StatusBadRequest, e)
+		return
+	}
+	limit := int(limit64)
+	var after int64
+	if v := q.Get("after"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 {
+			writeError(w, http.StatusBadRequest, invalid("after", "must be the cursor from a previous page"))
+			return
+		}
+		after = n
 	}
 	who := caller(r)
 	s.mu.Lock()
 	mayRead := s.readRule(who)
-	jobs := s.state.Jobs(func(j *api.Job) bool {
-		return j.State.Terminal() && !j.SubmitTime.Before(since) && (until.IsZero() || j.SubmitTime.Before(until)) && mayRead(j) == nil
-	})
-	attempts := map[int64][]api.Attempt{}
+	inWindow := func(j *api.Job) bool {
+		return !j.SubmitTime.Before(since) && (until.IsZero() || j.SubmitTime.Before(until)) && mayRead(j) == nil
+	}
+	jobs, more := s.state.JobsPage(after, endedOf(nil), limit, inWindow)
+	attempts := make(map[int64][]api.Attempt, len(jobs))
 	for _, j := range jobs {
 		attempts[j.ID] = s.state.Attempts(j.ID)
 	}
-	// Jobs that ended before the KeepEnded window are read from the store.
-	if s.state.EvictedCount() > 0 {
-		stored, atts, err := s.evictedHistory(r.Context(), since, until, mayRead)
+	ev := s.evictedView()
+	s.mu.Unlock()
+
+	// Jobs that ended before the KeepEnded window are read from the store, without the
+	// lock (see evictedView); mayRead and inWindow read nothing of the state.
+	if ev.count > 0 {
+		s.hookBetweenReads()
+		f := store.JobFilter{After: after, States: endedOf(nil), EndedBefore: ev.before, SubmitSince: since, SubmitUntil: until}
+		stored, err := s.storedPage(r.Context(), f, limit, inWindow)
 		if err != nil {
-			s.mu.Unlock()
 			storeError(w, "reading ended jobs", err)
 			return
 		}
-		for _, a := range atts {
-			attempts[a.JobID] = append(attempts[a.JobID], a)
+		jobs, more, _ = pageOf(mergeByID(jobs, stored), more, limit)
+		// The attempts of the page's jobs that came from the store, from the store too.
+		fromStore := map[int64]bool{}
+		var first, last int64
+		for _, j := range jobs {
+			if _, inMemory := attempts[j.ID]; !inMemory {
+				fromStore[j.ID] = true
+				if first == 0 {
+					first = j.ID
+				}
+				last = j.ID
+			}
 		}
-		jobs = mergeByID(jobs, stored)
+		if len(fromStore) > 0 {
+			atts, err := s.store.AttemptsBetween(r.Context(), first, last)
+			if err != nil {
+				storeError(w, "reading ended jobs' attempts", err)
+				return
+			}
+			for _, a := range atts {
+				if fromStore[a.JobID] {
+					attempts[a.JobID] = append(attempts[a.JobID], a)
+				}
+			}
+		}
 	}
 	list := api.HistoryList{Records: make([]api.HistoryRecord, 0, len(jobs))}
 	for _, j := range jobs {
@@ -59,43 +107,8 @@ func (s *Server) handleHistory(w http.ResponseWriter, r *http.Request) {
 		}
 		list.Records = append(list.Records, rec)
 	}
-	s.mu.Unlock()
+	if more {
+		list.Next = strconv.FormatInt(jobs[len(jobs)-1].ID, 10)
+	}
 	writeJSON(w, http.StatusOK, list)
-}
-
-// evictedHistory reads from the store the evicted jobs submitted in [since, until) that
-// mayRead allows, ascending by ID, and their attempts. Callers hold s.mu.
-func (s *Server) evictedHistory(ctx context.Context, since, until time.Time, mayRead func(*api.Job) *api.Error) ([]api.Job, []api.Attempt, error) {
-	const page = 1000
-	f := store.JobFilter{States: endedOf(nil), EndedBefore: s.state.EvictedBefore(), SubmitSince: since, SubmitUntil: until, Limit: page}
-	var jobs []api.Job
-	for {
-		got, err := s.store.JobsPage(ctx, f)
-		if err != nil {
-			return nil, nil, err
-		}
-		for i := range got {
-			if _, ok := s.state.Evicted(got[i].ID); ok && mayRead(&got[i]) == nil {
-				jobs = append(jobs, got[i])
-			}
-		}
-		if len(got) < page {
-			break
-		}
-		f.After = got[len(got)-1].ID
-	}
-	if len(jobs) == 0 {
-		return nil, nil, nil
-	}
-	atts, err := s.store.AttemptsBetween(ctx, jobs[0].ID, jobs[len(jobs)-1].ID)
-	if err != nil {
-		return nil, nil, err
-	}
-	kept := atts[:0]
-	for _, a := range atts {
-		if _, ok := s.state.Evicted(a.JobID); ok {
-			kept = append(kept, a)
-		}
-	}
-	return jobs, kept, nil
 }

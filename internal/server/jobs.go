@@ -78,6 +78,9 @@ func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request) {
 			s.mu.Lock()
 		}
 		if rec, ok := s.state.Idempotency(id.User, key); ok {
+			// The replay may read an evicted job from the store: not under the lock.
+			s.mu.Unlock()
+			locked = false
 			s.replaySubmit(r.Context(), w, rec, hash)
 			return
 		}
@@ -174,6 +177,8 @@ func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request) {
 		// whether the job was stored after all.
 		if rec, ok := s.state.Idempotency(id.User, key); key != "" && ok && rec.Hash == hash {
 			s.log.Warn("submit: the commit reported an error but the job was stored", "job", rec.JobID, "err", err)
+			s.mu.Unlock()
+			locked = false
 			s.replaySubmit(r.Context(), w, rec, hash)
 			return
 		}
@@ -188,14 +193,14 @@ func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request) {
 }
 
 // replaySubmit answers a retried submit with the job the first one created, or 409 when
-// the key was used for a different request.
+// the key was used for a different request. Callers do not hold s.mu.
 func (s *Server) replaySubmit(ctx context.Context, w http.ResponseWriter, rec store.IdempotencyRecord, hash string) {
 	if rec.Hash != hash {
 		writeError(w, http.StatusConflict, &api.Error{Code: api.CodeConflict, Field: "Idempotency-Key",
 			Message: fmt.Sprintf("this Idempotency-Key was used for a different request, which created job %d; use a new key for a new job", rec.JobID)})
 		return
 	}
-	job, _, ok, err := s.jobLocked(ctx, rec.JobID)
+	job, _, ok, err := s.lookupJob(ctx, rec.JobID)
 	if err != nil {
 		storeError(w, "reading the job this key created", err)
 		return
@@ -337,8 +342,11 @@ func (s *Server) handleListJobs(w http.ResponseWriter, r *http.Request) {
 		}
 		jobs[i].DeadlineWarning = deadlineWarning(&jobs[i], now)
 	}
-	jobs, more, err := s.withEvicted(r.Context(), jobs, more, endedOf(want), after, limit, queue, user, keep)
+	ev := s.evictedView()
 	s.mu.Unlock()
+	// keep reads nothing of the state (readRule took what it needs), so the jobs that
+	// left memory are read from the store without the lock.
+	jobs, more, err := s.withEvicted(r.Context(), ev, jobs, more, endedOf(want), after, limit, queue, user, keep)
 	if err != nil {
 		storeError(w, "reading ended jobs", err)
 		return
@@ -568,12 +576,28 @@ func (s *Server) actOnArray(w http.ResponseWriter, r *http.Request, act jobActio
 		return
 	}
 	who := caller(r)
+	// The elements that left memory ended long ago and never change, and no action
+	// applies to them: they are read from the store before the lock is taken, and only
+	// what memory holds is read under it, unless jobs left memory in between.
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	elems, err := s.arrayElemsLocked(r.Context(), id)
+	ev := s.evictedView()
+	s.mu.Unlock()
+	stored, err := s.storedArray(r.Context(), ev, id)
 	if err != nil {
 		storeError(w, "reading the array", err)
 		return
+	}
+	s.hookBetweenReads()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var elems []api.Job
+	if now := s.evictedView(); now == ev {
+		elems = mergeByID(s.memArray(id), stored)
+	} else if elems, err = s.storedArray(r.Context(), now, id); err != nil {
+		storeError(w, "reading the array", err)
+		return
+	} else {
+		elems = mergeByID(s.memArray(id), elems)
 	}
 	if len(elems) == 0 {
 		writeError(w, http.StatusNotFound, &api.Error{Code: api.CodeNotFound, Field: "id", Message: fmt.Sprintf("no array %d: an array's ID is the ID of its first job", id)})

@@ -183,7 +183,7 @@ type Server struct {
 	lastCycle time.Time
 	wakeAt    time.Time
 	// restUntil (Unix nanoseconds of the wall clock) is when the loop may start the next
-	// cycle after a long one (see cycleRest).
+	// cycle after a long one (see cycleDue).
 	restUntil atomic.Int64
 	// lastTook is how long the loop's last cycle took, which stretches the recompute
 	// interval on a large cluster (cycleDue).
@@ -193,6 +193,9 @@ type Server struct {
 	planning, planned func()
 	// planner plans every cycle (made by the first); cycleMu guards it.
 	planner *sched.Planner
+	// betweenReads, if set (by tests), runs where a listing has read memory and released
+	// s.mu, before it reads the store (see evictedView).
+	betweenReads func()
 
 	logMu sync.Mutex // serialises writes to shipped log files
 	// logs is the directory of shipped logs; every log file is opened through it.
@@ -217,6 +220,9 @@ type Server struct {
 	leaderURL atomic.Pointer[string]
 	leaseKick chan struct{}
 	started   time.Time
+	// proxy carries a standby's forwarded calls to the leader (forwardToLeader); nil
+	// without a lease.
+	proxy *http.Transport
 
 	// evictedAt is when ended jobs last left memory (evictEnded); guarded by mu.
 	evictedAt time.Time
@@ -270,6 +276,9 @@ func New(ctx context.Context, cfg Config, st store.Store, logger *slog.Logger) (
 	if err := s.bootstrap(ctx); err != nil {
 		return nil, err
 	}
+	if cfg.Lease != nil {
+		s.proxy = leaderTransport(s.ca)
+	}
 	if cfg.ConfigFile != "" && s.isLeader() {
 		data, err := os.ReadFile(cfg.ConfigFile)
 		if err != nil {
@@ -290,6 +299,9 @@ func New(ctx context.Context, cfg Config, st store.Store, logger *slog.Logger) (
 // Close releases what the server holds open. The store is the caller's to close.
 func (s *Server) Close() error {
 	s.committing.Wait()
+	if s.proxy != nil {
+		s.proxy.CloseIdleConnections()
+	}
 	s.notifier.close()
 	return s.logs.Close()
 }
@@ -665,9 +677,10 @@ func methodNotAllowed(methods []string) http.HandlerFunc {
 // serve authenticates and authorizes a request for rt, checks its content type, and only
 // then runs the handler, with the caller's identity in the request's context.
 func (s *Server) serve(rt route, w http.ResponseWriter, r *http.Request) {
-	// A standby's memory is as old as its start, so it answers nothing from it.
+	// A standby's memory is as old as its start, so it answers nothing from it: the
+	// leader answers through it, or the caller is sent there.
 	if !s.isLeader() && rt.path != statusPath {
-		s.refuseAsStandby(w)
+		s.forwardToLeader(w, r)
 		return
 	}
 	id, e := s.authenticate(r)
