@@ -66,16 +66,17 @@ func (s *State) Snapshot(now time.Time, keep func(*api.Job) bool) *sched.Snapsho
 	snap.Running = make([]sched.Running, 0, len(active))
 	for _, id := range active {
 		e := c[id]
-		if e == nil {
+		if e == nil || e.running == nil {
 			j := s.jobs[id]
 			a, ok := s.CurrentAttempt(id)
 			if !ok {
 				continue
 			}
-			e = &snapJob{running: runningOf(j, &a)}
+			r := runningOf(j, &a)
+			e = &snapJob{running: &r}
 			c[id] = e
 		}
-		r := e.running
+		r := *e.running
 		sv := s.serviceOf(id, now)
 		r.AttainedService, r.LastRun, r.Requeued = sv.attained, sv.lastRun, sv.requeued
 		snap.Running = append(snap.Running, r)
@@ -88,11 +89,12 @@ func (s *State) Snapshot(now time.Time, keep func(*api.Job) bool) *sched.Snapsho
 			continue
 		}
 		e := c[id]
-		if e == nil {
-			e = &snapJob{pending: pendingOf(j)}
+		if e == nil || e.pending == nil {
+			p := pendingOf(j)
+			e = &snapJob{pending: &p}
 			c[id] = e
 		}
-		p := e.pending
+		p := *e.pending
 		sv := s.serviceOf(id, now)
 		p.AttainedService, p.LastRun, p.Requeued = sv.attained, sv.lastRun, sv.requeued
 		snap.Pending = append(snap.Pending, p)
@@ -115,11 +117,11 @@ type snapCache struct {
 }
 
 // snapJob is a job's entry in the snapshot: running for an active job, pending for a
-// pending one. The service it has received is filled in at each snapshot: a running
+// pending one (the other is nil). The service it has received is filled in at each snapshot: a running
 // job's grows with time.
 type snapJob struct {
-	running sched.Running
-	pending sched.Job
+	running *sched.Running
+	pending *sched.Job
 }
 
 func (s *State) snapJobs() map[int64]*snapJob {

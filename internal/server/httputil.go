@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"iter"
 	"maps"
 	"math"
 	"mime"
@@ -257,89 +256,148 @@ var unmarshalerType = reflect.TypeFor[json.Unmarshaler]()
 // place, and builds a path only for the error it returns. It is on every heartbeat.
 func checkPresence(data []byte, t reflect.Type, path string) *api.Error {
 	w := jsonWalker{data: data}
-	return w.check(w.value(), t, &jsonPath{key: path, index: -1})
+	c := presenceCheck{root: path}
+	return c.check(w.value(), presenceOf(t))
 }
 
-// jsonPath is where a value sits, built into a string only for an error.
-type jsonPath struct {
-	parent *jsonPath
-	key    string
-	index  int // for an element of a list, when key is ""
+// presenceCheck is one walk of checkPresence: segs is the path to the value being checked,
+// kept as a stack and made into a string only for an error.
+type presenceCheck struct {
+	root string
+	segs []pathSeg
 }
 
-func (p *jsonPath) String() string {
-	if p == nil {
-		return ""
+// pathSeg is a member's key, or a list element's index when key is nil.
+type pathSeg struct {
+	key   []byte
+	index int
+}
+
+func (c *presenceCheck) path() string {
+	p := c.root
+	for _, seg := range c.segs {
+		if seg.key == nil {
+			p = fmt.Sprintf("%s[%d]", p, seg.index)
+		} else {
+			p = joinPath(p, string(seg.key))
+		}
 	}
-	if p.parent == nil {
-		return p.key
-	}
-	if p.key == "" && p.index >= 0 {
-		return fmt.Sprintf("%s[%d]", p.parent, p.index)
-	}
-	return joinPath(p.parent.String(), p.key)
+	return p
 }
 
 var jsonNull = []byte("null")
 
-// check checks one value, raw, read by w, against t.
-func (w *jsonWalker) check(raw []byte, t reflect.Type, path *jsonPath) *api.Error {
+// presenceType is what checkPresence needs to know of a Go type, worked out once per type
+// (presenceOf) so that the walk of a body makes no reflect calls.
+type presenceType struct {
+	kind     reflect.Kind // with pointers taken off
+	pointer  bool         // null stands for nil
+	nullOK   bool         // a list, map or interface: null is nil
+	reads    bool         // reads itself (json.Unmarshaler, like time.Time): not walked
+	required bool         // has required fields, or holds a type that has
+	kindName string       // what the JSON should be, for messages
+	elem     *presenceType
+	fields   map[string]presenceField
+	// requiredNames are the struct's own required fields (requiredFields).
+	requiredNames []string
+}
+
+type presenceField struct {
+	t        *presenceType
+	nullable bool
+}
+
+var presenceTypes sync.Map // reflect.Type -> *presenceType
+
+func presenceOf(t reflect.Type) *presenceType {
+	if v, ok := presenceTypes.Load(t); ok {
+		return v.(*presenceType)
+	}
+	p := &presenceType{}
+	// Stored before it is filled in, so that a type that holds itself finds it.
+	if v, loaded := presenceTypes.LoadOrStore(t, p); loaded {
+		return v.(*presenceType)
+	}
+	u := t
+	for u.Kind() == reflect.Pointer {
+		p.pointer = true
+		u = u.Elem()
+	}
+	p.kind, p.kindName = u.Kind(), jsonKind(u)
+	switch u.Kind() {
+	case reflect.Slice, reflect.Map, reflect.Interface:
+		p.nullOK = true
+	}
+	p.reads = reflect.PointerTo(u).Implements(unmarshalerType)
+	p.required = holdsRequired(u)
+	switch u.Kind() {
+	case reflect.Slice, reflect.Array, reflect.Map:
+		p.elem = presenceOf(u.Elem())
+	case reflect.Struct:
+		nullable := cachedNullable(u)
+		p.fields = map[string]presenceField{}
+		for name, ft := range cachedJSONFields(u) {
+			p.fields[name] = presenceField{t: presenceOf(ft), nullable: nullable[name]}
+		}
+		p.required = p.required || len(requiredFields[u]) > 0
+		p.requiredNames = requiredFields[u]
+	}
+	return p
+}
+
+// check checks one value, raw, against t; c.segs is its path.
+func (c *presenceCheck) check(raw []byte, t *presenceType) *api.Error {
 	null := bytes.Equal(raw, jsonNull)
-	for t.Kind() == reflect.Pointer {
-		if null {
-			return nil
-		}
-		t = t.Elem()
-	}
 	if null {
-		switch t.Kind() {
-		case reflect.Slice, reflect.Map, reflect.Interface:
+		if t.pointer || t.nullOK {
 			return nil
 		}
-		return invalid(path.String(), "must not be null: leave the field out or give %s", jsonKind(t))
+		return invalid(c.path(), "must not be null: leave the field out or give %s", t.kindName)
 	}
-	if reflect.PointerTo(t).Implements(unmarshalerType) {
-		return nil // a type that reads itself, like time.Time
+	if t.reads {
+		return nil
 	}
-	if !bytes.Contains(raw, jsonNull) && !holdsRequired(t) {
+	if !t.required && !bytes.Contains(raw, jsonNull) {
 		// Nothing below can be null or missing a required field: no need to walk it
 		// (most of a heartbeat's telemetry, say, on every heartbeat).
 		return nil
 	}
-	inner := jsonWalker{data: raw}
-	switch t.Kind() {
+	w := jsonWalker{data: raw, pos: 1}
+	switch t.kind {
 	case reflect.Struct:
 		if raw[0] != '{' {
 			return nil
 		}
-		fields := cachedJSONFields(t)
-		nullable := cachedNullable(t)
-		required := requiredFields[t]
+		required := t.requiredNames
 		var present uint64 // bit i: required[i] is there and not a refused null
 		var first *api.Error
-		for key, v := range inner.members() {
-			isNull := bytes.Equal(v, jsonNull)
-			if i := slices.Index(required, key); i >= 0 && (nullable[key] || !isNull) {
-				present |= 1 << i
+		for {
+			key, v, ok := w.member()
+			if !ok {
+				break
 			}
-			ft, ok := fields[key]
-			if !ok || first != nil {
+			isNull := bytes.Equal(v, jsonNull)
+			f, known := t.fields[string(key)]
+			for i, name := range required {
+				if name == string(key) && (f.nullable || !isNull) {
+					present |= 1 << i
+				}
+			}
+			if !known || first != nil {
 				continue // matched case-insensitively by encoding/json; its value was checked then
 			}
-			at := &jsonPath{parent: path, key: key, index: -1}
-			if !nullable[key] && isNull {
-				for ft.Kind() == reflect.Pointer {
-					ft = ft.Elem()
-				}
-				first = invalid(at.String(), "must not be null: leave the field out or give %s", jsonKind(ft))
-				continue
+			c.segs = append(c.segs, pathSeg{key: key})
+			if !f.nullable && isNull {
+				first = invalid(c.path(), "must not be null: leave the field out or give %s", f.t.kindName)
+			} else {
+				first = c.check(v, f.t)
 			}
-			first = inner.check(v, ft, at)
+			c.segs = c.segs[:len(c.segs)-1]
 		}
 		// A missing required field is named before anything wrong inside another.
 		for i, name := range required {
 			if present&(1<<i) == 0 {
-				return invalid(joinPath(path.String(), name), "is required and must not be null")
+				return invalid(joinPath(c.path(), name), "is required and must not be null")
 			}
 		}
 		return first
@@ -347,24 +405,45 @@ func (w *jsonWalker) check(raw []byte, t reflect.Type, path *jsonPath) *api.Erro
 		if raw[0] != '[' {
 			return nil
 		}
-		i := 0
-		for v := range inner.elements() {
-			if e := inner.check(v, t.Elem(), &jsonPath{parent: path, index: i}); e != nil {
+		for i := 0; ; i++ {
+			v, ok := w.element()
+			if !ok {
+				break
+			}
+			c.segs = append(c.segs, pathSeg{index: i})
+			e := c.check(v, t.elem)
+			c.segs = c.segs[:len(c.segs)-1]
+			if e != nil {
 				return e
 			}
-			i++
 		}
 	case reflect.Map:
 		if raw[0] != '{' {
 			return nil
 		}
-		for key, v := range inner.members() {
-			if e := inner.check(v, t.Elem(), &jsonPath{parent: path, key: key, index: -1}); e != nil {
+		for {
+			key, v, ok := w.member()
+			if !ok {
+				break
+			}
+			c.segs = append(c.segs, pathSeg{key: key})
+			e := c.check(v, t.elem)
+			c.segs = c.segs[:len(c.segs)-1]
+			if e != nil {
 				return e
 			}
 		}
 	}
 	return nil
+}
+
+// unquoteKey makes the key of an object member, as sent with its quotes, a string.
+func unquoteKey(k []byte) string {
+	key := string(k[1 : len(k)-1])
+	if bytes.IndexByte(k, '\\') >= 0 {
+		json.Unmarshal(k, &key)
+	}
+	return key
 }
 
 // jsonWalker reads JSON that encoding/json has already accepted, so it checks nothing of
@@ -437,52 +516,42 @@ func (w *jsonWalker) str() {
 	}
 }
 
-// members yields the keys and values of the object w holds, keys unescaped.
-func (w *jsonWalker) members() iter.Seq2[string, []byte] {
-	return func(yield func(string, []byte) bool) {
-		w.pos = 1
-		for {
-			w.space()
-			if w.pos >= len(w.data) || w.data[w.pos] == '}' {
-				return
-			}
-			k := w.value()
-			key := string(k[1 : len(k)-1])
-			if bytes.IndexByte(k, '\\') >= 0 {
-				json.Unmarshal(k, &key)
-			}
-			w.space()
-			w.pos++ // the colon
-			v := w.value()
-			w.space()
-			if w.pos < len(w.data) && w.data[w.pos] == ',' {
-				w.pos++
-			}
-			if !yield(key, v) {
-				return
-			}
-		}
+// member reads the next member of the object w is inside, its key unescaped, or reports
+// false at its end. A key without escapes (a Go type's never needs one) is not copied.
+func (w *jsonWalker) member() (key, value []byte, ok bool) {
+	w.space()
+	if w.pos >= len(w.data) || w.data[w.pos] == '}' {
+		return nil, nil, false
 	}
+	key = w.value()
+	if bytes.IndexByte(key, '\\') < 0 {
+		key = key[1 : len(key)-1]
+	} else {
+		key = []byte(unquoteKey(key))
+	}
+	w.space()
+	w.pos++ // the colon
+	value = w.value()
+	w.next()
+	return key, value, true
 }
 
-// elements yields the values of the list w holds.
-func (w *jsonWalker) elements() iter.Seq[[]byte] {
-	return func(yield func([]byte) bool) {
-		w.pos = 1
-		for {
-			w.space()
-			if w.pos >= len(w.data) || w.data[w.pos] == ']' {
-				return
-			}
-			v := w.value()
-			w.space()
-			if w.pos < len(w.data) && w.data[w.pos] == ',' {
-				w.pos++
-			}
-			if !yield(v) {
-				return
-			}
-		}
+// element reads the next value of the list w is inside, or reports false at its end.
+func (w *jsonWalker) element() (value []byte, ok bool) {
+	w.space()
+	if w.pos >= len(w.data) || w.data[w.pos] == ']' {
+		return nil, false
+	}
+	value = w.value()
+	w.next()
+	return value, true
+}
+
+// next moves past the comma after a value, if there is one.
+func (w *jsonWalker) next() {
+	w.space()
+	if w.pos < len(w.data) && w.data[w.pos] == ',' {
+		w.pos++
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"reflect"
 	"testing"
+	"time"
 
 	"github.com/rotahq/rota/internal/api"
 )
@@ -173,4 +174,37 @@ func checkPresenceByMaps(data []byte, t reflect.Type, path string) *api.Error {
 		}
 	}
 	return nil
+}
+
+// BenchmarkCheckPresence checks a heartbeat like the scale suite's agents send (8 GPUs,
+// four running tasks, a telemetry reading) with the one-pass walk and with the walk by maps
+// it replaced, for the ratio.
+func BenchmarkCheckPresence(b *testing.B) {
+	hb := api.Heartbeat{Node: "n1", Instance: "agent-n1", Synced: true, AgentTime: time.Now(),
+		Inventory: benchInventory("n1"), Telemetry: &api.Telemetry{Time: time.Now()}}
+	for g := range 8 {
+		hb.Telemetry.GPUs = append(hb.Telemetry.GPUs, api.GPUSample{Index: g, UtilizationPct: 50, MemoryUsedMB: 1000, PowerW: 300, TemperatureC: 60})
+	}
+	for k := range int64(4) {
+		now := time.Now()
+		hb.Tasks = append(hb.Tasks, api.TaskStatus{JobID: k + 1, Attempt: 1, State: api.StateRunning, StartTime: &now})
+	}
+	body, err := json.Marshal(hb)
+	if err != nil {
+		b.Fatal(err)
+	}
+	typ := reflect.TypeFor[*api.Heartbeat]()
+	for _, c := range []struct {
+		name  string
+		check func([]byte, reflect.Type, string) *api.Error
+	}{{"one-pass", checkPresence}, {"by-maps", checkPresenceByMaps}} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if e := c.check(body, typ, ""); e != nil {
+					b.Fatal(e.Message)
+				}
+			}
+		})
+	}
 }
