@@ -40,15 +40,7 @@ func BenchmarkPlan_1000Nodes_10000Pending_Versions(b *testing.B) {
 			s.Pending[i].Request.CUDA = ">=12.4"
 		}
 	}
-	b.ReportAllocs()
-	b.ResetTimer()
-	placed := 0
-	for b.Loop() {
-		p := mustSchedule(s, Options{})
-		placed += len(p.Placements)
-	}
-	b.ReportMetric(float64(placed)/b.Elapsed().Seconds(), "placements/s")
-	b.ReportMetric(float64(placed)/float64(b.N), "placed/op")
+	benchSnapshot(b, s)
 }
 
 func BenchmarkPlan_10000Nodes_10000Pending(b *testing.B) {
@@ -116,15 +108,7 @@ func BenchmarkPlan_1000Nodes_10000Pending_Holds(b *testing.B) {
 		{ID: 2, Team: teamOf(2), GPUs: 1000, Model: "A100", Start: t0.Add(2 * time.Hour), End: t0.Add(8 * time.Hour)},
 		{ID: 3, Team: teamOf(3), GPUs: 200, Pool: "train", Start: t0, End: t0.Add(time.Hour)},
 	}
-	b.ReportAllocs()
-	b.ResetTimer()
-	placed := 0
-	for b.Loop() {
-		p := mustSchedule(s, Options{})
-		placed += len(p.Placements)
-	}
-	b.ReportMetric(float64(placed)/b.Elapsed().Seconds(), "placements/s")
-	b.ReportMetric(float64(placed)/float64(b.N), "placed/op")
+	benchSnapshot(b, s)
 }
 
 // The policy benchmark with projects: vision and nlp split into two projects each, with
@@ -133,15 +117,7 @@ func BenchmarkPlan_1000Nodes_10000Pending_Holds(b *testing.B) {
 func BenchmarkPlan_1000Nodes_10000Pending_Projects(b *testing.B) {
 	s := genCluster(rand.New(rand.NewPCG(1, 2)), 1000, 10000, 0.5, true)
 	withProjects(s)
-	b.ReportAllocs()
-	b.ResetTimer()
-	placed := 0
-	for b.Loop() {
-		p := mustSchedule(s, Options{})
-		placed += len(p.Placements)
-	}
-	b.ReportMetric(float64(placed)/b.Elapsed().Seconds(), "placements/s")
-	b.ReportMetric(float64(placed)/float64(b.N), "placed/op")
+	benchSnapshot(b, s)
 }
 
 // withProjects gives the rich generated cluster's vision and nlp teams projects a and b.
@@ -175,4 +151,17 @@ func withProjects(s *Snapshot) {
 			s.Running[i].BorrowingInTeam = !s.Running[i].Borrowing && s.Running[i].ID%5 == 0
 		}
 	}
+}
+
+// benchSnapshot plans s with the default policy for the benchmark, reporting placements.
+func benchSnapshot(b *testing.B, s *Snapshot) {
+	b.ReportAllocs()
+	b.ResetTimer()
+	placed := 0
+	for b.Loop() {
+		p := mustSchedule(s, Options{})
+		placed += len(p.Placements)
+	}
+	b.ReportMetric(float64(placed)/b.Elapsed().Seconds(), "placements/s")
+	b.ReportMetric(float64(placed)/float64(b.N), "placed/op")
 }

@@ -28,20 +28,10 @@ func (s *Server) handleHistory(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, invalid("until", "is before since: the window is [since, until)"))
 		return
 	}
-	limit64, e := queryInt(q, "limit", 1, maxPage, defaultPage)
+	limit, after, e := pageQuery(q)
 	if e != nil {
 		writeError(w, http.StatusBadRequest, e)
 		return
-	}
-	limit := int(limit64)
-	var after int64
-	if v := q.Get("after"); v != "" {
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || n < 0 {
-			writeError(w, http.StatusBadRequest, invalid("after", "must be the cursor from a previous page"))
-			return
-		}
-		after = n
 	}
 	who := caller(r)
 	s.mu.Lock()

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"net/url"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -276,6 +277,23 @@ func checkSizes(spec *api.JobSpec, l api.Limits) *api.Error {
 	return nil
 }
 
+// pageQuery reads a page's size (limit) and cursor (after, the last ID of the page
+// before) from a listing's query.
+func pageQuery(q url.Values) (limit int, after int64, e *api.Error) {
+	limit64, e := queryInt(q, "limit", 1, maxPage, defaultPage)
+	if e != nil {
+		return 0, 0, e
+	}
+	if v := q.Get("after"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 {
+			return 0, 0, invalid("after", "must be the cursor from a previous page")
+		}
+		after = n
+	}
+	return int(limit64), after, nil
+}
+
 func (s *Server) handleListJobs(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	states := map[api.JobState]bool{}
@@ -293,20 +311,10 @@ func (s *Server) handleListJobs(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	limit64, e := queryInt(q, "limit", 1, maxPage, defaultPage)
+	limit, after, e := pageQuery(q)
 	if e != nil {
 		writeError(w, http.StatusBadRequest, e)
 		return
-	}
-	limit := int(limit64)
-	var after int64
-	if v := q.Get("after"); v != "" {
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || n < 0 {
-			writeError(w, http.StatusBadRequest, invalid("after", "must be the cursor from a previous page"))
-			return
-		}
-		after = n
 	}
 	// The page is read from the state's ordered index: from the cursor on, through the
 	// jobs of the states asked for, stopping at the first job past the page.
