@@ -18,18 +18,6 @@ func teamJob(id int64, team string, gpus int, limit time.Duration) Job {
 	return j
 }
 
-func placedGPUs(p Plan, team map[int64]string, want string) int {
-	n := 0
-	for _, pl := range p.Placements {
-		if team[pl.JobID] == want {
-			for _, a := range pl.Allocs {
-				n += len(a.GPUIndices)
-			}
-		}
-	}
-	return n
-}
-
 // During an open window, another team's jobs take only what the team does not need: of
 // 16 free H100s with 4 held, a 12-GPU job of nlp starts but a further 2-GPU one waits,
 // naming the hold in one sentence; the team's own job then takes the held GPUs.
