@@ -307,17 +307,39 @@ type presenceField struct {
 	nullable bool
 }
 
-var presenceTypes sync.Map // reflect.Type -> *presenceType
+// presenceTypes holds every presenceType made, each whole: a type's facts (and those of
+// the types inside it) are made under presenceMu and published only once complete, so a
+// reader never sees one half filled in.
+var (
+	presenceTypes sync.Map // reflect.Type -> *presenceType
+	presenceMu    sync.Mutex
+)
 
 func presenceOf(t reflect.Type) *presenceType {
 	if v, ok := presenceTypes.Load(t); ok {
 		return v.(*presenceType)
 	}
-	p := &presenceType{}
-	// Stored before it is filled in, so that a type that holds itself finds it.
-	if v, loaded := presenceTypes.LoadOrStore(t, p); loaded {
+	presenceMu.Lock()
+	defer presenceMu.Unlock()
+	made := map[reflect.Type]*presenceType{}
+	p := makePresence(t, made)
+	for typ, pt := range made {
+		presenceTypes.Store(typ, pt)
+	}
+	return p
+}
+
+// makePresence works out t's facts, and those of the types inside it not yet published,
+// into made; a type that holds itself finds its own entry there.
+func makePresence(t reflect.Type, made map[reflect.Type]*presenceType) *presenceType {
+	if v, ok := presenceTypes.Load(t); ok {
 		return v.(*presenceType)
 	}
+	if p, ok := made[t]; ok {
+		return p
+	}
+	p := &presenceType{}
+	made[t] = p
 	u := t
 	for u.Kind() == reflect.Pointer {
 		p.pointer = true
@@ -332,12 +354,12 @@ func presenceOf(t reflect.Type) *presenceType {
 	p.required = holdsRequired(u)
 	switch u.Kind() {
 	case reflect.Slice, reflect.Array, reflect.Map:
-		p.elem = presenceOf(u.Elem())
+		p.elem = makePresence(u.Elem(), made)
 	case reflect.Struct:
 		nullable := cachedNullable(u)
 		p.fields = map[string]presenceField{}
 		for name, ft := range cachedJSONFields(u) {
-			p.fields[name] = presenceField{t: presenceOf(ft), nullable: nullable[name]}
+			p.fields[name] = presenceField{t: makePresence(ft, made), nullable: nullable[name]}
 		}
 		p.required = p.required || len(requiredFields[u]) > 0
 		p.requiredNames = requiredFields[u]

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"sync"
 	"testing"
 	"time"
 
@@ -206,5 +207,24 @@ func BenchmarkCheckPresence(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// The first bodies of a type checked at once, as the first heartbeats after a start are,
+// each see the type's facts whole (run under -race: they were once published half made).
+func TestPresenceFirstUseConcurrently(t *testing.T) {
+	presenceTypes.Clear()
+	body := []byte(`{"node":"n1","inventory":{"cpus":4,"memory_mb":1,"device_source":"fake","gpus":[{"index":0,"uuid":"u","model":null,"memory_mb":1,"healthy":true}]},"tasks":[],"agent_time":"2026-11-01T09:00:00Z","instance":"a","synced":true}`)
+	var wg sync.WaitGroup
+	errs := make(chan *api.Error, 8)
+	for range 8 {
+		wg.Go(func() { errs <- checkPresence(body, reflect.TypeFor[*api.Heartbeat](), "") })
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		if e == nil || e.Field != "inventory.gpus[0].model" {
+			t.Errorf("a concurrent first check found %+v, want the null model", e)
+		}
 	}
 }
