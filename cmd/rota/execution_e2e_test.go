@@ -165,10 +165,15 @@ while :; do sleep 0.2 & wait $!; done`)})
 		if time.Now().After(deadline) {
 			t.Fatalf("job %d did not succeed after its node returned: %+v", j.ID, c.job(j.ID).Job)
 		}
+		// The job is read before the processes and the node after them, so that each
+		// problem below is one the server made: a placement seen before a process that
+		// still ran after it, a process that ran before a node still syncing after it.
+		// Read the other way round, a process that ended between the two reads would be
+		// taken for one that overlapped.
+		d := c.job(j.ID)
 		ps := listProcesses()
 		old, cur := jobProcessesIn(ps, c.root, j.ID, 1), jobProcessesIn(ps, c.root, j.ID, 2)
 		n := c.node("node-a")
-		d := c.job(j.ID)
 		sawSyncing = sawSyncing || n.Syncing
 		if len(old) > 0 && len(cur) > 0 {
 			problems = append(problems, fmt.Sprintf("attempts 1 and 2 run at once: %v and %v", old, cur))
