@@ -113,8 +113,15 @@ func TestHAProcesses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := viaStandby.SetUser(ctx, api.User{Name: "admin", Role: "admin", UnixUser: u.Username, AllowRoot: os.Geteuid() == 0}); err != nil {
-		t.Fatalf("a change sent to the standby %s: %v", standby, err)
+	// A standby learns the leader's address within a lease interval of its election;
+	// until then it answers 503 with nothing done, which a client may send again.
+	var setErr error
+	waitFor(t, 10*time.Second, "a change sent to the standby "+standby, func() bool {
+		_, setErr = viaStandby.SetUser(ctx, api.User{Name: "admin", Role: "admin", UnixUser: u.Username, AllowRoot: os.Geteuid() == 0})
+		return setErr == nil || !strings.Contains(setErr.Error(), "no leader is serving yet")
+	})
+	if setErr != nil {
+		t.Fatalf("a change sent to the standby %s: %v", standby, setErr)
 	}
 	join, err := client.CreateJoinToken(ctx, api.JoinTokenRequest{Node: "n1", Uses: 1})
 	if err != nil {
