@@ -16,31 +16,13 @@ import (
 // returns the records' job IDs in the order given.
 func (h *harness) historyPages(token string, query url.Values, limit int) []int64 {
 	h.t.Helper()
-	q := url.Values{}
-	for k, v := range query {
-		q[k] = v
-	}
-	q.Set("limit", fmt.Sprint(limit))
-	var ids []int64
-	for pages := 0; ; pages++ {
-		var page api.HistoryList
-		if code := h.doAs(token, "GET", "/api/v1/history?"+q.Encode(), nil, &page); code != http.StatusOK {
-			h.t.Fatalf("history %s: status %d", q.Encode(), code)
-		}
-		if len(page.Records) > limit || (page.Next != "" && len(page.Records) != limit) || pages > 1000 {
-			h.t.Fatalf("history %s: a page of %d records with next %q", q.Encode(), len(page.Records), page.Next)
-		}
-		for _, r := range page.Records {
+	return followCursor(h, token, "/api/v1/history", query, limit, 1000, func(p *api.HistoryList) ([]int64, string) {
+		ids := make([]int64, 0, len(p.Records))
+		for _, r := range p.Records {
 			ids = append(ids, r.ID)
 		}
-		if page.Next == "" {
-			return ids
-		}
-		if last := page.Records[len(page.Records)-1].ID; page.Next != fmt.Sprint(last) {
-			h.t.Fatalf("history %s: next %q, but the page ends with job %d", q.Encode(), page.Next, last)
-		}
-		q.Set("after", page.Next)
-	}
+		return ids, p.Next
+	})
 }
 
 // endedJobs gives h n single jobs and then an array of 4 that all ended, a minute apart

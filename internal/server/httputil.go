@@ -361,7 +361,6 @@ func makePresence(t reflect.Type, made map[reflect.Type]*presenceType) *presence
 		for name, ft := range cachedJSONFields(u) {
 			p.fields[name] = presenceField{t: makePresence(ft, made), nullable: nullable[name]}
 		}
-		p.required = p.required || len(requiredFields[u]) > 0
 		p.requiredNames = requiredFields[u]
 	}
 	return p

@@ -45,6 +45,21 @@ func (h *harness) scanList(query url.Values, member string) []int64 {
 // pageThrough follows the cursor from the first page to the last, limit jobs a page.
 func (h *harness) pageThrough(token string, query url.Values, limit int) []int64 {
 	h.t.Helper()
+	return followCursor(h, token, "/api/v1/jobs", query, limit, 100, func(p *api.JobList) ([]int64, string) {
+		ids := make([]int64, 0, len(p.Jobs))
+		for _, j := range p.Jobs {
+			ids = append(ids, j.ID)
+		}
+		return ids, p.Next
+	})
+}
+
+// followCursor follows a listing at path from its first page to its last, limit items a
+// page and at most maxPages pages, and returns the items' IDs in the order given: every
+// page but the last is full, and its next cursor is its last ID. page reads a page's IDs
+// and cursor.
+func followCursor[P any](h *harness, token, path string, query url.Values, limit, maxPages int, page func(*P) ([]int64, string)) []int64 {
+	h.t.Helper()
 	var ids []int64
 	q := url.Values{}
 	for k, v := range query {
@@ -52,23 +67,22 @@ func (h *harness) pageThrough(token string, query url.Values, limit int) []int64
 	}
 	q.Set("limit", fmt.Sprint(limit))
 	for pages := 0; ; pages++ {
-		var page api.JobList
-		if code := h.doAs(token, "GET", "/api/v1/jobs?"+q.Encode(), nil, &page); code != http.StatusOK {
-			h.t.Fatalf("%s: status %d", q.Encode(), code)
+		var p P
+		if code := h.doAs(token, "GET", path+"?"+q.Encode(), nil, &p); code != http.StatusOK {
+			h.t.Fatalf("%s?%s: status %d", path, q.Encode(), code)
 		}
-		if len(page.Jobs) > limit || (page.Next != "" && len(page.Jobs) != limit) || pages > 100 {
-			h.t.Fatalf("%s: a page of %d jobs with next %q", q.Encode(), len(page.Jobs), page.Next)
+		got, next := page(&p)
+		if len(got) > limit || (next != "" && len(got) != limit) || pages > maxPages {
+			h.t.Fatalf("%s?%s: a page of %d with next %q", path, q.Encode(), len(got), next)
 		}
-		for _, j := range page.Jobs {
-			ids = append(ids, j.ID)
-		}
-		if page.Next == "" {
+		ids = append(ids, got...)
+		if next == "" {
 			return ids
 		}
-		if last := page.Jobs[len(page.Jobs)-1].ID; page.Next != fmt.Sprint(last) {
-			h.t.Fatalf("%s: next %q, but the page ends with job %d", q.Encode(), page.Next, last)
+		if last := got[len(got)-1]; next != fmt.Sprint(last) {
+			h.t.Fatalf("%s?%s: next %q, but the page ends with %d", path, q.Encode(), next, last)
 		}
-		q.Set("after", page.Next)
+		q.Set("after", next)
 	}
 }
 

@@ -90,15 +90,11 @@ func (s *Server) Cycle(ctx context.Context) error {
 	// One array each for the estimates and priorities of every pending job, rather than
 	// two small allocations per job per cycle.
 	reasons := make(map[int64]sched.Reason, len(plan.Pending))
-	ests := make([]*time.Time, len(plan.Pending))
+	ests := make([]time.Time, len(plan.Pending)) // zero where there is no estimate
 	prios := make([]api.Priority, len(plan.Pending))
-	estAt := make([]time.Time, len(plan.Pending))
 	for i, p := range plan.Pending {
 		reasons[p.JobID] = p.Reason
-		if !p.EstimatedStart.IsZero() {
-			estAt[i] = p.EstimatedStart
-			ests[i] = &estAt[i]
-		}
+		ests[i] = p.EstimatedStart
 		pr := p.Priority
 		prios[i] = api.Priority{Tier: pr.Tier, Score: pr.Score, FairShare: pr.FairShare, Age: pr.Age, Size: pr.Size, Deadline: pr.Deadline, Nice: pr.Nice}
 	}
@@ -188,7 +184,11 @@ func (s *Server) Cycle(ctx context.Context) error {
 	s.claims = plan.Claims
 	s.reasons = reasons
 	for i, p := range plan.Pending {
-		s.state.SetPendingReason(p.JobID, string(p.Reason.Code), p.Reason.Message, ests[i], &prios[i])
+		var est *time.Time
+		if !ests[i].IsZero() {
+			est = &ests[i]
+		}
+		s.state.SetPendingReason(p.JobID, string(p.Reason.Code), p.Reason.Message, est, &prios[i])
 	}
 	for id, r := range held {
 		s.state.SetPendingReason(id, r[0], r[1], nil, nil)
