@@ -38,12 +38,48 @@ const attachPending = 4 << 10
 // attachWriteTimeout bounds one write to a stream: a peer that stops reading is dropped.
 const attachWriteTimeout = 10 * time.Second
 
+// wsPeer is one end of a session's relay. Its writes, and its close, go one at a time
+// and in order: output replayed to a terminal that just attached reaches it before output
+// relayed after it, and before the close that says the job's terminal has closed.
+type wsPeer struct {
+	conn *websocket.Conn
+	mu   sync.Mutex // held for each write and for the close
+}
+
+// writeLocked sends one frame; callers hold p.mu.
+func (p *wsPeer) writeLocked(frame []byte) error {
+	ctx, cancel := context.WithTimeout(context.Background(), attachWriteTimeout)
+	defer cancel()
+	return p.conn.Write(ctx, websocket.MessageBinary, frame)
+}
+
+// write sends one frame after those sent before it; a peer that fails a write is dropped.
+func (p *wsPeer) write(frame []byte) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	err := p.writeLocked(frame)
+	if err != nil {
+		p.conn.CloseNow()
+	}
+	return err
+}
+
+// close closes the stream with code once the writes begun before it have finished. It
+// does not wait: a close waits for the peer's answer.
+func (p *wsPeer) close(code websocket.StatusCode, why string) {
+	go func() {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		p.conn.Close(code, why)
+	}()
+}
+
 // ttySession is the relay of one interactive job.
 type ttySession struct {
 	job     int64
 	attempt int
-	agent   *websocket.Conn
-	client  *websocket.Conn
+	agent   *wsPeer
+	client  *wsPeer
 	recent  []byte
 	// size is the terminal's last resize frame, and pending the keystrokes typed while no
 	// agent stream was open (up to attachPending bytes): an agent that connects gets both.
@@ -85,11 +121,11 @@ func (ss *ttySession) closeAll(code websocket.StatusCode, why string) {
 		ss.idle = nil
 	}
 	if ss.client != nil {
-		go ss.client.Close(code, why)
+		ss.client.close(code, why)
 		ss.client = nil
 	}
 	if ss.agent != nil {
-		go ss.agent.Close(code, why)
+		ss.agent.close(code, why)
 		ss.agent = nil
 	}
 }
@@ -202,9 +238,13 @@ func (s *Server) handleAttach(w http.ResponseWriter, r *http.Request) {
 	s.attach.mu.Lock()
 	ss := s.attach.session(id, job.Attempts)
 	if ss.client != nil {
-		go ss.client.Close(attachTakenOver, "another terminal attached to job "+strconv.FormatInt(id, 10))
+		ss.client.close(attachTakenOver, "another terminal attached to job "+strconv.FormatInt(id, 10))
 	}
-	ss.client = c
+	me := &wsPeer{conn: c}
+	// The replay is written before anything the agent relays from now on, and before
+	// the session's close: both wait for me.mu.
+	me.mu.Lock()
+	ss.client = me
 	if ss.idle != nil {
 		ss.idle.Stop()
 		ss.idle = nil
@@ -214,14 +254,18 @@ func (s *Server) handleAttach(w http.ResponseWriter, r *http.Request) {
 		ss.client = nil
 	}
 	s.attach.mu.Unlock()
+	if s.attached != nil {
+		s.attached(id)
+	}
 	s.log.Info("terminal attached", "job", id, "user", who.User)
 	if len(replay) > 0 {
-		wctx, wcancel := context.WithTimeout(ctx, attachWriteTimeout)
-		_ = c.Write(wctx, websocket.MessageBinary, append([]byte{api.FrameData}, replay...))
-		wcancel()
+		_ = me.writeLocked(append([]byte{api.FrameData}, replay...))
 	}
+	me.mu.Unlock()
 	if ended {
+		me.mu.Lock()
 		c.Close(websocket.StatusNormalClosure, "the job's terminal closed")
+		me.mu.Unlock()
 		return
 	}
 	for {
@@ -235,7 +279,7 @@ func (s *Server) handleAttach(w http.ResponseWriter, r *http.Request) {
 		}
 		s.attach.mu.Lock()
 		agent := ss.agent
-		mine := ss.client == c
+		mine := ss.client == me
 		switch {
 		case !mine:
 		case msg[0] == api.FrameResize:
@@ -248,14 +292,12 @@ func (s *Server) handleAttach(w http.ResponseWriter, r *http.Request) {
 			break
 		}
 		if agent != nil {
-			wctx, wcancel := context.WithTimeout(ctx, attachWriteTimeout)
-			_ = agent.Write(wctx, websocket.MessageBinary, msg)
-			wcancel()
+			_ = agent.write(msg)
 		}
 	}
 	c.CloseNow()
 	s.attach.mu.Lock()
-	if ss.client == c {
+	if ss.client == me {
 		ss.client = nil
 		if s.attach.sessions[id] == ss {
 			s.watchIdle(ss)
@@ -323,10 +365,14 @@ func (s *Server) handleAgentAttach(w http.ResponseWriter, r *http.Request) {
 	s.attach.mu.Lock()
 	ss := s.attach.session(jobID, attempt)
 	if ss.agent != nil {
-		go ss.agent.Close(websocket.StatusNormalClosure, "replaced by a new stream from the agent")
+		ss.agent.close(websocket.StatusNormalClosure, "replaced by a new stream from the agent")
 	}
+	me := &wsPeer{conn: c}
+	// The window size and the keys typed before it connected reach the agent before
+	// keys typed from now on.
+	me.mu.Lock()
 	// The supervisor sends its recent output first on every connection.
-	ss.agent, ss.recent = c, nil
+	ss.agent, ss.recent = me, nil
 	s.watchIdle(ss)
 	var first [][]byte
 	if ss.size != nil {
@@ -338,10 +384,9 @@ func (s *Server) handleAgentAttach(w http.ResponseWriter, r *http.Request) {
 	}
 	s.attach.mu.Unlock()
 	for _, f := range first {
-		wctx, wcancel := context.WithTimeout(ctx, attachWriteTimeout)
-		_ = c.Write(wctx, websocket.MessageBinary, f)
-		wcancel()
+		_ = me.writeLocked(f)
 	}
+	me.mu.Unlock()
 
 	var end error
 	for {
@@ -354,7 +399,7 @@ func (s *Server) handleAgentAttach(w http.ResponseWriter, r *http.Request) {
 			continue
 		}
 		s.attach.mu.Lock()
-		if ss.agent != c {
+		if ss.agent != me {
 			s.attach.mu.Unlock()
 			break
 		}
@@ -365,17 +410,13 @@ func (s *Server) handleAgentAttach(w http.ResponseWriter, r *http.Request) {
 		client := ss.client
 		s.attach.mu.Unlock()
 		if client != nil {
-			wctx, wcancel := context.WithTimeout(ctx, attachWriteTimeout)
-			if err := client.Write(wctx, websocket.MessageBinary, msg); err != nil {
-				client.CloseNow()
-			}
-			wcancel()
+			_ = client.write(msg)
 		}
 	}
 	c.CloseNow()
 	s.attach.mu.Lock()
 	defer s.attach.mu.Unlock()
-	if ss.agent != c {
+	if ss.agent != me {
 		return
 	}
 	ss.agent = nil

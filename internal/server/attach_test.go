@@ -287,3 +287,43 @@ func TestAttachAfterTheJobsTerminalClosed(t *testing.T) {
 		t.Errorf("attaching to a job cancelled before it ran: %d; want 409", code)
 	}
 }
+
+// A terminal attaching just as the job's terminal closes gets the output it is owed before
+// the end: the replay and the close go to it in order.
+func TestAttachRacingTheTerminalsClose(t *testing.T) {
+	h := newAttachHarness(t, time.Minute)
+	j := h.runningTTYJob()
+	agent, _ := h.dialAgentAttach("n1", j.ID, 1)
+	writeFrame(t, agent, []byte("dquick\r\n"))
+	// The job's terminal closes after the terminal has joined the session and before it
+	// has been sent what it is owed.
+	h.srv.attached = func(id int64) {
+		agent.Close(websocket.StatusNormalClosure, "the job's terminal closed")
+		for end := time.Now().Add(5 * time.Second); !h.srv.attach.hasEnded(id, 1); time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(end) {
+				t.Error("the session did not end after the agent's stream closed")
+				return
+			}
+		}
+	}
+	term, code := h.dialAttach(h.token, j.ID)
+	if code != http.StatusSwitchingProtocols {
+		t.Fatalf("attaching: %d; want the stream", code)
+	}
+	var got []byte
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for {
+		_, msg, err := term.Read(ctx)
+		if err != nil {
+			if websocket.CloseStatus(err) != websocket.StatusNormalClosure {
+				t.Errorf("the stream ended with %v; want close code 1000", err)
+			}
+			break
+		}
+		got = append(got, msg...)
+	}
+	if string(got) != "dquick\r\n" {
+		t.Errorf("the terminal got %q before the end; want the job's output", got)
+	}
+}

@@ -196,6 +196,9 @@ type Server struct {
 	// betweenReads, if set (by tests), runs where a listing has read memory and released
 	// s.mu, before it reads the store (see evictedView).
 	betweenReads func()
+	// attached, if set (by tests), runs as a terminal attaches to a job: after it has
+	// joined the job's session, before the output it is owed is written to it.
+	attached func(job int64)
 
 	logMu sync.Mutex // serialises writes to shipped log files
 	// logs is the directory of shipped logs; every log file is opened through it.
