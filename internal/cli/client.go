@@ -48,7 +48,8 @@ type Client struct {
 }
 
 // followFor is how long a Client with several servers keeps looking for the leader
-// while none answers: long enough for a failover (a few lease intervals).
+// while none answers, and a Client of one server asks again while it answers 503: long
+// enough for a failover (a few lease intervals).
 var followFor = 15 * time.Second
 
 // Endpoint names a server and the credentials to use with it.
@@ -663,7 +664,7 @@ func (c *Client) doRequest(ctx context.Context, r request, out any) error {
 // follows the leader (see Client.Servers).
 func (c *Client) send(ctx context.Context, r request) (*http.Response, error) {
 	if len(c.Servers) < 2 {
-		return c.sendTo(ctx, c.BaseURL, r)
+		return c.sendToOne(ctx, r)
 	}
 	base := strings.TrimRight(c.BaseURL, "/")
 	tried := map[string]bool{}
@@ -713,6 +714,30 @@ func (c *Client) send(ctx context.Context, r request) (*http.Response, error) {
 			}
 		}
 		base = next
+	}
+}
+
+// sendToOne is send for a Client of one server. A rota server's 503 (code unavailable)
+// says nothing was done (a standby that has not yet learned who leads, a leader
+// re-reading the store): the request is sent again, as the answer's Retry-After asks, for up to followFor. A server that cannot be
+// reached is said at once: with one server there is nowhere else to look.
+func (c *Client) sendToOne(ctx context.Context, r request) (*http.Response, error) {
+	deadline := time.Now().Add(followFor)
+	for {
+		resp, err := c.sendTo(ctx, c.BaseURL, r)
+		var apiErr *APIError
+		if !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusServiceUnavailable || apiErr.Detail.Code != api.CodeUnavailable {
+			return resp, err
+		}
+		wait := min(max(apiErr.RetryAfter, 250*time.Millisecond), 2*time.Second)
+		if time.Now().Add(wait).After(deadline) {
+			return nil, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(wait):
+		}
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"net"
 	"net/http"
 	"strings"
@@ -181,5 +182,85 @@ func TestServerListErrors(t *testing.T) {
 	got, err := normalizeServer(" a:1 , https://b:2/ ")
 	if err != nil || got != "http://a:1,https://b:2" {
 		t.Errorf("normalizeServer: %q, %v", got, err)
+	}
+}
+
+// A client of one server asks again while it answers 503 (a standby that has not yet
+// learned the new leader), and gets the answer once one comes.
+func TestClientOfOneServerWaitsOutA503(t *testing.T) {
+	leader := leaderServer(t)
+	var calls atomic.Int32
+	url := newHTTPServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if calls.Add(1) <= 2 {
+			writeTestJSON(w, http.StatusServiceUnavailable, api.Error{Code: api.CodeUnavailable, Message: "this rota server is a standby and no leader is serving yet"})
+			return
+		}
+		resp, err := http.Get(leader.url + r.URL.Path)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer resp.Body.Close()
+		w.WriteHeader(resp.StatusCode)
+		io.Copy(w, resp.Body)
+	}))
+	c, err := NewClient(Endpoint{Server: url, Token: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := c.Status(context.Background())
+	if err != nil {
+		t.Fatalf("status through a server that answered 503 twice: %v", err)
+	}
+	if st.Term != 7 || calls.Load() != 3 {
+		t.Errorf("term %d after %d calls; want 7 after 3", st.Term, calls.Load())
+	}
+
+	// A 400 is an answer: not asked again.
+	calls.Store(10)
+	var apiErr *APIError
+	if err := c.do(context.Background(), "GET", "/api/v1/nope", nil, nil, nil); !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusBadRequest {
+		t.Fatalf("err %v, want the 400", err)
+	}
+	if calls.Load() != 11 {
+		t.Errorf("%d calls for a 400; want 1", calls.Load()-10)
+	}
+}
+
+// A client of one server gives up on 503s after followFor, with the server's reason, and
+// says at once when the server cannot be reached.
+func TestClientOfOneServerGivesUp(t *testing.T) {
+	defer func(d time.Duration) { followFor = d }(followFor)
+	followFor = 600 * time.Millisecond
+	standby := standbyServer(t, func() string { return "" })
+	c, err := NewClient(Endpoint{Server: standby.url, Token: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Status(context.Background())
+	var apiErr *APIError
+	if !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusServiceUnavailable || !strings.Contains(apiErr.Error(), "standby") {
+		t.Fatalf("err %v, want the standby's 503", err)
+	}
+	if n := standby.calls.Load(); n < 1 || n > 3 {
+		t.Errorf("%d calls in %v with Retry-After 1s; want 1 to 3", n, followFor)
+	}
+
+	followFor = time.Minute
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	c, err = NewClient(Endpoint{Server: "http://" + addr, Token: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var unreachable *UnreachableError
+	if _, err := c.Status(ctx); !errors.As(err, &unreachable) {
+		t.Fatalf("err %v, want the server unreachable, at once", err)
 	}
 }
