@@ -141,9 +141,13 @@ type Agent struct {
 	// inventory is read and changed under mu. When a GPU turns unhealthy its GPU list is
 	// replaced, never changed in place: a heartbeat encodes its copy after letting go.
 	inventory api.Inventory
-	runner    *runner
-	shipper   *logShipper
-	creds     *credentials
+	// heldHash is the inventory hash the server's last answer said it holds; "" after a
+	// heartbeat that failed, or from a server that keeps no hash. While it is the hash
+	// of inventory, heartbeats leave the inventory out. Guarded by mu.
+	heldHash string
+	runner   *runner
+	shipper  *logShipper
+	creds    *credentials
 	// lock holds the data directory for this process.
 	lock             *os.File
 	instance         string
@@ -750,6 +754,14 @@ func (a *Agent) beat(ctx context.Context) (*api.HeartbeatResponse, error) {
 	if hb.Inventory.GPUs == nil {
 		hb.Inventory.GPUs = []api.GPU{} // a CPU-only node: [] as the spec says, not null
 	}
+	if a.heldHash != "" {
+		// The server keeps inventory hashes (a server that does not would refuse the
+		// field): the inventory goes only when it is not the one the server holds.
+		hb.InventoryHash = api.InventoryHash(hb.Inventory)
+		if hb.InventoryHash == a.heldHash {
+			hb.Inventory = api.Inventory{}
+		}
+	}
 	carried := map[attemptKey]sent{}
 	stops := map[attemptKey]*attempt{}
 	for _, k := range keys {
@@ -771,11 +783,17 @@ func (a *Agent) beat(ctx context.Context) (*api.HeartbeatResponse, error) {
 
 	resp, err := a.post(ctx, hb)
 	if err != nil {
+		// Whatever the cause (another server, one that lost its records, one that keeps
+		// no hashes), the next heartbeat carries the inventory whole.
+		a.mu.Lock()
+		a.heldHash = ""
+		a.mu.Unlock()
 		return nil, err
 	}
 
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	a.heldHash = resp.InventoryHash
 	a.sentSynced = hb.Synced
 	// A reading goes once; a newer one taken meanwhile waits for the next heartbeat.
 	if a.telemetry == hb.Telemetry {

@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -36,10 +37,16 @@ type fakeServer struct {
 	withholdAcks int
 	beats        []api.Heartbeat
 	refused      int
-	endReports   map[taskKey]int
-	final        map[taskKey]api.TaskStatus
-	ackedAt      map[taskKey]int
-	logs         map[taskKey][]byte
+	// keepHashes makes the server answer with the hash of the inventory it holds, as a
+	// rota server does; held is that inventory, and full counts the heartbeats that
+	// carried one.
+	keepHashes bool
+	held       api.Inventory
+	full       int
+	endReports map[taskKey]int
+	final      map[taskKey]api.TaskStatus
+	ackedAt    map[taskKey]int
+	logs       map[taskKey][]byte
 	// logSent counts the log bytes received, resent ones included.
 	logSent  map[taskKey]int
 	logAtEnd map[taskKey]string
@@ -134,6 +141,13 @@ func (s *fakeServer) heartbeat(w http.ResponseWriter, r *http.Request) {
 	}
 	s.beats = append(s.beats, hb)
 	resp := api.HeartbeatResponse{Tasks: append([]api.Task(nil), s.desired...), HeartbeatSeconds: 0.05, ClusterID: s.clusterID}
+	if !reflect.ValueOf(hb.Inventory).IsZero() {
+		s.held = hb.Inventory
+		s.full++
+	}
+	if s.keepHashes {
+		resp.InventoryHash = api.InventoryHash(s.held)
+	}
 	for _, st := range hb.Tasks {
 		k := taskKey{st.JobID, st.Attempt}
 		s.events[k] = append(s.events[k], st.Events...)

@@ -2,8 +2,10 @@ package agent
 
 import (
 	"context"
+	"net/http"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -283,5 +285,71 @@ func TestStopOnFailedGPUsOnlyOnce(t *testing.T) {
 		return strings.HasPrefix(l, "rota: stopping the job: GPU 1 () failed: XID 79")
 	}) {
 		t.Errorf("job log %q, want one line naming GPU 1 and its fault", lines)
+	}
+}
+
+// Against a server that keeps inventory hashes the agent sends its inventory only when
+// the server does not hold it: first, after a change, and after a failed heartbeat.
+// Against one that keeps none it always sends it, and never the hash.
+func TestAgentSendsItsInventoryOnlyWhenTheServerLacksIt(t *testing.T) {
+	s := newFakeServer(t)
+	s.keepHashes = true
+	a := startAgent(t, s, testLogger(t))
+	eventually(t, 10*time.Second, "heartbeats", func() bool { return s.beatCount() >= 5 })
+	beats := s.heartbeats()
+	if reflect.ValueOf(beats[0].Inventory).IsZero() || beats[0].InventoryHash != "" {
+		t.Fatalf("first heartbeat: inventory %+v hash %q; want the inventory whole and no hash, as to any server", beats[0].Inventory, beats[0].InventoryHash)
+	}
+	full := api.InventoryHash(beats[0].Inventory)
+	for i, hb := range beats[1:] {
+		if !reflect.ValueOf(hb.Inventory).IsZero() || hb.InventoryHash != full {
+			t.Fatalf("heartbeat %d: inventory left out %v, hash %q; want it left out with %q", i+1, reflect.ValueOf(hb.Inventory).IsZero(), hb.InventoryHash, full)
+		}
+	}
+
+	// A GPU that fails changes the inventory: it goes whole once, then is left out again.
+	if err := a.devices.(*FakeDevices).Inject(HealthEvent{GPU: 1, Kind: HealthXID, Code: 79}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "the changed inventory", func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return !gpuOf(s.held, 1).Healthy
+	})
+	n := s.beatCount()
+	eventually(t, 10*time.Second, "later heartbeats", func() bool { return s.beatCount() > n+3 })
+	s.mu.Lock()
+	changed, last := api.InventoryHash(s.held), s.beats[len(s.beats)-1]
+	s.mu.Unlock()
+	if !reflect.ValueOf(last.Inventory).IsZero() || last.InventoryHash != changed || changed == full {
+		t.Errorf("after the change: inventory left out %v, hash %q; want it left out with the new hash %q", reflect.ValueOf(last.Inventory).IsZero(), last.InventoryHash, changed)
+	}
+
+	// A failed heartbeat: the next one carries the inventory whole, whatever the server.
+	s.mu.Lock()
+	s.refuse, s.refuseMsg = http.StatusInternalServerError, "store down"
+	s.mu.Unlock()
+	eventually(t, 10*time.Second, "a refused heartbeat", func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.refused > 0
+	})
+	s.mu.Lock()
+	s.refuse = 0
+	before := len(s.beats)
+	s.mu.Unlock()
+	eventually(t, 10*time.Second, "a heartbeat after the failure", func() bool { return s.beatCount() > before })
+	if hb := s.heartbeats()[before]; reflect.ValueOf(hb.Inventory).IsZero() {
+		t.Error("the first heartbeat after a failed one left the inventory out")
+	}
+
+	// A server that keeps no hashes gets the inventory every time, and no hash.
+	old := newFakeServer(t)
+	startAgent(t, old, testLogger(t))
+	eventually(t, 10*time.Second, "heartbeats", func() bool { return old.beatCount() >= 4 })
+	for i, hb := range old.heartbeats() {
+		if reflect.ValueOf(hb.Inventory).IsZero() || hb.InventoryHash != "" {
+			t.Fatalf("heartbeat %d to a server without hashes: inventory left out %v, hash %q", i, reflect.ValueOf(hb.Inventory).IsZero(), hb.InventoryHash)
+		}
 	}
 }

@@ -52,6 +52,10 @@ func TestHousekeepingRemovesFinishedAttempts(t *testing.T) {
 		})
 	}
 	s.setDesired(running)
+	// An answer composed before would list the ended attempts still; once they are
+	// removed, it would start them anew. Two heartbeats later none is in flight.
+	n := s.beatCount()
+	eventually(t, 10*time.Second, "two heartbeats answered without the ended attempts", func() bool { return s.beatCount() > n+1 })
 	a.attemptOf(t, taskKey{6, 1})
 
 	jobs := filepath.Join(dir, "clusters", testCluster, "jobs")

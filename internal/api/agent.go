@@ -1,6 +1,11 @@
 package api
 
-import "time"
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"time"
+)
 
 // The agent protocol. An agent POSTs a Heartbeat to /api/v1/agents/{node}/heartbeat every
 // few seconds; the answer is the node's desired state. The agent makes its processes match
@@ -31,8 +36,15 @@ type TaskStatus struct {
 
 // Heartbeat is what an agent sends: its inventory and the state of its tasks.
 type Heartbeat struct {
-	Node      string    `json:"node"`
-	Inventory Inventory `json:"inventory"`
+	Node string `json:"node"`
+	// Inventory is the node's hardware and labels. It may be left out (the zero value)
+	// when InventoryHash names the inventory the server said it holds for the node.
+	Inventory Inventory `json:"inventory,omitzero"`
+	// InventoryHash, sent only to a server whose answers carry inventory_hash, is
+	// InventoryHash(Inventory) of the inventory the agent has now. With Inventory left
+	// out, it says the inventory is the one the server holds; the server answers with
+	// the hash it holds, and the agent sends the inventory whole when they differ.
+	InventoryHash string `json:"inventory_hash,omitempty"`
 	// Tasks holds every task the agent runs and every ended task not yet acknowledged,
 	// of the cluster ClusterID.
 	Tasks []TaskStatus `json:"tasks"`
@@ -149,6 +161,21 @@ type HeartbeatResponse struct {
 	// SyncEpoch counts the times the node started syncing; the agent echoes it with
 	// Synced (see Heartbeat.SyncEpoch).
 	SyncEpoch uint64 `json:"sync_epoch,omitempty"`
+	// InventoryHash is InventoryHash of the node's inventory as the server holds it. An
+	// agent whose inventory has this hash may leave it out of its next heartbeats.
+	InventoryHash string `json:"inventory_hash,omitempty"`
+}
+
+// InventoryHash is the hex SHA-256 of inv's JSON encoding. Agent and server each work it
+// out from their own copy; an encoding one side does not share (a field the other does
+// not know) only makes them differ, and the inventory is then always sent.
+func InventoryHash(inv Inventory) string {
+	data, err := json.Marshal(inv)
+	if err != nil {
+		return "" // an inventory always encodes; an empty hash matches nothing
+	}
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:])
 }
 
 // TaskRef names one attempt of one job, of the server's cluster unless ClusterID says

@@ -108,12 +108,16 @@ type simAgent struct {
 	instance string
 	client   *http.Client
 	inv      api.Inventory
+	invHash  string // api.InventoryHash(inv)
 	wake     chan struct{}
 
 	mu       sync.Mutex // guards the fields below
 	tasks    map[api.TaskRef]*api.TaskStatus
 	epoch    uint64
 	answered bool // the server has answered at least once
+	// heldHash is the inventory hash of the server's last answer; "" after a failure.
+	// As the real agent does, a heartbeat leaves the inventory out while it matches.
+	heldHash string
 }
 
 // joinFleet joins n nodes with join tokens, as `rota agent --join` does on each: a key and
@@ -216,6 +220,7 @@ func (f *fleet) join(ctx context.Context, name, token string) (a *simAgent, clus
 	for g := range 8 {
 		a.inv.GPUs = append(a.inv.GPUs, api.GPU{Index: g, UUID: fmt.Sprintf("GPU-%s-%d", name, g), Model: "H100", MemoryMB: 81559, Healthy: true})
 	}
+	a.invHash = api.InventoryHash(a.inv)
 	return a, resp.ClusterID, nil
 }
 
@@ -297,6 +302,12 @@ func (a *simAgent) beat(ctx context.Context) (newWork bool, err error) {
 	a.mu.Lock()
 	hb := api.Heartbeat{Node: a.name, Inventory: a.inv, Tasks: make([]api.TaskStatus, 0, len(a.tasks)), AgentTime: time.Now().UTC(),
 		ClusterID: a.f.clusterID, Instance: a.instance, PID: 1, Version: "bench", Synced: true, SyncEpoch: a.epoch}
+	if a.heldHash != "" {
+		hb.InventoryHash = a.invHash
+		if a.heldHash == a.invHash {
+			hb.Inventory = api.Inventory{}
+		}
+	}
 	for _, st := range a.tasks {
 		hb.Tasks = append(hb.Tasks, *st)
 	}
@@ -309,6 +320,9 @@ func (a *simAgent) beat(ctx context.Context) (newWork bool, err error) {
 	defer cancel()
 	err = postJSON(ctx, a.client, a.f.srv.url+"/api/v1/agents/"+url.PathEscape(a.name)+"/heartbeat", hb, &resp)
 	if err != nil {
+		a.mu.Lock()
+		a.heldHash = ""
+		a.mu.Unlock()
 		if a.f.ctx.Err() != nil {
 			return false, err
 		}
@@ -329,6 +343,7 @@ func (a *simAgent) beat(ctx context.Context) (newWork bool, err error) {
 	now := time.Now().UTC()
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	a.heldHash = resp.InventoryHash
 	if !a.answered {
 		a.answered = true
 		a.f.beaten.Add(1)

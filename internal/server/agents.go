@@ -59,11 +59,18 @@ func (s *Server) handleHeartbeat(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, invalid("node", "body names node %q but the URL names %q", truncateName(hb.Node), name))
 		return
 	}
+	// An inventory left out comes back as the zero value: no real inventory is one (it
+	// names its device source, at the least).
+	sameInventory := reflect.ValueOf(hb.Inventory).IsZero()
+	if sameInventory && hb.InventoryHash == "" {
+		writeError(w, http.StatusBadRequest, invalid("inventory", "is required; it may be left out only with inventory_hash, the hash of the inventory the server's last answer said it holds"))
+		return
+	}
 	if e := validateHeartbeat(&hb); e != nil {
 		writeError(w, http.StatusBadRequest, e)
 		return
 	}
-	resp, status, e := s.heartbeat(r, name, &hb)
+	resp, status, e := s.heartbeat(r, name, &hb, sameInventory)
 	if e != nil {
 		writeError(w, status, e)
 		return
@@ -74,8 +81,9 @@ func (s *Server) handleHeartbeat(w http.ResponseWriter, r *http.Request) {
 }
 
 // heartbeat records heartbeat hb of node name under the server's lock, and returns the
-// answer, or the status and error to refuse it with.
-func (s *Server) heartbeat(r *http.Request, name string, hb *api.Heartbeat) (api.HeartbeatResponse, int, *api.Error) {
+// answer, or the status and error to refuse it with. With sameInventory the agent left its
+// inventory out, saying it is the one the server holds.
+func (s *Server) heartbeat(r *http.Request, name string, hb *api.Heartbeat, sameInventory bool) (api.HeartbeatResponse, int, *api.Error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if e := s.validName("node", name); e != nil {
@@ -84,6 +92,16 @@ func (s *Server) heartbeat(r *http.Request, name string, hb *api.Heartbeat) (api
 	now := s.cfg.Clock.Now()
 	if e := s.takeOver(name, hb, now); e != nil {
 		return api.HeartbeatResponse{}, http.StatusConflict, e
+	}
+	if sameInventory {
+		held := s.state.PeekNode(name)
+		if held == nil {
+			return api.HeartbeatResponse{}, http.StatusBadRequest, invalid("inventory",
+				"is required: this server holds no inventory for node %s (it was removed, or never registered); send it whole", name)
+		}
+		// Whatever the hash the agent gave, the inventory held stays: the answer names
+		// its hash, and an agent whose inventory differs sends it whole next time.
+		hb.Inventory = held.Inventory
 	}
 	id := caller(r)
 	b := &store.Batch{}
@@ -120,7 +138,45 @@ func (s *Server) heartbeat(r *http.Request, name string, hb *api.Heartbeat) (api
 	return api.HeartbeatResponse{
 		Tasks: s.desiredTasks(name), Acked: acked, StoppedAcked: stoppedAcked, ClusterID: s.clusterID,
 		HeartbeatSeconds: s.cfg.HeartbeatInterval.Seconds(), SyncEpoch: node.SyncEpoch,
+		InventoryHash: s.inventoryHash(name, node.Inventory, sameInventory),
 	}, 0, nil
+}
+
+// isSHA256Hex reports whether h is a SHA-256 sum in lowercase hex.
+func isSHA256Hex(h string) bool {
+	if len(h) != 64 {
+		return false
+	}
+	for _, c := range h {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// heldInventory is the hash of the inventory a node's record holds, and the inventory it
+// was worked out from.
+type heldInventory struct {
+	hash string
+	inv  api.Inventory
+}
+
+// inventoryHash returns the hash of node name's inventory inv, as recorded: worked out
+// once per inventory, not per heartbeat. With same, inv is the record's own (the agent
+// left it out) and a hash worked out before still holds. The hashes are dropped when the
+// state is read again from the store. Callers hold s.mu.
+func (s *Server) inventoryHash(name string, inv api.Inventory, same bool) string {
+	h, ok := s.invHashes[name]
+	if ok && (same || reflect.DeepEqual(h.inv, inv)) {
+		return h.hash
+	}
+	if s.invHashes == nil {
+		s.invHashes = map[string]heldInventory{}
+	}
+	h = heldInventory{hash: api.InventoryHash(inv), inv: inv}
+	s.invHashes[name] = h
+	return h.hash
 }
 
 // validateHeartbeat refuses a report that would put nonsense into the node's record: the
@@ -144,6 +200,8 @@ func validateHeartbeat(hb *api.Heartbeat) *api.Error {
 		return invalid("tasks", "at most %d tasks in one heartbeat", maxTaskReport)
 	case len(hb.Stopped) > maxStopped:
 		return invalid("stopped", "at most %d stopped attempts in one heartbeat", maxStopped)
+	case hb.InventoryHash != "" && !isSHA256Hex(hb.InventoryHash):
+		return invalid("inventory_hash", "must be the SHA-256 of the inventory, as 64 lowercase hex digits")
 	}
 	if inv.DeviceSource == "" {
 		inv.DeviceSource = "none"

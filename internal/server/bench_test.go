@@ -277,7 +277,9 @@ func benchInventory(name string) api.Inventory {
 
 // BenchmarkHeartbeat measures one heartbeat, over HTTP, of a node running 10 jobs in a
 // cluster of 2,000 nodes running 20,000: the answer lists the node's tasks, so its cost
-// should follow the node's jobs, not the cluster's.
+// should follow the node's jobs, not the cluster's. The node's 8-GPU inventory goes whole
+// (as to a server that keeps no hash, or after it changed), or is left out with its hash
+// (as an agent does while the server holds it).
 func BenchmarkHeartbeat(b *testing.B) {
 	env := benchServer(b)
 	benchFill(b, env, 2000, 10, 0)
@@ -293,14 +295,22 @@ func BenchmarkHeartbeat(b *testing.B) {
 	if err := post(env.agents, url, "", hb, &resp); err != nil {
 		b.Fatal(err)
 	}
-	if len(resp.Tasks) != 10 {
-		b.Fatalf("the node is told %d tasks, want its 10", len(resp.Tasks))
+	if len(resp.Tasks) != 10 || resp.InventoryHash != api.InventoryHash(hb.Inventory) {
+		b.Fatalf("the node is told %d tasks and inventory hash %q, want its 10 and its inventory's", len(resp.Tasks), resp.InventoryHash)
 	}
-	b.ResetTimer()
-	for range b.N {
-		if err := post(env.agents, url, "", hb, nil); err != nil {
-			b.Fatal(err)
-		}
+	leftOut := hb
+	leftOut.Inventory, leftOut.InventoryHash = api.Inventory{}, resp.InventoryHash
+	for _, bc := range []struct {
+		name string
+		hb   api.Heartbeat
+	}{{"inventory=whole", hb}, {"inventory=left-out", leftOut}} {
+		b.Run(bc.name, func(b *testing.B) {
+			for range b.N {
+				if err := post(env.agents, url, "", bc.hb, nil); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
 

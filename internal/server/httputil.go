@@ -222,7 +222,7 @@ func badTime(data []byte, t reflect.Type, path string) string {
 // (no omitempty) may be null.
 var requiredFields = map[reflect.Type][]string{
 	reflect.TypeFor[api.JobSpec]():          {"command"},
-	reflect.TypeFor[api.Heartbeat]():        {"node", "inventory", "tasks", "agent_time", "instance", "synced"},
+	reflect.TypeFor[api.Heartbeat]():        {"node", "tasks", "agent_time", "instance", "synced"},
 	reflect.TypeFor[api.Inventory]():        {"cpus", "memory_mb", "gpus", "device_source"},
 	reflect.TypeFor[api.GPU]():              {"index", "uuid", "model", "memory_mb", "healthy"},
 	reflect.TypeFor[api.TaskStatus]():       {"job_id", "attempt", "state"},

@@ -196,6 +196,9 @@ type Server struct {
 	// betweenReads, if set (by tests), runs where a listing has read memory and released
 	// s.mu, before it reads the store (see evictedView).
 	betweenReads func()
+	// invHashes holds, per node, the hash of the inventory its record holds (see
+	// inventoryHash). Guarded by mu.
+	invHashes map[string]heldInventory
 	// attached, if set (by tests), runs as a terminal attaches to a job: after it has
 	// joined the job's session, before the output it is owed is written to it.
 	attached func(job int64)
@@ -369,6 +372,7 @@ func (s *Server) load(ctx context.Context) error {
 		nodes[i].LastHeartbeat = now
 	}
 	s.state = state
+	s.invHashes = nil // of the records just replaced
 	s.state.Apply(b)
 	s.evictedAt = now
 	s.log.Info("state loaded", "jobs", len(jobs), "ended_in_store", len(ended), "nodes", len(nodes), "pending", len(s.state.PendingIDs()), "active", len(s.state.ActiveIDs()))

@@ -111,7 +111,8 @@ func TestStrictHeartbeatDecoding(t *testing.T) {
 	const inv = `{"cpus":4,"memory_mb":1,"gpus":[],"device_source":"fake"}`
 	for _, tc := range []struct{ body, field string }{
 		{`{}`, "node"},
-		{`{"node":"n1"}`, "inventory"},
+		{`{"node":"n1",` + rest + `}`, "inventory"},                                                    // left out with no inventory_hash
+		{`{"node":"n1","inventory_hash":"` + strings.Repeat("a", 64) + `",` + rest + `}`, "inventory"}, // a node the server does not hold
 		{`{"node":"n1","inventory":null,` + rest + `}`, "inventory"},
 		{`{"node":"n1","inventory":` + inv + `}`, "tasks"},
 		{`{"node":"n1","inventory":{"cpus":null,"memory_mb":1,"gpus":[],"device_source":"fake"},` + rest + `}`, "inventory.cpus"},
