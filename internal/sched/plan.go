@@ -28,8 +28,9 @@ func ScheduleWith(s *Snapshot, now time.Time, opts Options) (Plan, error) {
 // derives from the nodes alone (their order, GPU groups and indexes) from one call to the
 // next while Snapshot.NodesVersion stays the same, so a cycle costs what its jobs cost
 // rather than what the cluster's size costs. It also reuses the previous cycle's buffers,
-// so a Planner is not safe for concurrent use, and a plan's Pending list is overwritten by
-// the next call: a caller that keeps it copies it. Its plans are those of ScheduleWith.
+// so a Planner is not safe for concurrent use, and a plan's Placements, Pending and
+// Reservations lists are overwritten by the next call: a caller that keeps one copies it.
+// Its plans are those of ScheduleWith.
 type Planner struct {
 	opts    Options
 	version uint64
@@ -39,10 +40,47 @@ type Planner struct {
 	last *state
 	// orderBuf is the previous cycle's ordering arrays, for the same reason.
 	orderBuf orderBuf
-	// pending is the previous plan's Pending list, whose array the next plan reuses: with
-	// a long queue it is most of what a cycle allocates, and collecting it most of what
-	// a replay costs.
-	pending []PendingJob
+	// buf is the previous cycle's plan arrays and caches, which the next cycle empties and
+	// reuses: with a long queue they are most of what a cycle allocates, and collecting
+	// them most of what a replay costs.
+	buf cycleBuf
+}
+
+// cycleBuf holds what a cycle builds afresh each time, for a Planner to lend the next
+// cycle. The plan's lists are emptied, not cleared: what they point to belongs to the
+// previous plan, whose caller may still hold it.
+type cycleBuf struct {
+	placements   []Placement
+	pending      []PendingJob
+	reservations []JobReservation
+	// resNodes holds the node names of all the plan's reservations, each reservation a
+	// slice of it.
+	resNodes       []string
+	never          map[shape]string
+	failed         map[shape]failure
+	shortages      map[shortageKey]shortageEntry
+	blockedByModel map[string]int
+}
+
+// reset empties the buffer for a cycle of s, making the maps that are missing.
+func (b *cycleBuf) reset(s *Snapshot, st *state) {
+	if n := min(len(s.Pending), st.totalGPUs+len(st.nodes)); b.placements == nil {
+		b.placements = make([]Placement, 0, n) // never nil, even when empty
+	} else {
+		b.placements = slices.Grow(b.placements[:0], n)
+	}
+	b.pending = slices.Grow(b.pending[:0], len(s.Pending))
+	b.reservations = b.reservations[:0]
+	b.resNodes = b.resNodes[:0]
+	if b.never == nil {
+		b.never, b.failed = map[shape]string{}, map[shape]failure{}
+		b.shortages, b.blockedByModel = map[shortageKey]shortageEntry{}, map[string]int{}
+		return
+	}
+	clear(b.never)
+	clear(b.failed)
+	clear(b.shortages)
+	clear(b.blockedByModel)
 }
 
 // NewPlanner returns a planner for the policy opts.
@@ -63,11 +101,9 @@ func (p *Planner) Schedule(s *Snapshot, now time.Time) Plan {
 	st := p.base.clone(s, now.UnixNano(), p.last)
 	p.last = st
 	st.finish(s.Running)
-	c := newCycle(s, now, p.opts, st, p.pending)
+	c := newCycle(s, now, p.opts, st, &p.buf)
 	c.orderBuf = &p.orderBuf
-	plan := c.run()
-	p.pending = plan.Pending
-	return plan
+	return c.run()
 }
 
 // run is one scheduling cycle.
@@ -81,6 +117,11 @@ func (c *cycle) run() Plan {
 	}
 	// 3. Under LAS, say when the queues shift with nothing else happening.
 	c.plan.Recheck = c.recheck()
+	// The lists may have grown: the next cycle reuses the larger arrays.
+	c.buf.placements, c.buf.pending, c.buf.reservations = c.plan.Placements, c.plan.Pending, c.plan.Reservations
+	if len(c.plan.Reservations) == 0 {
+		c.plan.Reservations = nil // as a plan without the buffer has it
+	}
 	return c.plan
 }
 
@@ -131,6 +172,8 @@ type cycle struct {
 	demand demand
 	// orderBuf lends order its arrays from a Planner's previous cycle; nil: fresh ones.
 	orderBuf *orderBuf
+	// buf holds the arrays the plan's lists start from, and the reservations' node names.
+	buf *cycleBuf
 	// noCache makes every job search afresh; tests use it to check the cache changes
 	// nothing.
 	noCache bool
@@ -171,22 +214,28 @@ func (c *cycle) setFailed(key shape, f failure) {
 	c.lastFailed.valid = false
 }
 
-// newCycle starts a cycle; its plan's Pending list reuses the array of pending, when given.
-func newCycle(s *Snapshot, now time.Time, opts Options, st *state, pending []PendingJob) *cycle {
+// newCycle starts a cycle; its plan's lists and its caches reuse what buf holds.
+func newCycle(s *Snapshot, now time.Time, opts Options, st *state, buf *cycleBuf) *cycle {
 	st.addWindows(s.Reservations, s.Maintenance)
+	if buf == nil {
+		buf = &cycleBuf{}
+	}
+	buf.reset(s, st)
 	c := &cycle{
 		s: s, opts: opts, st: st,
 		plan: Plan{
-			Placements: make([]Placement, 0, min(len(s.Pending), st.totalGPUs+len(st.nodes))),
-			Pending:    slices.Grow(pending[:0], len(s.Pending)),
+			Placements:   buf.placements,
+			Pending:      buf.pending,
+			Reservations: buf.reservations,
 		},
-		never:          map[shape]string{},
+		buf:            buf,
+		never:          buf.never,
 		kinds:          st.kinds,
-		failed:         map[shape]failure{},
-		blockedByModel: map[string]int{},
+		failed:         buf.failed,
+		blockedByModel: buf.blockedByModel,
 		quotas:         newQuotas(s, st),
 		users:          userGPUs(s),
-		shortages:      map[shortageKey]shortageEntry{},
+		shortages:      buf.shortages,
 		loc:            now.Location(),
 	}
 	// Claims go before any job is served: what they hold is no one else's, whatever the
@@ -473,9 +522,13 @@ func (c *cycle) wait(r *ranked, pj PendingJob, d *demand, reason Reason, inQuota
 		}
 		if t != forever {
 			res := JobReservation{JobID: pj.JobID, Start: c.at(t)}
+			first := len(c.buf.resNodes)
 			for _, cd := range cds {
 				c.st.reserve(cd, d, t)
-				res.Nodes = append(res.Nodes, c.st.nodes[cd.node].n.Name)
+				c.buf.resNodes = append(c.buf.resNodes, c.st.nodes[cd.node].n.Name)
+			}
+			if n := len(c.buf.resNodes); n > first {
+				res.Nodes = c.buf.resNodes[first:n:n]
 			}
 			c.reservations++
 			pj.EstimatedStart = res.Start
