@@ -12,6 +12,8 @@ type ranked struct {
 	queue    Queue
 	hasQueue bool
 	prio     Priority
+	// memo is the number of the job's memo (memos.list); -1 without a queue.
+	memo int32
 	// key is the order's own measure, smaller first: submit time (fifo), known duration
 	// (sjf) or attained service (las); unused by the priority order.
 	key float64
@@ -35,7 +37,7 @@ type orderKey struct {
 
 // order returns the pending jobs in the order the policy serves them. Every order ends
 // with submit time and then ID, so it is total and the plan deterministic.
-func order(s *Snapshot, st *state, opts *Options, now int64, buf *orderBuf) []*ranked {
+func order(s *Snapshot, st *state, opts *Options, now int64, buf *orderBuf, m *memos) []*ranked {
 	if buf == nil {
 		buf = &orderBuf{}
 	}
@@ -45,7 +47,10 @@ func order(s *Snapshot, st *state, opts *Options, now int64, buf *orderBuf) []*r
 	for i := range s.Pending {
 		j := &s.Pending[i]
 		q, ok := s.Queues[j.Queue]
-		r := ranked{job: j, queue: q, hasQueue: ok}
+		r := ranked{job: j, queue: q, hasQueue: ok, memo: -1}
+		if ok {
+			r.memo = m.of(st, j, &q)
+		}
 		r.prio = priority(j, q, &shares, st.totalGPUs, opts, now)
 		switch opts.Order {
 		case OrderSJF:

@@ -57,9 +57,11 @@ type cycleBuf struct {
 	// slice of it.
 	resNodes       []string
 	never          map[shape]string
-	failed         map[shape]failure
 	shortages      map[shortageKey]shortageEntry
 	blockedByModel map[string]int
+	// memos outlive the cycle, unlike the rest: a Planner drops them only when the node
+	// layout changes.
+	memos *memos
 }
 
 // reset empties the buffer for a cycle of s, making the maps that are missing.
@@ -72,13 +74,14 @@ func (b *cycleBuf) reset(s *Snapshot, st *state) {
 	b.pending = slices.Grow(b.pending[:0], len(s.Pending))
 	b.reservations = b.reservations[:0]
 	b.resNodes = b.resNodes[:0]
+	if b.memos == nil {
+		b.memos = newMemos()
+	}
 	if b.never == nil {
-		b.never, b.failed = map[shape]string{}, map[shape]failure{}
-		b.shortages, b.blockedByModel = map[shortageKey]shortageEntry{}, map[string]int{}
+		b.never, b.shortages, b.blockedByModel = map[shape]string{}, map[shortageKey]shortageEntry{}, map[string]int{}
 		return
 	}
 	clear(b.never)
-	clear(b.failed)
 	clear(b.shortages)
 	clear(b.blockedByModel)
 }
@@ -97,6 +100,7 @@ func NewPlanner(opts Options) (*Planner, error) {
 func (p *Planner) Schedule(s *Snapshot, now time.Time) Plan {
 	if s.NodesVersion == 0 || s.NodesVersion != p.version || p.base == nil {
 		p.base, p.version, p.last = newBase(s), s.NodesVersion, nil
+		p.buf.memos = nil // a demand names models by their numbers in the layout
 	}
 	st := p.base.clone(s, now.UnixNano(), p.last)
 	p.last = st
@@ -109,12 +113,14 @@ func (p *Planner) Schedule(s *Snapshot, now time.Time) Plan {
 // run is one scheduling cycle.
 func (c *cycle) run() Plan {
 	// 1. Order the pending jobs: the order is the policy's first word.
-	jobs := order(c.s, c.st, &c.opts, c.st.now, c.orderBuf)
+	c.memos.begin()
+	jobs := order(c.s, c.st, &c.opts, c.st.now, c.orderBuf, c.memos)
 	// 2. Serve them one by one: each placement changes what the next job finds, and each
 	//    blocked job's reservation bounds what the jobs below it may take.
 	for _, r := range jobs {
 		c.schedule(r)
 	}
+	c.memos.end()
 	// 3. Under LAS, say when the queues shift with nothing else happening.
 	c.plan.Recheck = c.recheck()
 	// The lists may have grown: the next cycle reuses the larger arrays.
@@ -152,11 +158,10 @@ type cycle struct {
 	// shortages caches gpuShortage answers while free GPU counts stay the same.
 	shortages map[shortageKey]shortageEntry
 	loc       *time.Location
-	// failed caches requests that did not fit now, keyed by shape: the shortest duration
-	// that failed (a longer run is no easier to fit) and the reason found then, which
-	// the later identical jobs share.
-	failed     map[shape]failure
-	lastFailed lastFailed
+	// memos holds each job's demand and the requests that did not fit now, by shape
+	// (memos.failed): the shortest duration that failed (a longer run is no easier to
+	// fit) and the reason found then, which the later identical jobs share.
+	memos *memos
 	// Jobs so far left waiting for resources, for the Ahead count of the later ones.
 	blockedByModel map[string]int // jobs that name one model
 	// blockedLists counts the jobs that list several models, by their modelName.
@@ -190,30 +195,6 @@ type failure struct {
 	reason Reason
 }
 
-// lastFailed is the cycle's last lookup in failed: identical requests come in runs (an
-// array, a sweep, one team's jobs in fair-share order), and on a long queue hashing the
-// shape for every job was a tenth of a cycle.
-type lastFailed struct {
-	key   shape
-	f     failure
-	found bool
-	valid bool
-}
-
-// lookupFailed is c.failed[key], through the last lookup.
-func (c *cycle) lookupFailed(key shape) (failure, bool) {
-	if l := &c.lastFailed; !l.valid || l.key != key {
-		l.f, l.found = c.failed[key]
-		l.key, l.valid = key, true
-	}
-	return c.lastFailed.f, c.lastFailed.found
-}
-
-func (c *cycle) setFailed(key shape, f failure) {
-	c.failed[key] = f
-	c.lastFailed.valid = false
-}
-
 // newCycle starts a cycle; its plan's lists and its caches reuse what buf holds.
 func newCycle(s *Snapshot, now time.Time, opts Options, st *state, buf *cycleBuf) *cycle {
 	st.addWindows(s.Reservations, s.Maintenance)
@@ -231,7 +212,7 @@ func newCycle(s *Snapshot, now time.Time, opts Options, st *state, buf *cycleBuf
 		buf:            buf,
 		never:          buf.never,
 		kinds:          st.kinds,
-		failed:         buf.failed,
+		memos:          buf.memos,
 		blockedByModel: buf.blockedByModel,
 		quotas:         newQuotas(s, st),
 		users:          userGPUs(s),
@@ -266,12 +247,13 @@ func (c *cycle) schedule(r *ranked) {
 	// The demand lives in the cycle, reused job after job: the chain's checks are function
 	// values, through which a local would escape to the heap.
 	d := &c.demand
-	var bad string
-	*d, bad = newDemand(c.st, j, &r.queue)
+	m := &c.memos.list[r.memo]
+	*d = m.d
+	bad := m.bad
 	// An identical request that failed to fit earlier in this cycle passed this check;
 	// looked up once here, it serves step 4 too.
-	key := d.shape()
-	f, failedBefore := c.lookupFailed(key)
+	key := m.shape
+	f, failedBefore := c.memos.lookupFailed(key)
 	if bad == "" && !failedBefore {
 		if d.shared() {
 			bad = c.neverShared(d)
@@ -332,7 +314,7 @@ func (c *cycle) schedule(r *ranked) {
 		}
 		reason := c.shareReason(d, &dg)
 		if !failedBefore || d.dur < f.dur {
-			c.setFailed(key, failure{dur: d.dur, reason: reason})
+			c.memos.setFailed(key, failure{dur: d.dur, reason: reason})
 		}
 		c.wait(r, pj, d, reason, inQuota)
 		return
@@ -349,7 +331,7 @@ func (c *cycle) schedule(r *ranked) {
 	// 5. It waits: explain why, then preempt or reserve (wait).
 	reason := c.reason(d, &dg)
 	if !failedBefore || d.dur < f.dur {
-		c.setFailed(key, failure{dur: d.dur, reason: reason})
+		c.memos.setFailed(key, failure{dur: d.dur, reason: reason})
 	}
 	c.wait(r, pj, d, reason, inQuota)
 }
