@@ -141,7 +141,7 @@ type cycle struct {
 	// why no node could ever run it, or "" when some node could.
 	never map[shape]string
 	// kinds holds the node kinds for the static check, per pool restriction (the
-	// queue's name, "" for all nodes), built on first use.
+	// pools and the queue's name, "" for all nodes), built on first use.
 	kinds map[string]map[string][]capacity
 	// quotas tracks team usage for admission.
 	quotas *quotas
@@ -342,10 +342,16 @@ func (c *cycle) neverFits(d *demand) string {
 	key.team = ""
 	msg, ok := c.never[key]
 	if !ok {
-		kinds, ok := c.kinds[d.poolKey]
+		// The kinds outlive the cycle in a Planner, while a queue of the same name may
+		// name other pools in the next snapshot: the key names the pools themselves.
+		kindsKey := d.poolKey
+		if d.pools != nil {
+			kindsKey = strings.Join(d.pools, "\x00") + "\x00\x00" + d.poolKey
+		}
+		kinds, ok := c.kinds[kindsKey]
 		if !ok {
 			kinds = capacities(c.s.Nodes, d)
-			c.kinds[d.poolKey] = kinds
+			c.kinds[kindsKey] = kinds
 		}
 		// Versions first: a job no node reports the versions for is told so, whatever
 		// else it asks; the sentence names the pools itself.
