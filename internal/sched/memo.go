@@ -21,8 +21,9 @@ type memos struct {
 	// found there without a map lookup.
 	next int
 	live int // the memos this cycle used
-	// shapes numbers the shapes of the jobs' requests.
+	// shapes numbers the shapes of the jobs' requests, teams the jobs' teams.
 	shapes map[shape]int32
+	teams  map[string]int32
 	// failed holds, by shape number, the request of that shape that failed to fit in this
 	// cycle (a failure of an earlier cycle is ignored).
 	failed []failedShape
@@ -42,6 +43,7 @@ type jobMemo struct {
 	d     demand
 	bad   string // why the request is malformed; "" when it is not
 	shape int32  // the number of d.shape()
+	team  int32  // the number of the job's team
 }
 
 // demandInputs are the comparable inputs of newDemand. A request that lists models or
@@ -58,10 +60,13 @@ type demandInputs struct {
 	share                int
 	gmem                 int64
 	cuda, driver         string
+	// lists is set for a request that lists models or gives speeds: such a memo is never
+	// reused, and a memo derived from a list does not serve the same job without one.
+	lists bool
 }
 
 func newMemos() *memos {
-	return &memos{byID: map[int64]int32{}, shapes: map[shape]int32{}}
+	return &memos{byID: map[int64]int32{}, shapes: map[shape]int32{}, teams: map[string]int32{}}
 }
 
 // begin starts a cycle.
@@ -89,6 +94,7 @@ func (m *memos) of(st *state, j *Job, q *Queue) int32 {
 		queue: j.Queue, team: j.Team, project: j.Project, image: j.Image != "", timeLimit: j.TimeLimit,
 		gpus: r.GPUs, nodes: r.Nodes, perNode: r.GPUsPerNode, model: r.GPUModel, cpus: r.CPUs, mem: r.MemoryMB,
 		share: r.GPUShare, gmem: r.GPUMemoryMB, cuda: r.CUDA, driver: r.Driver,
+		lists: len(r.GPUModels) > 0 || r.Speeds != nil,
 	}
 	if i < 0 {
 		i = int32(len(m.list))
@@ -99,7 +105,7 @@ func (m *memos) of(st *state, j *Job, q *Queue) int32 {
 	e := &m.list[i]
 	e.cycle = m.cycle
 	m.live++
-	if e.shape > 0 && e.in == in && len(r.GPUModels) == 0 && r.Speeds == nil && slices.Equal(e.pools, q.Pools) {
+	if e.shape > 0 && e.in == in && !in.lists && slices.Equal(e.pools, q.Pools) {
 		return i
 	}
 	e.in, e.pools = in, q.Pools
@@ -111,6 +117,12 @@ func (m *memos) of(st *state, j *Job, q *Queue) int32 {
 		m.shapes[key] = n
 	}
 	e.shape = n
+	t, ok := m.teams[j.Team]
+	if !ok {
+		t = int32(len(m.teams))
+		m.teams[j.Team] = t
+	}
+	e.team = t
 	return i
 }
 

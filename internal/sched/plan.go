@@ -173,7 +173,7 @@ type cycle struct {
 	// head is the first job left waiting for resources: under Options.NoBackfill no job
 	// behind it starts. Zero while none waits.
 	head int64
-	// demand is the request of the job being scheduled.
+	// demand is the copy of the job's demand that admission may change (see schedule).
 	demand demand
 	// orderBuf lends order its arrays from a Planner's previous cycle; nil: fresh ones.
 	orderBuf *orderBuf
@@ -244,11 +244,15 @@ func (c *cycle) schedule(r *ranked) {
 		return
 	}
 	// 2. The request must make sense and fit some node one day (static feasibility).
-	// The demand lives in the cycle, reused job after job: the chain's checks are function
-	// values, through which a local would escape to the heap.
-	d := &c.demand
+	// The demand is the job's memo, read, not changed: admission may deny a job that takes
+	// any model some models for this cycle alone, and works on the cycle's copy then.
 	m := &c.memos.list[r.memo]
-	*d = m.d
+	d := &m.d
+	if c.quotas.teams != nil && d.gpus > 0 && (d.model == anyModel || d.models != nil) {
+		c.demand = m.d
+		c.demand.deny = slices.Clone(d.deny)
+		d = &c.demand
+	}
 	bad := m.bad
 	// An identical request that failed to fit earlier in this cycle passed this check;
 	// looked up once here, it serves step 4 too.
@@ -273,7 +277,7 @@ func (c *cycle) schedule(r *ranked) {
 	// 3. Admission: a job that would take its user beyond the queue's cap, or its team
 	// beyond its quota limit, waits without counting as blocked, since the resources it
 	// wants are no concern of the jobs below.
-	if reason, over := c.userLimit(j, &r.queue, c.milliOf(d)); over {
+	if reason, over := c.userLimit(j, r.queue, c.milliOf(d)); over {
 		pj.Reason = reason
 		c.plan.Pending = append(c.plan.Pending, pj)
 		return
