@@ -12,6 +12,8 @@ import (
 // as they were and the node layout stays the same: on a long queue, deriving every job's
 // demand and hashing its shape at every cycle was a third of the cycle.
 type memos struct {
+	// keep is set for a Planner's memos, which outlive the cycle (see newMemos).
+	keep bool
 	// cycle numbers the cycles; a memo or a failure of another cycle's number is stale.
 	cycle uint32
 	list  []jobMemo
@@ -21,17 +23,25 @@ type memos struct {
 	// found there without a map lookup.
 	next int
 	live int // the memos this cycle used
-	// shapes numbers the shapes of the jobs' requests, teams the jobs' teams.
-	shapes map[shape]int32
-	teams  map[string]int32
-	// failed holds, by shape number, the request of that shape that failed to fit in this
-	// cycle (a failure of an earlier cycle is ignored).
+	// shapes numbers the shapes of the jobs' requests, teams the jobs' teams. lastKey is
+	// the shape last numbered, lastShape its number (0: none).
+	shapes    map[shape]int32
+	teams     map[string]int32
+	lastKey   shape
+	lastShape int32
+	// scratch is the one memo of memos that do not keep, byShape their failed requests.
+	scratch jobMemo
+	byShape failedByShape
+	// failed holds, by shape number, where in fails the failure of a request of that
+	// shape to fit in this cycle is (one of an earlier cycle is ignored): an array of
+	// small entries, as there may be a shape for every job.
 	failed []failedShape
+	fails  []failure
 }
 
 type failedShape struct {
 	cycle uint32
-	f     failure
+	at    int32
 }
 
 // jobMemo is one job's memo: the inputs its demand was derived from, and what was derived.
@@ -65,17 +75,28 @@ type demandInputs struct {
 	lists bool
 }
 
-func newMemos() *memos {
-	return &memos{byID: map[int64]int32{}, shapes: map[shape]int32{}, teams: map[string]int32{}}
+// newMemos returns memos for a Planner (keep), with room for n jobs, or for one cycle
+// alone. The latter keep no memo: a job's is derived when the cycle serves it, into one
+// scratch memo, since writing a memo per job only to read each once, in another order,
+// cost a one-off cycle more than it saved.
+func newMemos(n int, keep bool) *memos {
+	m := &memos{keep: keep, shapes: map[shape]int32{}, teams: map[string]int32{}}
+	if keep {
+		m.list, m.byID = make([]jobMemo, 0, n), make(map[int64]int32, n)
+	}
+	return m
 }
 
 // begin starts a cycle.
 func (m *memos) begin() {
 	m.cycle++
 	m.next, m.live = 0, 0
+	clear(m.fails) // their reasons may hold maps and slices
+	m.fails = m.fails[:0]
 }
 
-// of returns the number of job j's memo, up to date for this cycle and the queue q.
+// of returns the number of job j's memo, up to date for this cycle and the queue q. Only
+// memos that keep call it.
 func (m *memos) of(st *state, j *Job, q *Queue) int32 {
 	i := int32(-1)
 	if m.next < len(m.list) && m.list[m.next].id == j.ID {
@@ -109,47 +130,112 @@ func (m *memos) of(st *state, j *Job, q *Queue) int32 {
 		return i
 	}
 	e.in, e.pools = in, q.Pools
-	e.d, e.bad = newDemand(st, j, q)
-	key := e.d.shape()
-	n, ok := m.shapes[key]
-	if !ok {
-		n = int32(len(m.shapes) + 1) // 0 marks a memo not yet derived
-		m.shapes[key] = n
+	m.derive(e, st, j, q)
+	return i
+}
+
+// memo returns the memo of the ranked job r, which has a queue: its own, or for memos
+// that do not keep, the scratch memo derived anew.
+func (m *memos) memo(st *state, r *ranked) *jobMemo {
+	if r.memo >= 0 {
+		return &m.list[r.memo]
 	}
-	e.shape = n
+	m.derive(&m.scratch, st, r.job, r.queue)
+	return &m.scratch
+}
+
+// derive sets what e derives from job j in queue q.
+func (m *memos) derive(e *jobMemo, st *state, j *Job, q *Queue) {
+	e.d, e.bad = newDemand(st, j, q)
+	if !m.keep {
+		return // shapes are numbered, and teams, only for the cycles to come
+	}
+	// Identical requests come in runs (an array, a sweep, one team's jobs in fair-share
+	// order): the last shape is compared before the map is hashed.
+	if key := e.d.shape(); m.lastShape == 0 || key != m.lastKey {
+		n, ok := m.shapes[key]
+		if !ok {
+			n = int32(len(m.shapes) + 1) // 0 marks a memo not yet derived
+			m.shapes[key] = n
+		}
+		m.lastKey, m.lastShape = key, n
+	}
+	e.shape = m.lastShape
 	t, ok := m.teams[j.Team]
 	if !ok {
 		t = int32(len(m.teams))
 		m.teams[j.Team] = t
 	}
 	e.team = t
-	return i
 }
 
-// lookupFailed returns the failure of shape n in this cycle, if any.
-func (m *memos) lookupFailed(n int32) (failure, bool) {
-	if int(n) < len(m.failed) && m.failed[n].cycle == m.cycle {
-		return m.failed[n].f, true
+// lookupFailed returns the failure in this cycle of a request of e's shape, if any.
+func (m *memos) lookupFailed(e *jobMemo) (failure, bool) {
+	if !m.keep {
+		return m.byShape.lookup(e.d.shape())
+	}
+	if n := e.shape; int(n) < len(m.failed) && m.failed[n].cycle == m.cycle {
+		return m.fails[m.failed[n].at], true
 	}
 	return failure{}, false
 }
 
-func (m *memos) setFailed(n int32, f failure) {
+func (m *memos) setFailed(e *jobMemo, f failure) {
+	if !m.keep {
+		m.byShape.set(e.d.shape(), f)
+		return
+	}
+	n := e.shape
 	if int(n) >= len(m.failed) {
 		m.failed = slices.Grow(m.failed, int(n)+1-len(m.failed))[:n+1]
 	}
-	m.failed[n] = failedShape{m.cycle, f}
+	if e := &m.failed[n]; e.cycle == m.cycle {
+		m.fails[e.at] = f
+		return
+	}
+	m.failed[n] = failedShape{m.cycle, int32(len(m.fails))}
+	m.fails = append(m.fails, f)
+}
+
+// failedByShape is the failed requests of a cycle alone, by their shape: numbering every
+// shape would cost a one-off cycle more than hashing those it looks up. last is the
+// last lookup: identical requests come in runs.
+type failedByShape struct {
+	failed map[shape]failure
+	last   struct {
+		key   shape
+		f     failure
+		found bool
+		valid bool
+	}
+}
+
+func (b *failedByShape) lookup(key shape) (failure, bool) {
+	if l := &b.last; !l.valid || l.key != key {
+		l.f, l.found = b.failed[key]
+		l.key, l.valid = key, true
+	}
+	return b.last.f, b.last.found
+}
+
+func (b *failedByShape) set(key shape, f failure) {
+	if b.failed == nil {
+		b.failed = map[shape]failure{}
+	}
+	b.failed[key] = f
+	b.last.valid = false
 }
 
 // end drops the memos of jobs this cycle did not see, once they are most of the list:
 // jobs that started or left keep no memo for long.
 func (m *memos) end() {
-	if len(m.list) <= 2*m.live+64 {
+	if !m.keep || len(m.list) <= 2*m.live+64 {
 		return
 	}
 	m.list = slices.DeleteFunc(m.list, func(e jobMemo) bool { return e.cycle != m.cycle })
 	clear(m.byID)
 	clear(m.shapes)
+	m.lastShape = 0
 	clear(m.failed)
 	m.failed = m.failed[:0]
 	for i := range m.list {

@@ -13,7 +13,8 @@ type ranked struct {
 	queue    *Queue
 	hasQueue bool
 	prio     Priority
-	// memo is the number of the job's memo (memos.list); -1 without a queue.
+	// memo is the number of the job's memo (memos.list); -1 without a queue, and for
+	// memos that do not keep.
 	memo int32
 	// key is the order's own measure, smaller first: submit time (fifo), known duration
 	// (sjf) or attained service (las); unused by the priority order.
@@ -24,12 +25,18 @@ type ranked struct {
 // pending jobs of a cycle point into it, so it serves one cycle at a time.
 type orderBuf struct {
 	ranked []ranked
-	// queues holds a copy of each queue the jobs name, for ranked.queue to point to.
-	queues []Queue
+	// queues holds a copy of each queue the jobs name, for ranked.queue to point to, and
+	// whether the snapshot has it.
+	queues map[string]queueCopy
 	// shares holds the teams' fair-share factors by team number (memos.teams).
 	shares []float64
 	keys   []orderKey
 	sorted []*ranked
+}
+
+type queueCopy struct {
+	q  *Queue
+	ok bool
 }
 
 // orderKey is what the sort compares, in one small record: the ranked records are large.
@@ -46,6 +53,9 @@ func order(s *Snapshot, st *state, opts *Options, now int64, buf *orderBuf, m *m
 	if buf == nil {
 		buf = &orderBuf{}
 	}
+	if buf.queues == nil {
+		buf.queues = map[string]queueCopy{}
+	}
 	shares := teamShares{shares: fairShares(s.Teams)}
 	// The factors of the teams the memos know, by number: a job's team is then an index,
 	// where looking its name up was a tenth of a cycle on a long queue of many teams.
@@ -56,23 +66,27 @@ func order(s *Snapshot, st *state, opts *Options, now int64, buf *orderBuf, m *m
 	}
 	out := slices.Grow(buf.ranked[:0], len(s.Pending))[:len(s.Pending)]
 	buf.ranked = out
-	// Jobs of one queue come in runs: each run's queue is looked up once, and its copy
-	// shared.
-	queues := buf.queues[:0]
+	// The jobs of a queue share one copy of it, and come in runs: each run's queue is
+	// looked up once.
+	clear(buf.queues)
 	var q *Queue
 	qName, ok := "", false
 	for i := range s.Pending {
 		j := &s.Pending[i]
 		if q == nil || j.Queue != qName {
-			var qv Queue
-			qv, ok = s.Queues[j.Queue]
-			queues = append(queues, qv)
-			q, qName = &queues[len(queues)-1], j.Queue
+			qName = j.Queue
+			e, seen := buf.queues[qName]
+			if !seen {
+				e.q = new(Queue)
+				*e.q, e.ok = s.Queues[qName]
+				buf.queues[qName] = e
+			}
+			q, ok = e.q, e.ok
 		}
 		r := &out[i]
 		*r = ranked{job: j, queue: q, hasQueue: ok, memo: -1}
 		var f float64
-		if ok {
+		if ok && m.keep {
 			r.memo = m.of(st, j, q)
 			// Teams are numbered in the order the memos meet them, so a team new in
 			// this cycle is the next number.
@@ -99,7 +113,7 @@ func order(s *Snapshot, st *state, opts *Options, now int64, buf *orderBuf, m *m
 			r.key = float64(r.prio.LASQueue)
 		}
 	}
-	buf.queues, buf.shares = queues, byTeam
+	buf.shares = byTeam
 	// Sort small keys rather than the records themselves: at 100,000 jobs moving the
 	// records dominated the sort.
 	keys := slices.Grow(buf.keys[:0], len(out))[:len(out)]

@@ -75,7 +75,7 @@ func (b *cycleBuf) reset(s *Snapshot, st *state) {
 	b.reservations = b.reservations[:0]
 	b.resNodes = b.resNodes[:0]
 	if b.memos == nil {
-		b.memos = newMemos()
+		b.memos = newMemos(len(s.Pending), true)
 	}
 	if b.never == nil {
 		b.never, b.shortages, b.blockedByModel = map[shape]string{}, map[shortageKey]shortageEntry{}, map[string]int{}
@@ -199,7 +199,7 @@ type failure struct {
 func newCycle(s *Snapshot, now time.Time, opts Options, st *state, buf *cycleBuf) *cycle {
 	st.addWindows(s.Reservations, s.Maintenance)
 	if buf == nil {
-		buf = &cycleBuf{}
+		buf = &cycleBuf{memos: newMemos(len(s.Pending), false)}
 	}
 	buf.reset(s, st)
 	c := &cycle{
@@ -246,7 +246,7 @@ func (c *cycle) schedule(r *ranked) {
 	// 2. The request must make sense and fit some node one day (static feasibility).
 	// The demand is the job's memo, read, not changed: admission may deny a job that takes
 	// any model some models for this cycle alone, and works on the cycle's copy then.
-	m := &c.memos.list[r.memo]
+	m := c.memos.memo(c.st, r)
 	d := &m.d
 	if c.quotas.teams != nil && d.gpus > 0 && (d.model == anyModel || d.models != nil) {
 		c.demand = m.d
@@ -256,8 +256,7 @@ func (c *cycle) schedule(r *ranked) {
 	bad := m.bad
 	// An identical request that failed to fit earlier in this cycle passed this check;
 	// looked up once here, it serves step 4 too.
-	key := m.shape
-	f, failedBefore := c.memos.lookupFailed(key)
+	f, failedBefore := c.memos.lookupFailed(m)
 	if bad == "" && !failedBefore {
 		if d.shared() {
 			bad = c.neverShared(d)
@@ -318,7 +317,7 @@ func (c *cycle) schedule(r *ranked) {
 		}
 		reason := c.shareReason(d, &dg)
 		if !failedBefore || d.dur < f.dur {
-			c.memos.setFailed(key, failure{dur: d.dur, reason: reason})
+			c.memos.setFailed(m, failure{dur: d.dur, reason: reason})
 		}
 		c.wait(r, pj, d, reason, inQuota)
 		return
@@ -335,7 +334,7 @@ func (c *cycle) schedule(r *ranked) {
 	// 5. It waits: explain why, then preempt or reserve (wait).
 	reason := c.reason(d, &dg)
 	if !failedBefore || d.dur < f.dur {
-		c.memos.setFailed(key, failure{dur: d.dur, reason: reason})
+		c.memos.setFailed(m, failure{dur: d.dur, reason: reason})
 	}
 	c.wait(r, pj, d, reason, inQuota)
 }
