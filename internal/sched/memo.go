@@ -169,15 +169,16 @@ func (m *memos) derive(e *jobMemo, st *state, j *Job, q *Queue) {
 	e.team = t
 }
 
-// lookupFailed returns the failure in this cycle of a request of e's shape, if any.
-func (m *memos) lookupFailed(e *jobMemo) (failure, bool) {
+// lookupFailed returns the failure in this cycle of a request of e's shape, nil if none.
+// It is valid until the next setFailed.
+func (m *memos) lookupFailed(e *jobMemo) *failure {
 	if !m.keep {
 		return m.byShape.lookup(e.d.shape())
 	}
 	if n := e.shape; int(n) < len(m.failed) && m.failed[n].cycle == m.cycle {
-		return m.fails[m.failed[n].at], true
+		return &m.fails[m.failed[n].at]
 	}
-	return failure{}, false
+	return nil
 }
 
 func (m *memos) setFailed(e *jobMemo, f failure) {
@@ -210,12 +211,15 @@ type failedByShape struct {
 	}
 }
 
-func (b *failedByShape) lookup(key shape) (failure, bool) {
+func (b *failedByShape) lookup(key shape) *failure {
 	if l := &b.last; !l.valid || l.key != key {
 		l.f, l.found = b.failed[key]
 		l.key, l.valid = key, true
 	}
-	return b.last.f, b.last.found
+	if !b.last.found {
+		return nil
+	}
+	return &b.last.f
 }
 
 func (b *failedByShape) set(key shape, f failure) {

@@ -256,7 +256,8 @@ func (c *cycle) schedule(r *ranked) {
 	bad := m.bad
 	// An identical request that failed to fit earlier in this cycle passed this check;
 	// looked up once here, it serves step 4 too.
-	f, failedBefore := c.memos.lookupFailed(m)
+	f := c.memos.lookupFailed(m)
+	failedBefore := f != nil
 	if bad == "" && !failedBefore {
 		if d.shared() {
 			bad = c.neverShared(d)
