@@ -24,13 +24,15 @@ func ScheduleWith(s *Snapshot, now time.Time, opts Options) (Plan, error) {
 	return newCycle(s, now, opts, newState(s, now.UnixNano()), nil).run(), nil
 }
 
-// Planner schedules the same nodes many times, as the simulator does: it keeps what a cycle
-// derives from the nodes alone (their order, GPU groups and indexes) from one call to the
-// next while Snapshot.NodesVersion stays the same, so a cycle costs what its jobs cost
-// rather than what the cluster's size costs. It also reuses the previous cycle's buffers,
-// so a Planner is not safe for concurrent use, and a plan's Placements, Pending and
-// Reservations lists are overwritten by the next call: a caller that keeps one copies it.
-// Its plans are those of ScheduleWith.
+// Planner schedules the same nodes many times, as the simulator and the server do: it keeps
+// what a cycle derives from the nodes alone (their order, GPU groups and indexes) from one
+// call to the next while Snapshot.NodesVersion stays the same, so a cycle costs what its
+// jobs cost rather than what the cluster's size costs; and it keeps what a cycle derives
+// from each pending job's request alone (memos) while the request stays the same, so a
+// long queue is not worked out afresh at every call. It also reuses the previous cycle's
+// buffers, so a Planner is not safe for concurrent use, and a plan's Placements, Pending
+// and Reservations lists are overwritten by the next call: a caller that keeps one copies
+// it. Its plans are those of ScheduleWith.
 type Planner struct {
 	opts    Options
 	version uint64
