@@ -150,9 +150,20 @@ func (m *memos) derive(e *jobMemo, st *state, j *Job, q *Queue) {
 	if !m.keep {
 		return // shapes are numbered, and teams, only for the cycles to come
 	}
+	e.shape = m.number(e.d.shape())
+	t, ok := m.teams[j.Team]
+	if !ok {
+		t = int32(len(m.teams))
+		m.teams[j.Team] = t
+	}
+	e.team = t
+}
+
+// number returns the number of a shape, numbering it if it is new.
+func (m *memos) number(key shape) int32 {
 	// Identical requests come in runs (an array, a sweep, one team's jobs in fair-share
 	// order): the last shape is compared before the map is hashed.
-	if key := e.d.shape(); m.lastShape == 0 || key != m.lastKey {
+	if m.lastShape == 0 || key != m.lastKey {
 		n, ok := m.shapes[key]
 		if !ok {
 			n = int32(len(m.shapes) + 1) // 0 marks a memo not yet derived
@@ -160,13 +171,7 @@ func (m *memos) derive(e *jobMemo, st *state, j *Job, q *Queue) {
 		}
 		m.lastKey, m.lastShape = key, n
 	}
-	e.shape = m.lastShape
-	t, ok := m.teams[j.Team]
-	if !ok {
-		t = int32(len(m.teams))
-		m.teams[j.Team] = t
-	}
-	e.team = t
+	return m.lastShape
 }
 
 // lookupFailed returns the failure in this cycle of a request of e's shape, nil if none.
@@ -245,12 +250,6 @@ func (m *memos) end() {
 	for i := range m.list {
 		e := &m.list[i]
 		m.byID[e.id] = int32(i)
-		key := e.d.shape()
-		n, ok := m.shapes[key]
-		if !ok {
-			n = int32(len(m.shapes) + 1)
-			m.shapes[key] = n
-		}
-		e.shape = n
+		e.shape = m.number(e.d.shape())
 	}
 }

@@ -91,25 +91,31 @@ func TestPlannerMemosFollowTheJob(t *testing.T) {
 
 // Memos of jobs that left are dropped once they outnumber the jobs still pending, so a
 // long-lived Planner holds memos for about the jobs of its last cycles, not for every job
-// it ever saw.
+// it ever saw; the jobs that stay keep theirs, with their shapes numbered anew.
 func TestPlannerDropsMemosOfJobsGone(t *testing.T) {
 	p, err := NewPlanner(Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	nodes := []Node{gpuNode("a1", "A100", 8)}
+	running := []Running{busy(9999, "a1", time.Hour, 0, 1, 2, 3, 4, 5)}
 	for round := range 50 {
-		var pending []Job
+		// Two jobs that stay and wait, ahead of jobs of another shape that start: a stale
+		// shape number would pass a waiting job's failure on to them.
+		pending := []Job{job(1, 8, "A100"), job(2, 4, "A100")}
 		for k := range 20 {
-			pending = append(pending, job(int64(round*20+k+1), 16, "A100"))
+			pending = append(pending, job(int64(1000+round*20+k), 1, "A100"))
 		}
-		s := &Snapshot{Nodes: nodes, NodesVersion: 1, Queues: queues(), Pending: pending}
+		s := &Snapshot{Nodes: nodes, NodesVersion: 1, Queues: queues(), Running: running, Pending: pending}
 		want, _ := ScheduleWith(s, t0, Options{})
 		if got := p.Schedule(s, t0); !reflect.DeepEqual(got, want) {
 			t.Fatalf("round %d: the planner's plan differs from ScheduleWith's", round)
 		}
+		if len(want.Placements) != 2 {
+			t.Fatalf("round %d: %d placements, want the two 1-GPU jobs that fit", round, len(want.Placements))
+		}
 	}
-	if n := len(p.buf.memos.list); n > 2*20+64 {
-		t.Fatalf("the planner keeps %d memos for 20 pending jobs", n)
+	if n := len(p.buf.memos.list); n > 2*22+64 {
+		t.Fatalf("the planner keeps %d memos for 22 pending jobs", n)
 	}
 }
