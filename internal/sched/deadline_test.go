@@ -34,7 +34,7 @@ func TestDeadlineOrder(t *testing.T) {
 		j := job(9, 1, "H100")
 		j.StartBy = t0.Add(c.startBy)
 		opts, _ := Options{}.withDefaults()
-		got := priority(&j, Queue{Tier: 1}, nil, 8, &opts, t0.UnixNano())
+		got := priority(&j, &Queue{Tier: 1}, 1, 8, &opts, t0.UnixNano())
 		if d := got.Deadline - c.want; d > 1e-6 || d < -1e-6 {
 			t.Errorf("latest start at %+v: deadline factor %v, want %v", c.startBy, got.Deadline, c.want)
 		}

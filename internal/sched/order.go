@@ -8,10 +8,14 @@ import (
 
 // ranked is a pending job with the keys it is ordered by.
 type ranked struct {
-	job      *Job
-	queue    Queue
+	job *Job
+	// queue is the job's queue, a zero one when hasQueue is false.
+	queue    *Queue
 	hasQueue bool
 	prio     Priority
+	// memo is the number of the job's memo (memos.list); -1 without a queue, and for
+	// memos that do not keep.
+	memo int32
 	// key is the order's own measure, smaller first: submit time (fifo), known duration
 	// (sjf) or attained service (las); unused by the priority order.
 	key float64
@@ -21,8 +25,18 @@ type ranked struct {
 // pending jobs of a cycle point into it, so it serves one cycle at a time.
 type orderBuf struct {
 	ranked []ranked
+	// queues holds a copy of each queue the jobs name, for ranked.queue to point to, and
+	// whether the snapshot has it.
+	queues map[string]queueCopy
+	// shares holds the teams' fair-share factors by team number (memos.teams).
+	shares []float64
 	keys   []orderKey
 	sorted []*ranked
+}
+
+type queueCopy struct {
+	q  *Queue
+	ok bool
 }
 
 // orderKey is what the sort compares, in one small record: the ranked records are large.
@@ -35,18 +49,57 @@ type orderKey struct {
 
 // order returns the pending jobs in the order the policy serves them. Every order ends
 // with submit time and then ID, so it is total and the plan deterministic.
-func order(s *Snapshot, st *state, opts *Options, now int64, buf *orderBuf) []*ranked {
+func order(s *Snapshot, st *state, opts *Options, now int64, buf *orderBuf, m *memos) []*ranked {
 	if buf == nil {
 		buf = &orderBuf{}
 	}
+	if buf.queues == nil {
+		buf.queues = map[string]queueCopy{}
+	}
 	shares := teamShares{shares: fairShares(s.Teams)}
+	// The factors of the teams the memos know, by number: a job's team is then an index,
+	// where looking its name up was a tenth of a cycle on a long queue of many teams.
+	byTeam := slices.Grow(buf.shares[:0], len(m.teams))[:len(m.teams)]
+	buf.shares = byTeam
+	for name, n := range m.teams {
+		byTeam[n] = shares.of(name)
+	}
 	out := slices.Grow(buf.ranked[:0], len(s.Pending))[:len(s.Pending)]
 	buf.ranked = out
+	// The jobs of a queue share one copy of it, and come in runs: each run's queue is
+	// looked up once.
+	clear(buf.queues)
+	var q *Queue
+	qName, ok := "", false
 	for i := range s.Pending {
 		j := &s.Pending[i]
-		q, ok := s.Queues[j.Queue]
-		r := ranked{job: j, queue: q, hasQueue: ok}
-		r.prio = priority(j, q, &shares, st.totalGPUs, opts, now)
+		if q == nil || j.Queue != qName {
+			qName = j.Queue
+			e, seen := buf.queues[qName]
+			if !seen {
+				e.q = new(Queue)
+				*e.q, e.ok = s.Queues[qName]
+				buf.queues[qName] = e
+			}
+			q, ok = e.q, e.ok
+		}
+		r := &out[i]
+		*r = ranked{job: j, queue: q, hasQueue: ok, memo: -1}
+		var f float64
+		if ok && m.keep {
+			r.memo = m.of(st, j, q)
+			// Teams are numbered in the order the memos meet them, so a team new in
+			// this cycle is the next number.
+			if t := m.list[r.memo].team; int(t) < len(byTeam) {
+				f = byTeam[t]
+			} else {
+				f = shares.of(j.Team)
+				byTeam = append(byTeam, f)
+			}
+		} else {
+			f = shares.of(j.Team)
+		}
+		r.prio = priority(j, q, f, st.totalGPUs, opts, now)
 		switch opts.Order {
 		case OrderSJF:
 			r.key = math.Inf(1)
@@ -56,11 +109,11 @@ func order(s *Snapshot, st *state, opts *Options, now int64, buf *orderBuf) []*r
 				r.key = float64(j.TimeLimit)
 			}
 		case OrderLAS:
-			r.prio.LASQueue = opts.pendingLASQueue(j, q, now)
+			r.prio.LASQueue = opts.pendingLASQueue(j, *q, now)
 			r.key = float64(r.prio.LASQueue)
 		}
-		out[i] = r
 	}
+	buf.shares = byTeam
 	// Sort small keys rather than the records themselves: at 100,000 jobs moving the
 	// records dominated the sort.
 	keys := slices.Grow(buf.keys[:0], len(out))[:len(out)]
@@ -170,9 +223,9 @@ func (t *teamShares) of(team string) float64 {
 //   - deadline: 0 while the job's latest start (Job.StartBy) is DeadlineHorizon or more
 //     away, rising linearly to 1 when it comes and staying 1 after; 0 without a deadline.
 //     Like every factor it orders only inside the tier.
-func priority(j *Job, q Queue, shares *teamShares, clusterGPUs int, opts *Options, now int64) Priority {
+func priority(j *Job, q *Queue, share float64, clusterGPUs int, opts *Options, now int64) Priority {
 	p := Priority{Tier: q.Tier, Nice: float64(j.Nice)}
-	p.FairShare = opts.Weights.FairShare * shares.of(j.Team)
+	p.FairShare = opts.Weights.FairShare * share
 	if !j.SubmitTime.IsZero() {
 		wait := float64(now-j.SubmitTime.UnixNano()) / float64(opts.MaxAge)
 		p.Age = opts.Weights.Age * min(max(wait, 0), 1)
@@ -184,7 +237,7 @@ func priority(j *Job, q Queue, shares *teamShares, clusterGPUs int, opts *Option
 		}
 		p.Size = opts.Weights.Size * min(float64(gpus)/float64(clusterGPUs), 1)
 	}
-	if opts.Weights.Service != 0 && j.AttainedService > 0 && lasQueue(q) {
+	if opts.Weights.Service != 0 && j.AttainedService > 0 && lasQueue(*q) {
 		p.Service = opts.Weights.Service * (1 - math.Exp2(-j.AttainedService/opts.ServiceHalf.Seconds()))
 	}
 	if !j.StartBy.IsZero() && opts.Weights.Deadline != 0 {

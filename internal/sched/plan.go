@@ -24,12 +24,15 @@ func ScheduleWith(s *Snapshot, now time.Time, opts Options) (Plan, error) {
 	return newCycle(s, now, opts, newState(s, now.UnixNano()), nil).run(), nil
 }
 
-// Planner schedules the same nodes many times, as the simulator does: it keeps what a cycle
-// derives from the nodes alone (their order, GPU groups and indexes) from one call to the
-// next while Snapshot.NodesVersion stays the same, so a cycle costs what its jobs cost
-// rather than what the cluster's size costs. It also reuses the previous cycle's buffers,
-// so a Planner is not safe for concurrent use, and a plan's Pending list is overwritten by
-// the next call: a caller that keeps it copies it. Its plans are those of ScheduleWith.
+// Planner schedules the same nodes many times, as the simulator and the server do: it keeps
+// what a cycle derives from the nodes alone (their order, GPU groups and indexes) from one
+// call to the next while Snapshot.NodesVersion stays the same, so a cycle costs what its
+// jobs cost rather than what the cluster's size costs; and it keeps what a cycle derives
+// from each pending job's request alone (memos) while the request stays the same, so a
+// long queue is not worked out afresh at every call. It also reuses the previous cycle's
+// buffers, so a Planner is not safe for concurrent use, and a plan's Placements, Pending
+// and Reservations lists are overwritten by the next call: a caller that keeps one copies
+// it. Its plans are those of ScheduleWith.
 type Planner struct {
 	opts    Options
 	version uint64
@@ -39,10 +42,50 @@ type Planner struct {
 	last *state
 	// orderBuf is the previous cycle's ordering arrays, for the same reason.
 	orderBuf orderBuf
-	// pending is the previous plan's Pending list, whose array the next plan reuses: with
-	// a long queue it is most of what a cycle allocates, and collecting it most of what
-	// a replay costs.
-	pending []PendingJob
+	// buf is the previous cycle's plan arrays and caches, which the next cycle empties and
+	// reuses: with a long queue they are most of what a cycle allocates, and collecting
+	// them most of what a replay costs.
+	buf cycleBuf
+}
+
+// cycleBuf holds what a cycle builds afresh each time, for a Planner to lend the next
+// cycle. The plan's lists are emptied, not cleared: what they point to belongs to the
+// previous plan, whose caller may still hold it.
+type cycleBuf struct {
+	placements   []Placement
+	pending      []PendingJob
+	reservations []JobReservation
+	// resNodes holds the node names of all the plan's reservations, each reservation a
+	// slice of it.
+	resNodes       []string
+	never          map[shape]string
+	shortages      map[shortageKey]shortageEntry
+	blockedByModel map[string]int
+	// memos outlive the cycle, unlike the rest: a Planner drops them only when the node
+	// layout changes.
+	memos *memos
+}
+
+// reset empties the buffer for a cycle of s, making the maps that are missing.
+func (b *cycleBuf) reset(s *Snapshot, st *state) {
+	if n := min(len(s.Pending), st.totalGPUs+len(st.nodes)); b.placements == nil {
+		b.placements = make([]Placement, 0, n) // never nil, even when empty
+	} else {
+		b.placements = slices.Grow(b.placements[:0], n)
+	}
+	b.pending = slices.Grow(b.pending[:0], len(s.Pending))
+	b.reservations = b.reservations[:0]
+	b.resNodes = b.resNodes[:0]
+	if b.memos == nil {
+		b.memos = newMemos(len(s.Pending), true)
+	}
+	if b.never == nil {
+		b.never, b.shortages, b.blockedByModel = map[shape]string{}, map[shortageKey]shortageEntry{}, map[string]int{}
+		return
+	}
+	clear(b.never)
+	clear(b.shortages)
+	clear(b.blockedByModel)
 }
 
 // NewPlanner returns a planner for the policy opts.
@@ -59,28 +102,34 @@ func NewPlanner(opts Options) (*Planner, error) {
 func (p *Planner) Schedule(s *Snapshot, now time.Time) Plan {
 	if s.NodesVersion == 0 || s.NodesVersion != p.version || p.base == nil {
 		p.base, p.version, p.last = newBase(s), s.NodesVersion, nil
+		p.buf.memos = nil // a demand names models by their numbers in the layout
 	}
 	st := p.base.clone(s, now.UnixNano(), p.last)
 	p.last = st
 	st.finish(s.Running)
-	c := newCycle(s, now, p.opts, st, p.pending)
+	c := newCycle(s, now, p.opts, st, &p.buf)
 	c.orderBuf = &p.orderBuf
-	plan := c.run()
-	p.pending = plan.Pending
-	return plan
+	return c.run()
 }
 
 // run is one scheduling cycle.
 func (c *cycle) run() Plan {
 	// 1. Order the pending jobs: the order is the policy's first word.
-	jobs := order(c.s, c.st, &c.opts, c.st.now, c.orderBuf)
+	c.memos.begin()
+	jobs := order(c.s, c.st, &c.opts, c.st.now, c.orderBuf, c.memos)
 	// 2. Serve them one by one: each placement changes what the next job finds, and each
 	//    blocked job's reservation bounds what the jobs below it may take.
 	for _, r := range jobs {
 		c.schedule(r)
 	}
+	c.memos.end()
 	// 3. Under LAS, say when the queues shift with nothing else happening.
 	c.plan.Recheck = c.recheck()
+	// The lists may have grown: the next cycle reuses the larger arrays.
+	c.buf.placements, c.buf.pending, c.buf.reservations = c.plan.Placements, c.plan.Pending, c.plan.Reservations
+	if len(c.plan.Reservations) == 0 {
+		c.plan.Reservations = nil // as a plan without the buffer has it
+	}
 	return c.plan
 }
 
@@ -94,7 +143,7 @@ type cycle struct {
 	// why no node could ever run it, or "" when some node could.
 	never map[shape]string
 	// kinds holds the node kinds for the static check, per pool restriction (the
-	// queue's name, "" for all nodes), built on first use.
+	// pools and the queue's name, "" for all nodes), built on first use.
 	kinds map[string]map[string][]capacity
 	// quotas tracks team usage for admission.
 	quotas *quotas
@@ -111,11 +160,10 @@ type cycle struct {
 	// shortages caches gpuShortage answers while free GPU counts stay the same.
 	shortages map[shortageKey]shortageEntry
 	loc       *time.Location
-	// failed caches requests that did not fit now, keyed by shape: the shortest duration
-	// that failed (a longer run is no easier to fit) and the reason found then, which
-	// the later identical jobs share.
-	failed     map[shape]failure
-	lastFailed lastFailed
+	// memos holds each job's demand and the requests that did not fit now, by shape
+	// (memos.failed): the shortest duration that failed (a longer run is no easier to
+	// fit) and the reason found then, which the later identical jobs share.
+	memos *memos
 	// Jobs so far left waiting for resources, for the Ahead count of the later ones.
 	blockedByModel map[string]int // jobs that name one model
 	// blockedLists counts the jobs that list several models, by their modelName.
@@ -127,10 +175,12 @@ type cycle struct {
 	// head is the first job left waiting for resources: under Options.NoBackfill no job
 	// behind it starts. Zero while none waits.
 	head int64
-	// demand is the request of the job being scheduled.
+	// demand is the copy of the job's demand that admission may change (see schedule).
 	demand demand
 	// orderBuf lends order its arrays from a Planner's previous cycle; nil: fresh ones.
 	orderBuf *orderBuf
+	// buf holds the arrays the plan's lists start from, and the reservations' node names.
+	buf *cycleBuf
 	// noCache makes every job search afresh; tests use it to check the cache changes
 	// nothing.
 	noCache bool
@@ -147,46 +197,28 @@ type failure struct {
 	reason Reason
 }
 
-// lastFailed is the cycle's last lookup in failed: identical requests come in runs (an
-// array, a sweep, one team's jobs in fair-share order), and on a long queue hashing the
-// shape for every job was a tenth of a cycle.
-type lastFailed struct {
-	key   shape
-	f     failure
-	found bool
-	valid bool
-}
-
-// lookupFailed is c.failed[key], through the last lookup.
-func (c *cycle) lookupFailed(key shape) (failure, bool) {
-	if l := &c.lastFailed; !l.valid || l.key != key {
-		l.f, l.found = c.failed[key]
-		l.key, l.valid = key, true
-	}
-	return c.lastFailed.f, c.lastFailed.found
-}
-
-func (c *cycle) setFailed(key shape, f failure) {
-	c.failed[key] = f
-	c.lastFailed.valid = false
-}
-
-// newCycle starts a cycle; its plan's Pending list reuses the array of pending, when given.
-func newCycle(s *Snapshot, now time.Time, opts Options, st *state, pending []PendingJob) *cycle {
+// newCycle starts a cycle; its plan's lists and its caches reuse what buf holds.
+func newCycle(s *Snapshot, now time.Time, opts Options, st *state, buf *cycleBuf) *cycle {
 	st.addWindows(s.Reservations, s.Maintenance)
+	if buf == nil {
+		buf = &cycleBuf{memos: newMemos(len(s.Pending), false)}
+	}
+	buf.reset(s, st)
 	c := &cycle{
 		s: s, opts: opts, st: st,
 		plan: Plan{
-			Placements: make([]Placement, 0, min(len(s.Pending), st.totalGPUs+len(st.nodes))),
-			Pending:    slices.Grow(pending[:0], len(s.Pending)),
+			Placements:   buf.placements,
+			Pending:      buf.pending,
+			Reservations: buf.reservations,
 		},
-		never:          map[shape]string{},
+		buf:            buf,
+		never:          buf.never,
 		kinds:          st.kinds,
-		failed:         map[shape]failure{},
-		blockedByModel: map[string]int{},
+		memos:          buf.memos,
+		blockedByModel: buf.blockedByModel,
 		quotas:         newQuotas(s, st),
 		users:          userGPUs(s),
-		shortages:      map[shortageKey]shortageEntry{},
+		shortages:      buf.shortages,
 		loc:            now.Location(),
 	}
 	// Claims go before any job is served: what they hold is no one else's, whatever the
@@ -214,15 +246,20 @@ func (c *cycle) schedule(r *ranked) {
 		return
 	}
 	// 2. The request must make sense and fit some node one day (static feasibility).
-	// The demand lives in the cycle, reused job after job: the chain's checks are function
-	// values, through which a local would escape to the heap.
-	d := &c.demand
-	var bad string
-	*d, bad = newDemand(c.st, j, &r.queue)
+	// The demand is the job's memo, read, not changed: admission may deny a job that takes
+	// any model some models for this cycle alone, and works on the cycle's copy then.
+	m := c.memos.memo(c.st, r)
+	d := &m.d
+	if c.quotas.teams != nil && d.gpus > 0 && (d.model == anyModel || d.models != nil) {
+		c.demand = m.d
+		c.demand.deny = slices.Clone(d.deny)
+		d = &c.demand
+	}
+	bad := m.bad
 	// An identical request that failed to fit earlier in this cycle passed this check;
 	// looked up once here, it serves step 4 too.
-	key := d.shape()
-	f, failedBefore := c.lookupFailed(key)
+	f := c.memos.lookupFailed(m)
+	failedBefore := f != nil
 	if bad == "" && !failedBefore {
 		if d.shared() {
 			bad = c.neverShared(d)
@@ -242,7 +279,7 @@ func (c *cycle) schedule(r *ranked) {
 	// 3. Admission: a job that would take its user beyond the queue's cap, or its team
 	// beyond its quota limit, waits without counting as blocked, since the resources it
 	// wants are no concern of the jobs below.
-	if reason, over := c.userLimit(j, &r.queue, c.milliOf(d)); over {
+	if reason, over := c.userLimit(j, r.queue, c.milliOf(d)); over {
 		pj.Reason = reason
 		c.plan.Pending = append(c.plan.Pending, pj)
 		return
@@ -283,7 +320,7 @@ func (c *cycle) schedule(r *ranked) {
 		}
 		reason := c.shareReason(d, &dg)
 		if !failedBefore || d.dur < f.dur {
-			c.setFailed(key, failure{dur: d.dur, reason: reason})
+			c.memos.setFailed(m, failure{dur: d.dur, reason: reason})
 		}
 		c.wait(r, pj, d, reason, inQuota)
 		return
@@ -300,7 +337,7 @@ func (c *cycle) schedule(r *ranked) {
 	// 5. It waits: explain why, then preempt or reserve (wait).
 	reason := c.reason(d, &dg)
 	if !failedBefore || d.dur < f.dur {
-		c.setFailed(key, failure{dur: d.dur, reason: reason})
+		c.memos.setFailed(m, failure{dur: d.dur, reason: reason})
 	}
 	c.wait(r, pj, d, reason, inQuota)
 }
@@ -311,10 +348,16 @@ func (c *cycle) neverFits(d *demand) string {
 	key.team = ""
 	msg, ok := c.never[key]
 	if !ok {
-		kinds, ok := c.kinds[d.poolKey]
+		// The kinds outlive the cycle in a Planner, while a queue of the same name may
+		// name other pools in the next snapshot: the key names the pools themselves.
+		kindsKey := d.poolKey
+		if d.pools != nil {
+			kindsKey = strings.Join(d.pools, "\x00") + "\x00\x00" + d.poolKey
+		}
+		kinds, ok := c.kinds[kindsKey]
 		if !ok {
 			kinds = capacities(c.s.Nodes, d)
-			c.kinds[d.poolKey] = kinds
+			c.kinds[kindsKey] = kinds
 		}
 		// Versions first: a job no node reports the versions for is told so, whatever
 		// else it asks; the sentence names the pools itself.
@@ -473,9 +516,13 @@ func (c *cycle) wait(r *ranked, pj PendingJob, d *demand, reason Reason, inQuota
 		}
 		if t != forever {
 			res := JobReservation{JobID: pj.JobID, Start: c.at(t)}
+			first := len(c.buf.resNodes)
 			for _, cd := range cds {
 				c.st.reserve(cd, d, t)
-				res.Nodes = append(res.Nodes, c.st.nodes[cd.node].n.Name)
+				c.buf.resNodes = append(c.buf.resNodes, c.st.nodes[cd.node].n.Name)
+			}
+			if n := len(c.buf.resNodes); n > first {
+				res.Nodes = c.buf.resNodes[first:n:n]
 			}
 			c.reservations++
 			pj.EstimatedStart = res.Start

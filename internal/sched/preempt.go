@@ -263,7 +263,7 @@ func (c *cycle) preempt(r *ranked, d *demand, inQuota bool) ([]int64, []string, 
 	p := c.pre
 	tier := r.queue.Tier
 	level := noLAS
-	if c.opts.Order == OrderLAS && lasQueue(r.queue) {
+	if c.opts.Order == OrderLAS && lasQueue(*r.queue) {
 		level = r.prio.LASQueue
 	}
 	if !(tier > p.lowestTier || (inQuota && p.anyBorrower) || p.anyStopping || level < p.highestLAS) {

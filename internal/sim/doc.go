@@ -37,7 +37,8 @@
 // Speed: a replay plans at every event that changes what the scheduler sees, and every plan
 // weighs every pending job, so a long queue is the costly case. Between events the engine
 // keeps its pending list in the last plan's order, which makes the scheduler's sort short,
-// and a sched.Planner keeps the node layout and reuses its buffers. BenchmarkSimPhillyContended
+// and a sched.Planner keeps the node layout, each pending job's demand while its request
+// stays the same, and its buffers. BenchmarkSimPhillyContended
 // measures the contended Philly extract; TestPlanIdentity holds every plan fixed against
 // hashes in testdata/plan_hashes.txt; docs/scheduling.md gives the figures.
 //

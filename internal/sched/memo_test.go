@@ -1,0 +1,121 @@
+package sched
+
+import (
+	"reflect"
+	"testing"
+	"time"
+)
+
+// A Planner keeps each job's demand between cycles (memos); every change to what the demand
+// is derived from must reach the next plan. Each step changes one input of one job, under
+// the same ID, and the Planner's plan must be ScheduleWith's.
+func TestPlannerMemosFollowTheJob(t *testing.T) {
+	nodes := []Node{gpuNode("a1", "A100", 8), gpuNode("a2", "A100", 8), gpuNode("h1", "H100", 8)}
+	nodes[2].Labels = map[string]string{"pool": "fast"}
+	busyAll := []Running{busy(100, "a1", 2*time.Hour, 0, 1, 2, 3, 4, 5, 6, 7), busy(101, "a2", 3*time.Hour, 0, 1, 2, 3, 4, 5)}
+	pending := func() []Job {
+		js := []Job{job(1, 4, ""), job(2, 2, "A100"), job(3, 8, "H100"), job(4, 1, ""), job(5, 2, "")}
+		js[4].Team = "nlp"
+		return js
+	}
+	teams := map[string]Team{"vision": {Name: "vision", Weight: 1}, "nlp": {Name: "nlp", Weight: 1, Usage: 5}}
+	steps := []struct {
+		name   string
+		change func(s *Snapshot)
+	}{
+		{"as first seen", func(*Snapshot) {}},
+		{"unchanged", func(*Snapshot) {}},
+		{"more GPUs", func(s *Snapshot) { s.Pending[0].Request.GPUs = 8 }},
+		{"another model", func(s *Snapshot) { s.Pending[1].Request.GPUModel = "H100" }},
+		{"a model list", func(s *Snapshot) { s.Pending[3].Request.GPUModels = []string{"H100", "A100"} }},
+		{"another list", func(s *Snapshot) { s.Pending[3].Request.GPUModels = []string{"A100", "H100"} }},
+		{"another team", func(s *Snapshot) { s.Pending[4].Team = "vision" }},
+		{"a project", func(s *Snapshot) { s.Pending[4].Project = "asr" }},
+		{"a longer limit", func(s *Snapshot) { s.Pending[0].TimeLimit = 5 * time.Hour }},
+		{"no limit", func(s *Snapshot) { s.Pending[0].TimeLimit = 0 }},
+		{"an image", func(s *Snapshot) { s.Pending[2].Image = "pytorch:2" }},
+		{"a driver range", func(s *Snapshot) { s.Pending[2].Request.Driver = ">=600" }},
+		{"a pooled queue", func(s *Snapshot) {
+			s.Queues["fast"] = Queue{Name: "fast", Tier: 1, Pools: []string{"fast"}}
+			s.Pending[2].Queue = "fast"
+		}},
+		{"the queue's pools change", func(s *Snapshot) {
+			s.Queues["fast"] = Queue{Name: "fast", Tier: 1, Pools: []string{"other"}}
+			s.Pending[2].Queue = "fast"
+		}},
+		{"the queue goes", func(s *Snapshot) { s.Pending[2].Queue = "gone" }},
+		{"a quota denies a model", func(s *Snapshot) {
+			s.Teams["vision"] = Team{Name: "vision", Weight: 1, Quota: map[string]Quota{"A100": {Guaranteed: 0, Limit: 0}, "H100": {Guaranteed: 8, Limit: 8}}}
+		}},
+		// The quota's denial was for that cycle alone: without it the job may take the
+		// A100s again.
+		{"the quota goes", func(*Snapshot) {}},
+		{"one ID twice", func(s *Snapshot) {
+			dup := job(1, 1, "H100")
+			s.Pending = append(s.Pending, dup)
+		}},
+		{"the first job leaves", func(s *Snapshot) { s.Pending = s.Pending[1:] }},
+		{"reversed", func(s *Snapshot) {
+			for i, j := 0, len(s.Pending)-1; i < j; i, j = i+1, j-1 {
+				s.Pending[i], s.Pending[j] = s.Pending[j], s.Pending[i]
+			}
+		}},
+	}
+	for _, policy := range []string{"default", "fifo", "sjf", "las"} {
+		opts, err := OptionsFor(policy)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := NewPlanner(opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, step := range steps {
+			tm := map[string]Team{}
+			for k, v := range teams {
+				tm[k] = v
+			}
+			s := &Snapshot{Nodes: nodes, NodesVersion: 1, Queues: queues(), Teams: tm, Running: busyAll, Pending: pending()}
+			step.change(s)
+			want, err := ScheduleWith(s, t0, opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := p.Schedule(s, t0)
+			if !reflect.DeepEqual(got, want) {
+				t.Fatalf("%s, %s: the planner's plan differs from ScheduleWith's:\n got %+v\nwant %+v", policy, step.name, got, want)
+			}
+		}
+	}
+}
+
+// Memos of jobs that left are dropped once they outnumber the jobs still pending, so a
+// long-lived Planner holds memos for about the jobs of its last cycles, not for every job
+// it ever saw; the jobs that stay keep theirs, with their shapes numbered anew.
+func TestPlannerDropsMemosOfJobsGone(t *testing.T) {
+	p, err := NewPlanner(Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodes := []Node{gpuNode("a1", "A100", 8)}
+	running := []Running{busy(9999, "a1", time.Hour, 0, 1, 2, 3, 4, 5)}
+	for round := range 50 {
+		// Two jobs that stay and wait, ahead of jobs of another shape that start: a stale
+		// shape number would pass a waiting job's failure on to them.
+		pending := []Job{job(1, 8, "A100"), job(2, 4, "A100")}
+		for k := range 20 {
+			pending = append(pending, job(int64(1000+round*20+k), 1, "A100"))
+		}
+		s := &Snapshot{Nodes: nodes, NodesVersion: 1, Queues: queues(), Running: running, Pending: pending}
+		want, _ := ScheduleWith(s, t0, Options{})
+		if got := p.Schedule(s, t0); !reflect.DeepEqual(got, want) {
+			t.Fatalf("round %d: the planner's plan differs from ScheduleWith's", round)
+		}
+		if len(want.Placements) != 2 {
+			t.Fatalf("round %d: %d placements, want the two 1-GPU jobs that fit", round, len(want.Placements))
+		}
+	}
+	if n := len(p.buf.memos.list); n > 2*22+64 {
+		t.Fatalf("the planner keeps %d memos for 22 pending jobs", n)
+	}
+}
