@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -349,8 +350,9 @@ func attachTerminal(ctx context.Context, cfg Config, c *Client, id int64, in *os
 	}
 
 	// What ends the session: the stream (job ended, taken over, connection lost), or this
-	// terminal going away.
+	// terminal going away. shown says whether the stream brought any output.
 	streamEnd := make(chan error, 1)
+	var shown atomic.Bool
 	go func() {
 		for {
 			_, msg, err := conn.Read(ctx)
@@ -358,7 +360,8 @@ func attachTerminal(ctx context.Context, cfg Config, c *Client, id int64, in *os
 				streamEnd <- err
 				return
 			}
-			if len(msg) > 0 && msg[0] == api.FrameData {
+			if len(msg) > 1 && msg[0] == api.FrameData {
+				shown.Store(true)
 				if _, err := cfg.Stdout.Write(msg[1:]); err != nil {
 					streamEnd <- err
 					return
@@ -431,7 +434,16 @@ func attachTerminal(ctx context.Context, cfg Config, c *Client, id int64, in *os
 			unraw()
 			switch websocket.CloseStatus(err) {
 			case websocket.StatusNormalClosure:
-				return waitEnded(ctx, cfg, c, id)
+				code := waitEnded(ctx, cfg, c, id)
+				if !shown.Load() {
+					// The job's terminal closed before any of its output reached this one
+					// (a job quicker than the relay): its log, complete once it has
+					// ended, has what it wrote.
+					if err := copyLog(ctx, c, id, LogOptions{}, cfg.Stdout); err != nil {
+						return cfg.fail(ctx, err)
+					}
+				}
+				return code
 			case 4001:
 				fmt.Fprintf(cfg.Stderr, "\r\nrota: another terminal attached to job %d; this one is detached and the job keeps running\n", id)
 				return ExitError
