@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coder/websocket"
+
 	"github.com/rotahq/rota/internal/api"
 	"github.com/rotahq/rota/internal/auth"
 )
@@ -43,6 +45,8 @@ type fakeServer struct {
 	keepHashes bool
 	held       api.Inventory
 	full       int
+	// ttyOut is what each interactive attempt's stream carried before it closed normally.
+	ttyOut     map[taskKey]string
 	endReports map[taskKey]int
 	final      map[taskKey]api.TaskStatus
 	ackedAt    map[taskKey]int
@@ -84,6 +88,7 @@ func newFakeState() *fakeServer {
 		events:      map[taskKey][]map[string]any{},
 		stops:       map[api.TaskRef]api.StoppedTask{},
 		stopReports: map[api.TaskRef]int{},
+		ttyOut:      map[taskKey]string{},
 	}
 }
 
@@ -91,7 +96,38 @@ func (s *fakeServer) mux() *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /api/v1/agents/{node}/heartbeat", s.heartbeat)
 	mux.HandleFunc("POST /api/v1/agents/{node}/logs/{job}/{attempt}", s.log)
+	mux.HandleFunc("GET /api/v1/agents/{node}/attach/{job}/{attempt}", s.attach)
 	return mux
+}
+
+// attach takes an interactive attempt's terminal stream as the server does: it sends the
+// terminal's window size at once, as it does for a terminal attached first, and records
+// the output that comes before the stream closes normally.
+func (s *fakeServer) attach(w http.ResponseWriter, r *http.Request) {
+	job, _ := strconv.ParseInt(r.PathValue("job"), 10, 64)
+	attempt, _ := strconv.Atoi(r.PathValue("attempt"))
+	c, err := websocket.Accept(w, r, nil)
+	if err != nil {
+		return
+	}
+	defer c.CloseNow()
+	k := taskKey{job, attempt}
+	c.Write(r.Context(), websocket.MessageBinary, api.ResizeFrame(24, 80))
+	var out []byte
+	for {
+		_, msg, err := c.Read(r.Context())
+		if err != nil {
+			if websocket.CloseStatus(err) == websocket.StatusNormalClosure {
+				s.mu.Lock()
+				s.ttyOut[k] = string(out)
+				s.mu.Unlock()
+			}
+			return
+		}
+		if len(msg) > 0 && msg[0] == api.FrameData {
+			out = append(out, msg[1:]...)
+		}
+	}
 }
 
 func (s *fakeServer) unlessDown(h http.Handler) http.Handler {

@@ -130,6 +130,14 @@ func (a *Agent) relayOnce(ctx context.Context, att *attempt) error {
 			continue
 		}
 		if err := api.WriteFrame(uc, msg[0], msg[1:]); err != nil {
+			// The job's terminal is closing (a job that ended as a terminal attached,
+			// whose window size came in). What it wrote before may still wait in the
+			// socket: the output side reads it out to the end before the stream closes.
+			select {
+			case <-outDone:
+			case <-ctx.Done():
+			case <-time.After(drainWait):
+			}
 			end = err
 			break
 		}
@@ -139,3 +147,7 @@ func (a *Agent) relayOnce(ctx context.Context, att *attempt) error {
 	<-outDone
 	return end
 }
+
+// drainWait bounds how long a relay whose writes to the job's terminal fail waits for the
+// terminal's last output: a socket the supervisor closed ends at once.
+const drainWait = 5 * time.Second
