@@ -501,6 +501,9 @@ func TestAgentKeepsTasksThroughServerOutage(t *testing.T) {
 	if st.State != api.StateSucceeded {
 		t.Errorf("got %s (%s), want SUCCEEDED: the outage must not stop the job", st.State, st.Message)
 	}
+	// The agent says so once the answer that carried the end is back: a moment after the
+	// server recorded it.
+	eventually(t, 10*time.Second, "the reconnect to be logged", func() bool { return strings.Contains(logs.String(), "server reachable again") })
 	out := logs.String()
 	if n := strings.Count(out, "server unreachable"); n != 1 {
 		t.Errorf("outage logged %d times, want once:\n%s", n, out)
