@@ -295,11 +295,26 @@ func TestAttachRacingTheTerminalsClose(t *testing.T) {
 	j := h.runningTTYJob()
 	agent, _ := h.dialAgentAttach("n1", j.ID, 1)
 	writeFrame(t, agent, []byte("dquick\r\n"))
+	// The output is the session's before the terminal attaches: it is owed as the replay.
+	for end := time.Now().Add(30 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		h.srv.attach.mu.Lock()
+		ss := h.srv.attach.sessions[j.ID]
+		held := ss != nil && string(ss.recent) == "quick\r\n"
+		h.srv.attach.mu.Unlock()
+		if held {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatal("the server did not take the job's output")
+		}
+	}
 	// The job's terminal closes after the terminal has joined the session and before it
 	// has been sent what it is owed.
 	h.srv.attached = func(id int64) {
-		agent.Close(websocket.StatusNormalClosure, "the job's terminal closed")
-		for end := time.Now().Add(5 * time.Second); !h.srv.attach.hasEnded(id, 1); time.Sleep(5 * time.Millisecond) {
+		// The close handshake is the agent's to finish; what matters here is the server
+		// seeing the job's terminal close while this terminal waits for its replay.
+		go agent.Close(websocket.StatusNormalClosure, "the job's terminal closed")
+		for end := time.Now().Add(30 * time.Second); !h.srv.attach.hasEnded(id, 1); time.Sleep(5 * time.Millisecond) {
 			if time.Now().After(end) {
 				t.Error("the session did not end after the agent's stream closed")
 				return
@@ -311,7 +326,7 @@ func TestAttachRacingTheTerminalsClose(t *testing.T) {
 		t.Fatalf("attaching: %d; want the stream", code)
 	}
 	var got []byte
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for {
 		_, msg, err := term.Read(ctx)
