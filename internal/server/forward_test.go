@@ -159,16 +159,7 @@ func testHAStandbyForwards(t *testing.T, dbURL string) {
 	if resp.StatusCode != http.StatusOK || jr.Certificate == "" {
 		t.Fatalf("join through the standby: %d", resp.StatusCode)
 	}
-	id := auth.NodeIdentity{ClusterID: jr.ClusterID, Node: "gpu-01", CAPEM: []byte(jr.CA), CertPEM: []byte(jr.Certificate), KeyPEM: key}
-	cert, err := id.TLSCertificate()
-	if err != nil {
-		t.Fatal(err)
-	}
-	mtls, err := auth.ClientTLSConfig(id.Pin(), &cert)
-	if err != nil {
-		t.Fatal(err)
-	}
-	node := &http.Client{Transport: &http.Transport{TLSClientConfig: mtls}}
+	node := nodeClient(t, jr, "gpu-01", key)
 	if code, h, _ := raw(t, node, "POST", bTLS+"/api/v1/agents/gpu-01/heartbeat", hb, nil); code != http.StatusServiceUnavailable || h.Get(api.LeaderHeader) != aTLS {
 		t.Errorf("a node's heartbeat on the standby: %d %q, want 503 naming the leader", code, h.Get(api.LeaderHeader))
 	}

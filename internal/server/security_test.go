@@ -696,16 +696,7 @@ func TestJoinFlow(t *testing.T) {
 	}
 
 	// The node speaks mTLS with its certificate, for itself only.
-	id := auth.NodeIdentity{ClusterID: jr.ClusterID, Node: "gpu-01", CAPEM: []byte(jr.CA), CertPEM: []byte(jr.Certificate), KeyPEM: key}
-	tlsCert, err := id.TLSCertificate()
-	if err != nil {
-		t.Fatal(err)
-	}
-	mtls, err := auth.ClientTLSConfig(id.Pin(), &tlsCert)
-	if err != nil {
-		t.Fatal(err)
-	}
-	node := &http.Client{Transport: &http.Transport{TLSClientConfig: mtls}}
+	node := nodeClient(t, jr, "gpu-01", key)
 	beat := func(c *http.Client, as string, instance string) (int, api.Error) {
 		body, _ := json.Marshal(api.Heartbeat{Node: as, Instance: instance, ClusterID: h.srv.ClusterID(), Inventory: api.Inventory{DeviceSource: "fake"}})
 		resp, err := c.Post(ts.URL+"/api/v1/agents/"+as+"/heartbeat", "application/json", bytes.NewReader(body))
@@ -750,14 +741,9 @@ func TestJoinFlow(t *testing.T) {
 	if code, e := beat(node, "gpu-01", "i1"); code != 401 || !strings.Contains(e.Message, "superseded") {
 		t.Fatalf("the certificate before the renewal: %d %q", code, e.Message)
 	}
-	id = auth.NodeIdentity{ClusterID: jr.ClusterID, Node: "gpu-01", CAPEM: []byte(jr.CA), CertPEM: []byte(renewed.Certificate), KeyPEM: newKey}
-	if tlsCert, err = id.TLSCertificate(); err != nil {
-		t.Fatal(err)
-	}
-	if mtls, err = auth.ClientTLSConfig(id.Pin(), &tlsCert); err != nil {
-		t.Fatal(err)
-	}
-	node = &http.Client{Transport: &http.Transport{TLSClientConfig: mtls}}
+	renewedJoin := jr
+	renewedJoin.Certificate = renewed.Certificate
+	node = nodeClient(t, renewedJoin, "gpu-01", newKey)
 	if code, e := beat(node, "gpu-01", "i1"); code != 200 {
 		t.Fatalf("heartbeat with the renewed certificate: %d %s", code, e.Message)
 	}
@@ -779,4 +765,20 @@ func TestJoinFlow(t *testing.T) {
 	if code, e := beat(node, "gpu-01", "i1"); code != 401 || !strings.Contains(e.Message, "superseded") {
 		t.Fatalf("the old certificate after a new join: %d %q", code, e.Message)
 	}
+}
+
+// nodeClient is an HTTP client that speaks mTLS as node, with the certificate of join
+// answer jr and the node's key.
+func nodeClient(t *testing.T, jr api.JoinResponse, node string, key []byte) *http.Client {
+	t.Helper()
+	id := auth.NodeIdentity{ClusterID: jr.ClusterID, Node: node, CAPEM: []byte(jr.CA), CertPEM: []byte(jr.Certificate), KeyPEM: key}
+	cert, err := id.TLSCertificate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	mtls, err := auth.ClientTLSConfig(id.Pin(), &cert)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &http.Client{Transport: &http.Transport{TLSClientConfig: mtls}}
 }
