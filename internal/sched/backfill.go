@@ -1,5 +1,7 @@
 package sched
 
+import "slices"
+
 // This file holds EASY backfill: each of the highest blocked jobs (up to
 // Options.ReservationDepth) gets a reservation at the earliest time its resources will be
 // free, assuming running jobs end at their time limits and the reservations made before
@@ -149,6 +151,7 @@ func (st *state) reserve(c cand, d *demand, start int64) {
 		ns.addEvent(event{at: end, group: c.group, gpus: gpus, cpus: d.cpus, mem: d.mem})
 	}
 	ns.reserved++
+	st.changes++
 }
 
 // release schedules the return of what a job placed now holds, at its time limit.
@@ -158,6 +161,7 @@ func (st *state) release(c cand, gpus int, d *demand) {
 		return
 	}
 	st.nodes[c.node].addEvent(event{at: end, group: c.group, gpus: gpus, cpus: d.cpus, mem: d.mem})
+	st.changes++
 }
 
 // earliestSingle finds the candidate where a single-node job can start soonest, ties to
@@ -201,4 +205,36 @@ func (st *state) before(d *demand, a, b cand) bool {
 		}
 	}
 	return a.node < b.node
+}
+
+// noStartKey is a request as far as its earliest start goes: its shape (which names its
+// team, pools, model and sizes) and its duration. A list or quota may further deny
+// models, which noStartEntry holds.
+type noStartKey struct {
+	shape shape
+	dur   int64
+}
+
+// noStartEntry records that a request found no start at all, at the state's change count.
+type noStartEntry struct {
+	changes uint64
+	deny    []bool
+}
+
+// neverStarts reports whether a request identical to d was found, since the state last
+// changed, never to start: with the cluster full of jobs without time limits, every
+// blocked job of a shape would otherwise walk every GPU group of the cluster for the
+// same answer. Nothing a start depends on changes without a take, a reservation or a
+// release, each of which counts a change.
+func (st *state) neverStarts(d *demand) bool {
+	e, ok := st.noStart[noStartKey{d.shape(), d.dur}]
+	return ok && e.changes == st.changes && slices.Equal(e.deny, d.deny)
+}
+
+// noteNeverStarts records that d found no start, for neverStarts.
+func (st *state) noteNeverStarts(d *demand) {
+	if st.noStart == nil {
+		st.noStart = map[noStartKey]noStartEntry{}
+	}
+	st.noStart[noStartKey{d.shape(), d.dur}] = noStartEntry{changes: st.changes, deny: slices.Clone(d.deny)}
 }

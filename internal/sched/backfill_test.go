@@ -3,6 +3,7 @@ package sched
 import (
 	"fmt"
 	"math/rand/v2"
+	"reflect"
 	"testing"
 	"time"
 )
@@ -141,5 +142,77 @@ func TestEarliestMemo(t *testing.T) {
 	}
 	if hits == 0 {
 		t.Fatal("the memo was never used")
+	}
+}
+
+// A cluster full of jobs without time limits gives a blocked job no start at all. The
+// answer is kept for the request's shape until the state changes, so the many identical
+// jobs behind it do not each walk every GPU group, and the plan is the one a search of
+// every job afresh makes.
+func TestNoStartIsKeptUntilTheStateChanges(t *testing.T) {
+	var nodes []Node
+	var running []Running
+	for i := range 4 {
+		name := fmt.Sprintf("gpu-%02d", i)
+		nodes = append(nodes, gpuNode(name, "H100", 8))
+		running = append(running, busy(int64(900+i), name, 0, 0, 1, 2, 3, 4, 5, 6, 7))
+	}
+	nodes = append(nodes, gpuNode("gpu-09", "A100", 8))
+	var pending []Job
+	for id := int64(1); id <= 40; id++ {
+		j := job(id, 1+int(id%3), "H100")
+		j.TimeLimit = 0
+		if id%5 == 0 {
+			j.Request.GPUModel = "" // any model: the A100s take it
+		}
+		pending = append(pending, j)
+	}
+	s := snapshot(nodes, running, pending...)
+	p := mustSchedule(s, Options{})
+	for _, pj := range p.Pending {
+		if !pj.EstimatedStart.IsZero() {
+			t.Errorf("job %d: estimated start %v, want none: every H100 is held without a limit", pj.JobID, pj.EstimatedStart)
+		}
+	}
+	o, _ := Options{}.withDefaults()
+	c := newCycle(s, t0, o, newState(s, t0.UnixNano()), nil)
+	c.noCache = true
+	if q := c.run(); !reflect.DeepEqual(decisions(p), decisions(q)) {
+		t.Fatalf("keeping no-start answers changed the plan:\n%+v\nsearching afresh:\n%+v", decisions(p), decisions(q))
+	}
+
+	st := newState(s, t0.UnixNano())
+	d, bad := newDemand(st, &pending[0], &Queue{Name: "train"})
+	if bad != "" {
+		t.Fatal(bad)
+	}
+	if _, at := st.earliestSingle(&d); at != forever {
+		t.Fatalf("earliest start %d, want none", at)
+	}
+	st.noteNeverStarts(&d)
+	if !st.neverStarts(&d) {
+		t.Fatal("the answer was not kept")
+	}
+	other := d
+	other.dur = int64(time.Hour)
+	denied := d
+	denied.deny = []bool{true, false}
+	bigger := d
+	bigger.gpus++
+	for name, e := range map[string]*demand{"another duration": &other, "other models denied": &denied, "another size": &bigger} {
+		if st.neverStarts(e) {
+			t.Errorf("%s: the kept answer was used for it", name)
+		}
+	}
+	// Any change to what starts rest on drops the answer: a reservation, then a placement.
+	a100 := st.byName["gpu-09"]
+	st.reserve(cand{a100, st.nodes[a100].groups[0]}, &bigger, st.now+int64(time.Hour))
+	if st.neverStarts(&d) {
+		t.Error("the answer outlived a reservation")
+	}
+	st.noteNeverStarts(&d)
+	st.take(a100, st.nodes[a100].groups[0], []int{0}, 1, 1024)
+	if st.neverStarts(&d) {
+		t.Error("the answer outlived a placement")
 	}
 }

@@ -51,6 +51,25 @@ func BenchmarkPlan_10000Nodes_100000Pending(b *testing.B) {
 	benchPlan(b, 10000, 100000, true, Options{})
 }
 
+// Every GPU of 10,000 nodes held by a job without a time limit, and 69,000 jobs of four
+// sizes waiting, none with a limit: no blocked job has a start to reserve, as in a cluster
+// that sets no limits. Each shape works that out once per change, not once per job.
+func BenchmarkPlan_10000FullNodes_69000PendingNoLimits(b *testing.B) {
+	s := &Snapshot{Queues: queues()}
+	for i := range 10000 {
+		n := gpuNode(fmt.Sprintf("node-%05d", i), "H100", 8)
+		s.Nodes = append(s.Nodes, n)
+		r := busy(int64(1_000_000+i), n.Name, 0, 0, 1, 2, 3, 4, 5, 6, 7)
+		s.Running = append(s.Running, r)
+	}
+	for id := range int64(69000) {
+		j := job(id+1, []int{1, 2, 4, 8}[id%4], "H100")
+		j.TimeLimit = 0
+		s.Pending = append(s.Pending, j)
+	}
+	benchSnapshot(b, s)
+}
+
 func BenchmarkPlan_SingleJobIdleCluster(b *testing.B) {
 	s := genCluster(rand.New(rand.NewPCG(1, 2)), 1000, 0, 0, false)
 	s.Pending = []Job{job(1, 4, "H100")}

@@ -156,6 +156,7 @@ func (st *state) nodeClosed(ni int, team string, start, end int64) bool {
 // that many fewer to offer. taken is false for running jobs, whose GPUs avail never
 // counted.
 func (st *state) useHolds(gi, n int, team string, start, end int64, taken bool) {
+	st.changes++
 	left := n
 	for i := range st.holds {
 		h := &st.holds[i]

@@ -168,6 +168,11 @@ type state struct {
 	// early holds each group's last earliest start (earliestMemo); nil until a cycle
 	// asks for one. Never shared between cycles: versions start again with each copy.
 	early []earlyMemo
+	// changes counts every change a start time depends on (take, addEvent, useHolds),
+	// and noStart the requests found never to start, at that count (backfill.go).
+	// Both start again with each copy.
+	changes uint64
+	noStart map[noStartKey]noStartEntry
 }
 
 // newState builds the cycle's view: schedulable nodes, their GPU groups, and what the
@@ -318,6 +323,8 @@ func (b *state) clone(s *Snapshot, now int64, old *state) *state {
 		old = &state{pools: map[string][]int{}, ranges: map[string]VersionRange{}}
 	}
 	st.holds = old.holds[:0]
+	st.changes, st.noStart = 0, old.noStart
+	clear(st.noStart)
 	st.pools = old.pools
 	clear(st.pools)
 	st.ranges = old.ranges
@@ -451,6 +458,7 @@ func (st *state) take(ni, gi int, positions []int, cpus int, mem int64) {
 	ns.freeCPU -= cpus
 	ns.freeMem -= mem
 	ns.version++
+	st.changes++
 	if gi < 0 || len(positions) == 0 {
 		return
 	}
