@@ -12,7 +12,9 @@ import (
 // size of the cluster:
 //
 //   - onNode: the active jobs whose current attempt has a rank on each node (a heartbeat's
-//     answer);
+//     answer, and the jobs a lost node takes down);
+//   - unstarted: the active jobs whose current attempt has a rank no agent has reported
+//     yet (the liveness check's start deadline);
 //   - order and byState: every job ID ascending, with one bit set per position in the set
 //     of its state (a page of the job list walks the bits from its cursor);
 //   - fit and models: the nodes grouped by how many GPUs of each model they have, and the
@@ -163,6 +165,7 @@ func (s *State) JobsPage(after int64, states []api.JobState, limit int, keep fun
 // indexAttempt files the job's current attempt under each node it has a rank on while the
 // job is active, and takes it out of those of its previous placements.
 func (s *State) indexAttempt(id int64) {
+	delete(s.unstarted, id)
 	for _, node := range s.jobNodes[id] {
 		set := s.onNode[node]
 		delete(set, id)
@@ -181,6 +184,9 @@ func (s *State) indexAttempt(id int64) {
 	}
 	var nodes []string
 	for _, p := range a.Placements {
+		if p.State == "" {
+			s.unstarted[id] = struct{}{}
+		}
 		if slices.Contains(nodes, p.Node) {
 			continue
 		}
@@ -200,6 +206,10 @@ func (s *State) indexAttempt(id int64) {
 // ActiveOnNode returns the IDs, ascending, of the active jobs whose current attempt has a
 // rank on the node, ended or not.
 func (s *State) ActiveOnNode(node string) []int64 { return sortedKeys(s.onNode[node]) }
+
+// UnstartedIDs returns the IDs, ascending, of the active jobs whose current attempt has a
+// rank that its node's agent has not yet reported (placement state "").
+func (s *State) UnstartedIDs() []int64 { return sortedKeys(s.unstarted) }
 
 // fitKey groups nodes by how many GPUs of one model they have; model "" counts all.
 type fitKey struct {

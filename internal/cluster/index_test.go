@@ -32,6 +32,17 @@ func scanOnNode(s *State, node string) []int64 {
 	return out
 }
 
+// scanUnstarted is what UnstartedIDs must return, from a walk of every job.
+func scanUnstarted(s *State) []int64 {
+	out := []int64{}
+	for _, id := range s.ActiveIDs() {
+		if a, ok := s.CurrentAttempt(id); ok && slices.ContainsFunc(a.Placements, func(p api.Placement) bool { return p.State == "" }) {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
 // scanPage is what JobsPage must return, from a copy and sort of every job.
 func scanPage(s *State, after int64, states []api.JobState, limit int, keep func(*api.Job) bool) ([]api.Job, bool) {
 	all := s.Jobs(func(j *api.Job) bool {
@@ -87,6 +98,9 @@ func checkIndexes(t *testing.T, s *State, rng *rand.Rand, step string) {
 		if got, want := s.ActiveOnNode(n), scanOnNode(s, n); !slices.Equal(got, want) && !(len(got) == 0 && len(want) == 0) {
 			t.Fatalf("%s: jobs on %s from the index %v, from a scan %v", step, n, got, want)
 		}
+	}
+	if got, want := s.UnstartedIDs(), scanUnstarted(s); !slices.Equal(got, want) {
+		t.Fatalf("%s: unstarted jobs from the index %v, from a scan %v", step, got, want)
 	}
 	usage := s.Usage()
 	for _, n := range append(indexNodes, "nowhere") {
@@ -210,7 +224,7 @@ func TestIndexesMatchAFullScan(t *testing.T) {
 					a := list[len(list)-1]
 					a.Placements = slices.Clone(a.Placements)
 					i := rng.IntN(len(a.Placements))
-					a.Placements[i].State = api.StateSucceeded
+					a.Placements[i].State = []api.JobState{api.StateSucceeded, api.StateRunning}[rng.IntN(2)]
 					if rng.IntN(2) == 0 {
 						a.Placements[i].Node = indexNodes[rng.IntN(len(indexNodes))]
 					}

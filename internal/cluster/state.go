@@ -44,8 +44,10 @@ type State struct {
 	jobIdx   jobIndex
 	onNode   map[string]map[int64]struct{} // node -> active jobs with a rank there
 	jobNodes map[int64][]string            // job -> the nodes onNode files it under
-	fit      map[fitKey]map[string]struct{}
-	models   map[string]int // GPU model -> nodes reporting it
+	// unstarted: active jobs whose current attempt has a rank not yet reported.
+	unstarted map[int64]struct{}
+	fit       map[fitKey]map[string]struct{}
+	models    map[string]int // GPU model -> nodes reporting it
 
 	id identity
 
@@ -69,25 +71,26 @@ type State struct {
 // New returns an empty state.
 func New() *State {
 	return &State{
-		jobs:     map[int64]*api.Job{},
-		attempts: map[int64][]api.Attempt{},
-		nodes:    map[string]*api.Node{},
-		queues:   map[string]api.Queue{},
-		teams:    map[string]api.Team{},
-		resv:     map[int64]api.Reservation{},
-		pending:  map[int64]struct{}{},
-		active:   map[int64]struct{}{},
-		held:     map[int64]struct{}{},
-		waiting:  map[string]int{},
-		HalfLife: 7 * 24 * time.Hour,
-		jobIdx:   jobIndex{byState: map[api.JobState][]uint64{}},
-		onNode:   map[string]map[int64]struct{}{},
-		jobNodes: map[int64][]string{},
-		fit:      map[fitKey]map[string]struct{}{},
-		models:   map[string]int{},
-		id:       newIdentity(),
-		jobSeq:   map[int64]uint64{},
-		nodeSeq:  map[string]uint64{},
+		jobs:      map[int64]*api.Job{},
+		attempts:  map[int64][]api.Attempt{},
+		nodes:     map[string]*api.Node{},
+		queues:    map[string]api.Queue{},
+		teams:     map[string]api.Team{},
+		resv:      map[int64]api.Reservation{},
+		pending:   map[int64]struct{}{},
+		active:    map[int64]struct{}{},
+		held:      map[int64]struct{}{},
+		waiting:   map[string]int{},
+		HalfLife:  7 * 24 * time.Hour,
+		jobIdx:    jobIndex{byState: map[api.JobState][]uint64{}},
+		onNode:    map[string]map[int64]struct{}{},
+		jobNodes:  map[int64][]string{},
+		unstarted: map[int64]struct{}{},
+		fit:       map[fitKey]map[string]struct{}{},
+		models:    map[string]int{},
+		id:        newIdentity(),
+		jobSeq:    map[int64]uint64{},
+		nodeSeq:   map[string]uint64{},
 	}
 }
 

@@ -527,10 +527,18 @@ func (s *Server) checkNodes(ctx context.Context) {
 	}
 	now := s.cfg.Clock.Now()
 	b := &store.Batch{}
-	// Only the nodes whose state changes now are copied: this runs every tick, under the
-	// lock, over every node and every active job.
+	// This runs at every turn of the loop, under the lock: only the nodes whose state
+	// changes now are copied, and only the jobs that may have a rank to end are looked at
+	// (those on lost nodes, and those with a rank not yet started), not every active one.
 	newly := map[string]api.NodeState{}
-	for _, n := range s.state.NodesWhere(func(n *api.Node) bool { return s.silenceMoves(n, now) != n.State }) {
+	var lostNodes []string
+	for _, n := range s.state.NodesWhere(func(n *api.Node) bool {
+		to := s.silenceMoves(n, now)
+		if to == api.NodeLost {
+			lostNodes = append(lostNodes, n.Name)
+		}
+		return to != n.State
+	}) {
 		to, silent := s.silenceMoves(&n, now), now.Sub(n.LastHeartbeat)
 		newly[n.Name] = to
 		b.Events = append(b.Events, api.Event{Time: now, Actor: "system", Kind: api.EventNode, Node: n.Name,
@@ -550,8 +558,16 @@ func (s *Server) checkNodes(ctx context.Context) {
 		n := s.state.PeekNode(name)
 		return n != nil && now.Sub(n.LastHeartbeat) < s.cfg.NotReadyAfter && !lost(name)
 	}
-	for _, id := range s.state.ActiveIDs() {
-		// Most attempts have every rank on a live node, started: look before copying.
+	ids := s.state.UnstartedIDs()
+	for _, name := range lostNodes {
+		ids = append(ids, s.state.ActiveOnNode(name)...)
+	}
+	if len(lostNodes) > 0 {
+		slices.Sort(ids)
+		ids = slices.Compact(ids)
+	}
+	for _, id := range ids {
+		// Most of these have every rank on a live node, started: look before copying.
 		a0 := s.state.PeekAttempt(id)
 		if a0 == nil || !slices.ContainsFunc(a0.Placements, func(p api.Placement) bool {
 			return !p.State.Terminal() && (lost(p.Node) || (p.State == "" && now.Sub(a0.AssignTime) >= s.cfg.AssignTimeout && live(p.Node)))
