@@ -503,9 +503,15 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	t := time.NewTicker(s.cfg.CycleInterval)
 	defer t.Stop()
+	// Liveness depends on time alone, so it is checked at each tick, not again at each
+	// change that wakes the loop: a stream of submits would otherwise walk every node
+	// under the lock once per submit.
+	check := true
 	for {
 		if s.isLeader() {
-			s.checkNodes(ctx)
+			if check {
+				s.checkNodes(ctx)
+			}
 			if s.cycleDue() {
 				s.loopCycle(ctx)
 			}
@@ -514,7 +520,9 @@ func (s *Server) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
+			check = true
 		case <-s.kick:
+			check = false
 		}
 	}
 }
