@@ -34,14 +34,18 @@ type benchEnv struct {
 	agents *http.Client
 }
 
-func benchServer(b *testing.B) *benchEnv {
+func benchServer(b *testing.B, configure ...func(*Config)) *benchEnv {
 	b.Helper()
 	dir := b.TempDir()
 	st, err := store.Open(context.Background(), "sqlite://"+filepath.Join(dir, "rota.db"), nil)
 	if err != nil {
 		b.Fatal(err)
 	}
-	srv, err := New(context.Background(), Config{DataDir: dir, HeartbeatInterval: 50 * time.Millisecond, CycleInterval: 20 * time.Millisecond}, st, nil)
+	cfg := Config{DataDir: dir, HeartbeatInterval: 50 * time.Millisecond, CycleInterval: 20 * time.Millisecond}
+	for _, f := range configure {
+		f(&cfg)
+	}
+	srv, err := New(context.Background(), cfg, st, nil)
 	if err != nil {
 		b.Fatal(err)
 	}
