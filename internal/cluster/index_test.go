@@ -238,6 +238,10 @@ func TestIndexesMatchAFullScan(t *testing.T) {
 					}
 				}
 			}
+			// Parts read before the batch build, after it, the snapshot of before.
+			at := now.Add(time.Duration(step) * time.Minute)
+			before := s.Snapshot(at, nil)
+			parts := s.SnapshotParts(at, nil)
 			s.Apply(b)
 			for _, j := range b.Jobs {
 				if i := slices.IndexFunc(jobs, func(o api.Job) bool { return o.ID == j.ID }); i >= 0 {
@@ -264,6 +268,9 @@ func TestIndexesMatchAFullScan(t *testing.T) {
 			if rng.IntN(5) == 0 {
 				// Leftover processes take a GPU, or give it back, outside any batch.
 				s.SetNodeLive(indexNodes[rng.IntN(len(indexNodes))], nil, nil, []int{rng.IntN(4)}[:rng.IntN(2)])
+			}
+			if got := parts.Build(); !reflect.DeepEqual(got, before) {
+				t.Fatalf("seed %d step %d: parts read before a change build another snapshot than was taken then:\n%+v\nwant\n%+v", seed, step, got, before)
 			}
 			checkIndexes(t, s, rng, fmt.Sprintf("seed %d step %d", seed, step))
 			snaps.check(t, s, now.Add(time.Duration(step)*time.Minute), fmt.Sprintf("seed %d step %d", seed, step))

@@ -21,14 +21,22 @@ import (
 // Every job carries the service it has received (serviceOf): GPU-seconds over its attempts,
 // the current one up to now, for the "las" order and the default policy's service factor.
 //
-// A snapshot is taken under the server's lock, so it costs what changed since the last
-// one, not what the cluster holds: each node's and each job's entry is kept from one
+// A snapshot's parts are read under the server's lock, so they cost what changed since the
+// last one, not what the cluster holds: each node's and each job's entry is kept from one
 // snapshot to the next (snapCache) and made again only when Apply says it changed. What
 // a snapshot returns is never written again, by the state or by the scheduler: entries
 // are replaced, not updated, and the node list is a new slice whenever a node changed, so
 // a plan may be made from it while the state moves on. Its NodesVersion changes exactly
 // when its nodes do, so that a sched.Planner keeps its node layout between cycles.
 func (s *State) Snapshot(now time.Time, keep func(*api.Job) bool) *sched.Snapshot {
+	return s.SnapshotParts(now, keep).Build()
+}
+
+// SnapshotParts is Snapshot in two steps: it reads under the caller's lock what only the
+// state can say (which jobs, their entries, the service each has received), and the
+// parts' Build, which needs no lock, then copies the jobs' entries into the snapshot.
+// Copying 100,000 jobs' entries was most of the time a cycle held the server's lock.
+func (s *State) SnapshotParts(now time.Time, keep func(*api.Job) bool) *SnapshotParts {
 	snap := &sched.Snapshot{Queues: map[string]sched.Queue{}, Teams: map[string]sched.Team{}}
 	usage := s.TeamUsage(now)
 	for _, t := range s.teams {
@@ -63,7 +71,7 @@ func (s *State) Snapshot(now time.Time, keep func(*api.Job) bool) *sched.Snapsho
 	}
 	c := s.snapJobs()
 	active := s.ActiveIDs()
-	snap.Running = make([]sched.Running, 0, len(active))
+	parts := &SnapshotParts{snap: snap, running: make([]snapRef, 0, len(active))}
 	for _, id := range active {
 		e := c[id]
 		if e == nil || e.running == nil {
@@ -76,13 +84,10 @@ func (s *State) Snapshot(now time.Time, keep func(*api.Job) bool) *sched.Snapsho
 			e = &snapJob{running: &r}
 			c[id] = e
 		}
-		r := *e.running
-		sv := s.serviceOf(id, now)
-		r.AttainedService, r.LastRun, r.Requeued = sv.attained, sv.lastRun, sv.requeued
-		snap.Running = append(snap.Running, r)
+		parts.running = append(parts.running, snapRef{e, s.serviceOf(id, now)})
 	}
 	pending := s.PendingIDs()
-	snap.Pending = make([]sched.Job, 0, len(pending))
+	parts.pending = make([]snapRef, 0, len(pending))
 	for _, id := range pending {
 		j := s.jobs[id]
 		if keep != nil && !keep(j) {
@@ -94,10 +99,43 @@ func (s *State) Snapshot(now time.Time, keep func(*api.Job) bool) *sched.Snapsho
 			e = &snapJob{pending: &p}
 			c[id] = e
 		}
-		p := *e.pending
-		sv := s.serviceOf(id, now)
-		p.AttainedService, p.LastRun, p.Requeued = sv.attained, sv.lastRun, sv.requeued
-		snap.Pending = append(snap.Pending, p)
+		parts.pending = append(parts.pending, snapRef{e, s.serviceOf(id, now)})
+	}
+	return parts
+}
+
+// SnapshotParts is a snapshot read from the state but not yet built (see
+// State.SnapshotParts).
+type SnapshotParts struct {
+	snap             *sched.Snapshot
+	running, pending []snapRef
+}
+
+// snapRef is a job's entry and the service it has received, for Build to copy. Entries
+// are never written once made, so Build may read them while the state moves on.
+type snapRef struct {
+	e  *snapJob
+	sv service
+}
+
+// Pending is how many pending jobs the snapshot will hold.
+func (p *SnapshotParts) Pending() int { return len(p.pending) }
+
+// Build completes the snapshot. It reads nothing of the state, so the caller need not
+// hold the lock it took the parts under.
+func (p *SnapshotParts) Build() *sched.Snapshot {
+	snap := p.snap
+	snap.Running = make([]sched.Running, len(p.running))
+	for i, ref := range p.running {
+		r := &snap.Running[i]
+		*r = *ref.e.running
+		r.AttainedService, r.LastRun, r.Requeued = ref.sv.attained, ref.sv.lastRun, ref.sv.requeued
+	}
+	snap.Pending = make([]sched.Job, len(p.pending))
+	for i, ref := range p.pending {
+		j := &snap.Pending[i]
+		*j = *ref.e.pending
+		j.AttainedService, j.LastRun, j.Requeued = ref.sv.attained, ref.sv.lastRun, ref.sv.requeued
 	}
 	return snap
 }

@@ -58,16 +58,16 @@ func (s *Server) Cycle(ctx context.Context) error {
 
 	s.lastCycle = now
 	held := s.admission(now)
-	snap := s.state.Snapshot(now, func(j *api.Job) bool { _, out := held[j.ID]; return !out })
+	parts := s.state.SnapshotParts(now, func(j *api.Job) bool { _, out := held[j.ID]; return !out })
 	// Claims of jobs that are no longer pending are dropped: they started, or were
 	// cancelled, and what was held for them is free for anyone.
 	s.claims = slices.DeleteFunc(s.claims, func(c sched.Claim) bool {
 		j, ok := s.state.Job(c.JobID)
 		return !ok || j.State != api.StatePending
 	})
-	snap.Claims = slices.Clone(s.claims)
+	claims := slices.Clone(s.claims)
 	s.cycled = s.state.Seq()
-	if len(snap.Pending) == 0 && len(held) == 0 {
+	if parts.Pending() == 0 && len(held) == 0 {
 		return nil
 	}
 	state, seq := s.state, s.cycled
@@ -77,6 +77,8 @@ func (s *Server) Cycle(ctx context.Context) error {
 	if s.planning != nil {
 		s.planning()
 	}
+	snap := parts.Build()
+	snap.Claims = claims
 	if s.planner == nil {
 		s.planner, err = sched.NewPlanner(s.cfg.Policy)
 	}
