@@ -100,7 +100,8 @@ func New() *State {
 // and a scheduling loop can skip a cycle when nothing did.
 func (s *State) Seq() uint64 { return s.seq }
 
-// JobChangedSince reports whether job id changed after sequence seq.
+// JobChangedSince reports whether job id, or one of its attempts, changed after sequence
+// seq.
 func (s *State) JobChangedSince(id int64, seq uint64) bool { return s.jobSeq[id] > seq }
 
 // NodeChangedSince reports whether node name changed (or went) after sequence seq.
@@ -119,6 +120,7 @@ func (s *State) Apply(b *batch.Batch) {
 		s.forgetSnapJob(b.Jobs[i].ID)
 	}
 	for i := range b.Attempts {
+		s.jobSeq[b.Attempts[i].JobID] = s.seq
 		s.forgetSnapJob(b.Attempts[i].JobID)
 	}
 	for i := range b.Nodes {

@@ -83,20 +83,20 @@ func (s *Server) handleHeartbeat(w http.ResponseWriter, r *http.Request) {
 // heartbeat records heartbeat hb of node name under the server's lock, and returns the
 // answer, or the status and error to refuse it with. With sameInventory the agent left its
 // inventory out, saying it is the one the server holds.
-func (s *Server) heartbeat(r *http.Request, name string, hb *api.Heartbeat, sameInventory bool) (api.HeartbeatResponse, int, *api.Error) {
+func (s *Server) heartbeat(r *http.Request, name string, hb *api.Heartbeat, sameInventory bool) (heartbeatAnswer, int, *api.Error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if e := s.validName("node", name); e != nil {
-		return api.HeartbeatResponse{}, http.StatusBadRequest, e
+		return heartbeatAnswer{}, http.StatusBadRequest, e
 	}
 	now := s.cfg.Clock.Now()
 	if e := s.takeOver(name, hb, now); e != nil {
-		return api.HeartbeatResponse{}, http.StatusConflict, e
+		return heartbeatAnswer{}, http.StatusConflict, e
 	}
 	if sameInventory {
 		held := s.state.PeekNode(name)
 		if held == nil {
-			return api.HeartbeatResponse{}, http.StatusBadRequest, invalid("inventory",
+			return heartbeatAnswer{}, http.StatusBadRequest, invalid("inventory",
 				"is required: this server holds no inventory for node %s (it was removed, or never registered); send it whole", name)
 		}
 		// Whatever the hash the agent gave, the inventory held stays: the answer names
@@ -122,7 +122,7 @@ func (s *Server) heartbeat(r *http.Request, name string, hb *api.Heartbeat, same
 	if err := s.commit(r.Context(), b); err != nil {
 		s.log.Error("heartbeat: commit failed", "node", name, "err", err)
 		status, e := commitErrorOf("could not record the heartbeat", err)
-		return api.HeartbeatResponse{}, status, e
+		return heartbeatAnswer{}, status, e
 	}
 	s.state.SetLastHeartbeat(name, now)
 	s.state.SetNodeHealth(name, node.HealthCheck, node.Degraded)
@@ -135,8 +135,8 @@ func (s *Server) heartbeat(r *http.Request, name string, hb *api.Heartbeat, same
 	if acked == nil {
 		acked = []api.TaskRef{}
 	}
-	return api.HeartbeatResponse{
-		Tasks: s.desiredTasks(name), Acked: acked, StoppedAcked: stoppedAcked, ClusterID: s.clusterID,
+	return heartbeatAnswer{
+		Tasks: s.desiredAnswer(name), Acked: acked, StoppedAcked: stoppedAcked, ClusterID: s.clusterID,
 		HeartbeatSeconds: s.cfg.HeartbeatInterval.Seconds(), SyncEpoch: node.SyncEpoch,
 		InventoryHash: s.inventoryHash(name, node.Inventory, sameInventory),
 	}, 0, nil
@@ -564,47 +564,59 @@ func placedOn(a api.Attempt, node string) bool { return rankOn(a, node) >= 0 }
 func (s *Server) desiredTasks(node string) []api.Task {
 	tasks := []api.Task{}
 	for _, id := range s.state.ActiveOnNode(node) {
-		job, _ := s.state.Job(id)
-		a, ok := s.state.CurrentAttempt(id)
-		if !ok || !job.State.Active() {
-			continue
+		if t, _, ok := s.taskFor(id, node); ok {
+			tasks = append(tasks, t)
 		}
-		rank := rankOn(a, node)
-		if rank < 0 || a.Placements[rank].State.Terminal() {
-			continue
-		}
-		p := a.Placements[rank]
-		runAs, allowRoot := job.Spec.User, false
-		if u, ok := s.state.User(job.Spec.User); ok {
-			allowRoot = u.AllowRoot
-			if u.UnixUser != "" {
-				runAs = u.UnixUser
-			}
-		}
-		t := api.Task{
-			JobID: id, Attempt: a.N, Rank: rank, Command: job.Spec.Command, WorkDir: job.Spec.WorkDir,
-			Env: s.taskEnv(job, a, rank), GPUIndices: p.GPUIndices, GPUIDs: p.GPUIDs,
-			CPUs: p.CPUs, MemoryMB: p.MemoryMB, Signal: job.Spec.Signal, GraceSeconds: job.Spec.Grace,
-			RunAs: runAs, AllowRoot: allowRoot, CheckpointDir: s.checkpointDir(&job),
-			Image: job.Spec.Image, Notice: s.taskNotice(&job), TTY: job.Spec.TTY,
-			GPUShare: p.GPUShare, GPUMemoryLimitMB: p.GPUMemoryMB,
-		}
-		if job.Spec.TimeLimit > 0 {
-			t.TimeLimitEnd = a.AssignTime.Add(time.Duration(job.Spec.TimeLimit) * time.Second)
-		}
-		switch {
-		case job.CancelRequested && job.Reason == api.ReasonIdle:
-			t.Stop, t.StopReason = true, api.ReasonIdle
-		case job.CancelRequested:
-			t.Stop, t.StopReason = true, api.ReasonCancelled
-		case job.PreemptRequested:
-			t.Stop, t.StopReason = true, api.ReasonPreempted
-		case job.Stopping != "":
-			t.Stop, t.StopReason = true, api.ReasonRankFailed
-		}
-		tasks = append(tasks, t)
 	}
 	return tasks
+}
+
+// taskFor is what node should run, or stop, of active job id: false when it has no rank
+// there left to run. master is the node whose host name the task names (a gang's first),
+// "" when it names none. Callers hold s.mu.
+func (s *Server) taskFor(id int64, node string) (t api.Task, master string, ok bool) {
+	job, _ := s.state.Job(id)
+	a, ok := s.state.CurrentAttempt(id)
+	if !ok || !job.State.Active() {
+		return api.Task{}, "", false
+	}
+	rank := rankOn(a, node)
+	if rank < 0 || a.Placements[rank].State.Terminal() {
+		return api.Task{}, "", false
+	}
+	p := a.Placements[rank]
+	runAs, allowRoot := job.Spec.User, false
+	if u, ok := s.state.User(job.Spec.User); ok {
+		allowRoot = u.AllowRoot
+		if u.UnixUser != "" {
+			runAs = u.UnixUser
+		}
+	}
+	t = api.Task{
+		JobID: id, Attempt: a.N, Rank: rank, Command: job.Spec.Command, WorkDir: job.Spec.WorkDir,
+		Env: s.taskEnv(job, a, rank), GPUIndices: p.GPUIndices, GPUIDs: p.GPUIDs,
+		CPUs: p.CPUs, MemoryMB: p.MemoryMB, Signal: job.Spec.Signal, GraceSeconds: job.Spec.Grace,
+		RunAs: runAs, AllowRoot: allowRoot, CheckpointDir: s.checkpointDir(&job),
+		Image: job.Spec.Image, Notice: s.taskNotice(&job), TTY: job.Spec.TTY,
+		GPUShare: p.GPUShare, GPUMemoryLimitMB: p.GPUMemoryMB,
+	}
+	if job.Spec.TimeLimit > 0 {
+		t.TimeLimitEnd = a.AssignTime.Add(time.Duration(job.Spec.TimeLimit) * time.Second)
+	}
+	switch {
+	case job.CancelRequested && job.Reason == api.ReasonIdle:
+		t.Stop, t.StopReason = true, api.ReasonIdle
+	case job.CancelRequested:
+		t.Stop, t.StopReason = true, api.ReasonCancelled
+	case job.PreemptRequested:
+		t.Stop, t.StopReason = true, api.ReasonPreempted
+	case job.Stopping != "":
+		t.Stop, t.StopReason = true, api.ReasonRankFailed
+	}
+	if len(a.Placements) > 1 {
+		master = a.Placements[0].Node
+	}
+	return t, master, true
 }
 
 // taskEnv is the job contract's environment for one node of an attempt; the agent adds the

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"net/http"
@@ -57,8 +58,14 @@ func (h *harness) checkDesired(step string, nodes ...string) map[string][]rankRe
 	for _, n := range nodes {
 		h.srv.mu.Lock()
 		tasks := h.srv.desiredTasks(n)
+		answer := h.srv.desiredAnswer(n)
 		h.srv.mu.Unlock()
 		got[n] = refsOf(tasks)
+		// The answer comes from the tasks kept encoded since the node's last heartbeat:
+		// it must be what the state says now, encoded afresh.
+		if kept, fresh := mustJSON(h.t, answer), mustJSON(h.t, tasks); !bytes.Equal(kept, fresh) {
+			h.t.Fatalf("%s: %s is answered with kept tasks\n%s\nbut the state says\n%s", step, n, kept, fresh)
+		}
 		var indexed, scanned []int64
 		h.srv.mu.Lock()
 		indexed = h.srv.state.ActiveOnNode(n)

@@ -199,6 +199,9 @@ type Server struct {
 	// invHashes holds, per node, the hash of the inventory its record holds (see
 	// inventoryHash). Guarded by mu.
 	invHashes map[string]heldInventory
+	// tasks holds, per node, the tasks of its last heartbeat answer, encoded (see
+	// desiredAnswer). Guarded by mu.
+	tasks map[string][]cachedTask
 	// attached, if set (by tests), runs as a terminal attaches to a job: after it has
 	// joined the job's session, before the output it is owed is written to it.
 	attached func(job int64)
@@ -373,6 +376,7 @@ func (s *Server) load(ctx context.Context) error {
 	}
 	s.state = state
 	s.invHashes = nil // of the records just replaced
+	s.tasks = nil     // made from the state just replaced
 	s.state.Apply(b)
 	s.evictedAt = now
 	s.log.Info("state loaded", "jobs", len(jobs), "ended_in_store", len(ended), "nodes", len(nodes), "pending", len(s.state.PendingIDs()), "active", len(s.state.ActiveIDs()))
