@@ -70,10 +70,20 @@ func (s *Server) handleHeartbeat(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, e)
 		return
 	}
-	resp, status, e := s.heartbeat(r, name, &hb, sameInventory)
+	resp, last, status, e := s.heartbeat(r, name, &hb, sameInventory)
 	if e != nil {
 		writeError(w, status, e)
 		return
+	}
+	// The answer acknowledges the report and names tasks made from memory: it goes out
+	// once the report and everything memory held then are durable (writequeue.go).
+	if last != nil {
+		if err := last.wait(); err != nil {
+			s.log.Error("heartbeat: commit failed", "node", name, "err", err)
+			status, e := commitErrorOf("could not record the heartbeat", err)
+			writeError(w, status, e)
+			return
+		}
 	}
 	// The answer is written after the lock is let go: ten thousand agents' answers
 	// encoded under it would hold up every other request.
@@ -83,20 +93,20 @@ func (s *Server) handleHeartbeat(w http.ResponseWriter, r *http.Request) {
 // heartbeat records heartbeat hb of node name under the server's lock, and returns the
 // answer, or the status and error to refuse it with. With sameInventory the agent left its
 // inventory out, saying it is the one the server holds.
-func (s *Server) heartbeat(r *http.Request, name string, hb *api.Heartbeat, sameInventory bool) (heartbeatAnswer, int, *api.Error) {
+func (s *Server) heartbeat(r *http.Request, name string, hb *api.Heartbeat, sameInventory bool) (heartbeatAnswer, *laterWrite, int, *api.Error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if e := s.validName("node", name); e != nil {
-		return heartbeatAnswer{}, http.StatusBadRequest, e
+		return heartbeatAnswer{}, nil, http.StatusBadRequest, e
 	}
 	now := s.cfg.Clock.Now()
 	if e := s.takeOver(name, hb, now); e != nil {
-		return heartbeatAnswer{}, http.StatusConflict, e
+		return heartbeatAnswer{}, nil, http.StatusConflict, e
 	}
 	if sameInventory {
 		held := s.state.PeekNode(name)
 		if held == nil {
-			return heartbeatAnswer{}, http.StatusBadRequest, invalid("inventory",
+			return heartbeatAnswer{}, nil, http.StatusBadRequest, invalid("inventory",
 				"is required: this server holds no inventory for node %s (it was removed, or never registered); send it whole", name)
 		}
 		// Whatever the hash the agent gave, the inventory held stays: the answer names
@@ -119,10 +129,11 @@ func (s *Server) heartbeat(r *http.Request, name string, hb *api.Heartbeat, same
 	if rd != nil {
 		s.recordReading(b, node, rd, now)
 	}
-	if err := s.commit(r.Context(), b); err != nil {
-		s.log.Error("heartbeat: commit failed", "node", name, "err", err)
-		status, e := commitErrorOf("could not record the heartbeat", err)
-		return heartbeatAnswer{}, status, e
+	// Applied to memory now, written behind the lock; the caller waits for it.
+	if w := s.commitLater(b); isDone(w) && w.err != nil {
+		s.log.Error("heartbeat: commit failed", "node", name, "err", w.err)
+		status, e := commitErrorOf("could not record the heartbeat", w.err)
+		return heartbeatAnswer{}, nil, status, e
 	}
 	s.state.SetLastHeartbeat(name, now)
 	s.state.SetNodeHealth(name, node.HealthCheck, node.Degraded)
@@ -139,7 +150,7 @@ func (s *Server) heartbeat(r *http.Request, name string, hb *api.Heartbeat, same
 		Tasks: s.desiredAnswer(name), Acked: acked, StoppedAcked: stoppedAcked, ClusterID: s.clusterID,
 		HeartbeatSeconds: s.cfg.HeartbeatInterval.Seconds(), SyncEpoch: node.SyncEpoch,
 		InventoryHash: s.inventoryHash(name, node.Inventory, sameInventory),
-	}, 0, nil
+	}, s.lastWrite(), 0, nil
 }
 
 // isSHA256Hex reports whether h is a SHA-256 sum in lowercase hex.

@@ -160,23 +160,56 @@ func (s *Server) metricsPublic() bool { return s.cfg.MetricsPublic }
 // each job it assigns, and each attempt it ends. It runs before the batch is applied, so
 // the state still shows what came before. Callers hold s.mu.
 func (s *Server) observeCommit(b *store.Batch, d time.Duration) {
-	m := s.metrics
-	if m == nil {
-		return // commits made while the server starts
+	s.recordCommit(s.changesOf(b), d)
+}
+
+// commitChanges is what a batch changes that the metrics count, read from the state
+// before the batch is applied: a write applied to memory before it is durable
+// (writequeue.go) is counted only once it is.
+type commitChanges struct {
+	waits []queueWait
+	ended [][2]string // state and reason label of each attempt ended
+}
+
+type queueWait struct {
+	queue string
+	wait  time.Duration
+}
+
+// changesOf reads what b changes, before it is applied. Callers hold s.mu.
+func (s *Server) changesOf(b *store.Batch) commitChanges {
+	var c commitChanges
+	if s.metrics == nil {
+		return c
 	}
-	m.commits.Observe(d.Seconds())
 	now := s.cfg.Clock.Now()
 	for i := range b.Jobs {
 		j := &b.Jobs[i]
 		if from, ok := s.waitStart(j); ok {
-			m.wait.WithLabelValues(queueName(j.Spec.Queue)).Observe(now.Sub(from).Seconds())
+			c.waits = append(c.waits, queueWait{queueName(j.Spec.Queue), now.Sub(from)})
 		}
 	}
 	for i := range b.Attempts {
 		a := &b.Attempts[i]
 		if a.EndTime != nil && s.attemptOpen(a.JobID, a.N) {
-			m.ended.WithLabelValues(string(a.State), reasonLabel(a.Reason)).Inc()
+			c.ended = append(c.ended, [2]string{string(a.State), reasonLabel(a.Reason)})
 		}
+	}
+	return c
+}
+
+// recordCommit records a durable commit that took d and changed c. Callers hold s.mu.
+func (s *Server) recordCommit(c commitChanges, d time.Duration) {
+	m := s.metrics
+	if m == nil {
+		return // commits made while the server starts
+	}
+	m.commits.Observe(d.Seconds())
+	for _, w := range c.waits {
+		m.wait.WithLabelValues(w.queue).Observe(w.wait.Seconds())
+	}
+	for _, e := range c.ended {
+		m.ended.WithLabelValues(e[0], e[1]).Inc()
 	}
 }
 

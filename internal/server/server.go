@@ -169,6 +169,7 @@ type Server struct {
 	// for their group commit (groupcommit.go).
 	nextJobID int64
 	groups    groupCommitter
+	wq        writeQueue
 	// committing counts the running group committers; Close waits for them, so that no
 	// commit outlives the server into a closed store.
 	committing sync.WaitGroup
@@ -318,6 +319,12 @@ func (s *Server) Close() error {
 // load reads the whole state from the store into a fresh memory state. It runs at start
 // and again after a commit whose outcome was unknown.
 func (s *Server) load(ctx context.Context) error {
+	// Writes queued for the store were made from the memory about to be replaced: the
+	// one under way settles, the others fail (writequeue.go).
+	if err := s.settleWriting(); err != nil {
+		s.log.Warn("a queued write failed as the state was read again", "err", err)
+	}
+	s.failQueued(errStale)
 	// Jobs that ended before the KeepEnded window stay in the store: of them memory keeps
 	// their final state, and their attempts charge fair share here and are dropped.
 	cutoff := s.cfg.Clock.Now().Add(-s.cfg.KeepEnded)
@@ -420,11 +427,25 @@ func (s *Server) commit(ctx context.Context, b *store.Batch) error {
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
 	defer cancel()
+	// Writes applied to memory before b, and so perhaps read in making it, reach the
+	// store first: the one under way, then those queued, in b's transaction (writequeue.go).
+	if err := s.settleWriting(); err != nil {
+		return err
+	}
 	if err := s.resync(ctx); err != nil {
 		return err
 	}
+	ahead := s.wq.pending
+	s.wq.pending = nil
+	merged := b
+	if len(ahead) > 0 {
+		merged = mergeWrites(ahead, b)
+	}
 	start := time.Now()
-	if err := s.store.Commit(ctx, b); err != nil {
+	if err := s.store.Commit(ctx, merged); err != nil {
+		if len(ahead) > 0 {
+			return s.dropQueued(ahead, err)
+		}
 		if errors.Is(err, store.ErrNotLeader) {
 			// Refused before anything was written: memory still matches the store as far
 			// as this server's term went, and the new leader reads the store afresh.
@@ -437,7 +458,14 @@ func (s *Server) commit(ctx context.Context, b *store.Batch) error {
 		}
 		return err
 	}
-	s.applyCommitted(b, time.Since(start))
+	took := time.Since(start)
+	if len(ahead) > 0 {
+		spreadEventIDs(append(batchesOf(ahead), b), merged)
+		for _, w := range ahead {
+			s.completeWrite(w, took)
+		}
+	}
+	s.applyCommitted(b, took)
 	return nil
 }
 
