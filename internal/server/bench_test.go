@@ -100,23 +100,27 @@ func post(client *http.Client, url, token string, body any, out any) error {
 func BenchmarkSubmit(b *testing.B) {
 	for _, clients := range []int{8, 64} {
 		b.Run(fmt.Sprintf("clients=%d", clients), func(b *testing.B) {
-			env := benchServer(b)
-			spec := api.JobSpec{Command: []string{"true"}, User: "bench"}
-			b.SetParallelism(max(1, clients/runtime.GOMAXPROCS(0)))
-			b.ResetTimer()
-			start := time.Now()
-			b.RunParallel(func(pb *testing.PB) {
-				client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1}}
-				for pb.Next() {
-					if err := post(client, env.hs.URL+"/api/v1/jobs", env.token, spec, nil); err != nil {
-						b.Error(err)
-						return
-					}
-				}
-			})
-			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "submits/s")
+			benchSubmits(b, benchServer(b), clients, api.JobSpec{Command: []string{"true"}, User: "bench"})
 		})
 	}
+}
+
+// benchSubmits times b.N submits of spec from clients concurrent clients, each with its
+// own connection, and reports submits per second.
+func benchSubmits(b *testing.B, env *benchEnv, clients int, spec api.JobSpec) {
+	b.SetParallelism(max(1, clients/runtime.GOMAXPROCS(0)))
+	b.ResetTimer()
+	start := time.Now()
+	b.RunParallel(func(pb *testing.PB) {
+		client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1}}
+		for pb.Next() {
+			if err := post(client, env.hs.URL+"/api/v1/jobs", env.token, spec, nil); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "submits/s")
 }
 
 // BenchmarkSubmitToRunning measures the latency from a submit's acknowledgement to the job
@@ -360,9 +364,16 @@ func BenchmarkValidateSubmit(b *testing.B) {
 // BenchmarkCycle measures one scheduling cycle on 2,000 full nodes of 8 GPUs with 14,000
 // jobs waiting, and how long of it the server's lock is held: the part submits, heartbeats
 // and reads wait for. Planning itself runs without the lock.
-func BenchmarkCycle(b *testing.B) {
+func BenchmarkCycle(b *testing.B) { benchCycle(b, 2000, 14_000) }
+
+// BenchmarkCycle10k is BenchmarkCycle at the scale suite's size: 10,000 full nodes of 8
+// GPUs, running 80,000 jobs, with 69,000 waiting and no time limits.
+func BenchmarkCycle10k(b *testing.B) { benchCycle(b, 10_000, 69_000) }
+
+// benchCycle times cycles on nodes full nodes with pending jobs waiting.
+func benchCycle(b *testing.B, nodes, pending int) {
 	env := benchServer(b)
-	benchFill(b, env, 2000, 8, 14_000)
+	benchFill(b, env, nodes, 8, pending)
 	var start, planned time.Time
 	var before, after time.Duration
 	env.srv.planning = func() { before += time.Since(start) }
