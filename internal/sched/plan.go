@@ -506,18 +506,19 @@ func (c *cycle) wait(r *ranked, pj PendingJob, d *demand, reason Reason, inQuota
 	if c.opts.ReservationDepth > 0 && c.reservations < c.opts.ReservationDepth {
 		var cds []cand
 		t := int64(forever)
-		switch {
-		case c.st.neverStarts(d) && !c.noCache:
-		case d.nodes == 1:
-			var cd cand
-			if cd, t = c.st.earliestSingle(d); t != forever {
-				cds = []cand{cd}
+		// An identical request found no start since the state last changed: neither will this.
+		if c.noCache || !c.st.neverStarts(d) {
+			if d.nodes == 1 {
+				var cd cand
+				if cd, t = c.st.earliestSingle(d); t != forever {
+					cds = []cand{cd}
+				}
+			} else {
+				cds, t = c.st.earliestGang(d)
 			}
-		default:
-			cds, t = c.st.earliestGang(d)
-		}
-		if t == forever {
-			c.st.noteNeverStarts(d)
+			if t == forever {
+				c.st.noteNeverStarts(d)
+			}
 		}
 		if t != forever {
 			res := JobReservation{JobID: pj.JobID, Start: c.at(t)}

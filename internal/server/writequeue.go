@@ -117,7 +117,7 @@ func (s *Server) lastWrite() *laterWrite {
 	if n := len(s.wq.pending); n > 0 {
 		return s.wq.pending[n-1]
 	}
-	if g := s.wq.writing; g != nil && !g.settled {
+	if g := s.wq.writing; g != nil {
 		return g.writes[len(g.writes)-1]
 	}
 	return nil
