@@ -236,8 +236,10 @@ func TestAgentStopsOtherClusters(t *testing.T) {
 	if err := legacy.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { legacy.Process.Kill(); legacy.Wait() })
-	go legacy.Wait()
+	// One Wait only: the agent kills it, and the clean-up waits for that Wait to return.
+	waited := make(chan struct{})
+	go func() { legacy.Wait(); close(waited) }()
+	t.Cleanup(func() { legacy.Process.Kill(); <-waited })
 	os.WriteFile(filepath.Join(legacyDir, legacyPIDFile), []byte(strconv.Itoa(legacy.Process.Pid)), 0o644)
 
 	s := newFakeServer(t) // a fresh server: another cluster, the same job IDs
