@@ -395,6 +395,9 @@ func (s *Server) handleGetJob(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.mu.Lock()
+	// The job's events come from the store: they must include the writes this copy of
+	// the job was read with (writequeue.go).
+	last := s.lastWrite()
 	var e *api.Error
 	if found {
 		e = s.mayRead(who, &job)
@@ -419,6 +422,13 @@ func (s *Server) handleGetJob(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	redactEnv(who, &job)
+	if last != nil {
+		if err := last.wait(); err != nil {
+			status, e := commitErrorOf("the job's last change could not be stored", err)
+			writeError(w, status, e)
+			return
+		}
+	}
 	events, err := s.store.Events(r.Context(), store.EventFilter{JobID: id})
 	if err != nil {
 		writeError(w, http.StatusInternalServerError, &api.Error{Code: api.CodeInternal, Message: "reading the job's events: " + err.Error()})

@@ -747,6 +747,12 @@ func (s *Server) serve(rt route, w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusUnsupportedMediaType, e)
 		return
 	}
+	if r.Method == http.MethodGet {
+		// A read answers from memory and the store together: it waits for the writes
+		// memory holds that the store may not yet (writequeue.go), so that what an earlier
+		// answer showed, a later one finds in the store too.
+		s.waitWritten()
+	}
 	rt.handle(s, w, r.WithContext(auth.WithIdentity(r.Context(), id)))
 }
 

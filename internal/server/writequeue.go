@@ -27,8 +27,10 @@ import (
 //     from memory that held it, and memory is then read again from the store (resync).
 //     None of them was acknowledged.
 //   - Visibility: what goes out of the server waits for the writes it was made from. A
-//     heartbeat's answer waits for the last write queued when it was composed. Webhooks
-//     and watches hear of a write only once it is durable.
+//     heartbeat's answer waits for the last write queued when it was composed; a read
+//     waits, before it starts, for the writes memory holds then, and a job's page for
+//     those its memory part was read with, before it reads the job's events from the
+//     store. Webhooks and watches hear of a write only once it is durable.
 //
 // Only batches of jobs, attempts, nodes and events are queued: what heartbeats write.
 // Submits keep their own group commit (groupcommit.go): they only insert, so their
@@ -121,6 +123,17 @@ func (s *Server) lastWrite() *laterWrite {
 		return g.writes[len(g.writes)-1]
 	}
 	return nil
+}
+
+// waitWritten returns once every write memory holds now is durable, or failed (memory is
+// then read again from the store). Callers do not hold s.mu.
+func (s *Server) waitWritten() {
+	s.mu.Lock()
+	last := s.lastWrite()
+	s.mu.Unlock()
+	if last != nil {
+		last.wait()
+	}
 }
 
 // writeQueued writes the queued batches, a transaction at a time, until none is left.

@@ -143,19 +143,22 @@ func TestReportsAreWrittenBehindTheLockInOrder(t *testing.T) {
 	gs.armed.Store(true)
 	first := answered(func() int { code, _ := h.reportRunning("n1", a); return code })
 	<-gs.entered
-	// The store holds the write; the lock is free.
+	// The store holds the write; the lock is free: a submit is answered.
 	done := make(chan struct{})
 	go func() {
-		var list api.JobList
-		h.do("GET", "/api/v1/jobs?state=all", nil, &list)
+		h.postSubmit(api.JobSpec{GPUs: 1, Command: []string{"later"}}, "")
 		close(done)
 	}()
 	select {
 	case <-done:
 	case <-time.After(5 * time.Second):
-		t.Fatal("a read waited for a heartbeat's write: the lock is held through it")
+		t.Fatal("a submit waited for a heartbeat's write: the lock is held through it")
 	}
 	notYet(t, first, "the heartbeat")
+	// A read of the job waits for the write, so that the page shows the job and its
+	// events (read from the store) alike.
+	read := answered(func() int { return h.do("GET", fmt.Sprintf("/api/v1/jobs/%d", a), nil, nil) })
+	notYet(t, read, "a read of the job")
 	second := answered(func() int { code, _ := h.reportRunning("n2", c); return code })
 	notYet(t, second, "a heartbeat queued behind it")
 	cancel := answered(func() int {
@@ -164,7 +167,7 @@ func TestReportsAreWrittenBehindTheLockInOrder(t *testing.T) {
 	notYet(t, cancel, "a cancel made after it")
 
 	gs.openGate()
-	for what, ch := range map[string]chan int{"first heartbeat": first, "second heartbeat": second, "cancel": cancel} {
+	for what, ch := range map[string]chan int{"first heartbeat": first, "second heartbeat": second, "cancel": cancel, "read": read} {
 		if code := <-ch; code != http.StatusOK {
 			t.Errorf("%s: %d", what, code)
 		}
@@ -172,6 +175,15 @@ func TestReportsAreWrittenBehindTheLockInOrder(t *testing.T) {
 	ja, jc := h.job(a), h.job(c)
 	if ja.State != api.StateRunning || jc.State != api.StateRunning || !jc.CancelRequested {
 		t.Fatalf("job %d %s, job %d %s cancel requested %v; want both running, the second asked to stop", a, ja.State, c, jc.State, jc.CancelRequested)
+	}
+	started := 0
+	for _, ev := range ja.Events {
+		if ev.Kind == api.EventTransition && ev.To == api.StateRunning {
+			started++
+		}
+	}
+	if started != 1 {
+		t.Errorf("job %d is RUNNING with %d transitions to RUNNING among its events; want 1", a, started)
 	}
 	stored := storedStates(t, gs.Store)
 	if stored[a] != api.StateRunning || stored[c] != api.StateRunning {
