@@ -261,6 +261,9 @@ func cpuSeconds(pid int) (float64, error) {
 	return (utime + stime) / clockTicks, nil
 }
 
+// mb is a megabyte as the memory figures count it (a mebibyte, as /proc's kB are KiB).
+const mb = 1 << 20
+
 // memoryMB reads VmRSS (resident now) and VmHWM (the most ever resident) of process pid.
 func memoryMB(pid int) (rss, hwm float64, err error) {
 	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))

@@ -2,6 +2,7 @@ package server
 
 import (
 	"encoding/json"
+	"slices"
 
 	"github.com/rotahq/rota/internal/api"
 )
@@ -82,4 +83,49 @@ type heartbeatAnswer struct {
 	HeartbeatSeconds float64           `json:"heartbeat_s"`
 	SyncEpoch        uint64            `json:"sync_epoch,omitempty"`
 	InventoryHash    string            `json:"inventory_hash,omitempty"`
+}
+
+// answerRest is heartbeatAnswer less its tasks: the fields appendJSON has encoding/json
+// write.
+type answerRest struct {
+	Acked            []api.TaskRef `json:"acked"`
+	StoppedAcked     []api.TaskRef `json:"stopped_acked,omitempty"`
+	ClusterID        string        `json:"cluster_id"`
+	HeartbeatSeconds float64       `json:"heartbeat_s"`
+	SyncEpoch        uint64        `json:"sync_epoch,omitempty"`
+	InventoryHash    string        `json:"inventory_hash,omitempty"`
+}
+
+// appendJSON appends the answer's JSON to buf, the bytes json.Marshal gives, but with
+// the kept tasks copied as they are: encoding/json checks and compacts a RawMessage byte
+// by byte, which cost a fifth of what handling a heartbeat took, for tasks it encoded
+// itself.
+func (a *heartbeatAnswer) appendJSON(buf []byte) ([]byte, error) {
+	rest, err := json.Marshal(answerRest{Acked: a.Acked, StoppedAcked: a.StoppedAcked, ClusterID: a.ClusterID,
+		HeartbeatSeconds: a.HeartbeatSeconds, SyncEpoch: a.SyncEpoch, InventoryHash: a.InventoryHash})
+	if err != nil {
+		return buf, err
+	}
+	need := len(`{"tasks":[],`) + len(rest) + len(a.Tasks) + 1 // the 1: the newline a writer adds
+	for _, t := range a.Tasks {
+		need += len(t)
+	}
+	buf = slices.Grow(buf, need)
+	buf = append(buf, `{"tasks":`...)
+	if a.Tasks == nil {
+		buf = append(buf, "null"...)
+	} else {
+		buf = append(buf, '[')
+		for i, t := range a.Tasks {
+			if i > 0 {
+				buf = append(buf, ',')
+			}
+			buf = append(buf, t...)
+		}
+		buf = append(buf, ']')
+	}
+	// rest is an object with at least acked, cluster_id and heartbeat_s: its members
+	// follow the tasks.
+	buf = append(buf, ',')
+	return append(buf, rest[1:]...), nil
 }

@@ -93,6 +93,17 @@ func TestHeartbeatAnswerEncodesAsTheAPIType(t *testing.T) {
 			t.Errorf("field %d: %s %s %s against %s %s %s", i, a.Name, a.Type, a.Tag, b.Name, b.Type, b.Tag)
 		}
 	}
+	// appendJSON has encoding/json write every field but the tasks, through answerRest.
+	rest := reflect.TypeFor[answerRest]()
+	if rest.NumField() != ours.NumField()-1 || ours.Field(0).Name != "Tasks" {
+		t.Fatalf("answerRest has %d fields, heartbeatAnswer %d with Tasks first: want the rest of them", rest.NumField(), ours.NumField())
+	}
+	for i := range rest.NumField() {
+		a, b := rest.Field(i), ours.Field(i+1)
+		if a.Name != b.Name || a.Tag != b.Tag || a.Type != b.Type {
+			t.Errorf("answerRest field %d: %s %s %s against %s %s %s", i, a.Name, a.Type, a.Tag, b.Name, b.Type, b.Tag)
+		}
+	}
 	end := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
 	tasks := []api.Task{
 		{JobID: 7, Attempt: 2, Rank: 1, Command: []string{"train", "--lr", "0.1"}, Env: map[string]string{"B": "2", "A": "1"},
@@ -111,13 +122,22 @@ func TestHeartbeatAnswerEncodesAsTheAPIType(t *testing.T) {
 		got.Tasks = append(got.Tasks, data)
 	}
 	for _, c := range []struct {
-		name      string
-		got, want any
-	}{{"full", got, want}, {"empty", heartbeatAnswer{Tasks: []json.RawMessage{}, Acked: []api.TaskRef{}}, api.HeartbeatResponse{Tasks: []api.Task{}, Acked: []api.TaskRef{}}}} {
-		a, _ := json.Marshal(c.got)
+		name string
+		got  heartbeatAnswer
+		want api.HeartbeatResponse
+	}{
+		{"full", got, want},
+		{"empty", heartbeatAnswer{Tasks: []json.RawMessage{}, Acked: []api.TaskRef{}}, api.HeartbeatResponse{Tasks: []api.Task{}, Acked: []api.TaskRef{}}},
+		{"nil", heartbeatAnswer{ClusterID: "<&>"}, api.HeartbeatResponse{ClusterID: "<&>"}},
+	} {
 		b, _ := json.Marshal(c.want)
+		a, _ := json.Marshal(c.got)
 		if string(a) != string(b) {
 			t.Errorf("%s: heartbeatAnswer encodes as\n%s\napi.HeartbeatResponse as\n%s", c.name, a, b)
+		}
+		a, err := c.got.appendJSON([]byte("kept"))
+		if err != nil || string(a) != "kept"+string(b) {
+			t.Errorf("%s: appendJSON gives %s, %v; api.HeartbeatResponse encodes as\n%s", c.name, a, err, b)
 		}
 	}
 }
