@@ -34,6 +34,18 @@ type orderBuf struct {
 	sorted []*ranked
 }
 
+// release lets go of the snapshot the arrays point into, keeping the arrays: a Planner
+// that held the last snapshot until the next had both alive as the caller built the
+// next, every pending job of a long queue twice.
+func (b *orderBuf) release() {
+	for i := range b.ranked {
+		b.ranked[i].job = nil
+	}
+	for i := range b.keys {
+		b.keys[i].job = nil
+	}
+}
+
 type queueCopy struct {
 	q  *Queue
 	ok bool

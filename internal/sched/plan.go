@@ -109,7 +109,9 @@ func (p *Planner) Schedule(s *Snapshot, now time.Time) Plan {
 	st.finish(s.Running)
 	c := newCycle(s, now, p.opts, st, &p.buf)
 	c.orderBuf = &p.orderBuf
-	return c.run()
+	plan := c.run()
+	p.orderBuf.release()
+	return plan
 }
 
 // run is one scheduling cycle.

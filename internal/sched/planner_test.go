@@ -3,7 +3,9 @@ package sched
 import (
 	"math/rand/v2"
 	"reflect"
+	"runtime"
 	"testing"
+	"weak"
 )
 
 // A Planner that keeps its node layout between calls plans exactly as ScheduleWith does,
@@ -40,5 +42,45 @@ func TestPlannerMatchesScheduleWith(t *testing.T) {
 				version++
 			}
 		}
+	}
+}
+
+// A Planner lets go of the snapshot it planned once Schedule returns: a server plans a
+// new snapshot each cycle, and a planner holding the last one (every pending job of a
+// long queue, copied) until the next made both live at once as the next was built.
+func TestPlannerKeepsNoSnapshot(t *testing.T) {
+	for _, name := range []string{"default", "fifo", "las"} {
+		opts, err := OptionsFor(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := NewPlanner(opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Calls on one node layout, so the planner keeps what it keeps between them.
+		base := genCluster(rand.New(rand.NewPCG(5, 5)), 30, 10, 0.6, true)
+		for call := range 3 {
+			s := genCluster(rand.New(rand.NewPCG(uint64(call), 9)), 30, 300, 0.6, true)
+			s.Nodes, s.NodesVersion = base.Nodes, 1
+			if len(s.Pending) == 0 || len(s.Running) == 0 {
+				t.Fatalf("call %d: want a snapshot with running and pending jobs", call)
+			}
+			pending, running := weak.Make(&s.Pending[0]), weak.Make(&s.Running[0])
+			plan := p.Schedule(s, t0)
+			if len(plan.Pending)+len(plan.Placements) == 0 {
+				t.Fatalf("%s, call %d: an empty plan", name, call)
+			}
+			s = nil
+			runtime.GC()
+			if pending.Value() != nil {
+				t.Errorf("%s, call %d: the planner still holds the snapshot's pending jobs", name, call)
+			}
+			if running.Value() != nil {
+				t.Errorf("%s, call %d: the planner still holds the snapshot's running jobs", name, call)
+			}
+			runtime.KeepAlive(plan) // nor does the plan
+		}
+		runtime.KeepAlive(p)
 	}
 }

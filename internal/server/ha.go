@@ -123,7 +123,7 @@ func (s *Server) lead(ctx context.Context, term int64) {
 		s.log.Error("took the leader lease but could not read the state; giving it back", "term", term, "err", err)
 		return
 	}
-	s.suspect, s.claims, s.reasons = false, nil, nil
+	s.suspect, s.claims, s.bestNodes = false, nil, nil
 	s.leader.Store(true)
 	if s.cfg.ConfigFile != "" {
 		if data, err := os.ReadFile(s.cfg.ConfigFile); err != nil {

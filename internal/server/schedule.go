@@ -91,11 +91,13 @@ func (s *Server) Cycle(ctx context.Context) error {
 	// What the plan says of each pending job is made ready before the lock is taken again.
 	// One array each for the estimates and priorities of every pending job, rather than
 	// two small allocations per job per cycle.
-	reasons := make(map[int64]sched.Reason, len(plan.Pending))
+	bestNodes := map[int64]string{}
 	ests := make([]time.Time, len(plan.Pending)) // zero where there is no estimate
 	prios := make([]api.Priority, len(plan.Pending))
 	for i, p := range plan.Pending {
-		reasons[p.JobID] = p.Reason
+		if p.Reason.BestNode != "" {
+			bestNodes[p.JobID] = p.Reason.BestNode
+		}
 		ests[i] = p.EstimatedStart
 		pr := p.Priority
 		prios[i] = api.Priority{Tier: pr.Tier, Score: pr.Score, FairShare: pr.FairShare, Age: pr.Age, Size: pr.Size, Deadline: pr.Deadline, Nice: pr.Nice}
@@ -184,7 +186,7 @@ func (s *Server) Cycle(ctx context.Context) error {
 		s.wake()
 	}
 	s.claims = plan.Claims
-	s.reasons = reasons
+	s.bestNodes = bestNodes
 	for i, p := range plan.Pending {
 		var est *time.Time
 		if !ests[i].IsZero() {

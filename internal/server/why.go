@@ -37,7 +37,7 @@ func (s *Server) handleWhy(w http.ResponseWriter, r *http.Request) {
 	}
 	if found && job.State == api.StatePending {
 		ahead = s.aheadOf(job)
-		node = s.endingOn(s.reasons[id].BestNode, job.EstimatedStart)
+		node = s.endingOn(s.bestNodes[id], job.EstimatedStart)
 		hints = s.nodeHints(&job)
 	}
 	s.mu.Unlock()
