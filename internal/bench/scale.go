@@ -98,9 +98,11 @@ func submitCounts(quick bool) (k64, k8 int) {
 	if quick {
 		return 64 * 5, 8 * 10
 	}
-	// Enough for a p99 from each, without letting the submits, each of which may wait
-	// for a scheduling cycle over the whole queue, take most of a full-size run.
-	return 64 * 20, 8 * 40
+	// Several seconds of each at the rates a 2-core machine gives, so that a window
+	// spans many scheduling cycles and group commits, not the luck of one: 1,600 submits
+	// were a fraction of a second to two, and their rate swung by ten times from run to
+	// run with whether a cycle fell in the window.
+	return 64 * 150, 8 * 300
 }
 
 // runningMix is how many jobs of each size (in GPUs) fill gpus GPUs with exactly running

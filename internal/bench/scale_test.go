@@ -116,7 +116,7 @@ func TestScaleSizes(t *testing.T) {
 		{ScaleOptions{Binary: bin, Nodes: -1}, "--nodes: must be between 1 and 100000, got -1"},
 		{ScaleOptions{Binary: bin, Nodes: 10, Running: 5}, "--running: the running jobs fill the 80 GPUs of 10 nodes"},
 		{ScaleOptions{Binary: bin, Nodes: 10, Running: 81}, "--running"},
-		{ScaleOptions{Binary: bin, Nodes: 10, Running: 40, Jobs: 100}, "--jobs: must be at least --running (40) plus the 1600 jobs"},
+		{ScaleOptions{Binary: bin, Nodes: 10, Running: 40, Jobs: 100}, "--jobs: must be at least --running (40) plus the 12000 jobs"},
 		{ScaleOptions{Binary: bin, Heartbeat: time.Millisecond}, "--heartbeat: must be between 100ms and 1m"},
 		{ScaleOptions{Binary: bin, Window: time.Hour}, "--window: must be between 1s and 10m"},
 	} {
