@@ -213,6 +213,16 @@ func (s *State) NodeCert(node string) (batch.NodeCert, bool) {
 	return c, ok
 }
 
+// NodeCertSerials returns the serial of each node's certificate, by node, in a map of
+// the caller's.
+func (s *State) NodeCertSerials() map[string]string {
+	out := make(map[string]string, len(s.id.certs))
+	for node, c := range s.id.certs {
+		out[node] = c.Serial
+	}
+	return out
+}
+
 // Setting returns a named setting as stored.
 func (s *State) Setting(name string) (json.RawMessage, bool) {
 	d, ok := s.id.settings[name]

@@ -117,14 +117,12 @@ func (s *Server) nodeIdentity(cs *tls.ConnectionState, source string) (auth.Iden
 	if !ok {
 		return auth.Identity{}, unauthorized("the client certificate is not a node certificate of this cluster (%s)", s.clusterID)
 	}
-	s.mu.Lock()
-	cert, found := s.state.NodeCert(node)
-	s.mu.Unlock()
+	current, found := s.view.serial(node)
 	switch {
 	case !found:
 		return auth.Identity{}, unauthorized("node %s has no certificate on this server (it was removed); join it again with a new join token", node)
-	case cert.Serial != serial:
-		return auth.Identity{}, unauthorized("this certificate of node %s (serial %s) was superseded by a later join or renewal (serial %s)", node, serial, cert.Serial)
+	case current != serial:
+		return auth.Identity{}, unauthorized("this certificate of node %s (serial %s) was superseded by a later join or renewal (serial %s)", node, serial, current)
 	}
 	return auth.Identity{User: "node:" + node, Kind: auth.KindNode, Node: node, Source: source}, nil
 }

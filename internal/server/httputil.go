@@ -75,10 +75,7 @@ func checkContentType(r *http.Request, kind bodyKind) *api.Error {
 
 // decodeJSON reads one JSON value into v under the body limit in force.
 func (s *Server) decodeJSON(w http.ResponseWriter, r *http.Request, v any) (int, *api.Error) {
-	s.mu.Lock()
-	limit := s.state.Limits().MaxBodyBytes
-	s.mu.Unlock()
-	return decodeJSON(w, r, v, limit)
+	return decodeJSON(w, r, v, s.view.maxBody.Load())
 }
 
 // decodeJSON reads one JSON value into v, refusing unknown fields, trailing data, null

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -765,6 +766,74 @@ func TestJoinFlow(t *testing.T) {
 	if code, e := beat(node, "gpu-01", "i1"); code != 401 || !strings.Contains(e.Message, "superseded") {
 		t.Fatalf("the old certificate after a new join: %d %q", code, e.Message)
 	}
+	checkAuthView(t, h.srv)
+
+	// A node removed while its agent keeps its connection open is refused on that
+	// connection at its next request.
+	code, jr, e, key = join(newJoin(api.JoinTokenRequest{}), "gpu-05")
+	if code != 200 {
+		t.Fatalf("join gpu-05: %d %s", code, e.Message)
+	}
+	five := nodeClient(t, jr, "gpu-05", key)
+	if code, e := beat(five, "gpu-05", "i5"); code != 200 {
+		t.Fatalf("gpu-05's heartbeat: %d %s", code, e.Message)
+	}
+	checkAuthView(t, h.srv)
+	h.clock.Add(time.Hour)
+	if code := h.do("DELETE", "/api/v1/nodes/gpu-05?force=true", nil, nil); code/100 != 2 {
+		t.Fatalf("remove gpu-05: %d", code)
+	}
+	if code, e := beat(five, "gpu-05", "i5"); code != 401 || !strings.Contains(e.Message, "no certificate") {
+		t.Fatalf("the removed node's heartbeat on its open connection: %d %q", code, e.Message)
+	}
+	checkAuthView(t, h.srv)
+}
+
+// checkAuthView fails t unless what the server authenticates agents by, without its
+// lock, is what its state holds.
+func checkAuthView(t *testing.T, s *Server) {
+	t.Helper()
+	s.mu.Lock()
+	want, limit := s.state.NodeCertSerials(), s.state.Limits().MaxBodyBytes
+	s.mu.Unlock()
+	s.view.mu.RLock()
+	got := maps.Clone(s.view.serials)
+	s.view.mu.RUnlock()
+	if !maps.Equal(got, want) {
+		t.Errorf("certificate serials the server authenticates by: %v; the state holds %v", got, want)
+	}
+	if l := s.view.maxBody.Load(); l != limit {
+		t.Errorf("body limit the server reads by: %d; the state's: %d", l, limit)
+	}
+}
+
+// A change of the body limit holds from the next request on, and after a restart.
+func TestBodyLimitFollowsTheSettings(t *testing.T) {
+	h := newHarness(t)
+	spec := api.JobSpec{Name: "big", Command: []string{"sleep", "1"}, GPUs: 1, Env: map[string]string{"PAD": strings.Repeat("x", 6000)}}
+	if code := h.do("POST", "/api/v1/jobs", spec, nil); code != 201 {
+		t.Fatalf("a 6 KB submit under the default limit: %d", code)
+	}
+	if code, e := h.putConfig("limits:\n  max_body_bytes: 4096\n"); code != 200 {
+		t.Fatalf("set max_body_bytes: %d %s", code, e.Message)
+	}
+	checkAuthView(t, h.srv)
+	var e api.Error
+	if code := h.do("POST", "/api/v1/jobs", spec, &e); code != 413 || !strings.Contains(e.Message, "4096-byte") {
+		t.Fatalf("a 6 KB submit under a 4096-byte limit: %d %q", code, e.Message)
+	}
+	h.restart()
+	checkAuthView(t, h.srv)
+	if code := h.do("POST", "/api/v1/jobs", spec, &e); code != 413 {
+		t.Fatalf("a 6 KB submit under a 4096-byte limit, after a restart: %d %q", code, e.Message)
+	}
+	if code, e := h.putConfig("limits:\n  max_body_bytes: 0\n"); code != 200 {
+		t.Fatalf("reset max_body_bytes: %d %s", code, e.Message)
+	}
+	if code := h.do("POST", "/api/v1/jobs", spec, nil); code != 201 {
+		t.Fatalf("a 6 KB submit with the limit back to its default: %d", code)
+	}
+	checkAuthView(t, h.srv)
 }
 
 // nodeClient is an HTTP client that speaks mTLS as node, with the certificate of join

@@ -154,6 +154,9 @@ type Server struct {
 
 	mu    sync.Mutex // guards the fields below; held across store commits so memory and disk change in the same order
 	state *cluster.State
+	// view holds what authenticating an agent's request reads, beside the state and
+	// readable without mu (authview.go).
+	view authView
 	// bestNodes holds, for the last cycle's pending jobs that have one, the node that
 	// came closest to taking the job, for rota why. Only that: a whole reason kept for
 	// each of 69,000 waiting jobs was 27 MB the plan's own list holds again.
@@ -259,6 +262,7 @@ func New(ctx context.Context, cfg Config, st store.Store, logger *slog.Logger) (
 	s := &Server{cfg: cfg, log: logger, store: st, kick: make(chan struct{}, 1), state: cluster.New(), logs: logs, tel: newTelemetry(), ui: newUILinkStore(),
 		started: time.Now().UTC(), leaseKick: make(chan struct{}, 1)}
 	s.state.HalfLife = cfg.HalfLife
+	s.view.reset(s.state)
 	if cfg.Lease != nil {
 		// A server that fails to start must not keep the lease from the others.
 		defer func() {
@@ -387,6 +391,7 @@ func (s *Server) load(ctx context.Context) error {
 	s.invHashes = nil // of the records just replaced
 	s.tasks = nil     // made from the state just replaced
 	s.state.Apply(b)
+	s.view.reset(s.state)
 	s.evictedAt = now
 	s.log.Info("state loaded", "jobs", len(jobs), "ended_in_store", len(ended), "nodes", len(nodes), "pending", len(s.state.PendingIDs()), "active", len(s.state.ActiveIDs()))
 	return nil
@@ -475,7 +480,7 @@ func (s *Server) commit(ctx context.Context, b *store.Batch) error {
 // now holds. Callers hold s.mu.
 func (s *Server) applyCommitted(b *store.Batch, took time.Duration) {
 	s.observeCommit(b, took)
-	s.state.Apply(b)
+	s.applyState(b)
 	s.watch.bump(b)
 	s.notifyCommitted(b)
 }

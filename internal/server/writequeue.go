@@ -90,7 +90,7 @@ func (s *Server) commitLater(b *store.Batch) *laterWrite {
 		return w
 	}
 	w.obs = s.changesOf(b)
-	s.state.Apply(b)
+	s.applyState(b)
 	s.wq.pending = append(s.wq.pending, w)
 	if !s.wq.running {
 		s.wq.running = true

@@ -1,0 +1,66 @@
+package server
+
+import (
+	"sync"
+	"sync/atomic"
+
+	"github.com/rotahq/rota/internal/cluster"
+	"github.com/rotahq/rota/internal/store"
+)
+
+// Every agent request reads two things before its handler runs: the serial of its node's
+// certificate, to authenticate it, and the body-size limit, to read its body. Each read
+// took the server's lock, so a heartbeat took it three times; at 10,000 nodes the waits
+// for those two short reads were most of the time heartbeats spent waiting for the lock
+// (a block profile of the scale suite), and every wait a hand-off between goroutines.
+// authView keeps both beside the state, readable without the server's lock, and
+// follows the state wherever it changes (applyState, load).
+type authView struct {
+	mu      sync.RWMutex
+	serials map[string]string // node -> the serial of its current certificate
+	maxBody atomic.Int64
+}
+
+// serial returns the serial of node's current certificate.
+func (v *authView) serial(node string) (string, bool) {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	serial, ok := v.serials[node]
+	return serial, ok
+}
+
+// reset makes the view that of state, read whole. Callers hold s.mu.
+func (v *authView) reset(state *cluster.State) {
+	serials := state.NodeCertSerials()
+	v.mu.Lock()
+	v.serials = serials
+	v.mu.Unlock()
+	v.maxBody.Store(state.Limits().MaxBodyBytes)
+}
+
+// follow brings the view up to date with batch b, which state has just applied. Callers
+// hold s.mu.
+func (v *authView) follow(state *cluster.State, b *store.Batch) {
+	if len(b.NodeCerts)+len(b.DeleteNodes) > 0 {
+		v.mu.Lock()
+		for _, name := range b.DeleteNodes {
+			delete(v.serials, name)
+		}
+		for _, c := range b.NodeCerts {
+			if cur, ok := state.NodeCert(c.Node); ok {
+				v.serials[c.Node] = cur.Serial
+			}
+		}
+		v.mu.Unlock()
+	}
+	if len(b.Settings) > 0 {
+		v.maxBody.Store(state.Limits().MaxBodyBytes)
+	}
+}
+
+// applyState applies a batch the store holds (or, for agent reports, will hold: see
+// writequeue.go) to memory: the state and what follows it. Callers hold s.mu.
+func (s *Server) applyState(b *store.Batch) {
+	s.state.Apply(b)
+	s.view.follow(s.state, b)
+}
