@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -429,4 +430,43 @@ func BenchmarkCycleWithBudgets(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(locked.Microseconds())/1000/float64(b.N), "locked-ms/op")
+}
+
+// BenchmarkHeartbeatAnswer measures writing the answer of a node running 10 tasks, each
+// kept encoded: through encoding/json, which checks and compacts every kept task again,
+// and as the server writes it (appendJSON), the tasks copied as they are.
+func BenchmarkHeartbeatAnswer(b *testing.B) {
+	end := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	a := heartbeatAnswer{Acked: []api.TaskRef{}, ClusterID: "0123456789abcdef", HeartbeatSeconds: 2, SyncEpoch: 1,
+		InventoryHash: strings.Repeat("ab", 32)}
+	for k := range 10 {
+		t := api.Task{JobID: int64(420 + k), Attempt: 1, Command: []string{"python", "train.py", "--config", "configs/run.yaml"},
+			Env: map[string]string{"ROTA_JOB_ID": strconv.Itoa(420 + k), "ROTA_ATTEMPT": "1", "ROTA_NODELIST": "bench-00042",
+				"ROTA_QUEUE": "train", "ROTA_TIME_LIMIT_END": end.Format(time.RFC3339)},
+			GPUIndices: []int{k % 8}, GPUIDs: []string{fmt.Sprintf("GPU-bench-00042-%d", k%8)}, CPUs: 8, MemoryMB: 65536,
+			TimeLimitEnd: end, Signal: "SIGTERM", GraceSeconds: 120, RunAs: "bench"}
+		data, err := json.Marshal(t)
+		if err != nil {
+			b.Fatal(err)
+		}
+		a.Tasks = append(a.Tasks, data)
+	}
+	b.Run("encoding-json", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := json.Marshal(a); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("kept", func(b *testing.B) {
+		b.ReportAllocs()
+		var buf []byte
+		for b.Loop() {
+			var err error
+			if buf, err = a.appendJSON(buf[:0]); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }
