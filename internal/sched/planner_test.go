@@ -15,14 +15,7 @@ func TestPlannerMatchesScheduleWith(t *testing.T) {
 	r := rand.New(rand.NewPCG(7, 11))
 	base := genCluster(r, 60, 200, 0.5, true)
 	for _, name := range []string{"default", "fifo", "worstfit"} {
-		opts, err := OptionsFor(name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		p, err := NewPlanner(opts)
-		if err != nil {
-			t.Fatal(err)
-		}
+		opts, p := plannerFor(t, name)
 		nodes := base.Nodes
 		version := uint64(1)
 		for call := range 12 {
@@ -50,14 +43,7 @@ func TestPlannerMatchesScheduleWith(t *testing.T) {
 // long queue, copied) until the next made both live at once as the next was built.
 func TestPlannerKeepsNoSnapshot(t *testing.T) {
 	for _, name := range []string{"default", "fifo", "las"} {
-		opts, err := OptionsFor(name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		p, err := NewPlanner(opts)
-		if err != nil {
-			t.Fatal(err)
-		}
+		_, p := plannerFor(t, name)
 		// Calls on one node layout, so the planner keeps what it keeps between them.
 		base := genCluster(rand.New(rand.NewPCG(5, 5)), 30, 10, 0.6, true)
 		for call := range 3 {
@@ -83,4 +69,18 @@ func TestPlannerKeepsNoSnapshot(t *testing.T) {
 		}
 		runtime.KeepAlive(p)
 	}
+}
+
+// plannerFor returns the options of the named policy and a Planner for them.
+func plannerFor(t *testing.T, name string) (Options, *Planner) {
+	t.Helper()
+	opts, err := OptionsFor(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := NewPlanner(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return opts, p
 }

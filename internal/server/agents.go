@@ -169,11 +169,11 @@ func (s *Server) heartbeat(r *http.Request, name string, hb *api.Heartbeat, same
 	if acked == nil {
 		acked = []api.TaskRef{}
 	}
-	return heartbeatAnswer{
-		Tasks: s.desiredAnswer(name), Acked: acked, StoppedAcked: stoppedAcked, ClusterID: s.clusterID,
+	return heartbeatAnswer{Tasks: s.desiredAnswer(name), answerRest: answerRest{
+		Acked: acked, StoppedAcked: stoppedAcked, ClusterID: s.clusterID,
 		HeartbeatSeconds: s.cfg.HeartbeatInterval.Seconds(), SyncEpoch: node.SyncEpoch,
 		InventoryHash: s.inventoryHash(name, node.Inventory, sameInventory),
-	}, s.lastWrite(), 0, nil
+	}}, s.lastWrite(), 0, nil
 }
 
 // isSHA256Hex reports whether h is a SHA-256 sum in lowercase hex.

@@ -437,8 +437,8 @@ func BenchmarkCycleWithBudgets(b *testing.B) {
 // and as the server writes it (appendJSON), the tasks copied as they are.
 func BenchmarkHeartbeatAnswer(b *testing.B) {
 	end := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
-	a := heartbeatAnswer{Acked: []api.TaskRef{}, ClusterID: "0123456789abcdef", HeartbeatSeconds: 2, SyncEpoch: 1,
-		InventoryHash: strings.Repeat("ab", 32)}
+	a := heartbeatAnswer{answerRest: answerRest{Acked: []api.TaskRef{}, ClusterID: "0123456789abcdef", HeartbeatSeconds: 2, SyncEpoch: 1,
+		InventoryHash: strings.Repeat("ab", 32)}}
 	for k := range 10 {
 		t := api.Task{JobID: int64(420 + k), Attempt: 1, Command: []string{"python", "train.py", "--config", "configs/run.yaml"},
 			Env: map[string]string{"ROTA_JOB_ID": strconv.Itoa(420 + k), "ROTA_ATTEMPT": "1", "ROTA_NODELIST": "bench-00042",

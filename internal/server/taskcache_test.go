@@ -83,23 +83,16 @@ func TestKeptTasksFollowWhatTheyAreMadeOf(t *testing.T) {
 // heartbeatAnswer must encode exactly as api.HeartbeatResponse, which agents decode: the
 // same fields, names and options, the tasks aside, and the same bytes for the same answer.
 func TestHeartbeatAnswerEncodesAsTheAPIType(t *testing.T) {
-	ours, theirs := reflect.TypeFor[heartbeatAnswer](), reflect.TypeFor[api.HeartbeatResponse]()
-	if ours.NumField() != theirs.NumField() {
-		t.Fatalf("heartbeatAnswer has %d fields, api.HeartbeatResponse %d", ours.NumField(), theirs.NumField())
+	// The tasks first, then answerRest's fields, those of the API type in its order.
+	ours, rest, theirs := reflect.TypeFor[heartbeatAnswer](), reflect.TypeFor[answerRest](), reflect.TypeFor[api.HeartbeatResponse]()
+	if ours.NumField() != 2 || ours.Field(0).Name != "Tasks" || ours.Field(0).Tag != theirs.Field(0).Tag || !ours.Field(1).Anonymous {
+		t.Fatalf("heartbeatAnswer must be the tasks, tagged as the API type's, then answerRest embedded")
 	}
-	for i := range ours.NumField() {
-		a, b := ours.Field(i), theirs.Field(i)
-		if a.Name != b.Name || a.Tag != b.Tag || (a.Name != "Tasks" && a.Type != b.Type) {
-			t.Errorf("field %d: %s %s %s against %s %s %s", i, a.Name, a.Type, a.Tag, b.Name, b.Type, b.Tag)
-		}
-	}
-	// appendJSON has encoding/json write every field but the tasks, through answerRest.
-	rest := reflect.TypeFor[answerRest]()
-	if rest.NumField() != ours.NumField()-1 || ours.Field(0).Name != "Tasks" {
-		t.Fatalf("answerRest has %d fields, heartbeatAnswer %d with Tasks first: want the rest of them", rest.NumField(), ours.NumField())
+	if rest.NumField() != theirs.NumField()-1 {
+		t.Fatalf("answerRest has %d fields, api.HeartbeatResponse %d besides its tasks", rest.NumField(), theirs.NumField()-1)
 	}
 	for i := range rest.NumField() {
-		a, b := rest.Field(i), ours.Field(i+1)
+		a, b := rest.Field(i), theirs.Field(i+1)
 		if a.Name != b.Name || a.Tag != b.Tag || a.Type != b.Type {
 			t.Errorf("answerRest field %d: %s %s %s against %s %s %s", i, a.Name, a.Type, a.Tag, b.Name, b.Type, b.Tag)
 		}
@@ -112,8 +105,8 @@ func TestHeartbeatAnswerEncodesAsTheAPIType(t *testing.T) {
 	}
 	want := api.HeartbeatResponse{Tasks: tasks, Acked: []api.TaskRef{{JobID: 3, Attempt: 1}}, StoppedAcked: []api.TaskRef{{JobID: 4, Attempt: 2, ClusterID: "c"}},
 		ClusterID: "cluster-1", HeartbeatSeconds: 2, SyncEpoch: 5, InventoryHash: "ab"}
-	got := heartbeatAnswer{Acked: want.Acked, StoppedAcked: want.StoppedAcked, ClusterID: want.ClusterID,
-		HeartbeatSeconds: want.HeartbeatSeconds, SyncEpoch: want.SyncEpoch, InventoryHash: want.InventoryHash}
+	got := heartbeatAnswer{answerRest: answerRest{Acked: want.Acked, StoppedAcked: want.StoppedAcked, ClusterID: want.ClusterID,
+		HeartbeatSeconds: want.HeartbeatSeconds, SyncEpoch: want.SyncEpoch, InventoryHash: want.InventoryHash}}
 	for _, task := range tasks {
 		data, err := json.Marshal(task)
 		if err != nil {
@@ -127,8 +120,8 @@ func TestHeartbeatAnswerEncodesAsTheAPIType(t *testing.T) {
 		want api.HeartbeatResponse
 	}{
 		{"full", got, want},
-		{"empty", heartbeatAnswer{Tasks: []json.RawMessage{}, Acked: []api.TaskRef{}}, api.HeartbeatResponse{Tasks: []api.Task{}, Acked: []api.TaskRef{}}},
-		{"nil", heartbeatAnswer{ClusterID: "<&>"}, api.HeartbeatResponse{ClusterID: "<&>"}},
+		{"empty", heartbeatAnswer{Tasks: []json.RawMessage{}, answerRest: answerRest{Acked: []api.TaskRef{}}}, api.HeartbeatResponse{Tasks: []api.Task{}, Acked: []api.TaskRef{}}},
+		{"nil", heartbeatAnswer{answerRest: answerRest{ClusterID: "<&>"}}, api.HeartbeatResponse{ClusterID: "<&>"}},
 	} {
 		b, _ := json.Marshal(c.want)
 		a, _ := json.Marshal(c.got)
