@@ -437,14 +437,16 @@ func (s *Server) recordTasks(b *store.Batch, node string, tasks []api.TaskStatus
 	for _, st := range tasks {
 		ref := api.TaskRef{JobID: st.JobID, Attempt: st.Attempt}
 		ended := st.State.Terminal()
-		job, ok := s.state.Job(st.JobID)
-		a, hasAttempt := s.state.CurrentAttempt(st.JobID)
+		// Read in place: most reports, of ranks running as memory has them, change
+		// nothing, and copying each job and attempt on every heartbeat was a tenth of the
+		// time a heartbeat held the lock.
+		held, heldAttempt := s.state.Peek(st.JobID), s.state.PeekAttempt(st.JobID)
 		rank := -1
-		if ok && hasAttempt && job.State.Active() && a.N == st.Attempt {
-			rank = rankOn(a, node)
+		if held != nil && heldAttempt != nil && held.State.Active() && heldAttempt.N == st.Attempt {
+			rank = rankOn(*heldAttempt, node)
 		}
-		if rank < 0 || a.Placements[rank].State.Terminal() {
-			if _, evicted := s.state.Evicted(st.JobID); !evicted && (!ok || !hasAttempt || st.Attempt > a.N) {
+		if rank < 0 || heldAttempt.Placements[rank].State.Terminal() {
+			if _, evicted := s.state.Evicted(st.JobID); !evicted && (held == nil || heldAttempt == nil || st.Attempt > heldAttempt.N) {
 				s.log.Warn("agent reports an attempt this server does not know", "node", node, "job", st.JobID, "attempt", st.Attempt, "state", st.State)
 			}
 			if ended {
@@ -452,6 +454,11 @@ func (s *Server) recordTasks(b *store.Batch, node string, tasks []api.TaskStatus
 			}
 			continue
 		}
+		if hp := &heldAttempt.Placements[rank]; !ended && len(st.Events) == 0 && (st.ImageDigest == "" || hp.ImageDigest != "") &&
+			(st.State != api.StateRunning || hp.State != "") {
+			continue // nothing new: none of the cases below applies
+		}
+		job, a := *held, *heldAttempt
 		// The placements are the state's own until the batch is applied: change a copy.
 		a.Placements = slices.Clone(a.Placements)
 		checkpointed := false
