@@ -318,8 +318,8 @@ func cleanString(v string) bool {
 // takeOver refuses a heartbeat from a second agent process for a live node (see
 // handleHeartbeat). A restarted agent names the instance it took over from.
 func (s *Server) takeOver(name string, hb *api.Heartbeat, now time.Time) *api.Error {
-	n, ok := s.state.Node(name)
-	if !ok || n.Agent == nil || n.Agent.Instance == hb.Instance {
+	n := s.state.PeekNode(name) // read only, as on every heartbeat: no copy
+	if n == nil || n.Agent == nil || n.Agent.Instance == hb.Instance {
 		return nil
 	}
 	sameHost := n.Hostname == "" || hb.Inventory.Hostname == "" || n.Hostname == hb.Inventory.Hostname
