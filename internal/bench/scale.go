@@ -322,9 +322,10 @@ func runScale(ctx context.Context, opts Options) (results []Result, err error) {
 		"cycles": cyc.n, "cycle-mean-ms": cyc.mean() * 1000, "cycle-p99-bound-ms": cyc.reportBound(.99) * 1000,
 		// What the RSS is made of, as the Go runtime counts it: the heap's spans in use,
 		// the size it lets the heap grow to before the next collection (about twice what
-		// the last one found alive), and goroutine stacks.
+		// the last one found alive), and goroutine stacks, with how many goroutines
+		// hold them (about one per open connection).
 		"heap-inuse-mb": m.sum("go_memstats_heap_inuse_bytes") / mb, "heap-goal-mb": m.sum("go_memstats_next_gc_bytes") / mb,
-		"stacks-mb": m.sum("go_memstats_stack_inuse_bytes") / mb,
+		"stacks-mb": m.sum("go_memstats_stack_inuse_bytes") / mb, "goroutines": m.sum("go_goroutines"),
 	})
 
 	// 9. The loaded server with no request at all: the agents gone (for less time than a

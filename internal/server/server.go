@@ -675,7 +675,7 @@ var routes = []route{
 	{"POST", "/api/v1/ui/links", ruleAnyone, noBody, (*Server).handleUILink},
 	{"POST", "/api/v1/ui/session", rulePublic, jsonBody, (*Server).handleUISession},
 	{"POST", "/api/v1/join", rulePublic, jsonBody, (*Server).handleJoin},
-	{"POST", "/api/v1/agents/{node}/heartbeat", ruleAgent, jsonBody, (*Server).handleHeartbeat},
+	{"POST", heartbeatPath, ruleAgent, jsonBody, (*Server).handleHeartbeat},
 	{"GET", "/api/v1/agents/{node}/watch", ruleAgent, noBody, (*Server).handleWatch},
 	{"POST", "/api/v1/agents/{node}/logs/{job}/{attempt}", ruleAgent, bytesBody, (*Server).handleShipLog},
 	{"GET", "/api/v1/agents/{node}/attach/{job}/{attempt}", ruleAgent, noBody, (*Server).handleAgentAttach},
@@ -691,6 +691,9 @@ var routes = []route{
 // statusPath is the one route a standby serves (see ha.go).
 const statusPath = "/api/v1/status"
 
+// heartbeatPath is the route every agent calls every few seconds.
+const heartbeatPath = "/api/v1/agents/{node}/heartbeat"
+
 // Handler returns the HTTP API. Serve it with ConnContext set, so that callers on the
 // local socket and the in-process agent are known.
 func (s *Server) Handler() http.Handler {
@@ -698,8 +701,15 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
 	mux.HandleFunc("/healthz", methodNotAllowed([]string{"GET", "HEAD"}))
 	allowed := map[string][]string{} // path → its methods, in the routes' order
+	beats := newHandOff(2 * time.Second)
 	for _, rt := range routes {
-		mux.HandleFunc(rt.method+" "+rt.path, s.instrument(rt, func(w http.ResponseWriter, r *http.Request) { s.serve(rt, w, r) }))
+		h := s.instrument(rt, func(w http.ResponseWriter, r *http.Request) { s.serve(rt, w, r) })
+		if rt.path == heartbeatPath {
+			// Every agent's connection waits for its next heartbeat: the handler runs
+			// elsewhere, so that its goroutine keeps a small stack (offload.go).
+			h = beats.wrap(h)
+		}
+		mux.HandleFunc(rt.method+" "+rt.path, h)
 		allowed[rt.path] = append(allowed[rt.path], rt.method)
 		if rt.method == "GET" {
 			allowed[rt.path] = append(allowed[rt.path], "HEAD") // served by the GET route
