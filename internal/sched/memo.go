@@ -11,6 +11,10 @@ import (
 // one cycle to the next for as long as the job's request, team, time limit and queue stay
 // as they were and the node layout stays the same: on a long queue, deriving every job's
 // demand and hashing its shape at every cycle was a third of the cycle.
+//
+// Jobs whose inputs are equal share one derived memo: requests come in few kinds (an
+// array, a sweep, a team's usual job), and a derived memo is about 550 bytes, so at 69,000
+// waiting jobs one each was 40 MB where a few hundred serve them all.
 type memos struct {
 	// keep is set for a Planner's memos, which outlive the cycle (see newMemos).
 	keep bool
@@ -18,11 +22,16 @@ type memos struct {
 	cycle uint32
 	list  []jobMemo
 	byID  map[int64]int32 // index in list
+	// derived holds what was derived, byInputs the shared ones by their inputs.
+	derived  []demandMemo
+	byInputs map[demandInputs]int32
 	// next is where the previous cycle's jobs continue in list: the pending jobs of a
 	// snapshot come mostly in the order the previous snapshot gave them, so a job is
 	// found there without a map lookup.
 	next int
-	live int // the memos this cycle used
+	live int // the job memos this cycle used
+	// liveDerived is how many derived memos this cycle used.
+	liveDerived int
 	// shapes numbers the shapes of the jobs' requests, teams the jobs' teams. lastKey is
 	// the shape last numbered, lastShape its number (0: none).
 	shapes    map[shape]int32
@@ -30,7 +39,7 @@ type memos struct {
 	lastKey   shape
 	lastShape int32
 	// scratch is the one memo of memos that do not keep, byShape their failed requests.
-	scratch jobMemo
+	scratch demandMemo
 	byShape failedByShape
 	// failed holds, by shape number, where in fails the failure of a request of that
 	// shape to fit in this cycle is (one of an earlier cycle is ignored): an array of
@@ -44,16 +53,26 @@ type failedShape struct {
 	at    int32
 }
 
-// jobMemo is one job's memo: the inputs its demand was derived from, and what was derived.
+// jobMemo is one job's memo: which derived memo serves it.
 type jobMemo struct {
 	id    int64
 	cycle uint32 // the last cycle that used it
+	at    int32  // its derived memo, in memos.derived; -1: none yet
+}
+
+// demandMemo is what was derived from one set of inputs: the inputs, and what was derived.
+type demandMemo struct {
 	in    demandInputs
 	pools []string // the queue's pools, which demandInputs cannot compare
 	d     demand
 	bad   string // why the request is malformed; "" when it is not
 	shape int32  // the number of d.shape()
 	team  int32  // the number of the job's team
+	cycle uint32 // the last cycle that used it
+	// own marks the memo of a request that lists models or gives speeds, derived for that
+	// one job at each cycle (demandInputs cannot tell two lists apart), and shared with
+	// no other.
+	own bool
 }
 
 // demandInputs are the comparable inputs of newDemand. A request that lists models or
@@ -83,6 +102,7 @@ func newMemos(n int, keep bool) *memos {
 	m := &memos{keep: keep, shapes: map[shape]int32{}, teams: map[string]int32{}}
 	if keep {
 		m.list, m.byID = make([]jobMemo, 0, n), make(map[int64]int32, n)
+		m.byInputs = map[demandInputs]int32{}
 	}
 	return m
 }
@@ -90,13 +110,13 @@ func newMemos(n int, keep bool) *memos {
 // begin starts a cycle.
 func (m *memos) begin() {
 	m.cycle++
-	m.next, m.live = 0, 0
+	m.next, m.live, m.liveDerived = 0, 0, 0
 	clear(m.fails) // their reasons may hold maps and slices
 	m.fails = m.fails[:0]
 }
 
-// of returns the number of job j's memo, up to date for this cycle and the queue q. Only
-// memos that keep call it.
+// of returns the number of job j's derived memo, up to date for this cycle and the queue
+// q. Only memos that keep call it.
 func (m *memos) of(st *state, j *Job, q *Queue) int32 {
 	i := int32(-1)
 	if m.next < len(m.list) && m.list[m.next].id == j.ID {
@@ -108,7 +128,7 @@ func (m *memos) of(st *state, j *Job, q *Queue) int32 {
 		// A second job of the same ID in one snapshot: it gets a memo of its own, which
 		// no later cycle finds.
 		i = int32(len(m.list))
-		m.list = append(m.list, jobMemo{id: j.ID})
+		m.list = append(m.list, jobMemo{id: j.ID, at: -1})
 	}
 	r := &j.Request
 	in := demandInputs{
@@ -119,33 +139,70 @@ func (m *memos) of(st *state, j *Job, q *Queue) int32 {
 	}
 	if i < 0 {
 		i = int32(len(m.list))
-		m.list = append(m.list, jobMemo{id: j.ID})
+		m.list = append(m.list, jobMemo{id: j.ID, at: -1})
 		m.byID[j.ID] = i
 	}
 	m.next = int(i) + 1
 	e := &m.list[i]
 	e.cycle = m.cycle
 	m.live++
-	if e.shape > 0 && e.in == in && !in.lists && slices.Equal(e.pools, q.Pools) {
-		return i
+	if e.at >= 0 {
+		if d := &m.derived[e.at]; !d.own && !in.lists && d.in == in && slices.Equal(d.pools, q.Pools) {
+			m.use(e.at)
+			return e.at
+		}
 	}
+	e.at = m.find(st, j, q, in, e.at)
+	return e.at
+}
+
+// find returns the number of the derived memo of j, whose inputs are in, deriving it if
+// none is up to date; at is the one j had, -1 for none.
+func (m *memos) find(st *state, j *Job, q *Queue, in demandInputs, at int32) int32 {
+	if in.lists {
+		if at < 0 || !m.derived[at].own {
+			at = int32(len(m.derived))
+			m.derived = append(m.derived, demandMemo{own: true})
+		}
+	} else if k, ok := m.byInputs[in]; ok {
+		at = k
+		if slices.Equal(m.derived[at].pools, q.Pools) {
+			m.use(at)
+			return at
+		}
+		// The queue's pools changed since: derived again for every job that shares it.
+	} else {
+		at = int32(len(m.derived))
+		m.derived = append(m.derived, demandMemo{})
+		m.byInputs[in] = at
+	}
+	e := &m.derived[at]
 	e.in, e.pools = in, q.Pools
 	m.derive(e, st, j, q)
-	return i
+	m.use(at)
+	return at
+}
+
+// use marks the derived memo k as used in this cycle.
+func (m *memos) use(k int32) {
+	if e := &m.derived[k]; e.cycle != m.cycle {
+		e.cycle = m.cycle
+		m.liveDerived++
+	}
 }
 
 // memo returns the memo of the ranked job r, which has a queue: its own, or for memos
 // that do not keep, the scratch memo derived anew.
-func (m *memos) memo(st *state, r *ranked) *jobMemo {
+func (m *memos) memo(st *state, r *ranked) *demandMemo {
 	if r.memo >= 0 {
-		return &m.list[r.memo]
+		return &m.derived[r.memo]
 	}
 	m.derive(&m.scratch, st, r.job, r.queue)
 	return &m.scratch
 }
 
 // derive sets what e derives from job j in queue q.
-func (m *memos) derive(e *jobMemo, st *state, j *Job, q *Queue) {
+func (m *memos) derive(e *demandMemo, st *state, j *Job, q *Queue) {
 	e.d, e.bad = newDemand(st, j, q)
 	if !m.keep {
 		return // shapes are numbered, and teams, only for the cycles to come
@@ -176,7 +233,7 @@ func (m *memos) number(key shape) int32 {
 
 // lookupFailed returns the failure in this cycle of a request of e's shape, nil if none.
 // It is valid until the next setFailed.
-func (m *memos) lookupFailed(e *jobMemo) *failure {
+func (m *memos) lookupFailed(e *demandMemo) *failure {
 	if !m.keep {
 		return m.byShape.lookup(e.d.shape())
 	}
@@ -186,7 +243,7 @@ func (m *memos) lookupFailed(e *jobMemo) *failure {
 	return nil
 }
 
-func (m *memos) setFailed(e *jobMemo, f failure) {
+func (m *memos) setFailed(e *demandMemo, f failure) {
 	if !m.keep {
 		m.byShape.set(e.d.shape(), f)
 		return
@@ -235,21 +292,42 @@ func (b *failedByShape) set(key shape, f failure) {
 	b.last.valid = false
 }
 
-// end drops the memos of jobs this cycle did not see, once they are most of the list:
-// jobs that started or left keep no memo for long.
+// end drops the memos of jobs this cycle did not see, and the derived memos no job used,
+// once they are most of their lists: jobs that started or left keep no memo for long.
 func (m *memos) end() {
-	if !m.keep || len(m.list) <= 2*m.live+64 {
+	if !m.keep || len(m.list) <= 2*m.live+64 && len(m.derived) <= 2*m.liveDerived+64 {
 		return
 	}
+	moved := make([]int32, len(m.derived)) // new number by old
+	n := 0
+	for k := range m.derived {
+		moved[k] = -1
+		if m.derived[k].cycle == m.cycle {
+			moved[k] = int32(n)
+			m.derived[n] = m.derived[k]
+			n++
+		}
+	}
+	clear(m.derived[n:]) // they hold slices and strings
+	m.derived = m.derived[:n]
+	// A job this cycle saw uses a derived memo this cycle used.
 	m.list = slices.DeleteFunc(m.list, func(e jobMemo) bool { return e.cycle != m.cycle })
 	clear(m.byID)
+	for i := range m.list {
+		e := &m.list[i]
+		e.at = moved[e.at]
+		m.byID[e.id] = int32(i)
+	}
+	clear(m.byInputs)
 	clear(m.shapes)
 	m.lastShape = 0
 	clear(m.failed)
 	m.failed = m.failed[:0]
-	for i := range m.list {
-		e := &m.list[i]
-		m.byID[e.id] = int32(i)
+	for k := range m.derived {
+		e := &m.derived[k]
+		if !e.own {
+			m.byInputs[e.in] = int32(k)
+		}
 		e.shape = m.number(e.d.shape())
 	}
 }

@@ -104,7 +104,10 @@ func TestPlannerDropsMemosOfJobsGone(t *testing.T) {
 		// shape number would pass a waiting job's failure on to them.
 		pending := []Job{job(1, 8, "A100"), job(2, 4, "A100")}
 		for k := range 20 {
-			pending = append(pending, job(int64(1000+round*20+k), 1, "A100"))
+			// Each with a time limit of its own, so that each has a derived memo of its own.
+			j := job(int64(1000+round*20+k), 1, "A100")
+			j.TimeLimit = time.Duration(round*20+k+1) * time.Second
+			pending = append(pending, j)
 		}
 		s := &Snapshot{Nodes: nodes, NodesVersion: 1, Queues: queues(), Running: running, Pending: pending}
 		want, _ := ScheduleWith(s, t0, Options{})
@@ -117,5 +120,78 @@ func TestPlannerDropsMemosOfJobsGone(t *testing.T) {
 	}
 	if n := len(p.buf.memos.list); n > 2*22+64 {
 		t.Fatalf("the planner keeps %d memos for 22 pending jobs", n)
+	}
+	if n := len(p.buf.memos.derived); n > 2*22+64 {
+		t.Fatalf("the planner keeps %d derived memos for 22 pending jobs", n)
+	}
+}
+
+// Jobs whose requests are alike share one derived memo, which follows a change that
+// reaches all of them (their queue's pools); a job that lists models has one of its own.
+func TestPlannerSharesDerivedMemos(t *testing.T) {
+	p, err := NewPlanner(Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodes := []Node{gpuNode("a1", "A100", 8), gpuNode("h1", "H100", 8)}
+	nodes[0].Labels = map[string]string{"pool": "a"}
+	nodes[1].Labels = map[string]string{"pool": "h"}
+	running := []Running{busy(9999, "a1", time.Hour, 0, 1, 2, 3, 4, 5)}
+	for step, pools := range [][]string{{"a"}, {"a"}, {"h"}, {"a", "h"}} {
+		qs := queues()
+		qs["pooled"] = Queue{Name: "pooled", Tier: 1, Pools: pools}
+		var pending []Job
+		for id := range int64(400) {
+			j := job(id+1, []int{1, 2, 4, 8}[id%4], "")
+			if id%2 == 1 {
+				j.Queue = "pooled"
+			}
+			pending = append(pending, j)
+		}
+		// Two jobs alike but for their lists of models, which only H100s and only A100s
+		// meet: sharing a memo, one would be placed on the other's model.
+		h, a := job(1000, 1, ""), job(1001, 1, "")
+		h.Request.GPUModels = []string{"H100", "B200"}
+		a.Request.GPUModels = []string{"A100", "B200"}
+		pending = append([]Job{h, a}, pending...)
+		s := &Snapshot{Nodes: nodes, NodesVersion: 1, Queues: qs, Running: running, Pending: pending}
+		want, err := ScheduleWith(s, t0, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := p.Schedule(s, t0); !reflect.DeepEqual(got, want) {
+			t.Fatalf("step %d, pools %v: the planner's plan differs from ScheduleWith's:\n got %+v\nwant %+v", step, pools, got, want)
+		}
+		// Four sizes in two queues, each size in one queue only, and the listed jobs' own.
+		if n := len(p.buf.memos.derived); n != 6 {
+			t.Fatalf("step %d: %d derived memos for 402 jobs of 6 kinds, want 6", step, n)
+		}
+	}
+}
+
+// Derived memos no job uses any more are dropped too, when the jobs stay and their
+// requests change.
+func TestPlannerDropsDerivedMemosUnused(t *testing.T) {
+	p, err := NewPlanner(Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodes := []Node{gpuNode("a1", "A100", 8)}
+	running := []Running{busy(9999, "a1", time.Hour, 0, 1, 2, 3, 4, 5, 6, 7)}
+	for round := range 50 {
+		var pending []Job
+		for k := range 20 {
+			j := job(int64(k+1), 1, "A100")
+			j.TimeLimit = time.Duration(round*20+k+1) * time.Second
+			pending = append(pending, j)
+		}
+		s := &Snapshot{Nodes: nodes, NodesVersion: 1, Queues: queues(), Running: running, Pending: pending}
+		want, _ := ScheduleWith(s, t0, Options{})
+		if got := p.Schedule(s, t0); !reflect.DeepEqual(got, want) {
+			t.Fatalf("round %d: the planner's plan differs from ScheduleWith's", round)
+		}
+	}
+	if n := len(p.buf.memos.derived); n > 2*20+64 {
+		t.Fatalf("the planner keeps %d derived memos for 20 pending jobs", n)
 	}
 }

@@ -13,8 +13,8 @@ type ranked struct {
 	queue    *Queue
 	hasQueue bool
 	prio     Priority
-	// memo is the number of the job's memo (memos.list); -1 without a queue, and for
-	// memos that do not keep.
+	// memo is the number of the job's derived memo (memos.derived); -1 without a queue,
+	// and for memos that do not keep.
 	memo int32
 	// key is the order's own measure, smaller first: submit time (fifo), known duration
 	// (sjf) or attained service (las); unused by the priority order.
@@ -102,7 +102,7 @@ func order(s *Snapshot, st *state, opts *Options, now int64, buf *orderBuf, m *m
 			r.memo = m.of(st, j, q)
 			// Teams are numbered in the order the memos meet them, so a team new in
 			// this cycle is the next number.
-			if t := m.list[r.memo].team; int(t) < len(byTeam) {
+			if t := m.derived[r.memo].team; int(t) < len(byTeam) {
 				f = byTeam[t]
 			} else {
 				f = shares.of(j.Team)
