@@ -92,3 +92,32 @@ func TestWaitingFollowsStates(t *testing.T) {
 		}
 	}
 }
+
+// The oldest submit key is known as keys come, in any order, and again after a prune.
+func TestOldestIdempotencyFollowsKeysAndPrunes(t *testing.T) {
+	s := New()
+	at := func(h int) time.Time { return time.Date(2026, 11, 30, h, 0, 0, 0, time.UTC) }
+	rec := func(key string, h int) batch.IdempotencyRecord {
+		return batch.IdempotencyRecord{User: "ada", Key: key, Created: at(h)}
+	}
+	for _, step := range []struct {
+		name  string
+		b     batch.Batch
+		want  time.Time
+		count int
+	}{
+		{"none", batch.Batch{}, time.Time{}, 0},
+		{"first", batch.Batch{Idempotency: []batch.IdempotencyRecord{rec("a", 5)}}, at(5), 1},
+		{"later", batch.Batch{Idempotency: []batch.IdempotencyRecord{rec("b", 7)}}, at(5), 2},
+		{"earlier, as a load brings", batch.Batch{Idempotency: []batch.IdempotencyRecord{rec("c", 3), rec("d", 9)}}, at(3), 4},
+		{"pruned below 6", batch.Batch{PruneIdempotency: at(6)}, at(7), 2},
+		{"pruned with a key", batch.Batch{Idempotency: []batch.IdempotencyRecord{rec("e", 10)}, PruneIdempotency: at(8)}, at(9), 2},
+		{"all pruned", batch.Batch{PruneIdempotency: at(11)}, time.Time{}, 0},
+		{"again", batch.Batch{Idempotency: []batch.IdempotencyRecord{rec("f", 12)}}, at(12), 1},
+	} {
+		s.Apply(&step.b)
+		if got := s.OldestIdempotency(); !got.Equal(step.want) || len(s.id.idempotent) != step.count {
+			t.Fatalf("%s: oldest %v of %d keys, want %v of %d", step.name, got, len(s.id.idempotent), step.want, step.count)
+		}
+	}
+}
