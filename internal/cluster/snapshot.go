@@ -28,7 +28,7 @@ import (
 // are replaced, not updated, and the node list is a new slice whenever a node changed, so
 // a plan may be made from it while the state moves on. Its NodesVersion changes exactly
 // when its nodes do, so that a sched.Planner keeps its node layout between cycles.
-func (s *State) Snapshot(now time.Time, keep func(*api.Job) bool) *sched.Snapshot {
+func (s *State) Snapshot(now time.Time, keep func(id int64) bool) *sched.Snapshot {
 	return s.SnapshotParts(now, keep).Build()
 }
 
@@ -36,7 +36,7 @@ func (s *State) Snapshot(now time.Time, keep func(*api.Job) bool) *sched.Snapsho
 // state can say (which jobs, their entries, the service each has received), and the
 // parts' Build, which needs no lock, then copies the jobs' entries into the snapshot.
 // Copying 100,000 jobs' entries was most of the time a cycle held the server's lock.
-func (s *State) SnapshotParts(now time.Time, keep func(*api.Job) bool) *SnapshotParts {
+func (s *State) SnapshotParts(now time.Time, keep func(id int64) bool) *SnapshotParts {
 	snap := &sched.Snapshot{Queues: map[string]sched.Queue{}, Teams: map[string]sched.Team{}}
 	usage := s.TeamUsage(now)
 	for _, t := range s.teams {
@@ -72,6 +72,8 @@ func (s *State) SnapshotParts(now time.Time, keep func(*api.Job) bool) *Snapshot
 	c := s.snapJobs()
 	active := s.ActiveIDs()
 	parts := &SnapshotParts{snap: snap, running: make([]snapRef, 0, len(active))}
+	// Per job, only its entry is looked up: the rest of what it says was read from the
+	// job and its attempts when the entry was made, which any change to them drops.
 	for _, id := range active {
 		e := c[id]
 		if e == nil || e.running == nil {
@@ -81,25 +83,24 @@ func (s *State) SnapshotParts(now time.Time, keep func(*api.Job) bool) *Snapshot
 				continue
 			}
 			r := runningOf(j, &a)
-			e = &snapJob{running: &r}
+			e = &snapJob{running: &r, sv: s.servicePartsOf(id)}
 			c[id] = e
 		}
-		parts.running = append(parts.running, snapRef{e, s.serviceOf(id, now)})
+		parts.running = append(parts.running, snapRef{e, s.serviceAt(id, &e.sv, now)})
 	}
 	pending := s.PendingIDs()
 	parts.pending = make([]snapRef, 0, len(pending))
 	for _, id := range pending {
-		j := s.jobs[id]
-		if keep != nil && !keep(j) {
+		if keep != nil && !keep(id) {
 			continue
 		}
 		e := c[id]
 		if e == nil || e.pending == nil {
-			p := pendingOf(j)
-			e = &snapJob{pending: &p}
+			p := pendingOf(s.jobs[id])
+			e = &snapJob{pending: &p, sv: s.servicePartsOf(id)}
 			c[id] = e
 		}
-		parts.pending = append(parts.pending, snapRef{e, s.serviceOf(id, now)})
+		parts.pending = append(parts.pending, snapRef{e, s.serviceAt(id, &e.sv, now)})
 	}
 	return parts
 }
@@ -155,11 +156,12 @@ type snapCache struct {
 }
 
 // snapJob is a job's entry in the snapshot: running for an active job, pending for a
-// pending one (the other is nil). The service it has received is filled in at each snapshot: a running
-// job's grows with time.
+// pending one (the other is nil). The service it has received is filled in at each
+// snapshot, from sv: a running job's grows with time.
 type snapJob struct {
 	running *sched.Running
 	pending *sched.Job
+	sv      serviceParts
 }
 
 func (s *State) snapJobs() map[int64]*snapJob {

@@ -31,6 +31,9 @@ type State struct {
 	active map[int64]struct{}
 	// held is the set of jobs in HELD, rechecked every cycle for met dependencies.
 	held map[int64]struct{}
+	// deadlined is the set of jobs not ended whose deadline is not yet decided, which
+	// every cycle checks for a deadline passed: few jobs have one.
+	deadlined map[int64]struct{}
 	// waiting counts each user's jobs that have not started (pending or held), for the
 	// per-user limit a submit checks.
 	waiting map[string]int
@@ -80,6 +83,7 @@ func New() *State {
 		pending:   map[int64]struct{}{},
 		active:    map[int64]struct{}{},
 		held:      map[int64]struct{}{},
+		deadlined: map[int64]struct{}{},
 		waiting:   map[string]int{},
 		HalfLife:  7 * 24 * time.Hour,
 		jobIdx:    jobIndex{byState: map[api.JobState][]uint64{}},
@@ -157,6 +161,10 @@ func (s *State) Apply(b *batch.Batch) {
 		delete(s.pending, j.ID)
 		delete(s.active, j.ID)
 		delete(s.held, j.ID)
+		delete(s.deadlined, j.ID)
+		if j.Spec.Deadline != nil && j.DeadlineResult == "" && !j.State.Terminal() {
+			s.deadlined[j.ID] = struct{}{}
+		}
 		switch {
 		case j.State == api.StatePending:
 			s.pending[j.ID] = struct{}{}
@@ -272,6 +280,10 @@ func (s *State) PendingIDs() []int64 { return s.jobIdx.ids(len(s.pending), api.S
 func (s *State) UnfinishedIDs() []int64 {
 	return s.jobIdx.ids(len(s.held)+len(s.pending)+len(s.active), api.StateHeld, api.StatePending, api.StateAssigned, api.StateRunning)
 }
+
+// OpenDeadlineIDs returns the IDs of the jobs not ended whose deadline is not yet decided,
+// ascending.
+func (s *State) OpenDeadlineIDs() []int64 { return sortedKeys(s.deadlined) }
 
 // ActiveIDs returns the IDs of jobs holding resources, ascending.
 func (s *State) ActiveIDs() []int64 {

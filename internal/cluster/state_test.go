@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"math"
+	"slices"
 	"testing"
 	"time"
 
@@ -118,6 +119,71 @@ func TestOldestIdempotencyFollowsKeysAndPrunes(t *testing.T) {
 		s.Apply(&step.b)
 		if got := s.OldestIdempotency(); !got.Equal(step.want) || len(s.id.idempotent) != step.count {
 			t.Fatalf("%s: oldest %v of %d keys, want %v of %d", step.name, got, len(s.id.idempotent), step.want, step.count)
+		}
+	}
+}
+
+// A snapshot's service, from the parts its entry keeps, is serviceOf's to the bit, for
+// attempts of every shape and at times before, at and after they start.
+func TestServiceAtIsServiceOf(t *testing.T) {
+	t0 := time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)
+	at := func(d time.Duration) *time.Time { x := t0.Add(d); return &x }
+	gpus := func(n int) []api.Placement { return []api.Placement{{Node: "n1", GPUIndices: make([]int, n)}} }
+	shared := []api.Placement{{Node: "n1", GPUIndices: []int{0}, GPUShare: 0.3}}
+	ended := func(start, end time.Duration, p []api.Placement) api.Attempt {
+		return api.Attempt{AssignTime: t0.Add(start - time.Second), StartTime: at(start), EndTime: at(end), Placements: p}
+	}
+	open := func(start time.Duration, p []api.Placement) api.Attempt {
+		return api.Attempt{AssignTime: t0.Add(start), Placements: p} // not started: from assignment
+	}
+	for name, attempts := range map[string][]api.Attempt{
+		"none":            nil,
+		"open":            {open(time.Minute, gpus(8))},
+		"ended":           {ended(0, 3*time.Hour+time.Nanosecond/3, gpus(3))},
+		"two ended":       {ended(0, time.Hour, gpus(1)), ended(2*time.Hour, 2*time.Hour+7*time.Second, gpus(7))},
+		"ended then open": {ended(0, 1100*time.Millisecond, gpus(2)), ended(time.Hour, 2*time.Hour, shared), open(3*time.Hour, gpus(4))},
+		"open then ended": {open(0, gpus(1)), ended(time.Hour, 2*time.Hour, gpus(2))},
+		"two open":        {open(0, gpus(1)), open(time.Hour, gpus(2))},
+		"shared open":     {open(13*time.Millisecond, shared)},
+		"ended backwards": {ended(time.Hour, 0, gpus(2))},
+	} {
+		s := New()
+		s.attempts[1] = attempts
+		p := s.servicePartsOf(1)
+		for _, now := range []time.Time{t0.Add(-time.Hour), t0, t0.Add(time.Minute), t0.Add(3*time.Hour + 17*time.Millisecond), t0.Add(1000 * time.Hour)} {
+			got, want := s.serviceAt(1, &p, now), s.serviceOf(1, now)
+			if math.Float64bits(got.attained) != math.Float64bits(want.attained) || got.lastRun != want.lastRun || !got.requeued.Equal(want.requeued) {
+				t.Errorf("%s at %v: %+v, want serviceOf's %+v", name, now.Sub(t0), got, want)
+			}
+		}
+	}
+}
+
+// The jobs a cycle checks for a passed deadline are those not ended whose deadline is
+// open, whatever state they go through.
+func TestOpenDeadlinesFollowJobs(t *testing.T) {
+	s := New()
+	by := time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)
+	job := func(id int64, st api.JobState, deadline bool, result string) api.Job {
+		j := api.Job{ID: id, State: st, DeadlineResult: result}
+		if deadline {
+			j.Spec.Deadline = &by
+		}
+		return j
+	}
+	for _, step := range []struct {
+		jobs []api.Job
+		want []int64
+	}{
+		{[]api.Job{job(1, api.StatePending, true, ""), job(2, api.StatePending, false, ""), job(3, api.StateHeld, true, "")}, []int64{1, 3}},
+		{[]api.Job{job(1, api.StateRunning, true, ""), job(3, api.StatePending, true, "")}, []int64{1, 3}},
+		{[]api.Job{job(3, api.StatePending, true, api.DeadlineMissed)}, []int64{1}},
+		{[]api.Job{job(1, api.StateSucceeded, true, "")}, nil},
+		{[]api.Job{job(4, api.StateAssigned, true, "")}, []int64{4}},
+	} {
+		s.Apply(&batch.Batch{Jobs: step.jobs})
+		if got := s.OpenDeadlineIDs(); !slices.Equal(got, step.want) {
+			t.Fatalf("after %+v: open deadlines %v, want %v", step.jobs, got, step.want)
 		}
 	}
 }

@@ -96,6 +96,49 @@ func (s *State) serviceOf(id int64, now time.Time) service {
 	return sv
 }
 
+// serviceParts is what serviceOf sums, read once from a job's attempts: the attempts that
+// ended, summed in their order, and the one still open, whose share grows with time. A job
+// whose attempts have another shape (an open attempt before an ended one, or two open)
+// is not split: exact is false, and serviceAt reads its attempts each time.
+type serviceParts struct {
+	ended     service
+	open      bool
+	openStart time.Time
+	openGPUs  float64
+	exact     bool
+}
+
+// servicePartsOf splits job id's attempts for serviceAt.
+func (s *State) servicePartsOf(id int64) serviceParts {
+	var p serviceParts
+	for _, a := range s.attempts[id] {
+		if p.open {
+			return serviceParts{} // an attempt after the open one
+		}
+		if a.EndTime == nil {
+			p.open, p.openStart, p.openGPUs = true, attemptStart(a), attemptGPUs(a)
+			continue
+		}
+		p.ended.attained += gpuSeconds(a, *a.EndTime)
+		p.ended.lastRun, p.ended.requeued = max(a.EndTime.Sub(attemptStart(a)), 0), *a.EndTime
+	}
+	p.exact = true
+	return p
+}
+
+// serviceAt is serviceOf(id, now) from the parts p, to the bit: the same sums in the same
+// order.
+func (s *State) serviceAt(id int64, p *serviceParts, now time.Time) service {
+	if !p.exact {
+		return s.serviceOf(id, now)
+	}
+	sv := p.ended
+	if p.open && now.After(p.openStart) {
+		sv.attained += p.openGPUs * now.Sub(p.openStart).Seconds()
+	}
+	return sv
+}
+
 // Span is one attempt's use of GPUs: from Start to End (now, for an attempt still
 // running), GPUs at once, charged to the job's team and project.
 type Span struct {

@@ -62,10 +62,7 @@ func (s *Server) missedDeadlines(b *store.Batch, now time.Time) {
 	for i := range b.Jobs {
 		changed[b.Jobs[i].ID] = i
 	}
-	for _, id := range s.state.UnfinishedIDs() {
-		if p := s.state.Peek(id); p.Spec.Deadline == nil || p.DeadlineResult != "" {
-			continue // most jobs have none; a copy of each would cost the cycle dear
-		}
+	for _, id := range s.state.OpenDeadlineIDs() {
 		j, _ := s.state.Job(id)
 		if i, ok := changed[id]; ok {
 			j = b.Jobs[i]

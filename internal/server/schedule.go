@@ -58,7 +58,7 @@ func (s *Server) Cycle(ctx context.Context) error {
 
 	s.lastCycle = now
 	held := s.admission(now)
-	parts := s.state.SnapshotParts(now, func(j *api.Job) bool { _, out := held[j.ID]; return !out })
+	parts := s.state.SnapshotParts(now, func(id int64) bool { _, out := held[id]; return !out })
 	// Claims of jobs that are no longer pending are dropped: they started, or were
 	// cancelled, and what was held for them is free for anyone.
 	s.claims = slices.DeleteFunc(s.claims, func(c sched.Claim) bool {
