@@ -34,6 +34,9 @@ type State struct {
 	// deadlined is the set of jobs not ended whose deadline is not yet decided, which
 	// every cycle checks for a deadline passed: few jobs have one.
 	deadlined map[int64]struct{}
+	// gated is the set of jobs not ended that an array limit or a retry's backoff may hold
+	// back, which every cycle checks: most jobs have neither.
+	gated map[int64]struct{}
 	// waiting counts each user's jobs that have not started (pending or held), for the
 	// per-user limit a submit checks.
 	waiting map[string]int
@@ -84,6 +87,7 @@ func New() *State {
 		active:    map[int64]struct{}{},
 		held:      map[int64]struct{}{},
 		deadlined: map[int64]struct{}{},
+		gated:     map[int64]struct{}{},
 		waiting:   map[string]int{},
 		HalfLife:  7 * 24 * time.Hour,
 		jobIdx:    jobIndex{byState: map[api.JobState][]uint64{}},
@@ -162,8 +166,14 @@ func (s *State) Apply(b *batch.Batch) {
 		delete(s.active, j.ID)
 		delete(s.held, j.ID)
 		delete(s.deadlined, j.ID)
-		if j.Spec.Deadline != nil && j.DeadlineResult == "" && !j.State.Terminal() {
-			s.deadlined[j.ID] = struct{}{}
+		delete(s.gated, j.ID)
+		if !j.State.Terminal() {
+			if j.Spec.Deadline != nil && j.DeadlineResult == "" {
+				s.deadlined[j.ID] = struct{}{}
+			}
+			if j.ArrayLimit != 0 || j.NotBefore != nil {
+				s.gated[j.ID] = struct{}{}
+			}
 		}
 		switch {
 		case j.State == api.StatePending:
@@ -284,6 +294,10 @@ func (s *State) UnfinishedIDs() []int64 {
 // OpenDeadlineIDs returns the IDs of the jobs not ended whose deadline is not yet decided,
 // ascending.
 func (s *State) OpenDeadlineIDs() []int64 { return sortedKeys(s.deadlined) }
+
+// GatedIDs returns the IDs of the jobs not ended that have an array limit or a time not to
+// start before, ascending.
+func (s *State) GatedIDs() []int64 { return sortedKeys(s.gated) }
 
 // ActiveIDs returns the IDs of jobs holding resources, ascending.
 func (s *State) ActiveIDs() []int64 {

@@ -187,3 +187,23 @@ func TestOpenDeadlinesFollowJobs(t *testing.T) {
 		}
 	}
 }
+
+// The jobs admission checks are those not ended with an array limit or a backoff.
+func TestGatedFollowJobs(t *testing.T) {
+	s := New()
+	later := time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)
+	for _, step := range []struct {
+		jobs []api.Job
+		want []int64
+	}{
+		{[]api.Job{{ID: 1, State: api.StatePending, ArrayID: 1, ArrayLimit: 2}, {ID: 2, State: api.StatePending, ArrayID: 1},
+			{ID: 3, State: api.StatePending, NotBefore: &later}, {ID: 4, State: api.StatePending}}, []int64{1, 3}},
+		{[]api.Job{{ID: 1, State: api.StateRunning, ArrayID: 1, ArrayLimit: 2}, {ID: 3, State: api.StatePending}}, []int64{1}},
+		{[]api.Job{{ID: 1, State: api.StateFailed, ArrayID: 1, ArrayLimit: 2}}, nil},
+	} {
+		s.Apply(&batch.Batch{Jobs: step.jobs})
+		if got := s.GatedIDs(); !slices.Equal(got, step.want) {
+			t.Fatalf("after %+v: gated %v, want %v", step.jobs, got, step.want)
+		}
+	}
+}

@@ -260,14 +260,24 @@ func (s *Server) finishDrains(b *store.Batch, now time.Time) {
 func (s *Server) admission(now time.Time) map[int64][2]string {
 	out := map[int64][2]string{}
 	s.wakeAt = time.Time{}
+	// Only jobs with an array limit or a backoff can be held back, unless a budget is
+	// spent: then every pending job of its team or project is.
+	gated := s.state.GatedIDs()
+	pending := gated
+	if slices.ContainsFunc(s.budgets, func(b budgetState) bool { return b.hard() }) {
+		pending = s.state.PendingIDs()
+	}
 	arrayActive := map[int64]int{}
-	for _, id := range s.state.ActiveIDs() {
-		if j := s.state.Peek(id); j.ArrayID != 0 {
+	for _, id := range gated {
+		if j := s.state.Peek(id); j.ArrayLimit != 0 && j.State.Active() {
 			arrayActive[j.ArrayID]++
 		}
 	}
-	for _, id := range s.state.PendingIDs() {
+	for _, id := range pending {
 		j := s.state.Peek(id)
+		if j.State != api.StatePending {
+			continue
+		}
 		if bs, ok := s.budgetHold(&j.Spec); ok {
 			if s.wakeAt.IsZero() || bs.end.Before(s.wakeAt) {
 				s.wakeAt = bs.end
