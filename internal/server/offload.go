@@ -34,7 +34,13 @@ type handOff struct {
 
 // A runner is one goroutine of a handOff.
 type runner struct {
-	jobs chan func() // one at a time, sent by whoever took it from waiting
+	jobs chan job // one at a time, sent by whoever took it from waiting
+}
+
+// A job is a handler to run and where to say it returned: nil, or what it panicked with.
+type job struct {
+	f    func()
+	done chan any
 }
 
 func newHandOff(idle time.Duration) *handOff { return &handOff{idle: idle} }
@@ -51,11 +57,6 @@ func (o *handOff) wrap(h http.HandlerFunc) http.HandlerFunc {
 // net/http recovers it for the one connection as it does for any handler
 // (http.ErrAbortHandler included); on a goroutine of o's it would end the process.
 func (o *handOff) run(f func()) {
-	done := make(chan any, 1)
-	job := func() {
-		defer func() { done <- recover() }()
-		f()
-	}
 	o.mu.Lock()
 	var r *runner
 	if n := len(o.waiting); n > 0 {
@@ -63,30 +64,33 @@ func (o *handOff) run(f func()) {
 		o.waiting[n-1] = nil
 		o.waiting = o.waiting[:n-1]
 	} else {
-		r = &runner{jobs: make(chan func(), 1)}
+		r = &runner{jobs: make(chan job, 1)}
 		o.runners++
 		go o.work(r)
 	}
 	o.mu.Unlock()
-	r.jobs <- job
+	done := make(chan any, 1)
+	r.jobs <- job{f, done}
 	if p := <-done; p != nil {
 		panic(p)
 	}
 }
 
-// work runs r's jobs until it has waited o.idle for one.
+// work runs r's jobs until it has waited o.idle for one. A runner is waiting again before
+// its caller hears that its job is done, so that the caller's next request finds it.
 func (o *handOff) work(r *runner) {
 	t := time.NewTimer(o.idle)
 	defer t.Stop()
-	job := <-r.jobs
+	j := <-r.jobs
 	for {
-		job()
+		p := call(j.f)
 		o.mu.Lock()
 		o.waiting = append(o.waiting, r)
 		o.mu.Unlock()
+		j.done <- p
 		t.Reset(o.idle)
 		select {
-		case job = <-r.jobs:
+		case j = <-r.jobs:
 		case <-t.C:
 			o.mu.Lock()
 			i := slices.Index(o.waiting, r)
@@ -98,7 +102,14 @@ func (o *handOff) work(r *runner) {
 			if i >= 0 {
 				return
 			}
-			job = <-r.jobs // taken just as the wait ended: its job is on its way
+			j = <-r.jobs // taken just as the wait ended: its job is on its way
 		}
 	}
+}
+
+// call runs f and returns what it panicked with, nil if it returned.
+func call(f func()) (p any) {
+	defer func() { p = recover() }()
+	f()
+	return nil
 }
