@@ -3,6 +3,7 @@ package sched
 import (
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -491,8 +492,7 @@ func (c *cycle) wait(r *ranked, pj PendingJob, d *demand, reason Reason, inQuota
 		// The job fits now but only by delaying reserved higher jobs.
 		pj.Reason.Ahead = max(ahead, 1)
 		if !c.opts.Terse {
-			pj.Reason.Message = fmt.Sprintf("%s of higher priority %s ahead; starting now on %s would delay their reserved start",
-				plural(pj.Reason.Ahead, "job"), isAre(pj.Reason.Ahead), pj.Reason.BestNode)
+			pj.Reason.Message = aheadMessage(pj.Reason.Ahead, "; starting now on "+pj.Reason.BestNode+" would delay their reserved start")
 		}
 	case ReasonResources, ReasonFragmented:
 		if ahead > 0 {
@@ -500,8 +500,7 @@ func (c *cycle) wait(r *ranked, pj PendingJob, d *demand, reason Reason, inQuota
 			pj.Reason.Ahead = ahead
 			pj.Reason.Message = ""
 			if !c.opts.Terse {
-				pj.Reason.Message = fmt.Sprintf("%s of higher priority %s ahead, waiting for the same resources",
-					plural(ahead, "job"), isAre(ahead))
+				pj.Reason.Message = aheadMessage(ahead, ", waiting for the same resources")
 			}
 		}
 	}
@@ -641,6 +640,16 @@ func (c *cycle) block(d *demand) {
 		c.blockedByModel[d.modelName]++
 	}
 	c.blockedGPU++
+}
+
+// aheadMessage is "N jobs of higher priority are ahead" and then tail, written without
+// fmt: at every cycle each job waiting behind others gets one, and with thousands waiting
+// formatting them was a third of the time spent on waiting jobs.
+func aheadMessage(n int, tail string) string {
+	if n == 1 {
+		return "1 job of higher priority is ahead" + tail
+	}
+	return strconv.Itoa(n) + " jobs of higher priority are ahead" + tail
 }
 
 func plural(n int, noun string) string {

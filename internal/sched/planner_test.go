@@ -1,6 +1,7 @@
 package sched
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"reflect"
 	"runtime"
@@ -83,4 +84,14 @@ func plannerFor(t *testing.T, name string) (Options, *Planner) {
 		t.Fatal(err)
 	}
 	return opts, p
+}
+
+// aheadMessage says what the format it replaced said, for one job and for many.
+func TestAheadMessage(t *testing.T) {
+	for _, n := range []int{1, 2, 99, 100, 12345} {
+		want := fmt.Sprintf("%s of higher priority %s ahead, waiting", plural(n, "job"), isAre(n))
+		if got := aheadMessage(n, ", waiting"); got != want {
+			t.Errorf("%d: %q, want %q", n, got, want)
+		}
+	}
 }
