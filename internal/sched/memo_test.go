@@ -110,12 +110,8 @@ func TestPlannerDropsMemosOfJobsGone(t *testing.T) {
 			pending = append(pending, j)
 		}
 		s := &Snapshot{Nodes: nodes, NodesVersion: 1, Queues: queues(), Running: running, Pending: pending}
-		want, _ := ScheduleWith(s, t0, Options{})
-		if got := p.Schedule(s, t0); !reflect.DeepEqual(got, want) {
-			t.Fatalf("round %d: the planner's plan differs from ScheduleWith's", round)
-		}
-		if len(want.Placements) != 2 {
-			t.Fatalf("round %d: %d placements, want the two 1-GPU jobs that fit", round, len(want.Placements))
+		if got := planAsScheduleWith(t, p, s, round); len(got.Placements) != 2 {
+			t.Fatalf("round %d: %d placements, want the two 1-GPU jobs that fit", round, len(got.Placements))
 		}
 	}
 	if n := len(p.buf.memos.list); n > 2*22+64 {
@@ -185,13 +181,24 @@ func TestPlannerDropsDerivedMemosUnused(t *testing.T) {
 			j.TimeLimit = time.Duration(round*20+k+1) * time.Second
 			pending = append(pending, j)
 		}
-		s := &Snapshot{Nodes: nodes, NodesVersion: 1, Queues: queues(), Running: running, Pending: pending}
-		want, _ := ScheduleWith(s, t0, Options{})
-		if got := p.Schedule(s, t0); !reflect.DeepEqual(got, want) {
-			t.Fatalf("round %d: the planner's plan differs from ScheduleWith's", round)
-		}
+		planAsScheduleWith(t, p, &Snapshot{Nodes: nodes, NodesVersion: 1, Queues: queues(), Running: running, Pending: pending}, round)
 	}
 	if n := len(p.buf.memos.derived); n > 2*20+64 {
 		t.Fatalf("the planner keeps %d derived memos for 20 pending jobs", n)
 	}
+}
+
+// planAsScheduleWith plans s with p, under the default policy, and fails unless the plan
+// is ScheduleWith's; the plan is valid until p's next call.
+func planAsScheduleWith(t *testing.T, p *Planner, s *Snapshot, round int) Plan {
+	t.Helper()
+	want, err := ScheduleWith(s, t0, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := p.Schedule(s, t0)
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("round %d: the planner's plan differs from ScheduleWith's", round)
+	}
+	return got
 }

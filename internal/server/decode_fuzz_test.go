@@ -29,12 +29,7 @@ var requestTypes = []func() any{
 //	go test -run XXX -fuzz FuzzDecodeFast ./internal/server/
 func FuzzDecodeFast(f *testing.F) {
 	for i, mk := range requestTypes {
-		v := mk()
-		fill(reflect.ValueOf(v).Elem(), 0)
-		full, err := json.Marshal(v)
-		if err != nil {
-			f.Fatal(err)
-		}
+		_, full := filled(f, mk)
 		empty, _ := json.Marshal(mk())
 		for _, body := range [][]byte{full, empty, []byte(`{}`), []byte(`[]`), []byte(`null`), []byte(` {} `),
 			bytes.ToUpper(full), bytes.Replace(full, []byte(`":`), []byte(`" :`), 1), append(full, full...),
@@ -72,6 +67,18 @@ func FuzzDecodeFast(f *testing.F) {
 			t.Fatalf("%T: %q decodes to\n%#v\nnot, as encoding/json decodes it,\n%#v", slow, body, fast, slow)
 		}
 	})
+}
+
+// filled makes a value with mk, fills it, and returns it with its JSON.
+func filled(tb testing.TB, mk func() any) (any, []byte) {
+	tb.Helper()
+	v := mk()
+	fill(reflect.ValueOf(v).Elem(), 0)
+	body, err := json.Marshal(v)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return v, body
 }
 
 // fill sets every field v reaches to a value that is not its zero: two elements per list,
@@ -122,12 +129,7 @@ func fill(v reflect.Value, depth int) {
 // The fast path serves what the Go clients send: every request type, every field set.
 func TestDecodeFastTakesWhatClientsSend(t *testing.T) {
 	for _, mk := range requestTypes {
-		v := mk()
-		fill(reflect.ValueOf(v).Elem(), 0)
-		body, err := json.Marshal(v)
-		if err != nil {
-			t.Fatal(err)
-		}
+		v, body := filled(t, mk)
 		got := mk()
 		if !decodeFast(body, got) {
 			t.Errorf("%T: the fast decoder refuses what encoding/json wrote: %s", v, body)

@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -84,15 +83,8 @@ func BenchmarkSubmitWhileListingEnded(b *testing.B) {
 				}
 				req, _ := http.NewRequest("GET", fmt.Sprintf("%s/api/v1/jobs?state=all&limit=500&after=%d", hs.URL, (i*500)%ended), nil)
 				req.Header.Set("Authorization", "Bearer "+token)
-				resp, err := client.Do(req)
-				if err != nil {
-					b.Error(err)
-					return
-				}
-				io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-				if resp.StatusCode != http.StatusOK {
-					b.Errorf("list: status %d", resp.StatusCode)
+				if status, err := doDrained(client, req); err != nil || status != http.StatusOK {
+					b.Errorf("list: status %d, %v", status, err)
 					return
 				}
 				lists.Add(1)
