@@ -86,12 +86,19 @@ func plannerFor(t *testing.T, name string) (Options, *Planner) {
 	return opts, p
 }
 
-// aheadMessage says what the format it replaced said, for one job and for many.
+// aheadMessage says what the two sentences it replaced said, for one job and for many.
+// (The simulator's plans are terse, so its recorded hashes do not hold these words.)
 func TestAheadMessage(t *testing.T) {
 	for _, n := range []int{1, 2, 99, 100, 12345} {
-		want := fmt.Sprintf("%s of higher priority %s ahead, waiting", plural(n, "job"), isAre(n))
-		if got := aheadMessage(n, ", waiting"); got != want {
-			t.Errorf("%d: %q, want %q", n, got, want)
+		for _, c := range []struct{ got, want string }{
+			{aheadMessage(n, ", waiting for the same resources"),
+				fmt.Sprintf("%s of higher priority %s ahead, waiting for the same resources", plural(n, "job"), isAre(n))},
+			{aheadMessage(n, "; starting now on gpu-01 would delay their reserved start"),
+				fmt.Sprintf("%s of higher priority %s ahead; starting now on %s would delay their reserved start", plural(n, "job"), isAre(n), "gpu-01")},
+		} {
+			if c.got != c.want {
+				t.Errorf("%d: %q, want %q", n, c.got, c.want)
+			}
 		}
 	}
 }
