@@ -62,14 +62,7 @@ func TestPlannerMemosFollowTheJob(t *testing.T) {
 		}},
 	}
 	for _, policy := range []string{"default", "fifo", "sjf", "las"} {
-		opts, err := OptionsFor(policy)
-		if err != nil {
-			t.Fatal(err)
-		}
-		p, err := NewPlanner(opts)
-		if err != nil {
-			t.Fatal(err)
-		}
+		opts, p := plannerFor(t, policy)
 		for _, step := range steps {
 			tm := map[string]Team{}
 			for k, v := range teams {
