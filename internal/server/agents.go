@@ -30,9 +30,6 @@ const (
 )
 
 var (
-	instanceRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`) })
-	// reasonRE is what a reason code an agent reports may be: exit_code, node_shutdown…
-	reasonRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9_]{0,64}$`) })
 	// digestRE is what an image digest may be (OCI: algorithm, colon, encoded digest).
 	digestRE = sync.OnceValue(func() *regexp.Regexp {
 		return regexp.MustCompile(`^[a-z0-9]+(?:[.+_-][a-z0-9]+)*:[a-fA-F0-9]{32,128}$`)
@@ -113,6 +110,11 @@ func putAnswerBuf(buf *[]byte) {
 	}
 }
 
+// sameAgent reports whether a and b say the same of a node's agent (both nil, or equal).
+func sameAgent(a, b *api.AgentInfo) bool {
+	return a == b || a != nil && b != nil && *a == *b
+}
+
 // heartbeat records heartbeat hb of node name under the server's lock, and returns the
 // answer, or the status and error to refuse it with. With sameInventory the agent left its
 // inventory out, saying it is the one the server holds.
@@ -138,7 +140,7 @@ func (s *Server) heartbeat(r *http.Request, name string, hb *api.Heartbeat, same
 	}
 	id := caller(r)
 	b := &store.Batch{}
-	node := s.refreshNode(b, name, hb, id, now)
+	node := s.refreshNode(b, name, hb, sameInventory, id, now)
 	// Tasks are of the cluster the agent names; another cluster's attempts mean nothing
 	// here, and the agent stops them once it learns this cluster from the answer. The
 	// reading goes in first, so a rank that ends now has it in its summary.
@@ -218,9 +220,9 @@ func (s *Server) inventoryHash(name string, inv api.Inventory, same bool) string
 func validateHeartbeat(hb *api.Heartbeat) *api.Error {
 	inv := &hb.Inventory
 	switch {
-	case !instanceRE().MatchString(hb.Instance):
+	case !isInstanceID(hb.Instance):
 		return invalid("instance", "must be the agent's instance ID: 1 to 64 letters, digits, _ and -")
-	case hb.PreviousInstance != "" && !instanceRE().MatchString(hb.PreviousInstance):
+	case hb.PreviousInstance != "" && !isInstanceID(hb.PreviousInstance):
 		return invalid("previous_instance", "must be an instance ID: 1 to 64 letters, digits, _ and -")
 	case inv.CPUs < 0 || inv.CPUs > maxNodeCPUs:
 		return invalid("inventory.cpus", "must be between 0 and %d", maxNodeCPUs)
@@ -240,11 +242,11 @@ func validateHeartbeat(hb *api.Heartbeat) *api.Error {
 	if inv.DeviceSource == "" {
 		inv.DeviceSource = "none"
 	}
-	for field, v := range map[string]string{"inventory.driver_version": inv.DriverVersion, "inventory.cuda_version": inv.CUDAVersion,
-		"inventory.device_source": inv.DeviceSource, "inventory.hostname": inv.Hostname, "version": hb.Version, "cluster_id": hb.ClusterID,
-		"inventory.container_runtime": inv.ContainerRuntime, "inventory.limits": inv.Limits} {
-		if !cleanString(v) {
-			return invalid(field, "must be at most %d printable characters", maxInvString)
+	for _, f := range [...]struct{ field, v string }{{"inventory.driver_version", inv.DriverVersion}, {"inventory.cuda_version", inv.CUDAVersion},
+		{"inventory.device_source", inv.DeviceSource}, {"inventory.hostname", inv.Hostname}, {"version", hb.Version}, {"cluster_id", hb.ClusterID},
+		{"inventory.container_runtime", inv.ContainerRuntime}, {"inventory.limits", inv.Limits}} {
+		if !cleanString(f.v) {
+			return invalid(f.field, "must be at most %d printable characters", maxInvString)
 		}
 	}
 	seen := map[int]bool{}
@@ -291,7 +293,7 @@ func validateHeartbeat(hb *api.Heartbeat) *api.Error {
 		if len(t.Events) > maxEvents {
 			return invalid(fmt.Sprintf("tasks[%d].events", i), "at most %d events in one heartbeat", maxEvents)
 		}
-		if !reasonRE().MatchString(t.Reason) {
+		if !isReasonCode(t.Reason) {
 			return invalid(fmt.Sprintf("tasks[%d].reason", i), "must be a reason code: lower-case letters, digits and _, at most 64")
 		}
 		if t.PeakMemoryMB < 0 || t.PeakMemoryMB > maxNodeMemMB {
@@ -302,11 +304,39 @@ func validateHeartbeat(hb *api.Heartbeat) *api.Error {
 		}
 	}
 	for i, st := range hb.Stopped {
-		if !reasonRE().MatchString(st.Reason) || !cleanString(st.ClusterID) {
+		if !isReasonCode(st.Reason) || !cleanString(st.ClusterID) {
 			return invalid(fmt.Sprintf("stopped[%d]", i), "needs a reason code (lower-case letters, digits and _) and a printable cluster ID")
 		}
 	}
 	return nil
+}
+
+// isInstanceID reports whether v is an agent's instance ID: 1 to 64 ASCII letters, digits,
+// _ and -. It and isReasonCode are on every heartbeat, where the regular expressions they
+// replace cost a microsecond each (FuzzHeartbeatClasses holds them to those).
+func isInstanceID(v string) bool {
+	return len(v) >= 1 && onlyBytes(v, 64, func(c byte) bool {
+		return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '-'
+	})
+}
+
+// isReasonCode reports whether v may be a reason code an agent reports (exit_code,
+// node_shutdown…): at most 64 lower-case ASCII letters, digits and _, or nothing.
+func isReasonCode(v string) bool {
+	return onlyBytes(v, 64, func(c byte) bool { return 'a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '_' })
+}
+
+// onlyBytes reports whether v is at most n bytes, each of them one that ok takes.
+func onlyBytes(v string, n int, ok func(byte) bool) bool {
+	if len(v) > n {
+		return false
+	}
+	for i := range len(v) {
+		if !ok(v[i]) {
+			return false
+		}
+	}
+	return true
 }
 
 // cleanString reports whether v is short and has no control characters, which would break
@@ -332,7 +362,7 @@ func (s *Server) takeOver(name string, hb *api.Heartbeat, now time.Time) *api.Er
 // refreshNode adds a new node, or records a changed inventory, a changed agent, a node
 // that came back, or a change of its health. A heartbeat that changes nothing writes
 // nothing. It returns the node as the heartbeat leaves it.
-func (s *Server) refreshNode(b *store.Batch, name string, hb *api.Heartbeat, id auth.Identity, now time.Time) api.Node {
+func (s *Server) refreshNode(b *store.Batch, name string, hb *api.Heartbeat, sameInventory bool, id auth.Identity, now time.Time) api.Node {
 	old, known := s.state.Node(name)
 	n := old
 	n.Name, n.Inventory, n.LastHeartbeat = name, hb.Inventory, now
@@ -376,6 +406,9 @@ func (s *Server) refreshNode(b *store.Batch, name string, hb *api.Heartbeat, id 
 	event := func(format string, args ...any) {
 		b.Events = append(b.Events, api.Event{Time: now, Actor: id.User, Kind: api.EventNode, Node: name, Source: id.Source, Message: fmt.Sprintf(format, args...)})
 	}
+	// An inventory the agent left out is the one held (heartbeat), so only one sent whole
+	// is compared.
+	sameInventory = sameInventory || reflect.DeepEqual(old.Inventory, n.Inventory)
 	unchanged := false
 	switch {
 	case !known:
@@ -387,9 +420,9 @@ func (s *Server) refreshNode(b *store.Batch, name string, hb *api.Heartbeat, id 
 		event("node %s: agent %s (pid %d) took over from %s (pid %d)", name, hb.Instance, hb.PID, old.Agent.Instance, old.Agent.PID)
 	case old.Syncing && !n.Syncing:
 		event("node %s synced: nothing runs there that the server does not list; it takes new work again", name)
-	case old.Syncing == n.Syncing && reflect.DeepEqual(old.Inventory, n.Inventory) && reflect.DeepEqual(old.Agent, n.Agent):
+	case old.Syncing == n.Syncing && sameInventory && sameAgent(old.Agent, n.Agent):
 		unchanged = true
-	case !reflect.DeepEqual(old.Inventory, n.Inventory):
+	case !sameInventory:
 		event("node %s inventory changed: %d GPUs, %d CPUs, %d MB", name, len(n.GPUs), n.CPUs, n.MemoryMB)
 	}
 	if n.Syncing && !old.Syncing && known {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -137,4 +138,43 @@ func TestDecodeFastTakesWhatClientsSend(t *testing.T) {
 			t.Errorf("%T: decoded to %#v, want %#v", v, got, v)
 		}
 	}
+}
+
+// TestDecodedValuesHoldNoBody checks that what decodeBody makes of a body keeps nothing of
+// the body's bytes, for every request type with every field set, through the fast decoder
+// and through encoding/json (a body that names its first member twice goes there):
+// decodeJSON lends the buffer to the next request as soon as decodeBody returns.
+func TestDecodedValuesHoldNoBody(t *testing.T) {
+	for _, mk := range requestTypes {
+		want, body := filled(t, mk)
+		for _, path := range []string{"fast", "encoding/json"} {
+			data := slices.Clone(body)
+			if path == "encoding/json" {
+				data = firstMemberTwice(data)
+				if decodeFast(data, mk()) {
+					t.Fatalf("%T: the fast decoder takes %s, which names a member twice", want, data)
+				}
+			}
+			got := mk()
+			if status, e := decodeBody(data, got); e != nil {
+				t.Fatalf("%T (%s): %d %s", want, path, status, e.Message)
+			}
+			for i := range data {
+				data[i] = 'x'
+			}
+			if !reflect.DeepEqual(got, want) {
+				t.Errorf("%T (%s): after its body was written over, decoded to %#v, want %#v", want, path, got, want)
+			}
+		}
+	}
+}
+
+// firstMemberTwice gives the first member of the body's first object once more, before
+// the others: encoding/json takes the later one, and the fast decoder refuses the body.
+func firstMemberTwice(body []byte) []byte {
+	open := bytes.IndexByte(body, '{')
+	w := jsonWalker{data: body, pos: open + 1}
+	w.key()
+	w.value()
+	return slices.Concat(body[:open+1], body[open+1:w.pos], []byte(","), body[open+1:])
 }

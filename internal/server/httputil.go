@@ -84,7 +84,13 @@ func (s *Server) decodeJSON(w http.ResponseWriter, r *http.Request, v any) (int,
 // where the Go type holds no null, required fields left out, and bodies over limit bytes,
 // with an error that names the field at fault. Every JSON route decodes through it.
 func decodeJSON(w http.ResponseWriter, r *http.Request, v any, limit int64) (int, *api.Error) {
-	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	buf := bodyBufs.Get().(*bytes.Buffer)
+	defer putBodyBuf(buf)
+	if n := r.ContentLength; n > 0 && n <= limit {
+		buf.Grow(int(n) + bytes.MinRead) // room for the read that finds the end, too
+	}
+	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, limit))
+	data := buf.Bytes()
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
@@ -92,6 +98,12 @@ func decodeJSON(w http.ResponseWriter, r *http.Request, v any, limit int64) (int
 		}
 		return http.StatusBadRequest, invalid("", "reading the request body: %v", err)
 	}
+	return decodeBody(data, v)
+}
+
+// decodeBody is decodeJSON once the body is read. What it decodes into v holds nothing of
+// data, which decodeJSON lends out again.
+func decodeBody(data []byte, v any) (int, *api.Error) {
 	if decodeFast(data, v) {
 		if bytes.Equal(bytes.TrimSpace(data), []byte("null")) {
 			return http.StatusBadRequest, invalid("", "the request body is null: expected a JSON object")
@@ -120,6 +132,23 @@ func decodeJSON(w http.ResponseWriter, r *http.Request, v any, limit int64) (int
 		return http.StatusBadRequest, e
 	}
 	return 0, nil
+}
+
+// bodyBufs lends decodeJSON the buffers it reads bodies into: read with io.ReadAll, every
+// heartbeat's body was a new buffer grown from 512 bytes. Nothing a body decodes into keeps
+// a reference to it (strings and lists are copied out), so a buffer is lent again as soon
+// as its body is decoded.
+var bodyBufs = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+// maxKeptBodyBuf is the largest buffer bodyBufs keeps: a rare large body (a full
+// configuration, say) is left to the collector rather than held for the small ones.
+const maxKeptBodyBuf = 64 << 10
+
+func putBodyBuf(buf *bytes.Buffer) {
+	if buf.Cap() <= maxKeptBodyBuf {
+		buf.Reset()
+		bodyBufs.Put(buf)
+	}
 }
 
 // decodeFast decodes data into v with encoding/json/v2, which decodes a heartbeat in
@@ -278,7 +307,7 @@ var unmarshalerType = reflect.TypeFor[json.Unmarshaler]()
 func checkPresence(data []byte, t reflect.Type, path string) *api.Error {
 	w := jsonWalker{data: data}
 	c := presenceCheck{root: path}
-	return c.check(w.value(), presenceOf(t))
+	return c.check(&w, presenceOf(t))
 }
 
 // presenceCheck is one walk of checkPresence: segs is the path to the value being checked,
@@ -387,96 +416,112 @@ func makePresence(t reflect.Type, made map[reflect.Type]*presenceType) *presence
 	return p
 }
 
-// check checks one value, raw, against t; c.segs is its path.
-func (c *presenceCheck) check(raw []byte, t *presenceType) *api.Error {
-	null := bytes.Equal(raw, jsonNull)
-	if null {
+// check checks the value at w's position against t, and moves w past it, found at fault
+// or not; c.segs is its path. The walk reads each byte of a part it must look inside once,
+// and a part that can hold no fault (no required field below it, no null in it) only to
+// find its end.
+func (c *presenceCheck) check(w *jsonWalker, t *presenceType) *api.Error {
+	w.space()
+	start := w.pos
+	if w.isNull() {
+		w.value()
 		if t.pointer || t.nullOK {
 			return nil
 		}
 		return invalid(c.path(), "must not be null: leave the field out or give %s", t.kindName)
 	}
 	if t.reads {
+		w.value()
 		return nil
 	}
-	if !t.required && !bytes.Contains(raw, jsonNull) {
-		// Nothing below can be null or missing a required field: no need to walk it
-		// (most of a heartbeat's telemetry, say, on every heartbeat).
-		return nil
+	if !t.required {
+		if !bytes.Contains(w.value(), jsonNull) {
+			// Nothing below can be null or missing a required field: no need to walk it
+			// (most of a heartbeat's telemetry, say, on every heartbeat).
+			return nil
+		}
+		w.pos = start
 	}
-	w := jsonWalker{data: raw, pos: 1}
-	switch t.kind {
-	case reflect.Struct:
-		if raw[0] != '{' {
-			return nil
-		}
-		required := t.requiredNames
-		var present uint64 // bit i: required[i] is there and not a refused null
-		var first *api.Error
-		for {
-			key, v, ok := w.member()
-			if !ok {
-				break
-			}
-			isNull := bytes.Equal(v, jsonNull)
-			f, known := t.fields[string(key)]
-			for i, name := range required {
-				if name == string(key) && (f.nullable || !isNull) {
-					present |= 1 << i
-				}
-			}
-			if !known || first != nil {
-				continue // matched case-insensitively by encoding/json; its value was checked then
-			}
-			c.segs = append(c.segs, pathSeg{key: key})
-			if !f.nullable && isNull {
-				first = invalid(c.path(), "must not be null: leave the field out or give %s", f.t.kindName)
-			} else {
-				first = c.check(v, f.t)
-			}
-			c.segs = c.segs[:len(c.segs)-1]
-		}
-		// A missing required field is named before anything wrong inside another.
-		for i, name := range required {
-			if present&(1<<i) == 0 {
-				return invalid(joinPath(c.path(), name), "is required and must not be null")
-			}
-		}
-		return first
-	case reflect.Slice, reflect.Array:
-		if raw[0] != '[' {
-			return nil
-		}
-		for i := 0; ; i++ {
-			v, ok := w.element()
-			if !ok {
-				break
-			}
+	open := byte(0)
+	if w.pos < len(w.data) {
+		open = w.data[w.pos]
+	}
+	switch {
+	case t.kind == reflect.Struct && open == '{':
+		return c.checkStruct(w, t)
+	case (t.kind == reflect.Slice || t.kind == reflect.Array) && open == '[':
+		w.pos++
+		for i := 0; w.more(']'); i++ {
 			c.segs = append(c.segs, pathSeg{index: i})
-			e := c.check(v, t.elem)
+			e := c.check(w, t.elem)
 			c.segs = c.segs[:len(c.segs)-1]
 			if e != nil {
+				w.pos = start
+				w.value()
 				return e
 			}
+			w.next()
 		}
-	case reflect.Map:
-		if raw[0] != '{' {
-			return nil
-		}
-		for {
-			key, v, ok := w.member()
-			if !ok {
-				break
-			}
+	case t.kind == reflect.Map && open == '{':
+		w.pos++
+		for w.more('}') {
+			key := w.key()
 			c.segs = append(c.segs, pathSeg{key: key})
-			e := c.check(v, t.elem)
+			e := c.check(w, t.elem)
 			c.segs = c.segs[:len(c.segs)-1]
 			if e != nil {
+				w.pos = start
+				w.value()
 				return e
 			}
+			w.next()
 		}
+	default:
+		w.value()
 	}
 	return nil
+}
+
+// checkStruct checks the object at w's position against the struct type t.
+func (c *presenceCheck) checkStruct(w *jsonWalker, t *presenceType) *api.Error {
+	w.pos++
+	required := t.requiredNames
+	var present uint64 // bit i: required[i] is there and not a refused null
+	var first *api.Error
+	for w.more('}') {
+		key := w.key()
+		w.space()
+		isNull := w.isNull()
+		f, known := t.fields[string(key)]
+		for i, name := range required {
+			if name == string(key) && (f.nullable || !isNull) {
+				present |= 1 << i
+			}
+		}
+		switch {
+		case !known || first != nil:
+			// A key encoding/json matched case-insensitively had its value checked then;
+			// after a fault, only the required fields are still looked for.
+			w.value()
+		case !f.nullable && isNull:
+			c.segs = append(c.segs, pathSeg{key: key})
+			first = invalid(c.path(), "must not be null: leave the field out or give %s", f.t.kindName)
+			c.segs = c.segs[:len(c.segs)-1]
+			w.value()
+		default:
+			c.segs = append(c.segs, pathSeg{key: key})
+			first = c.check(w, f.t)
+			c.segs = c.segs[:len(c.segs)-1]
+		}
+		w.next()
+	}
+	// A missing required field is named before anything wrong inside another.
+	for i, name := range required {
+		if present&(1<<i) == 0 {
+			return invalid(joinPath(c.path(), name), "is required and must not be null")
+		}
+	}
+	return first
 }
 
 // unquoteKey makes the key of an object member, as sent with its quotes, a string.
@@ -545,27 +590,46 @@ func (w *jsonWalker) value() []byte {
 	return w.data[start:w.pos]
 }
 
-// str moves past the string that starts at w.pos.
+// str moves past the string that starts at w.pos. A quote ends it unless an odd number
+// of backslashes comes right before it.
 func (w *jsonWalker) str() {
-	for w.pos++; w.pos < len(w.data); w.pos++ {
-		switch w.data[w.pos] {
-		case '\\':
-			w.pos++
-		case '"':
-			w.pos++
+	w.pos++
+	for {
+		i := bytes.IndexByte(w.data[w.pos:], '"')
+		if i < 0 {
+			w.pos = len(w.data)
+			return
+		}
+		end := w.pos + i
+		escaped := false
+		for k := end - 1; k >= w.pos && w.data[k] == '\\'; k-- {
+			escaped = !escaped
+		}
+		w.pos = end + 1
+		if !escaped {
 			return
 		}
 	}
 }
 
-// member reads the next member of the object w is inside, its key unescaped, or reports
-// false at its end. A key without escapes (a Go type's never needs one) is not copied.
-func (w *jsonWalker) member() (key, value []byte, ok bool) {
+// more reports whether the object or list w is inside has another member or element,
+// and moves past its closing bracket, close, when it has not.
+func (w *jsonWalker) more(close byte) bool {
 	w.space()
-	if w.pos >= len(w.data) || w.data[w.pos] == '}' {
-		return nil, nil, false
+	if w.pos >= len(w.data) {
+		return false
 	}
-	key = w.value()
+	if w.data[w.pos] == close {
+		w.pos++
+		return false
+	}
+	return true
+}
+
+// key reads the key of the member at w's position, unescaped, and moves past its colon.
+// A key without escapes (a Go type's never needs one) is not copied.
+func (w *jsonWalker) key() []byte {
+	key := w.value()
 	if bytes.IndexByte(key, '\\') < 0 {
 		key = key[1 : len(key)-1]
 	} else {
@@ -573,20 +637,13 @@ func (w *jsonWalker) member() (key, value []byte, ok bool) {
 	}
 	w.space()
 	w.pos++ // the colon
-	value = w.value()
-	w.next()
-	return key, value, true
+	return key
 }
 
-// element reads the next value of the list w is inside, or reports false at its end.
-func (w *jsonWalker) element() (value []byte, ok bool) {
-	w.space()
-	if w.pos >= len(w.data) || w.data[w.pos] == ']' {
-		return nil, false
-	}
-	value = w.value()
-	w.next()
-	return value, true
+// isNull reports whether the value at w's position is null: JSON that was accepted has
+// nothing else that starts with n.
+func (w *jsonWalker) isNull() bool {
+	return w.pos < len(w.data) && w.data[w.pos] == 'n'
 }
 
 // next moves past the comma after a value, if there is one.

@@ -40,7 +40,9 @@ func FuzzCheckPresence(f *testing.F) {
 		}
 		dec := json.NewDecoder(bytes.NewReader(body))
 		dec.DisallowUnknownFields()
-		if dec.Decode(v) != nil || len(bytes.TrimSpace(body[dec.InputOffset():])) > 0 || bytes.Equal(bytes.TrimSpace(body), []byte("null")) {
+		// What follows the value may be JSON's whitespace alone, as decodeJSON has it: a
+		// form feed, say, is refused there (the corpus keeps the body that showed it).
+		if dec.Decode(v) != nil || len(bytes.TrimLeft(body[dec.InputOffset():], " \t\r\n")) > 0 || bytes.Equal(bytes.TrimSpace(body), []byte("null")) {
 			return // decodeJSON refuses it before checkPresence
 		}
 		typ := reflect.TypeOf(v)

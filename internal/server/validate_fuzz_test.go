@@ -386,7 +386,7 @@ func checkValidateHeartbeat(t *testing.T, body []byte) {
 	}
 	inv := hb.Inventory
 	switch {
-	case !instanceRE().MatchString(hb.Instance) || (hb.PreviousInstance != "" && !instanceRE().MatchString(hb.PreviousInstance)):
+	case !instanceRE.MatchString(hb.Instance) || (hb.PreviousInstance != "" && !instanceRE.MatchString(hb.PreviousInstance)):
 		fail("instance")
 	case inv.CPUs < 0 || inv.CPUs > maxNodeCPUs || inv.MemoryMB < 0 || inv.MemoryMB > maxNodeMemMB:
 		fail("CPUs or memory out of bounds")
@@ -432,4 +432,28 @@ func checkShown(t *testing.T, body []byte, strs map[string]string) {
 			t.Fatalf("accepted %q with %s %q", body, field, v)
 		}
 	}
+}
+
+// The regular expressions isInstanceID and isReasonCode were written from, kept as their
+// reference.
+var (
+	instanceRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+	reasonRE   = regexp.MustCompile(`^[a-z0-9_]{0,64}$`)
+)
+
+// FuzzHeartbeatClasses holds isInstanceID and isReasonCode to the regular expressions
+// they replace, over any string: multi-byte UTF-8, control characters, every length.
+func FuzzHeartbeatClasses(f *testing.F) {
+	for _, seed := range []string{"", "a", "agent-n1_2", "A-Z", "exit_code", "node_shutdown", "Exit", "é", "a b", "a\n",
+		"x-", "a.b", "a:b", strings.Repeat("a", 64), strings.Repeat("a", 65), strings.Repeat("é", 32), "\x00", "a\xff"} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, v string) {
+		if got, want := isInstanceID(v), instanceRE.MatchString(v); got != want {
+			t.Errorf("isInstanceID(%q) = %v, the expression says %v", v, got, want)
+		}
+		if got, want := isReasonCode(v), reasonRE.MatchString(v); got != want {
+			t.Errorf("isReasonCode(%q) = %v, the expression says %v", v, got, want)
+		}
+	})
 }
