@@ -91,12 +91,12 @@ func (s *Server) Cycle(ctx context.Context) error {
 	// What the plan says of each pending job is made ready before the lock is taken again.
 	// One array each for the estimates and priorities of every pending job, rather than
 	// two small allocations per job per cycle.
-	bestNodes := map[int64]string{}
+	var bestNodes []bestNode
 	ests := make([]time.Time, len(plan.Pending)) // zero where there is no estimate
 	prios := make([]api.Priority, len(plan.Pending))
 	for i, p := range plan.Pending {
 		if p.Reason.BestNode != "" {
-			bestNodes[p.JobID] = p.Reason.BestNode
+			bestNodes = append(bestNodes, bestNode{p.JobID, p.Reason.BestNode})
 		}
 		ests[i] = p.EstimatedStart
 		pr := p.Priority

@@ -37,7 +37,7 @@ func (s *Server) handleWhy(w http.ResponseWriter, r *http.Request) {
 	}
 	if found && job.State == api.StatePending {
 		ahead = s.aheadOf(job)
-		node = s.endingOn(s.bestNodes[id], job.EstimatedStart)
+		node = s.endingOn(s.bestNodeOf(id), job.EstimatedStart)
 		hints = s.nodeHints(&job)
 	}
 	s.mu.Unlock()
@@ -298,4 +298,22 @@ func waitsForResources(reason string) bool {
 		return true
 	}
 	return false
+}
+
+// bestNode is a pending job and the node that came closest to taking it in the last
+// cycle.
+type bestNode struct {
+	job  int64
+	node string
+}
+
+// bestNodeOf returns the node that came closest to taking pending job id in the last
+// cycle, or "". Callers hold s.mu.
+func (s *Server) bestNodeOf(id int64) string {
+	for _, b := range s.bestNodes {
+		if b.job == id {
+			return b.node
+		}
+	}
+	return ""
 }
