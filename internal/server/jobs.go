@@ -169,11 +169,15 @@ func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// The answer goes out only after the group's commit: an acknowledged job is a durable
-	// job. The commit runs outside s.mu (groupcommit.go).
+	// job. The commit runs outside s.mu (groupcommit.go), and what follows a commit that
+	// succeeded needs nothing of the state: only a failed one takes the lock again, so a
+	// submit waits for the lock once, not twice, behind a cycle or a burst of heartbeats.
 	s.mu.Unlock()
+	locked = false
 	err = g.wait()
-	s.mu.Lock()
 	if err != nil {
+		s.mu.Lock()
+		locked = true
 		// After a commit of unknown outcome the state was read again: the key tells
 		// whether the job was stored after all.
 		if rec, ok := s.state.Idempotency(id.User, key); key != "" && ok && rec.Hash == hash {
