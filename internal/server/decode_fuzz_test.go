@@ -3,7 +3,9 @@ package server
 import (
 	"bytes"
 	"encoding/json"
+	"net/http/httptest"
 	"reflect"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -177,4 +179,23 @@ func firstMemberTwice(body []byte) []byte {
 	w.key()
 	w.value()
 	return slices.Concat(body[:open+1], body[open+1:w.pos], []byte(","), body[open+1:])
+}
+
+// TestAnnouncedBodySizeCostsNothing checks that a client announcing a large body and
+// sending a small one makes decodeJSON allocate what it sent, not what it announced: a
+// buffer sized from Content-Length alone would let a few connections take gigabytes.
+func TestAnnouncedBodySizeCostsNothing(t *testing.T) {
+	const limit = 64 << 20
+	r := httptest.NewRequest("POST", "/api/v1/jobs", strings.NewReader(`{"command":["true"]}`))
+	r.ContentLength = limit
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	var spec api.JobSpec
+	if _, e := decodeJSON(httptest.NewRecorder(), r, &spec, limit); e != nil {
+		t.Fatalf("decoding: %s", e.Message)
+	}
+	runtime.ReadMemStats(&after)
+	if got := after.TotalAlloc - before.TotalAlloc; got > 1<<20 {
+		t.Errorf("decoding 20 bytes announced as %d allocated %d bytes", limit, got)
+	}
 }

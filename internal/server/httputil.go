@@ -86,8 +86,11 @@ func (s *Server) decodeJSON(w http.ResponseWriter, r *http.Request, v any) (int,
 func decodeJSON(w http.ResponseWriter, r *http.Request, v any, limit int64) (int, *api.Error) {
 	buf := bodyBufs.Get().(*bytes.Buffer)
 	defer putBodyBuf(buf)
-	if n := r.ContentLength; n > 0 && n <= limit {
-		buf.Grow(int(n) + bytes.MinRead) // room for the read that finds the end, too
+	// Room for the body the client announces, and for the read that finds its end; but
+	// never more than a kept buffer holds before any of it has come, so that a client
+	// announcing a large body and sending little costs only what it sends.
+	if n := r.ContentLength; n > 0 {
+		buf.Grow(int(min(n, maxKeptBodyBuf-bytes.MinRead)) + bytes.MinRead)
 	}
 	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, limit))
 	data := buf.Bytes()
