@@ -91,7 +91,7 @@ func (s *Server) Cycle(ctx context.Context) error {
 	// What the plan says of each pending job is made ready before the lock is taken again.
 	// One array each for the estimates and priorities of every pending job, rather than
 	// two small allocations per job per cycle.
-	var bestNodes []bestNode
+	bestNodes := make([]bestNode, 0, len(plan.Pending))
 	ests := make([]time.Time, len(plan.Pending)) // zero where there is no estimate
 	prios := make([]api.Priority, len(plan.Pending))
 	for i, p := range plan.Pending {

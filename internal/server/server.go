@@ -160,8 +160,8 @@ type Server struct {
 	// bestNodes holds, for the last cycle's pending jobs that have one, the node that
 	// came closest to taking the job, for rota why (bestNodeOf). Only that: a whole reason
 	// kept for each of 69,000 waiting jobs was 27 MB the plan's own list holds again. It is
-	// a list, searched by rota why alone, because a map of 69,000 was a tenth of a cycle
-	// to build at every cycle.
+	// a list, searched by rota why alone: a map of 69,000 took 14 ms of a 230 ms cycle to
+	// build, at every cycle.
 	bestNodes []bestNode
 	// suspect is set when a commit failed in a way that may have hidden its outcome (a
 	// connection lost during COMMIT): memory may lack what the store holds, so nothing
