@@ -3,13 +3,17 @@ package bench
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/rotahq/rota/internal/api"
 )
 
 // buildRota builds the rota binary, which the scale suite runs as its server.
@@ -235,5 +239,41 @@ scale  submit-8clients/200nodes/2000jobs  80  3.15ms   317.8 submits/s
 `
 	if got := buf.String(); got != want {
 		t.Errorf("table:\n%s\nwant:\n%s", got, want)
+	}
+}
+
+// TestBeatAnswerDecodes holds the generator's slim answer to the protocol: a heartbeat's
+// answer as the server encodes it decodes into beatAnswer with every field the simulated
+// agents act on, and the rest of each task is skipped.
+func TestBeatAnswerDecodes(t *testing.T) {
+	full := api.HeartbeatResponse{
+		Tasks: []api.Task{
+			{JobID: 7, Attempt: 2, Command: []string{"train.py"}, Env: map[string]string{"ROTA_JOB_ID": "7"}, GPUIndices: []int{0, 1}, GPUIDs: []string{"GPU-a", "GPU-b"}, Signal: "SIGTERM", GraceSeconds: 30},
+			{JobID: 9, Attempt: 1, Stop: true, StopReason: "preempted"},
+		},
+		Acked:            []api.TaskRef{{JobID: 3, Attempt: 1}},
+		ClusterID:        "c1",
+		HeartbeatSeconds: 2.5,
+		SyncEpoch:        4,
+		InventoryHash:    "abc",
+	}
+	data, err := json.Marshal(full)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got beatAnswer
+	if err := decodeAnswer(data, &got); err != nil {
+		t.Fatal(err)
+	}
+	want := beatAnswer{
+		Tasks:            []beatTask{{JobID: 7, Attempt: 2}, {JobID: 9, Attempt: 1, Stop: true, StopReason: "preempted"}},
+		Acked:            []api.TaskRef{{JobID: 3, Attempt: 1}},
+		HeartbeatSeconds: 2.5, SyncEpoch: 4, InventoryHash: "abc",
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("decoded %+v, want %+v", got, want)
+	}
+	if err := decodeAnswer([]byte(`{"tasks":[{"job_id":"seven"}]}`), &got); err == nil {
+		t.Error("an answer that breaks the protocol decoded without error")
 	}
 }
