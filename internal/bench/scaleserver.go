@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"net"
 	"net/http"
@@ -387,20 +388,21 @@ func parseProm(r io.Reader) (promMetrics, error) {
 func (m promMetrics) sum(name string, want ...string) float64 {
 	total := 0.0
 	for _, s := range m {
-		if s.name != name {
-			continue
-		}
-		ok := true
-		for i := 0; i+1 < len(want); i += 2 {
-			if s.labels[want[i]] != want[i+1] {
-				ok = false
-			}
-		}
-		if ok {
+		if s.name == name && hasLabels(s.labels, want) {
 			total += s.value
 		}
 	}
 	return total
+}
+
+// hasLabels reports whether labels hold every pair in want (name, value, name, value...).
+func hasLabels(labels map[string]string, want []string) bool {
+	for i := 0; i+1 < len(want); i += 2 {
+		if labels[want[i]] != want[i+1] {
+			return false
+		}
+	}
+	return true
 }
 
 // histogram is the cumulative buckets, sum and count of one Prometheus histogram.
@@ -411,35 +413,31 @@ type histogram struct {
 	n     float64
 }
 
-func (m promMetrics) histogram(name string) histogram {
+// histogram is the named histogram, summed over the series whose labels hold the pairs
+// in want (name, value, name, value...), as sum does.
+func (m promMetrics) histogram(name string, want ...string) histogram {
 	var h histogram
-	type bucket struct{ le, n float64 }
-	var bs []bucket
+	byBound := map[float64]float64{}
 	for _, s := range m {
+		if !hasLabels(s.labels, want) {
+			continue
+		}
 		switch s.name {
 		case name + "_bucket":
 			le, err := strconv.ParseFloat(s.labels["le"], 64)
 			if err != nil {
 				le = math.Inf(1)
 			}
-			bs = append(bs, bucket{le, s.value})
+			byBound[le] += s.value
 		case name + "_sum":
-			h.sum = s.value
+			h.sum += s.value
 		case name + "_count":
-			h.n = s.value
+			h.n += s.value
 		}
 	}
-	slices.SortFunc(bs, func(a, b bucket) int {
-		switch {
-		case a.le < b.le:
-			return -1
-		case a.le > b.le:
-			return 1
-		}
-		return 0
-	})
-	for _, b := range bs {
-		h.le, h.count = append(h.le, b.le), append(h.count, b.n)
+	h.le = slices.Sorted(maps.Keys(byBound))
+	for _, le := range h.le {
+		h.count = append(h.count, byBound[le])
 	}
 	return h
 }
