@@ -115,12 +115,16 @@ func sameAgent(a, b *api.AgentInfo) bool {
 	return a == b || a != nil && b != nil && *a == *b
 }
 
-// heartbeat records heartbeat hb of node name under the server's lock, and returns the
-// answer, or the status and error to refuse it with. With sameInventory the agent left its
+// heartbeat records heartbeat hb of node name under the server's lock, taken through
+// s.beats (combine.go), and returns the answer, or the status and error to refuse it with. With sameInventory the agent left its
 // inventory out, saying it is the one the server holds.
-func (s *Server) heartbeat(r *http.Request, name string, hb *api.Heartbeat, sameInventory bool) (heartbeatAnswer, *laterWrite, int, *api.Error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+func (s *Server) heartbeat(r *http.Request, name string, hb *api.Heartbeat, sameInventory bool) (ans heartbeatAnswer, w *laterWrite, status int, e *api.Error) {
+	s.beats.run(&s.mu, func() { ans, w, status, e = s.heartbeatLocked(r, name, hb, sameInventory) })
+	return ans, w, status, e
+}
+
+// heartbeatLocked is heartbeat with s.mu held.
+func (s *Server) heartbeatLocked(r *http.Request, name string, hb *api.Heartbeat, sameInventory bool) (heartbeatAnswer, *laterWrite, int, *api.Error) {
 	if e := s.validName("node", name); e != nil {
 		return heartbeatAnswer{}, nil, http.StatusBadRequest, e
 	}

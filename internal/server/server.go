@@ -152,6 +152,10 @@ type Server struct {
 	clusterID string
 	ca        *auth.CA
 
+	// beats runs heartbeats' critical sections under mu, many to one hold when they
+	// queue (combine.go).
+	beats combiner
+
 	mu    sync.Mutex // guards the fields below; held across store commits so memory and disk change in the same order
 	state *cluster.State
 	// view holds what authenticating an agent's request reads, beside the state and
