@@ -36,6 +36,15 @@ func TestEvictKeepsTheIndexes(t *testing.T) {
 		},
 	})
 	usage, seq := s.TeamUsage(now), s.Seq()
+	snap := s.Snapshot(now, nil)
+	entry := func(id int64) *snapJob {
+		pos, ok := slices.BinarySearch(s.jobIdx.order, id)
+		if !ok {
+			t.Fatalf("job %d is not in the index", id)
+		}
+		return s.jobIdx.entry(pos)
+	}
+	running, pending := entry(3), entry(4)
 
 	if n := s.Evict(now.Add(-time.Hour)); n != 2 {
 		t.Fatalf("Evict dropped %d jobs; want 2 (jobs 1 and 6)", n)
@@ -68,6 +77,14 @@ func TestEvictKeepsTheIndexes(t *testing.T) {
 	}
 	if got := s.TeamUsage(now); !reflect.DeepEqual(got, usage) {
 		t.Errorf("usage after eviction %v; was %v", got, usage)
+	}
+	// The jobs that stay keep their snapshot entries, and the snapshot is the same: the
+	// evicted jobs had ended.
+	if entry(3) != running || entry(4) != pending || running == nil || pending == nil {
+		t.Errorf("the snapshot entries of the jobs that stay were dropped by the eviction")
+	}
+	if got := s.Snapshot(now, nil); !reflect.DeepEqual(got, snap) {
+		t.Errorf("snapshot after eviction:\n%+v\nbefore:\n%+v", got, snap)
 	}
 	rng := rand.New(rand.NewPCG(1, 2))
 	checkIndexes(t, s, rng, "after eviction")

@@ -26,6 +26,10 @@ import (
 type jobIndex struct {
 	order   []int64                   // every job ID, ascending
 	byState map[api.JobState][]uint64 // bit i: order[i] is in the state
+	// entries holds, at each job's position in order, its snapshot entry (snapshot.go),
+	// or nil where none was made since the job last changed. A snapshot walks the bits
+	// of the states it needs and reads each job's entry from here, with no lookup.
+	entries []*snapJob
 }
 
 func (x *jobIndex) set(st api.JobState, pos int, on bool) {
@@ -44,14 +48,77 @@ func (x *jobIndex) set(st api.JobState, pos int, on bool) {
 // rebuild orders every job again; Apply calls it when a job arrives out of order, which
 // only a whole-store load does.
 func (x *jobIndex) rebuild(jobs map[int64]*api.Job) {
-	x.order = x.order[:0]
+	old, entries := x.order, x.entries
+	x.order = make([]int64, 0, len(jobs))
 	for id := range jobs {
 		x.order = append(x.order, id)
 	}
 	slices.Sort(x.order)
 	x.byState = map[api.JobState][]uint64{}
+	x.entries = make([]*snapJob, len(x.order))
+	// The snapshot entries of the jobs still here stay theirs: both orders ascend, so
+	// one walk of each finds them.
+	k := 0
 	for i, id := range x.order {
 		x.set(jobs[id].State, i, true)
+		for k < len(old) && old[k] < id {
+			k++
+		}
+		if k < len(old) && old[k] == id && k < len(entries) {
+			x.entries[i] = entries[k]
+		}
+	}
+}
+
+// positions yields the positions in order of the jobs in any of states, ascending.
+func (x *jobIndex) positions(states ...api.JobState) func(yield func(int) bool) {
+	return func(yield func(int) bool) {
+		var sets [][]uint64
+		words := 0
+		for _, st := range states {
+			if w := x.byState[st]; w != nil {
+				sets = append(sets, w)
+				words = max(words, len(w))
+			}
+		}
+		for w := range words {
+			var word uint64
+			for _, set := range sets {
+				if w < len(set) {
+					word |= set[w]
+				}
+			}
+			for word != 0 {
+				pos := w*64 + bits.TrailingZeros64(word)
+				word &= word - 1
+				if pos >= len(x.order) || !yield(pos) {
+					return
+				}
+			}
+		}
+	}
+}
+
+// entry is the snapshot entry at pos, nil when there is none.
+func (x *jobIndex) entry(pos int) *snapJob {
+	if pos < len(x.entries) {
+		return x.entries[pos]
+	}
+	return nil
+}
+
+// setEntry makes e the snapshot entry at pos.
+func (x *jobIndex) setEntry(pos int, e *snapJob) {
+	for len(x.entries) <= pos {
+		x.entries = append(x.entries, nil)
+	}
+	x.entries[pos] = e
+}
+
+// forgetEntry drops job id's snapshot entry, if it has one.
+func (x *jobIndex) forgetEntry(id int64) {
+	if pos, ok := slices.BinarySearch(x.order, id); ok && pos < len(x.entries) {
+		x.entries[pos] = nil
 	}
 }
 
@@ -59,28 +126,8 @@ func (x *jobIndex) rebuild(jobs map[int64]*api.Job) {
 // by sorting: n is how many there are, for the capacity.
 func (x *jobIndex) ids(n int, states ...api.JobState) []int64 {
 	out := make([]int64, 0, n)
-	var sets [][]uint64
-	words := 0
-	for _, st := range states {
-		if w := x.byState[st]; w != nil {
-			sets = append(sets, w)
-			words = max(words, len(w))
-		}
-	}
-	for w := range words {
-		var word uint64
-		for _, set := range sets {
-			if w < len(set) {
-				word |= set[w]
-			}
-		}
-		for word != 0 {
-			pos := w*64 + bits.TrailingZeros64(word)
-			word &= word - 1
-			if pos < len(x.order) {
-				out = append(out, x.order[pos])
-			}
-		}
+	for pos := range x.positions(states...) {
+		out = append(out, x.order[pos])
 	}
 	return out
 }
@@ -95,6 +142,9 @@ func (s *State) indexJob(j *api.Job, old api.JobState, known bool) bool {
 		}
 		x.order = append(x.order, j.ID)
 		x.set(j.State, len(x.order)-1, true)
+		if len(x.entries) == len(x.order)-1 {
+			x.entries = append(x.entries, nil)
+		}
 		return true
 	}
 	if old == j.State {

@@ -94,6 +94,18 @@ func scanModels(s *State) []string {
 // state sets and filters, and every node shape asked for.
 func checkIndexes(t *testing.T, s *State, rng *rand.Rand, step string) {
 	t.Helper()
+	// Each snapshot entry sits at its own job's position.
+	x := &s.jobIdx
+	if len(x.entries) > len(x.order) {
+		t.Fatalf("%s: %d snapshot entries for %d jobs", step, len(x.entries), len(x.order))
+	}
+	for pos, e := range x.entries {
+		switch {
+		case e == nil:
+		case e.running != nil && e.running.ID != x.order[pos], e.pending != nil && e.pending.ID != x.order[pos]:
+			t.Fatalf("%s: the snapshot entry at job %d's position is another job's", step, x.order[pos])
+		}
+	}
 	for _, n := range append(indexNodes, "nowhere") {
 		if got, want := s.ActiveOnNode(n), scanOnNode(s, n); !slices.Equal(got, want) && !(len(got) == 0 && len(want) == 0) {
 			t.Fatalf("%s: jobs on %s from the index %v, from a scan %v", step, n, got, want)
@@ -365,6 +377,7 @@ func (c *snapshotCheck) check(t *testing.T, s *State, now time.Time, step string
 	got := s.Snapshot(now, nil)
 	fresh := *s
 	fresh.snap = snapCache{}
+	fresh.jobIdx.entries = nil // a copy would share the entries' array
 	want := fresh.Snapshot(now, nil)
 	if c.last != nil && got.NodesVersion == c.last.NodesVersion && !reflect.DeepEqual(got.Nodes, c.last.Nodes) {
 		t.Fatalf("%s: the nodes changed but NodesVersion stayed %d", step, got.NodesVersion)

@@ -69,13 +69,15 @@ func (s *State) SnapshotParts(now time.Time, keep func(id int64) bool) *Snapshot
 		snap.Queues[q.Name] = sched.Queue{Name: q.Name, Tier: q.Tier, Preemptible: q.Preemptible, NeverPreempt: q.NeverPreempt,
 			Pools: q.Pools, UserGPULimit: q.UserGPULimit}
 	}
-	c := s.snapJobs()
-	active := s.ActiveIDs()
-	parts := &SnapshotParts{snap: snap, running: make([]snapRef, 0, len(active))}
-	// Per job, only its entry is looked up: the rest of what it says was read from the
-	// job and its attempts when the entry was made, which any change to them drops.
-	for _, id := range active {
-		e := c[id]
+	x := &s.jobIdx
+	parts := &SnapshotParts{snap: snap, now: now, running: make([]snapRef, 0, len(s.active))}
+	// Per job, only its entry is read, from the index it is walked in: the rest of what
+	// it says was read from the job and its attempts when the entry was made, which any
+	// change to them drops. The service each has received is worked out by Build,
+	// outside the lock, unless its attempts need reading.
+	for pos := range x.positions(api.StateAssigned, api.StateRunning) {
+		e := x.entry(pos)
+		id := x.order[pos]
 		if e == nil || e.running == nil {
 			j := s.jobs[id]
 			a, ok := s.CurrentAttempt(id)
@@ -84,39 +86,59 @@ func (s *State) SnapshotParts(now time.Time, keep func(id int64) bool) *Snapshot
 			}
 			r := runningOf(j, &a)
 			e = &snapJob{running: &r, sv: s.servicePartsOf(id)}
-			c[id] = e
+			x.setEntry(pos, e)
 		}
-		parts.running = append(parts.running, snapRef{e, s.serviceAt(id, &e.sv, now)})
+		parts.running = append(parts.running, s.refOf(id, e, now))
 	}
-	pending := s.PendingIDs()
-	parts.pending = make([]snapRef, 0, len(pending))
-	for _, id := range pending {
+	parts.pending = make([]snapRef, 0, len(s.pending))
+	for pos := range x.positions(api.StatePending) {
+		id := x.order[pos]
 		if keep != nil && !keep(id) {
 			continue
 		}
-		e := c[id]
+		e := x.entry(pos)
 		if e == nil || e.pending == nil {
 			p := pendingOf(s.jobs[id])
 			e = &snapJob{pending: &p, sv: s.servicePartsOf(id)}
-			c[id] = e
+			x.setEntry(pos, e)
 		}
-		parts.pending = append(parts.pending, snapRef{e, s.serviceAt(id, &e.sv, now)})
+		parts.pending = append(parts.pending, s.refOf(id, e, now))
 	}
 	return parts
+}
+
+// refOf is job id's entry e for Build, with the service the job has received at now
+// when it must be read from the job's attempts (its parts are not exact).
+func (s *State) refOf(id int64, e *snapJob, now time.Time) snapRef {
+	if e.sv.exact {
+		return snapRef{e: e}
+	}
+	return snapRef{e: e, sv: s.serviceOf(id, now), read: true}
 }
 
 // SnapshotParts is a snapshot read from the state but not yet built (see
 // State.SnapshotParts).
 type SnapshotParts struct {
 	snap             *sched.Snapshot
+	now              time.Time
 	running, pending []snapRef
 }
 
-// snapRef is a job's entry and the service it has received, for Build to copy. Entries
-// are never written once made, so Build may read them while the state moves on.
+// snapRef is a job's entry for Build to copy, with the service it has received where
+// that was read under the lock (read). Entries are never written once made, so Build may
+// read them while the state moves on.
 type snapRef struct {
-	e  *snapJob
-	sv service
+	e    *snapJob
+	sv   service
+	read bool
+}
+
+// service is the service ref's job has received at now.
+func (ref *snapRef) service(now time.Time) service {
+	if ref.read {
+		return ref.sv
+	}
+	return ref.e.sv.at(now)
 }
 
 // Pending is how many pending jobs the snapshot will hold.
@@ -127,16 +149,20 @@ func (p *SnapshotParts) Pending() int { return len(p.pending) }
 func (p *SnapshotParts) Build() *sched.Snapshot {
 	snap := p.snap
 	snap.Running = make([]sched.Running, len(p.running))
-	for i, ref := range p.running {
+	for i := range p.running {
+		ref := &p.running[i]
 		r := &snap.Running[i]
 		*r = *ref.e.running
-		r.AttainedService, r.LastRun, r.Requeued = ref.sv.attained, ref.sv.lastRun, ref.sv.requeued
+		sv := ref.service(p.now)
+		r.AttainedService, r.LastRun, r.Requeued = sv.attained, sv.lastRun, sv.requeued
 	}
 	snap.Pending = make([]sched.Job, len(p.pending))
-	for i, ref := range p.pending {
+	for i := range p.pending {
+		ref := &p.pending[i]
 		j := &snap.Pending[i]
 		*j = *ref.e.pending
-		j.AttainedService, j.LastRun, j.Requeued = ref.sv.attained, ref.sv.lastRun, ref.sv.requeued
+		sv := ref.service(p.now)
+		j.AttainedService, j.LastRun, j.Requeued = sv.attained, sv.lastRun, sv.requeued
 	}
 	return snap
 }
@@ -150,9 +176,8 @@ type snapCache struct {
 	seq       uint64
 	configSeq uint64
 	version   uint64
-	// jobs holds each active and pending job's entry; Apply and Evict drop the entry of
-	// every job they touch.
-	jobs map[int64]*snapJob
+	// Each active and pending job's entry is kept in the job index (jobIndex.entries);
+	// Apply and Evict drop the entry of every job they touch.
 }
 
 // snapJob is a job's entry in the snapshot: running for an active job, pending for a
@@ -164,19 +189,8 @@ type snapJob struct {
 	sv      serviceParts
 }
 
-func (s *State) snapJobs() map[int64]*snapJob {
-	if s.snap.jobs == nil {
-		s.snap.jobs = map[int64]*snapJob{}
-	}
-	return s.snap.jobs
-}
-
 // forgetSnapJob drops job id's snapshot entry: the job, or its attempts, changed.
-func (s *State) forgetSnapJob(id int64) {
-	if s.snap.jobs != nil {
-		delete(s.snap.jobs, id)
-	}
-}
+func (s *State) forgetSnapJob(id int64) { s.jobIdx.forgetEntry(id) }
 
 // snapNodes brings the cached node list up to date: the same slice when no node changed
 // since it was made, else a new one in which only the changed nodes are made again.

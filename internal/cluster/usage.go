@@ -132,6 +132,11 @@ func (s *State) serviceAt(id int64, p *serviceParts, now time.Time) service {
 	if !p.exact {
 		return s.serviceOf(id, now)
 	}
+	return p.at(now)
+}
+
+// at is the service at now of a job whose parts are exact; it reads nothing of the state.
+func (p *serviceParts) at(now time.Time) service {
 	sv := p.ended
 	if p.open && now.After(p.openStart) {
 		sv.attained += p.openGPUs * now.Sub(p.openStart).Seconds()
