@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/rotahq/rota/internal/api"
+	"github.com/rotahq/rota/internal/store"
 )
 
 // planPause makes the server's next cycle stop while it plans, without the lock, until
@@ -304,5 +305,35 @@ func TestRecomputeStretchesWithLongCycles(t *testing.T) {
 	h.clock.Add(time.Minute) // well past ten cycles' length, however slow the machine
 	if !h.srv.cycleDue() {
 		t.Fatal("no recompute due after ten cycles' length")
+	}
+}
+
+// A cycle writes every waiting job's reason, also past the first chunk it writes in one
+// hold of the lock.
+func TestCycleGivesEveryWaitingJobItsReason(t *testing.T) {
+	h := newHarness(t)
+	n := 2*reasonChunk + 5
+	b := &store.Batch{}
+	now := time.Now()
+	for i := range n {
+		b.Jobs = append(b.Jobs, api.Job{ID: int64(i + 1), Spec: api.JobSpec{Command: []string{"x"}, User: "alice", Team: "default", Queue: "default", GPUs: 1, CPUs: 1},
+			State: api.StatePending, SubmitTime: now})
+	}
+	h.srv.mu.Lock()
+	err := h.srv.commit(context.Background(), b)
+	h.srv.mu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.srv.Cycle(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	h.srv.mu.Lock()
+	defer h.srv.mu.Unlock()
+	for id := int64(1); id <= int64(n); id++ {
+		j, _ := h.srv.state.Job(id)
+		if j.State != api.StatePending || j.Reason == "" || j.Priority == nil {
+			t.Fatalf("job %d of %d after a cycle: state %s, reason %q, priority %v", id, n, j.State, j.Reason, j.Priority)
+		}
 	}
 }

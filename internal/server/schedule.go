@@ -187,12 +187,27 @@ func (s *Server) Cycle(ctx context.Context) error {
 	}
 	s.claims = plan.Claims
 	s.bestNodes = bestNodes
-	for i, p := range plan.Pending {
-		var est *time.Time
-		if !ests[i].IsZero() {
-			est = &ests[i]
+	// Each waiting job's reason, estimate and priority are written a chunk at a time, and
+	// the lock let go between chunks: at 69,000 jobs waiting the writes took 20 ms, which
+	// every heartbeat, submit and read arriving meanwhile waited through. Reasons are
+	// advice, made again at every cycle, so a reader that finds some jobs with this
+	// cycle's and others with the last one's is told nothing false.
+	for start := 0; start < len(plan.Pending); start += reasonChunk {
+		if start > 0 {
+			s.mu.Unlock()
+			s.mu.Lock()
+			if !s.isLeader() || s.state != state {
+				return nil // the next cycle, or the new leader, says why jobs wait
+			}
 		}
-		s.state.SetPendingReason(p.JobID, string(p.Reason.Code), p.Reason.Message, est, &prios[i])
+		for i := start; i < min(start+reasonChunk, len(plan.Pending)); i++ {
+			p := &plan.Pending[i]
+			var est *time.Time
+			if !ests[i].IsZero() {
+				est = &ests[i]
+			}
+			s.state.SetPendingReason(p.JobID, string(p.Reason.Code), p.Reason.Message, est, &prios[i])
+		}
 	}
 	for id, r := range held {
 		s.state.SetPendingReason(id, r[0], r[1], nil, nil)
@@ -202,6 +217,10 @@ func (s *Server) Cycle(ctx context.Context) error {
 	}
 	return nil
 }
+
+// reasonChunk is how many waiting jobs' reasons a cycle writes in one hold of the lock:
+// about 2 ms of writes.
+const reasonChunk = 8192
 
 // placementCurrent reports whether neither p's job nor any node it uses changed after
 // seq. Callers hold s.mu.
