@@ -1,6 +1,7 @@
 package server
 
 import (
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -66,66 +67,46 @@ func TestCombinerRunsEachOnceUnderTheLock(t *testing.T) {
 }
 
 // TestCombinerRunsQueuedInOneHold: callers that queue while one holds the lock are run by
-// it, with no hand-off of the lock between them.
+// it, in the order they queued, with no hand-off of the lock between them; after
+// combineMax of them it runs no more, and the first still waiting takes the lock and runs
+// the rest, so that no caller's answer waits long on others'.
 func TestCombinerRunsQueuedInOneHold(t *testing.T) {
-	var c combiner
-	var l countingLock
-	release := make(chan struct{})
-	var ran []int
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		c.run(&l, func() { ran = append(ran, 0); <-release })
-	})
-	// Wait for the first to hold the lock, then queue three behind it.
-	for !func() bool { c.mu.Lock(); defer c.mu.Unlock(); return c.running }() {
-		time.Sleep(100 * time.Microsecond)
-	}
-	for i := 1; i <= 3; i++ {
-		wg.Go(func() { c.run(&l, func() { ran = append(ran, i) }) })
-		queued(t, &c, i)
-	}
-	close(release)
-	wg.Wait()
-	if len(ran) != 4 || ran[0] != 0 || ran[1] != 1 || ran[2] != 2 || ran[3] != 3 {
-		t.Fatalf("ran %v, want [0 1 2 3]: the first, then the others in the order they queued", ran)
-	}
-	if l.taken != 1 {
-		t.Fatalf("the lock was taken %d times, want once for all four", l.taken)
+	for _, c := range []struct{ queued, taken int }{{3, 1}, {combineMax, 1}, {combineMax + 2, 2}} {
+		t.Run(fmt.Sprint(c.queued), func(t *testing.T) {
+			var cb combiner
+			var l countingLock
+			release := make(chan struct{})
+			var wg sync.WaitGroup
+			var ran []int
+			wg.Go(func() {
+				cb.run(&l, func() { ran = append(ran, 0); <-release })
+			})
+			waitRunning(&cb)
+			for i := 1; i <= c.queued; i++ {
+				wg.Go(func() { cb.run(&l, func() { ran = append(ran, i) }) })
+				queued(t, &cb, i)
+			}
+			close(release)
+			wg.Wait()
+			if len(ran) != c.queued+1 {
+				t.Fatalf("%d ran, want %d", len(ran), c.queued+1)
+			}
+			for i, v := range ran {
+				if v != i {
+					t.Fatalf("ran %v, want 0 to %d: the first, then the others in the order they queued", ran, c.queued)
+				}
+			}
+			if l.taken != c.taken {
+				t.Fatalf("the lock was taken %d times, want %d", l.taken, c.taken)
+			}
+		})
 	}
 }
 
-// TestCombinerHandsOn: a goroutine that has run combineMax of the others' critical
-// sections runs no more; the first waiting takes the lock and runs the rest, so that no
-// caller's answer waits long on others'.
-func TestCombinerHandsOn(t *testing.T) {
-	var c combiner
-	var l countingLock
-	release := make(chan struct{})
-	var wg sync.WaitGroup
-	var ran []int
-	wg.Go(func() {
-		c.run(&l, func() { ran = append(ran, 0); <-release })
-	})
+// waitRunning waits until a goroutine holds the lock and runs what queues.
+func waitRunning(c *combiner) {
 	for !func() bool { c.mu.Lock(); defer c.mu.Unlock(); return c.running }() {
 		time.Sleep(100 * time.Microsecond)
-	}
-	const n = combineMax + 2
-	for i := 1; i <= n; i++ {
-		wg.Go(func() { c.run(&l, func() { ran = append(ran, i) }) })
-		queued(t, &c, i)
-	}
-	close(release)
-	wg.Wait()
-	if len(ran) != n+1 {
-		t.Fatalf("%d ran, want %d", len(ran), n+1)
-	}
-	for i, v := range ran {
-		if v != i {
-			t.Fatalf("ran %v, want 0 to %d in the order they queued", ran, n)
-		}
-	}
-	if l.taken != 2 {
-		t.Fatalf("the lock was taken %d times, want twice: by the first, then by the one it handed on to", l.taken)
 	}
 }
 
@@ -143,9 +124,7 @@ func TestCombinerPanicGoesToItsCaller(t *testing.T) {
 		defer func() { firstPanicked = recover() }()
 		c.run(&l, func() { <-release })
 	})
-	for !func() bool { c.mu.Lock(); defer c.mu.Unlock(); return c.running }() {
-		time.Sleep(100 * time.Microsecond)
-	}
+	waitRunning(&c)
 	wg.Go(func() {
 		defer func() { secondPanic = recover() }()
 		c.run(&l, func() { panic("bad report") })
