@@ -116,8 +116,9 @@ func sameAgent(a, b *api.AgentInfo) bool {
 }
 
 // heartbeat records heartbeat hb of node name under the server's lock, taken through
-// s.beats (combine.go), and returns the answer, or the status and error to refuse it with. With sameInventory the agent left its
-// inventory out, saying it is the one the server holds.
+// s.beats (combine.go), and returns the answer, or the status and error to refuse it
+// with. With sameInventory the agent left its inventory out, saying it is the one the
+// server holds.
 func (s *Server) heartbeat(r *http.Request, name string, hb *api.Heartbeat, sameInventory bool) (ans heartbeatAnswer, w *laterWrite, status int, e *api.Error) {
 	s.beats.run(&s.mu, func() { ans, w, status, e = s.heartbeatLocked(r, name, hb, sameInventory) })
 	return ans, w, status, e

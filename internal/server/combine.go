@@ -64,8 +64,8 @@ func (c *combiner) run(l sync.Locker, f func()) {
 	}
 }
 
-// runQueued takes l and runs own's f, then what queues, until the queue is empty or
-// combineFor has passed; then the first still waiting takes over.
+// runQueued takes l and runs own's f, then what queues, until the queue is empty or it
+// has run combineMax of them; then the first still waiting takes over.
 func (c *combiner) runQueued(l sync.Locker, own *combined) {
 	l.Lock()
 	own.p = call(own.f)
