@@ -709,12 +709,15 @@ func (s *Server) Handler() http.Handler {
 	allowed := map[string][]string{} // path → its methods, in the routes' order
 	beats := newHandOff(2 * time.Second)
 	for _, rt := range routes {
-		h := s.instrument(rt, func(w http.ResponseWriter, r *http.Request) { s.serve(rt, w, r) })
+		h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { s.serve(rt, w, r) })
 		if rt.path == heartbeatPath {
 			// Every agent's connection waits for its next heartbeat: the handler runs
 			// elsewhere, so that its goroutine keeps a small stack (offload.go).
 			h = beats.wrap(h)
 		}
+		// Timed from the connection's goroutine, so that a request's latency includes
+		// its wait for a goroutine to run it.
+		h = s.instrument(rt, h)
 		mux.HandleFunc(rt.method+" "+rt.path, h)
 		allowed[rt.path] = append(allowed[rt.path], rt.method)
 		if rt.method == "GET" {
