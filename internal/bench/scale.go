@@ -132,11 +132,11 @@ const arrayChunk = 1000
 // nodes to register, or for jobs to start, that would otherwise never end.
 const stallTimeout = 3 * time.Minute
 
-// runScale runs the scale suite: a real server process under a simulated fleet. See
-// doc.go for what it measures and docs/scale.md for how to read it.
 // generatorGCPercent is the load generator's GOGC while the scale suite runs.
 const generatorGCPercent = 400
 
+// runScale runs the scale suite: a real server process under a simulated fleet. See
+// doc.go for what it measures and docs/scale.md for how to read it.
 func runScale(ctx context.Context, opts Options) (results []Result, err error) {
 	o, err := opts.Scale.Sized(opts.Quick)
 	if err != nil {
@@ -409,8 +409,9 @@ func measureSteady(ctx context.Context, srv *serverProc, fl *fleet, d time.Durat
 	}
 	cyc := after.histogram("rota_scheduler_cycle_duration_seconds").since(before.histogram("rota_scheduler_cycle_duration_seconds"))
 	com := after.histogram("rota_store_commit_duration_seconds").since(before.histogram("rota_store_commit_duration_seconds"))
-	// The server's own view of a heartbeat: from its handler's start to its end, so
-	// without reading the request, writing the answer, or the generator's side.
+	// The server's own view of a heartbeat: from its headers read to its answer handed
+	// to the connection's buffer, the wait for a goroutine to run it included; without
+	// reading the headers, sending the answer, or the generator's side.
 	const route = "/api/v1/agents/{node}/heartbeat"
 	hb := after.histogram("rota_api_request_duration_seconds", "route", route).since(before.histogram("rota_api_request_duration_seconds", "route", route))
 	return map[string]float64{

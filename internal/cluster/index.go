@@ -27,8 +27,9 @@ type jobIndex struct {
 	order   []int64                   // every job ID, ascending
 	byState map[api.JobState][]uint64 // bit i: order[i] is in the state
 	// entries holds, at each job's position in order, its snapshot entry (snapshot.go),
-	// or nil where none was made since the job last changed. A snapshot walks the bits
-	// of the states it needs and reads each job's entry from here, with no lookup.
+	// or nil where none was made since the job last changed; it grows as entries are
+	// made, so it may be shorter than order. A snapshot walks the bits of the states it
+	// needs and reads each job's entry from here, with no lookup.
 	entries []*snapJob
 }
 
@@ -142,9 +143,6 @@ func (s *State) indexJob(j *api.Job, old api.JobState, known bool) bool {
 		}
 		x.order = append(x.order, j.ID)
 		x.set(j.State, len(x.order)-1, true)
-		if len(x.entries) == len(x.order)-1 {
-			x.entries = append(x.entries, nil)
-		}
 		return true
 	}
 	if old == j.State {

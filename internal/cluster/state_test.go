@@ -125,7 +125,7 @@ func TestOldestIdempotencyFollowsKeysAndPrunes(t *testing.T) {
 
 // A snapshot's service, from the parts its entry keeps, is serviceOf's to the bit, for
 // attempts of every shape and at times before, at and after they start.
-func TestServiceAtIsServiceOf(t *testing.T) {
+func TestSnapshotServiceIsServiceOf(t *testing.T) {
 	t0 := time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)
 	at := func(d time.Duration) *time.Time { x := t0.Add(d); return &x }
 	gpus := func(n int) []api.Placement { return []api.Placement{{Node: "n1", GPUIndices: make([]int, n)}} }
@@ -151,7 +151,8 @@ func TestServiceAtIsServiceOf(t *testing.T) {
 		s.attempts[1] = attempts
 		p := s.servicePartsOf(1)
 		for _, now := range []time.Time{t0.Add(-time.Hour), t0, t0.Add(time.Minute), t0.Add(3*time.Hour + 17*time.Millisecond), t0.Add(1000 * time.Hour)} {
-			got, want := s.serviceAt(1, &p, now), s.serviceOf(1, now)
+			ref := s.refOf(1, &snapJob{sv: p}, now)
+			got, want := ref.service(now), s.serviceOf(1, now)
 			if math.Float64bits(got.attained) != math.Float64bits(want.attained) || got.lastRun != want.lastRun || !got.requeued.Equal(want.requeued) {
 				t.Errorf("%s at %v: %+v, want serviceOf's %+v", name, now.Sub(t0), got, want)
 			}

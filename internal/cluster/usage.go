@@ -99,7 +99,7 @@ func (s *State) serviceOf(id int64, now time.Time) service {
 // serviceParts is what serviceOf sums, read once from a job's attempts: the attempts that
 // ended, summed in their order, and the one still open, whose share grows with time. A job
 // whose attempts have another shape (an open attempt before an ended one, or two open)
-// is not split: exact is false, and serviceAt reads its attempts each time.
+// is not split: exact is false, and refOf reads its attempts each time.
 type serviceParts struct {
 	ended     service
 	open      bool
@@ -108,7 +108,7 @@ type serviceParts struct {
 	exact     bool
 }
 
-// servicePartsOf splits job id's attempts for serviceAt.
+// servicePartsOf splits job id's attempts for serviceParts.at.
 func (s *State) servicePartsOf(id int64) serviceParts {
 	var p serviceParts
 	for _, a := range s.attempts[id] {
@@ -126,16 +126,8 @@ func (s *State) servicePartsOf(id int64) serviceParts {
 	return p
 }
 
-// serviceAt is serviceOf(id, now) from the parts p, to the bit: the same sums in the same
-// order.
-func (s *State) serviceAt(id int64, p *serviceParts, now time.Time) service {
-	if !p.exact {
-		return s.serviceOf(id, now)
-	}
-	return p.at(now)
-}
-
-// at is the service at now of a job whose parts are exact; it reads nothing of the state.
+// at is the service at now of a job whose parts are exact, serviceOf's to the bit: the
+// same sums in the same order. It reads nothing of the state.
 func (p *serviceParts) at(now time.Time) service {
 	sv := p.ended
 	if p.open && now.After(p.openStart) {
