@@ -166,6 +166,16 @@ func (ca *CA) CertPEM() []byte { return bytes.Clone(ca.certPEM) }
 // token carries and what a client may pin.
 func (ca *CA) Fingerprint() string { return fingerprint(ca.cert.Raw) }
 
+// PEMFingerprint is Fingerprint of the first certificate in certPEM: what a client pins
+// for the CA whose certificate file it has.
+func PEMFingerprint(certPEM []byte) (string, error) {
+	block, _ := pem.Decode(certPEM)
+	if block == nil || block.Type != "CERTIFICATE" {
+		return "", errors.New("no PEM certificate")
+	}
+	return fingerprint(block.Bytes), nil
+}
+
 func fingerprint(der []byte) string {
 	sum := sha256.Sum256(der)
 	return fingerprintPrefix + hex.EncodeToString(sum[:])

@@ -381,3 +381,21 @@ func TestServerCertificate(t *testing.T) {
 		t.Error("accepted an empty host name")
 	}
 }
+
+// The fingerprint read from the CA's certificate file is the one the CA gives, so a
+// client pinning it from the file trusts that CA; anything but a certificate is refused.
+func TestPEMFingerprint(t *testing.T) {
+	ca := newTestCA(t)
+	got, err := PEMFingerprint(ca.CertPEM())
+	if err != nil || got != ca.Fingerprint() {
+		t.Errorf("PEMFingerprint = %q, %v; want %q", got, err, ca.Fingerprint())
+	}
+	if other := newTestCA(t); got == other.Fingerprint() {
+		t.Error("two CAs have one fingerprint")
+	}
+	for _, bad := range []string{"", "not PEM", "-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n"} {
+		if fp, err := PEMFingerprint([]byte(bad)); err == nil {
+			t.Errorf("PEMFingerprint(%q) = %q, want an error", bad, fp)
+		}
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/url"
 	"runtime/debug"
@@ -310,6 +311,15 @@ func runScale(ctx context.Context, opts Options) (results []Result, err error) {
 	if err != nil {
 		return nil, err
 	}
+	cliSamples := 20
+	if opts.Quick {
+		cliSamples = 5
+	}
+	cli, err := measureQueueCLI(ctx, o.Binary, srv, cliSamples)
+	if err != nil {
+		return nil, err
+	}
+	maps.Copy(q, cli)
 	samples, mean := int(q["n"]), time.Duration(q["first-page-mean-ms"]*float64(time.Millisecond))
 	delete(q, "n")
 	delete(q, "first-page-mean-ms")

@@ -54,7 +54,7 @@ func TestScaleQuick(t *testing.T) {
 		"heartbeat-round":  {positive: append([]string{"round-s", "heartbeats/s"}, latency...), present: []string{"errors"}},
 		"submit-64clients": {positive: append([]string{"submits/s"}, latency...)},
 		"submit-8clients":  {positive: append([]string{"submits/s"}, latency...)},
-		"queue":            {positive: []string{"first-page-p50-ms", "first-page-p99-ms", "jobs/page", "all-pages-s", "pages"}},
+		"queue":            {positive: []string{"first-page-p50-ms", "first-page-p99-ms", "jobs/page", "all-pages-s", "pages", "cli-first-jobs-p50-ms", "cli-first-jobs-p99-ms", "cli-all-s", "cli-jobs"}},
 		"server":           {positive: []string{"rss-mb", "hwm-mb", "nodes", "running", "pending", "cycles", "cycle-mean-ms", "cycle-p99-bound-ms", "heap-inuse-mb", "heap-goal-mb", "stacks-mb", "goroutines"}},
 		"idle-loaded":      {present: []string{"cycles/s", "cycle-mean-ms", "server-cpu-s/s", "commits/s", "commit-mean-ms"}},
 	}
@@ -82,7 +82,8 @@ func TestScaleQuick(t *testing.T) {
 				t.Errorf("%s: %s = %v (present %v), want a value of 0 or more", r.Name, m, v, ok)
 			}
 		}
-		if r.Metrics["p99-ms"] < r.Metrics["p50-ms"] || r.Metrics["first-page-p99-ms"] < r.Metrics["first-page-p50-ms"] {
+		if r.Metrics["p99-ms"] < r.Metrics["p50-ms"] || r.Metrics["first-page-p99-ms"] < r.Metrics["first-page-p50-ms"] ||
+			r.Metrics["cli-first-jobs-p99-ms"] < r.Metrics["cli-first-jobs-p50-ms"] {
 			t.Errorf("%s: a p99 below its p50: %v", r.Name, r.Metrics)
 		}
 		if r.Metrics["errors"] != 0 {
@@ -102,6 +103,10 @@ func TestScaleQuick(t *testing.T) {
 	// 2,000 jobs in all: 700 running, the rest pending.
 	if p := got["server"].Metrics["pending"]; p != 1300 {
 		t.Errorf("%v jobs pending at the end, want 1300", p)
+	}
+	// rota queue, run as a user runs it, showed every job that has not ended.
+	if n := got["queue"].Metrics["cli-jobs"]; n != 2000 {
+		t.Errorf("rota queue showed %v jobs, want 2000", n)
 	}
 	var table bytes.Buffer
 	if err := (&Report{Header: NewHeader(context.Background(), true, time.Now()), Results: results}).WriteTable(&table); err != nil {

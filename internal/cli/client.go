@@ -329,19 +329,35 @@ func (c *Client) ListJobs(ctx context.Context, opts ListOptions) (api.JobList, e
 // AllJobs follows the pages of ListJobs from opts.After to the end.
 func (c *Client) AllJobs(ctx context.Context, opts ListOptions) ([]api.Job, error) {
 	jobs := []api.Job{}
+	err := c.EachJobsPage(ctx, opts, func(page []api.Job) error {
+		jobs = append(jobs, page...)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return jobs, nil
+}
+
+// EachJobsPage follows the pages of ListJobs from opts.After to the end, handing each
+// page's jobs to f as it arrives, so that a caller can show the first jobs of a long list
+// before the last are read. An error of f ends the walk and is returned.
+func (c *Client) EachJobsPage(ctx context.Context, opts ListOptions, f func([]api.Job) error) error {
 	seen := map[string]bool{}
 	for {
 		page, err := c.ListJobs(ctx, opts)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		jobs = append(jobs, page.Jobs...)
+		if err := f(page.Jobs); err != nil {
+			return err
+		}
 		if page.Next == "" {
-			return jobs, nil
+			return nil
 		}
 		// A server that hands back a cursor it already gave would keep us here forever.
 		if seen[page.Next] {
-			return nil, fmt.Errorf("server repeated page cursor %q", page.Next)
+			return fmt.Errorf("server repeated page cursor %q", page.Next)
 		}
 		seen[page.Next] = true
 		opts.After = page.Next

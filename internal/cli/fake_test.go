@@ -931,6 +931,7 @@ type testRun struct {
 	stdin     string
 	configDir string
 	http      *http.Client
+	stdout    io.Writer // where the verb writes, in place of the stdout returned
 }
 
 func (tr testRun) run(t *testing.T, verb string, args ...string) (int, string, string) {
@@ -941,8 +942,12 @@ func (tr testRun) run(t *testing.T, verb string, args ...string) (int, string, s
 func (tr testRun) runCtx(t *testing.T, ctx context.Context, verb string, args ...string) (int, string, string) {
 	t.Helper()
 	var out, errOut bytes.Buffer
+	var stdout io.Writer = &out
+	if tr.stdout != nil {
+		stdout = tr.stdout
+	}
 	cfg := Config{
-		Stdout:    &out,
+		Stdout:    stdout,
 		Stderr:    &errOut,
 		Stdin:     strings.NewReader(tr.stdin),
 		Now:       func() time.Time { return testNow },

@@ -15,6 +15,7 @@ import (
 	"text/tabwriter"
 	"time"
 	"unicode"
+	"unicode/utf8"
 
 	"github.com/rotahq/rota/internal/api"
 )
@@ -29,7 +30,7 @@ type table struct {
 
 func newTable(out io.Writer) *table {
 	t := &table{out: out}
-	t.tw = tabwriter.NewWriter(&t.buf, 0, 0, 2, ' ', 0)
+	t.tw = tabwriter.NewWriter(&t.buf, 0, 0, tablePadding, ' ', 0)
 	return t
 }
 
@@ -53,6 +54,51 @@ func (t *table) Flush() error {
 	_, err := t.out.Write(out.Bytes())
 	return err
 }
+
+// pagedTable aligns columns as table does, for a listing written a chunk at a time as it
+// is read: each chunk is aligned on its own, with every column kept at least as wide as
+// in the chunks before, so that a listing shown in one chunk reads as table would write
+// it, and a longer one stays aligned unless a later chunk holds a wider cell.
+type pagedTable struct {
+	out    io.Writer
+	widths []int // of every column but the last, in runes, as tabwriter counts them
+	rows   [][]string
+}
+
+func (t *pagedTable) row(cells ...string) { t.rows = append(t.rows, cells) }
+
+// flush writes the rows gathered so far.
+func (t *pagedTable) flush() error {
+	for _, r := range t.rows {
+		for i, c := range r[:max(len(r)-1, 0)] {
+			if i == len(t.widths) {
+				t.widths = append(t.widths, 0)
+			}
+			t.widths[i] = max(t.widths[i], utf8.RuneCountInString(c))
+		}
+	}
+	var out, line []byte
+	for _, r := range t.rows {
+		line = line[:0]
+		for i, c := range r {
+			line = append(line, c...)
+			if i < len(r)-1 {
+				for range t.widths[i] - utf8.RuneCountInString(c) + tablePadding {
+					line = append(line, ' ')
+				}
+			}
+		}
+		// No trailing blanks after an empty last cell, as in table.
+		out = append(out, bytes.TrimRight(line, " ")...)
+		out = append(out, '\n')
+	}
+	t.rows = t.rows[:0]
+	_, err := t.out.Write(out)
+	return err
+}
+
+// tablePadding is the blanks between two columns of table and pagedTable.
+const tablePadding = 2
 
 // secondsDuration turns a count of seconds from the API into a Duration.
 func secondsDuration(s int64) time.Duration { return time.Duration(s) * time.Second }

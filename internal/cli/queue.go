@@ -3,7 +3,6 @@ package cli
 import (
 	"context"
 	"fmt"
-	"io"
 	"slices"
 	"strconv"
 	"strings"
@@ -22,7 +21,8 @@ STATE, e.g. "RUNNING (idle 34m00s)"; rota show says whether it has been warned.
 The jobs of an array share one line: its ID as ID_[FIRST-LAST] over the indices listed,
 and in STATE how many of them are in each state; TIME is the longest of theirs, START
 the soonest, REASON that of the first that waits. --expand lists them one a line, each
-as ID_INDEX.`
+as ID_INDEX. A long queue is printed as it is read, 500 jobs at a time, so its first
+jobs show at once; a column widens where a later part holds a wider cell.`
 
 func runQueue(ctx context.Context, cfg Config, args []string) int {
 	fs, g := newFlagSet(cfg, "queue", queueUsage)
@@ -55,30 +55,71 @@ func runQueue(ctx context.Context, cfg Config, args []string) int {
 	if err != nil {
 		return cfg.fail(ctx, err)
 	}
-	jobs, err := c.AllJobs(ctx, opts)
-	if err != nil {
-		return cfg.fail(ctx, err)
-	}
 	if g.output == "json" {
+		jobs, err := c.AllJobs(ctx, opts)
+		if err != nil {
+			return cfg.fail(ctx, err)
+		}
 		return cfg.printJSON(api.JobList{Jobs: jobs})
 	}
+	// The jobs are shown page by page as they come, so that a queue of 100,000 jobs
+	// shows its first ones after one page, not after every page is read and held.
 	now := cfg.Now()
-	tw := newTable(cfg.Stdout)
-	fmt.Fprintln(tw, "ID\tNAME\tUSER\tQUEUE\tSTATE\tGPUS\tNODES\tTIME\tSTART\tREASON")
-	for _, row := range queueRows(jobs, *expand) {
-		if len(row) > 1 {
-			printArrayRow(tw, row, now)
-			continue
+	t := &pagedTable{out: cfg.Stdout}
+	t.row("ID", "NAME", "USER", "QUEUE", "STATE", "GPUS", "NODES", "TIME", "START", "REASON")
+	var held []api.Job // the last array listed: more of its jobs may be on the next page
+	shown, read := 0, 0
+	err = c.EachJobsPage(ctx, opts, func(page []api.Job) error {
+		read += len(page)
+		rows := queueRows(append(held, page...), *expand)
+		held = nil
+		if n := len(rows); n > 0 && !*expand && inArray(rows[n-1][0]) {
+			held, rows = rows[n-1], rows[:n-1]
 		}
-		j := row[0]
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
-			displayID(j), orDash(truncate(j.Spec.Name, 32)), orDash(j.Spec.User), orDash(j.Spec.Queue), jobState(j, now),
-			gpusCell(j.Spec), joinOrDash(j.Nodes), formatDuration(jobTime(j, now)), jobStart(j, now), jobReason(j))
+		for _, row := range rows {
+			t.row(queueCells(row, now)...)
+			shown += len(row)
+		}
+		if read < queueChunk {
+			return nil
+		}
+		read = 0
+		return t.flush()
+	})
+	if err != nil {
+		// What was read stays on the screen, and the error says where it broke off.
+		if shown > 0 {
+			t.flush()
+			err = fmt.Errorf("the listing stopped after %d jobs: %w", shown, err)
+		}
+		return cfg.fail(ctx, err)
 	}
-	if err := tw.Flush(); err != nil {
+	if held != nil {
+		t.row(queueCells(held, now)...)
+	}
+	if err := t.flush(); err != nil {
 		return cfg.fail(ctx, err)
 	}
 	return ExitOK
+}
+
+// queueChunk is how many jobs rota queue reads before it writes the lines they make: a
+// server's page, so that a short queue is aligned as one table and a long one starts at
+// once. It counts jobs, not lines: the jobs of an array make one line, written once the
+// last of them is read.
+const queueChunk = 500
+
+// inArray reports whether j is shown on its array's line.
+func inArray(j api.Job) bool { return j.ArrayID != 0 && j.ArrayIndex != nil }
+
+// queueCells is one line of rota queue: a job, or the jobs of an array listed together.
+func queueCells(row []api.Job, now time.Time) []string {
+	if len(row) > 1 {
+		return arrayCells(row, now)
+	}
+	j := row[0]
+	return []string{displayID(j), orDash(truncate(j.Spec.Name, 32)), orDash(j.Spec.User), orDash(j.Spec.Queue), jobState(j, now),
+		gpusCell(j.Spec), joinOrDash(j.Nodes), formatDuration(jobTime(j, now)), jobStart(j, now), jobReason(j)}
 }
 
 // gpusCell is the GPUS cell of rota queue: the whole GPUs, or a share of one ("0.5",
@@ -121,8 +162,8 @@ func displayID(j api.Job) string {
 	return strconv.FormatInt(j.ID, 10)
 }
 
-// printArrayRow prints the one line of the listed jobs of an array.
-func printArrayRow(tw io.Writer, jobs []api.Job, now time.Time) {
+// arrayCells is the one line of the listed jobs of an array.
+func arrayCells(jobs []api.Job, now time.Time) []string {
 	first := jobs[0]
 	lo, hi := *first.ArrayIndex, *first.ArrayIndex
 	var longest time.Duration
@@ -149,10 +190,9 @@ func printArrayRow(tw io.Writer, jobs []api.Job, now time.Time) {
 		start = relative(*soonest, now)
 	}
 	slices.Sort(nodes)
-	fmt.Fprintf(tw, "%d_[%d-%d]\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n",
-		first.ArrayID, lo, hi, orDash(truncate(first.Spec.Name, 32)), orDash(first.Spec.User), orDash(first.Spec.Queue),
-		countStates(jobs), first.Spec.GPUs, orDash(truncate(strings.Join(nodes, ","), 32)),
-		formatDuration(longest), start, reason)
+	return []string{fmt.Sprintf("%d_[%d-%d]", first.ArrayID, lo, hi), orDash(truncate(first.Spec.Name, 32)), orDash(first.Spec.User), orDash(first.Spec.Queue),
+		countStates(jobs), strconv.Itoa(first.Spec.GPUs), orDash(truncate(strings.Join(nodes, ","), 32)),
+		formatDuration(longest), start, reason}
 }
 
 // stateOrder is the order in which countStates names states: what runs, what waits, what
