@@ -20,6 +20,7 @@ func TestFuzzMutations(t *testing.T) {
 		{"ParseDuration", durationSeeds, 3000, checkParseDuration},
 		{"ParseArray", arraySeeds, 3000, checkParseArray},
 		{"ParseJobRef", jobRefSeeds, 3000, checkParseJobRef},
+		{"Printable", printableSeeds, 3000, checkPrintable},
 		{"SpecFile", specFileSeeds, 600, func(t *testing.T, s string) { checkSpecFile(t, []byte(s)) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -934,12 +934,12 @@ type testRun struct {
 	stdout    io.Writer // where the verb writes, in place of the stdout returned
 }
 
-func (tr testRun) run(t *testing.T, verb string, args ...string) (int, string, string) {
+func (tr testRun) run(t testing.TB, verb string, args ...string) (int, string, string) {
 	t.Helper()
 	return tr.runCtx(t, context.Background(), verb, args...)
 }
 
-func (tr testRun) runCtx(t *testing.T, ctx context.Context, verb string, args ...string) (int, string, string) {
+func (tr testRun) runCtx(t testing.TB, ctx context.Context, verb string, args ...string) (int, string, string) {
 	t.Helper()
 	var out, errOut bytes.Buffer
 	var stdout io.Writer = &out

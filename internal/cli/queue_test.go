@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -37,7 +38,7 @@ func (w *firstWrites) String() string {
 
 // pagedJobs serves pages of jobs, each pointing to the next; before(i), if not nil, is
 // called before page i (from 0) is served, and an error it returns is the answer instead.
-func pagedJobs(t *testing.T, pages [][]api.Job, before func(int) error) *httptest.Server {
+func pagedJobs(t testing.TB, pages [][]api.Job, before func(int) error) *httptest.Server {
 	t.Helper()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/api/v1/jobs" {
@@ -204,5 +205,30 @@ func TestQueueShowsArraysAsTheyEnd(t *testing.T) {
 	if len(lines) != 4 || !strings.HasPrefix(lines[1], "1_[0-999] ") || !strings.Contains(lines[1], "1000 pending") ||
 		!strings.HasPrefix(lines[2], "1001 ") || !strings.HasPrefix(lines[3], "1002 ") {
 		t.Errorf("want the header, array 1 on one line, jobs 1001 and 1002:\n%s", out.String())
+	}
+}
+
+// BenchmarkQueueListing is rota queue --expand reading and printing 20,000 waiting jobs,
+// 40 pages of 500, from a server in the same process that answers from memory: the CLI's
+// own cost for a long queue (decoding, cleaning, formatting).
+func BenchmarkQueueListing(b *testing.B) {
+	var pages [][]api.Job
+	for p := range 40 {
+		var page []api.Job
+		for i := range 500 {
+			j := pendingJob(int64(p*500+i+1), fmt.Sprintf("scale-wait-%d", p*500+i))
+			j.Spec.Command = []string{"python", "train.py", "--lr", "3e-4"}
+			j.Spec.Env = map[string]string{"WANDB_PROJECT": "sweep", "SEED": strconv.Itoa(i)}
+			j.EstimatedStart = &testNow
+			page = append(page, j)
+		}
+		pages = append(pages, page)
+	}
+	srv := pagedJobs(b, pages, nil)
+	tr := testRun{env: map[string]string{"ROTA_SERVER": srv.URL, "ROTA_TOKEN": adminToken}, stdout: io.Discard}
+	for b.Loop() {
+		if code, _, errOut := tr.run(b, "queue", "--expand"); code != ExitOK {
+			b.Fatalf("exit %d: %s", code, errOut)
+		}
 	}
 }
