@@ -76,12 +76,10 @@ func sweepJob(id, array int64, index int) api.Job {
 	return j
 }
 
-// longQueue serves two pages of jobs: 597 single jobs and the first three of array 598,
+// longQueuePages are two pages of jobs: 597 single jobs and the first three of array 598,
 // then the array's last two and job 603, whose name is longer than any before it (and
-// whose user is shorter than the first job's). page2 is called before the second page is
-// served, and an error it returns is the answer instead.
-func longQueue(t *testing.T, page2 func() error) *httptest.Server {
-	t.Helper()
+// whose user is shorter than the first job's).
+func longQueuePages() [][]api.Job {
 	var first []api.Job
 	for id := int64(1); id <= 597; id++ {
 		first = append(first, pendingJob(id, fmt.Sprintf("job-%d", id)))
@@ -89,25 +87,22 @@ func longQueue(t *testing.T, page2 func() error) *httptest.Server {
 	first[0].Spec.User = "alexandra" // the widest user, on the first page only
 	first = append(first, sweepJob(598, 598, 0), sweepJob(599, 598, 1), sweepJob(600, 598, 2))
 	second := []api.Job{sweepJob(601, 598, 3), sweepJob(602, 598, 4), pendingJob(603, "a-job-with-a-much-longer-name")}
-	return pagedJobs(t, [][]api.Job{first, second}, func(i int) error {
-		if i == 1 {
-			return page2()
-		}
-		return nil
-	})
+	return [][]api.Job{first, second}
 }
 
-// rota queue shows a long listing page by page: the first page's jobs are written before
-// the second page is asked for, an array split between two pages is one line, and columns
-// stay aligned across pages except where a later page holds a wider cell.
-func TestQueueShowsPagesAsTheyCome(t *testing.T) {
+// queueAsItComes runs rota queue against pages, serving page gate only once something has
+// been written (or after 10 s, which fails the test), and returns the lines it wrote.
+func queueAsItComes(t *testing.T, pages [][]api.Job, gate int) []string {
+	t.Helper()
 	out := &firstWrites{shown: make(chan struct{})}
 	var early bool
-	srv := longQueue(t, func() error {
-		select {
-		case <-out.shown:
-		case <-time.After(10 * time.Second):
-			early = true // asked for before anything was shown
+	srv := pagedJobs(t, pages, func(i int) error {
+		if i == gate {
+			select {
+			case <-out.shown:
+			case <-time.After(10 * time.Second):
+				early = true
+			}
 		}
 		return nil
 	})
@@ -117,9 +112,16 @@ func TestQueueShowsPagesAsTheyCome(t *testing.T) {
 		t.Fatalf("exit %d, stderr %q", code, errOut)
 	}
 	if early {
-		t.Error("the second page was read before the first was shown")
+		t.Errorf("page %d was read before anything was shown", gate)
 	}
-	lines := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
+	return strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
+}
+
+// rota queue shows a long listing page by page: the first page's jobs are written before
+// the second page is asked for, an array split between two pages is one line, and columns
+// stay aligned across pages except where a later page holds a wider cell.
+func TestQueueShowsPagesAsTheyCome(t *testing.T) {
+	lines := queueAsItComes(t, longQueuePages(), 1)
 	// The header, 597 jobs, the array's one line, job 603.
 	if len(lines) != 600 {
 		t.Fatalf("%d lines, want 600:\n%s", len(lines), strings.Join(lines[max(len(lines)-5, 0):], "\n"))
@@ -154,7 +156,12 @@ func TestQueueShowsPagesAsTheyCome(t *testing.T) {
 
 // A listing that breaks off keeps what it showed and says how far it got.
 func TestQueueBrokenOffSaysWhere(t *testing.T) {
-	srv := longQueue(t, func() error { return fmt.Errorf("the store went away") })
+	srv := pagedJobs(t, longQueuePages(), func(i int) error {
+		if i == 1 {
+			return fmt.Errorf("the store went away")
+		}
+		return nil
+	})
 	code, out, errOut := run(t, srv.URL, "queue")
 	if code != ExitError {
 		t.Errorf("exit %d, want %d", code, ExitError)
@@ -181,30 +188,10 @@ func TestQueueShowsArraysAsTheyEnd(t *testing.T) {
 	}
 	pages[2] = append(pages[2], pendingJob(1001, "after"))
 	pages = append(pages, []api.Job{pendingJob(1002, "last")})
-	out := &firstWrites{shown: make(chan struct{})}
-	var early bool
-	srv := pagedJobs(t, pages, func(i int) error {
-		if i == 3 {
-			select {
-			case <-out.shown:
-			case <-time.After(10 * time.Second):
-				early = true
-			}
-		}
-		return nil
-	})
-	tr := testRun{env: map[string]string{"ROTA_SERVER": srv.URL, "ROTA_TOKEN": adminToken}, stdout: out}
-	code, _, errOut := tr.run(t, "queue")
-	if code != ExitOK || errOut != "" {
-		t.Fatalf("exit %d, stderr %q", code, errOut)
-	}
-	if early {
-		t.Error("the last page was read before anything was shown")
-	}
-	lines := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
+	lines := queueAsItComes(t, pages, 3)
 	if len(lines) != 4 || !strings.HasPrefix(lines[1], "1_[0-999] ") || !strings.Contains(lines[1], "1000 pending") ||
 		!strings.HasPrefix(lines[2], "1001 ") || !strings.HasPrefix(lines[3], "1002 ") {
-		t.Errorf("want the header, array 1 on one line, jobs 1001 and 1002:\n%s", out.String())
+		t.Errorf("want the header, array 1 on one line, jobs 1001 and 1002:\n%s", strings.Join(lines, "\n"))
 	}
 }
 
