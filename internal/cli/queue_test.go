@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -95,13 +96,13 @@ func longQueuePages() [][]api.Job {
 func queueAsItComes(t *testing.T, pages [][]api.Job, gate int) []string {
 	t.Helper()
 	out := &firstWrites{shown: make(chan struct{})}
-	var early bool
+	var early atomic.Bool // set by the server's goroutine
 	srv := pagedJobs(t, pages, func(i int) error {
 		if i == gate {
 			select {
 			case <-out.shown:
 			case <-time.After(10 * time.Second):
-				early = true
+				early.Store(true)
 			}
 		}
 		return nil
@@ -111,7 +112,7 @@ func queueAsItComes(t *testing.T, pages [][]api.Job, gate int) []string {
 	if code != ExitOK || errOut != "" {
 		t.Fatalf("exit %d, stderr %q", code, errOut)
 	}
-	if early {
+	if early.Load() {
 		t.Errorf("page %d was read before anything was shown", gate)
 	}
 	return strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
