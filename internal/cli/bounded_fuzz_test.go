@@ -21,6 +21,7 @@ func TestFuzzMutations(t *testing.T) {
 		{"ParseArray", arraySeeds, 3000, checkParseArray},
 		{"ParseJobRef", jobRefSeeds, 3000, checkParseJobRef},
 		{"Printable", printableSeeds, 3000, checkPrintable},
+		{"DecodeLikeEncodingJSON", decodeSeeds(), 1500, checkDecodeLikeEncodingJSON},
 		{"SpecFile", specFileSeeds, 600, func(t *testing.T, s string) { checkSpecFile(t, []byte(s)) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
