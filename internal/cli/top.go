@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/rotahq/rota/internal/api"
 )
 
@@ -37,12 +39,15 @@ The GPU cells:
   h  held from new work by leftover processes
 
 A GPU counts as in use when a listed job holds it or a process of a live job runs on
-it. Every line is cut to the terminal's width ($COLUMNS, else 120). When the server
-cannot be reached the view says so and keeps trying.
+it. Every line is cut to the terminal's width, and the live view to its height: the node
+list shows as many nodes as leave room for the rest, and counts those left out (rota
+nodes lists them all). The size is $COLUMNS and $LINES where set, else the terminal's
+own, else 120 columns. When the server cannot be reached the view says so and keeps
+trying.
 
-With --once, or when standard output is not a terminal, it prints one frame and exits:
-non-zero, with the error, when the server cannot be read. -o json prints the nodes and
-jobs it read, once. Ctrl-C ends it.`
+With --once, or when standard output is not a terminal, it prints one frame with every
+node and exits: non-zero, with the error, when the server cannot be read. -o json prints
+the nodes and jobs it read, once. Ctrl-C ends it.`
 
 // Limits of the view: a frame should fit a screen, so long lists are cut with a count
 // of what is left out, and text from the server is cut before the line is.
@@ -97,7 +102,7 @@ func runTop(ctx context.Context, cfg Config, args []string) int {
 		if g.output == "json" {
 			return cfg.printJSON(snap)
 		}
-		if _, err := io.WriteString(cfg.Stdout, cfg.topFrame(&snap, nil, *interval)); err != nil {
+		if _, err := io.WriteString(cfg.Stdout, cfg.topFrame(&snap, nil, *interval, false)); err != nil {
 			return cfg.fail(ctx, err)
 		}
 		return ExitOK
@@ -122,7 +127,7 @@ func (cfg Config) watchTop(ctx context.Context, ticks <-chan time.Time, interval
 		if err == nil {
 			last = &snap
 		}
-		fmt.Fprint(cfg.Stdout, clearHome+cfg.topFrame(last, err, interval))
+		fmt.Fprint(cfg.Stdout, clearHome+cfg.topFrame(last, err, interval, true))
 		select {
 		case <-ctx.Done():
 			return ExitOK
@@ -157,18 +162,57 @@ func isTerminal(w io.Writer) bool {
 	return err == nil && fi.Mode()&fs.ModeCharDevice != 0
 }
 
-// termWidth is $COLUMNS, else defaultWidth.
+// termWidth is $COLUMNS, else the width of the terminal on standard output, else
+// defaultWidth.
 func (cfg Config) termWidth() int {
-	if n, err := strconv.Atoi(strings.TrimSpace(cfg.Getenv("COLUMNS"))); err == nil && n > 0 {
+	if n := cfg.envSize("COLUMNS"); n > 0 {
 		return n
+	}
+	if cols, _ := terminalSize(cfg.Stdout); cols > 0 {
+		return cols
 	}
 	return defaultWidth
 }
 
+// termHeight is $LINES, else the height of the terminal on standard output, else 0: no
+// terminal, no limit.
+func (cfg Config) termHeight() int {
+	if n := cfg.envSize("LINES"); n > 0 {
+		return n
+	}
+	_, rows := terminalSize(cfg.Stdout)
+	return rows
+}
+
+// envSize is the positive number in the environment variable name, else 0.
+func (cfg Config) envSize(name string) int {
+	n, err := strconv.Atoi(strings.TrimSpace(cfg.Getenv(name)))
+	if err != nil || n <= 0 {
+		return 0
+	}
+	return n
+}
+
+// terminalSize is the columns and rows of the terminal w writes to; zeros when w is not
+// one.
+func terminalSize(w io.Writer) (cols, rows int) {
+	f, ok := w.(*os.File)
+	if !ok {
+		return 0, 0
+	}
+	ws, err := unix.IoctlGetWinsize(int(f.Fd()), unix.TIOCGWINSZ)
+	if err != nil {
+		return 0, 0
+	}
+	return int(ws.Col), int(ws.Row)
+}
+
 // topFrame is the whole screen: header, the error of the last read if it failed, nodes,
 // legend, running and waiting jobs; each line cut to the terminal's width. snap is the
-// last data read, nil when none has been yet.
-func (cfg Config) topFrame(snap *topSnapshot, readErr error, interval time.Duration) string {
+// last data read, nil when none has been yet. With fit, the frame is also held to the
+// terminal's height, so that a redraw in place never scrolls: the node list gives way
+// first, to as many nodes as leave room for the rest and a count of those left out.
+func (cfg Config) topFrame(snap *topSnapshot, readErr error, interval time.Duration, fit bool) string {
 	loc := cfg.location()
 	var b strings.Builder
 	if snap == nil {
@@ -183,15 +227,33 @@ func (cfg Config) topFrame(snap *topSnapshot, readErr error, interval time.Durat
 		}
 		b.WriteString(msg + "\n")
 	}
-	if snap != nil {
-		b.WriteString("\n")
-		writeTopNodes(&b, *snap)
-		b.WriteString("\n")
-		writeTopRunning(&b, *snap)
-		b.WriteString("\n")
-		writeTopWaiting(&b, *snap)
+	// The last line of a terminal is left empty: a newline written on it would scroll.
+	room := 0
+	if fit {
+		room = cfg.termHeight() - 1
 	}
-	return cutLines(b.String(), cfg.termWidth())
+	if snap != nil {
+		var jobs strings.Builder
+		writeTopRunning(&jobs, *snap)
+		jobs.WriteString("\n")
+		writeTopWaiting(&jobs, *snap)
+		nodeRoom := 0 // every node
+		if room > 0 {
+			// Around the nodes: a blank line, their header and the legend, a blank line.
+			nodeRoom = max(room-strings.Count(b.String(), "\n")-4-strings.Count(jobs.String(), "\n"), 1)
+		}
+		b.WriteString("\n")
+		writeTopNodes(&b, *snap, nodeRoom)
+		b.WriteString("\n")
+		b.WriteString(jobs.String())
+	}
+	frame := cutLines(b.String(), cfg.termWidth())
+	if room > 0 {
+		// A terminal too short for even one node and the job lists shows the frame's top.
+		lines := strings.SplitAfter(frame, "\n")
+		frame = strings.Join(lines[:min(len(lines), room)], "")
+	}
+	return frame
 }
 
 // cutLines cuts every line of s to width runes, marking each cut.
@@ -306,11 +368,17 @@ func (l nodeLoad) power() string {
 // topLegend explains the GPU cells, under the nodes.
 const topLegend = "█ busy ≥50%  ▓ in use  ░ idle <5%  · free  x unhealthy/missing  h held by leftovers"
 
-// writeTopNodes writes one line per node and the legend.
-func writeTopNodes(w io.Writer, snap topSnapshot) {
+// writeTopNodes writes one line per node and the legend, in at most room lines for the
+// nodes when room is above 0: as many nodes as fit with a line counting the rest.
+func writeTopNodes(w io.Writer, snap topSnapshot, room int) {
 	if len(snap.Nodes) == 0 {
 		fmt.Fprintln(w, "no nodes have joined")
 		return
+	}
+	nodes, more := snap.Nodes, 0
+	if room > 0 && len(nodes) > room {
+		shown := max(room-1, 1)
+		nodes, more = nodes[:shown], len(nodes)-shown
 	}
 	inUse := gpusInUse(snap.Jobs)
 	ids := map[int64]string{}
@@ -319,13 +387,16 @@ func writeTopNodes(w io.Writer, snap topSnapshot) {
 	}
 	tw := newTable(w)
 	fmt.Fprintln(tw, "NODE\tSTATE\tGPUS\tUSED\tUTIL\tGMEM\tPOWER\tJOBS")
-	for _, n := range snap.Nodes {
+	for _, n := range nodes {
 		l := loadOf(n)
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d/%d\t%s\t%s\t%s\t%s\n",
 			cleanCell(n.Name, topNameWidth), nodeState(n), gpuBar(n, inUse), n.GPUsUsed, len(n.GPUs),
 			l.util(), l.memory(), l.power(), nodeJobs(n.Jobs, ids))
 	}
 	tw.Flush()
+	if more > 0 {
+		fmt.Fprintf(w, "… and %d more nodes (rota nodes lists them all)\n", more)
+	}
 	fmt.Fprintln(w, topLegend)
 }
 

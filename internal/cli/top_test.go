@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"net/http"
@@ -272,10 +273,65 @@ func TestTopWatch(t *testing.T) {
 }
 
 func TestTopWidth(t *testing.T) {
-	for columns, want := range map[string]int{"": defaultWidth, "abc": defaultWidth, "-5": defaultWidth, " 33 ": 33} {
-		cfg := Config{Getenv: func(k string) string { return map[string]string{"COLUMNS": columns}[k] }}
-		if got := cfg.termWidth(); got != want {
-			t.Errorf("COLUMNS=%q: width %d, want %d", columns, got, want)
+	for value, want := range map[string]int{"": 0, "abc": 0, "-5": 0, " 33 ": 33} {
+		cfg := Config{Getenv: func(k string) string { return map[string]string{"COLUMNS": value, "LINES": value}[k] }}
+		if got := cfg.termWidth(); got != cmp.Or(want, defaultWidth) {
+			t.Errorf("COLUMNS=%q: width %d, want %d", value, got, cmp.Or(want, defaultWidth))
 		}
+		// Standard output is no terminal here: without $LINES the height is not known.
+		if got := cfg.termHeight(); got != want {
+			t.Errorf("LINES=%q: height %d, want %d", value, got, want)
+		}
+	}
+}
+
+// The live view fits the terminal: with 50 nodes on 30 lines the node list gives way, to
+// as many nodes as leave room for the job lists and a count of the rest, and no redraw
+// scrolls. --once prints every node; a terminal too short for the job lists shows the
+// frame's top.
+func TestTopFitsTheScreen(t *testing.T) {
+	nodes, jobs := topFixture()
+	var many []api.Node
+	for i := range 50 {
+		n := nodes.Nodes[i%len(nodes.Nodes)]
+		n.Name = "node-" + strconv.Itoa(100+i)
+		many = append(many, n)
+	}
+	snap := topSnapshot{Time: testNow, Nodes: many, Jobs: jobs}
+	frame := func(lines string, fit bool, readErr error) []string {
+		cfg := Config{Now: func() time.Time { return testNow }, Location: time.UTC,
+			Getenv: func(k string) string { return map[string]string{"LINES": lines, "COLUMNS": "100"}[k] }}
+		return strings.Split(strings.TrimSuffix(cfg.topFrame(&snap, readErr, 2*time.Second, fit), "\n"), "\n")
+	}
+	count := func(lines []string, prefix string) int {
+		n := 0
+		for _, l := range lines {
+			if strings.HasPrefix(l, prefix) {
+				n++
+			}
+		}
+		return n
+	}
+	for _, readErr := range []error{nil, errors.New("server answered 502")} {
+		got := frame("30", true, readErr)
+		shown := count(got, "node-")
+		if len(got) > 29 || shown == 0 || !strings.HasPrefix(got[0], "rota top") {
+			t.Fatalf("error %v: %d lines with %d nodes on a screen of 30; want at most 29, the header first:\n%s", readErr, len(got), shown, strings.Join(got, "\n"))
+		}
+		if want := "… and " + strconv.Itoa(50-shown) + " more nodes (rota nodes lists them all)"; !strings.Contains(strings.Join(got, "\n"), want) {
+			t.Errorf("error %v: no %q under %d nodes:\n%s", readErr, want, shown, strings.Join(got, "\n"))
+		}
+		if count(got, "RUNNING") != 1 || count(got, "WAITING") != 1 || len(got) < 28 {
+			t.Errorf("error %v: the job lists are cut, or the nodes left lines unused (%d of 29):\n%s", readErr, len(got), strings.Join(got, "\n"))
+		}
+	}
+	if got := frame("30", false, nil); count(got, "node-") != 50 || strings.Contains(strings.Join(got, "\n"), "more nodes") {
+		t.Errorf("--once does not list every node:\n%s", strings.Join(got, "\n"))
+	}
+	if got := frame("", true, nil); count(got, "node-") != 50 {
+		t.Errorf("with no height known, the view cut the nodes: %d shown", count(got, "node-"))
+	}
+	if got := frame("5", true, nil); len(got) != 4 || !strings.HasPrefix(got[0], "rota top") {
+		t.Errorf("on 5 lines: %d lines, want the frame's first 4:\n%s", len(got), strings.Join(got, "\n"))
 	}
 }
