@@ -14,6 +14,7 @@ import (
 	"reflect"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -239,6 +240,40 @@ func TestSubmitRetriesOnceAfterDroppedConnection(t *testing.T) {
 	code, _, _ = run(t, url, "submit", "--", "true")
 	if code != ExitOK || len(keys) != 3 || keys[2] == keys[0] {
 		t.Errorf("exit %d, keys %q; want a third, new key", code, keys)
+	}
+}
+
+// An answer cut short in its body is lost as surely as one never sent: the decoder must
+// refuse what it read, and the submit is sent once more with the same key.
+func TestSubmitRetriesOnceAfterAnswerCutShort(t *testing.T) {
+	var (
+		mu   sync.Mutex // guards keys
+		keys []string
+	)
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /api/v1/jobs", func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		keys = append(keys, r.Header.Get("Idempotency-Key"))
+		first := len(keys) == 1
+		mu.Unlock()
+		if first {
+			// Half of the job is sent, then the connection ends before the length declared.
+			body := `{"id":46,"state":"PENDING","spec":{"queue":"train","command":["true"]}}`
+			w.Header().Set("Content-Type", "application/json")
+			w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+			w.WriteHeader(http.StatusCreated)
+			io.WriteString(w, body[:len(body)/2])
+			return
+		}
+		w.Header().Set("Idempotent-Replayed", "true")
+		writeJSON(w, http.StatusOK, api.Job{ID: 46, Spec: api.JobSpec{Queue: "train", Command: []string{"true"}}, State: api.StatePending})
+	})
+	url := newHTTPServer(t, mux)
+	code, out, errOut := run(t, url, "submit", "--", "true")
+	mu.Lock()
+	defer mu.Unlock()
+	if code != ExitOK || lastLine(out) != "46" || len(keys) != 2 || keys[0] != keys[1] {
+		t.Fatalf("exit %d, stdout %q, stderr %q, keys %q; want job 46 after a second request with the same key", code, out, errOut, keys)
 	}
 }
 
