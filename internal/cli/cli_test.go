@@ -200,80 +200,70 @@ func TestSubmitPrintsIDLast(t *testing.T) {
 	}
 }
 
-func TestSubmitRetriesOnceAfterDroppedConnection(t *testing.T) {
-	var (
-		mu     sync.Mutex // guards keys and bodies
-		keys   []string
-		bodies []string
-	)
-	mux := http.NewServeMux()
-	mux.HandleFunc("POST /api/v1/jobs", func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(r.Body)
-		mu.Lock()
-		keys = append(keys, r.Header.Get("Idempotency-Key"))
-		bodies = append(bodies, string(body))
-		first := len(keys) == 1
-		mu.Unlock()
-		if first {
-			// The request arrived, and the job would exist; the answer is lost.
+// A submit whose answer is lost after the request may have reached the server is sent
+// once more with the same key and body: whether the connection broke before any answer, or
+// the answer was cut short in its body (the decoder must refuse what it read).
+func TestSubmitRetriesOnceAfterLostAnswer(t *testing.T) {
+	for name, lose := range map[string]func(t *testing.T, w http.ResponseWriter){
+		"connection dropped": func(t *testing.T, w http.ResponseWriter) {
 			conn, _, err := http.NewResponseController(w).Hijack()
 			if err != nil {
 				t.Error(err)
 				return
 			}
 			conn.Close()
-			return
-		}
-		w.Header().Set("Idempotent-Replayed", "true")
-		writeJSON(w, http.StatusOK, api.Job{ID: 46, Spec: api.JobSpec{Queue: "train", Command: []string{"true"}}, State: api.StatePending})
-	})
-	url := newHTTPServer(t, mux)
-	code, out, errOut := run(t, url, "submit", "--", "true")
-	if code != ExitOK || lastLine(out) != "46" {
-		t.Fatalf("exit %d, stdout %q, stderr %q", code, out, errOut)
-	}
-	if len(keys) != 2 || keys[0] != keys[1] || !regexp.MustCompile(`^[0-9a-f]{24}$`).MatchString(keys[0]) || bodies[0] != bodies[1] {
-		t.Errorf("requests with keys %q and bodies %q; want two alike, with a key of 24 hex digits", keys, bodies)
-	}
-
-	// A second submit is another job, with another key.
-	code, _, _ = run(t, url, "submit", "--", "true")
-	if code != ExitOK || len(keys) != 3 || keys[2] == keys[0] {
-		t.Errorf("exit %d, keys %q; want a third, new key", code, keys)
-	}
-}
-
-// An answer cut short in its body is lost as surely as one never sent: the decoder must
-// refuse what it read, and the submit is sent once more with the same key.
-func TestSubmitRetriesOnceAfterAnswerCutShort(t *testing.T) {
-	var (
-		mu   sync.Mutex // guards keys
-		keys []string
-	)
-	mux := http.NewServeMux()
-	mux.HandleFunc("POST /api/v1/jobs", func(w http.ResponseWriter, r *http.Request) {
-		mu.Lock()
-		keys = append(keys, r.Header.Get("Idempotency-Key"))
-		first := len(keys) == 1
-		mu.Unlock()
-		if first {
+		},
+		"answer cut short": func(t *testing.T, w http.ResponseWriter) {
 			// Half of the job is sent, then the connection ends before the length declared.
 			body := `{"id":46,"state":"PENDING","spec":{"queue":"train","command":["true"]}}`
 			w.Header().Set("Content-Type", "application/json")
 			w.Header().Set("Content-Length", strconv.Itoa(len(body)))
 			w.WriteHeader(http.StatusCreated)
 			io.WriteString(w, body[:len(body)/2])
-			return
-		}
-		w.Header().Set("Idempotent-Replayed", "true")
-		writeJSON(w, http.StatusOK, api.Job{ID: 46, Spec: api.JobSpec{Queue: "train", Command: []string{"true"}}, State: api.StatePending})
-	})
-	url := newHTTPServer(t, mux)
-	code, out, errOut := run(t, url, "submit", "--", "true")
-	mu.Lock()
-	defer mu.Unlock()
-	if code != ExitOK || lastLine(out) != "46" || len(keys) != 2 || keys[0] != keys[1] {
-		t.Fatalf("exit %d, stdout %q, stderr %q, keys %q; want job 46 after a second request with the same key", code, out, errOut, keys)
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			var (
+				mu     sync.Mutex // guards keys and bodies
+				keys   []string
+				bodies []string
+			)
+			mux := http.NewServeMux()
+			mux.HandleFunc("POST /api/v1/jobs", func(w http.ResponseWriter, r *http.Request) {
+				body, _ := io.ReadAll(r.Body)
+				mu.Lock()
+				keys = append(keys, r.Header.Get("Idempotency-Key"))
+				bodies = append(bodies, string(body))
+				first := len(keys) == 1
+				mu.Unlock()
+				if first {
+					// The request arrived, and the job would exist; the answer is lost.
+					lose(t, w)
+					return
+				}
+				w.Header().Set("Idempotent-Replayed", "true")
+				writeJSON(w, http.StatusOK, api.Job{ID: 46, Spec: api.JobSpec{Queue: "train", Command: []string{"true"}}, State: api.StatePending})
+			})
+			url := newHTTPServer(t, mux)
+			code, out, errOut := run(t, url, "submit", "--", "true")
+			mu.Lock()
+			if code != ExitOK || lastLine(out) != "46" {
+				mu.Unlock()
+				t.Fatalf("exit %d, stdout %q, stderr %q", code, out, errOut)
+			}
+			if len(keys) != 2 || keys[0] != keys[1] || !regexp.MustCompile(`^[0-9a-f]{24}$`).MatchString(keys[0]) || bodies[0] != bodies[1] {
+				t.Errorf("requests with keys %q and bodies %q; want two alike, with a key of 24 hex digits", keys, bodies)
+			}
+			mu.Unlock()
+
+			// A second submit is another job, with another key.
+			code, _, _ = run(t, url, "submit", "--", "true")
+			mu.Lock()
+			defer mu.Unlock()
+			if code != ExitOK || len(keys) != 3 || keys[2] == keys[0] {
+				t.Errorf("exit %d, keys %q; want a third, new key", code, keys)
+			}
+		})
 	}
 }
 
