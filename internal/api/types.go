@@ -623,6 +623,9 @@ type Node struct {
 	CPUsUsed int `json:"cpus_used"`
 	// Jobs lists the IDs of active jobs on the node (API only).
 	Jobs []int64 `json:"jobs,omitempty"`
+	// UsedGPUs are the indices, ascending, of the GPUs active jobs hold, whole or in
+	// shares: GPUsUsed of them (API only).
+	UsedGPUs []int `json:"used_gpus,omitempty"`
 	// Degraded lists why the node is degraded (a GPU vanished, its health check fails);
 	// empty when it is not. Derived from the agent's reports.
 	Degraded []string `json:"degraded,omitempty"`
@@ -1034,6 +1037,101 @@ type QueueList struct {
 // NodeList is the answer to GET /api/v1/nodes.
 type NodeList struct {
 	Nodes []Node `json:"nodes"`
+}
+
+// Top is the cluster at a glance, what `rota top` draws: the answer to GET /api/v1/top.
+// Its figures count every node, and every job the caller may read, however few of them
+// it lists, so that a screen of it costs the server what the screen shows.
+type Top struct {
+	Time time.Time `json:"time"`
+	// Total sums every node; Pools sums the nodes of each pool, by name, the nodes with
+	// no pool label under "".
+	Total Load   `json:"total"`
+	Pools []Load `json:"pools"`
+	// Nodes are the first nodes by name, as many as were asked for, with what active
+	// jobs hold on them as in GET /api/v1/nodes.
+	Nodes []Node `json:"nodes"`
+	// JobLabels names the jobs on the listed nodes that belong to an array,
+	// ARRAYID_INDEX, as the job lists show them.
+	JobLabels map[int64]string `json:"job_labels,omitempty"`
+	// Running (ASSIGNED or RUNNING), Pending and Held count the caller's readable jobs.
+	Running int `json:"running"`
+	Pending int `json:"pending"`
+	Held    int `json:"held"`
+	// RunningJobs are the first running jobs by ID. WaitingJobs are the jobs that wait,
+	// pending before held, each soonest to start first, those with no estimate last,
+	// then by ID. As many of each as were asked for.
+	RunningJobs []Job `json:"running_jobs"`
+	WaitingJobs []Job `json:"waiting_jobs"`
+}
+
+// Load is what a set of nodes holds and, by their latest telemetry, what their GPUs do.
+// A lost node counts in Nodes and GPUs, but its last reading no longer says what its
+// GPUs do, so it adds nothing measured.
+type Load struct {
+	Pool     string `json:"pool,omitempty"`
+	Nodes    int    `json:"nodes"`
+	GPUs     int    `json:"gpus"`
+	GPUsUsed int    `json:"gpus_used"`
+	// GPUsMeasured counts the GPUs with a reading; GPUUtilPct is the mean utilisation
+	// of those that report one (a MIG device does not), absent when none does.
+	GPUsMeasured int      `json:"gpus_measured"`
+	GPUUtilPct   *float64 `json:"gpu_util_pct,omitempty"`
+	// GPUMemoryMB is the memory of the measured GPUs, GPUMemoryUsedMB what they use.
+	GPUMemoryUsedMB int64   `json:"gpu_memory_used_mb"`
+	GPUMemoryMB     int64   `json:"gpu_memory_mb"`
+	PowerW          float64 `json:"power_w"`
+
+	utilGPUs int // the measured GPUs with a utilisation, and its sum over them
+	utilSum  float64
+}
+
+// NodeLoad is the load of one node: its GPUs, those in use, and its latest reading.
+func NodeLoad(n *Node) Load {
+	l := Load{Nodes: 1, GPUs: len(n.GPUs), GPUsUsed: n.GPUsUsed}
+	if n.Telemetry == nil || n.State == NodeLost {
+		return l
+	}
+	for _, s := range n.Telemetry.GPUs {
+		l.GPUsMeasured++
+		if !s.UtilizationUnknown {
+			l.utilGPUs++
+			l.utilSum += s.UtilizationPct
+		}
+		l.PowerW += s.PowerW
+		l.GPUMemoryUsedMB += s.MemoryUsedMB
+		for _, g := range n.GPUs {
+			if g.Index == s.Index {
+				l.GPUMemoryMB += g.MemoryMB
+				break
+			}
+		}
+	}
+	l.setUtil()
+	return l
+}
+
+// Add sums o into l. Both are loads made by NodeLoad, or sums of them, in this process:
+// the mean utilisation is kept as its sum and count, which do not travel.
+func (l *Load) Add(o Load) {
+	l.Nodes += o.Nodes
+	l.GPUs += o.GPUs
+	l.GPUsUsed += o.GPUsUsed
+	l.GPUsMeasured += o.GPUsMeasured
+	l.utilGPUs += o.utilGPUs
+	l.utilSum += o.utilSum
+	l.GPUMemoryUsedMB += o.GPUMemoryUsedMB
+	l.GPUMemoryMB += o.GPUMemoryMB
+	l.PowerW += o.PowerW
+	l.setUtil()
+}
+
+func (l *Load) setUtil() {
+	l.GPUUtilPct = nil
+	if l.utilGPUs > 0 {
+		mean := l.utilSum / float64(l.utilGPUs)
+		l.GPUUtilPct = &mean
+	}
 }
 
 // EventList is the answer to GET /api/v1/audit: events oldest first.

@@ -114,6 +114,7 @@ func (s *State) applyIdentity(b *batch.Batch) {
 		delete(id.certs, name)
 		if n, ok := s.nodes[name]; ok {
 			s.indexNode(n, false)
+			s.nodeNames = nil
 		}
 		delete(s.nodes, name)
 	}

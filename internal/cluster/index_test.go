@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"reflect"
@@ -119,6 +120,20 @@ func checkIndexes(t *testing.T, s *State, rng *rand.Rand, step string) {
 		if got := s.NodeUsage(n); !reflect.DeepEqual(got, usage[n]) {
 			t.Fatalf("%s: usage of %s from the index %+v, from a scan %+v", step, n, got, usage[n])
 		}
+		var want []int
+		if u := usage[n]; u != nil {
+			want = slices.Sorted(maps.Keys(u.GPUs))
+		}
+		if got := s.UsedGPUs(n, []int{-1}); !slices.Equal(got[1:], want) || got[0] != -1 {
+			t.Fatalf("%s: GPUs used on %s after -1: %v; a scan says %v", step, n, got, want)
+		}
+	}
+	var names []string
+	for _, n := range s.Nodes() {
+		names = append(names, n.Name)
+	}
+	if got := s.NodeNames(); !slices.Equal(got, names) {
+		t.Fatalf("%s: node names %v; a scan says %v", step, got, names)
 	}
 	for _, c := range []struct {
 		name string
@@ -136,6 +151,18 @@ func checkIndexes(t *testing.T, s *State, rng *rand.Rand, step string) {
 		}
 		if !slices.Equal(c.got, want) && !(len(c.got) == 0 && len(want) == 0) {
 			t.Fatalf("%s: %s jobs from the index %v, from a scan %v", step, c.name, c.got, want)
+		}
+	}
+	for _, states := range [][]api.JobState{{api.StatePending}, {api.StateAssigned, api.StateRunning}, {api.StateHeld, api.StateHeld}, {api.StateCancelled}} {
+		var want, walked []int64
+		for _, j := range s.Jobs(func(j *api.Job) bool { return slices.Contains(states, j.State) }) {
+			want = append(want, j.ID)
+		}
+		for j := range s.EachJob(states...) {
+			walked = append(walked, j.ID)
+		}
+		if n := s.CountJobs(states...); n != len(want) || !slices.Equal(walked, want) {
+			t.Fatalf("%s: %v jobs: counted %d, walked %v; a scan says %v", step, states, n, walked, want)
 		}
 	}
 	stateSets := [][]api.JobState{nil, {api.StatePending}, {api.StateRunning, api.StateAssigned},

@@ -18,11 +18,13 @@ type State struct {
 	jobs     map[int64]*api.Job
 	attempts map[int64][]api.Attempt // by job, attempt N at index N-1
 	nodes    map[string]*api.Node
-	queues   map[string]api.Queue
-	teams    map[string]api.Team
-	resv     map[int64]api.Reservation
-	maxID    int64
-	maxResv  int64
+	// nodeNames is every node's name, sorted; nil when a node came or went since.
+	nodeNames []string
+	queues    map[string]api.Queue
+	teams     map[string]api.Team
+	resv      map[int64]api.Reservation
+	maxID     int64
+	maxResv   int64
 
 	// pending is the set of jobs in PENDING, kept so a scheduling cycle need not scan
 	// finished jobs.
@@ -211,6 +213,8 @@ func (s *State) Apply(b *batch.Batch) {
 		n := b.Nodes[i]
 		if old, ok := s.nodes[n.Name]; ok {
 			s.indexNode(old, false)
+		} else {
+			s.nodeNames = nil
 		}
 		s.nodes[n.Name] = &n
 		s.indexNode(&n, true)

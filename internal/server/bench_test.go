@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/rotahq/rota/internal/api"
+	"github.com/rotahq/rota/internal/auth"
 	"github.com/rotahq/rota/internal/store"
 )
 
@@ -516,6 +517,65 @@ func BenchmarkHeartbeatAnswer(b *testing.B) {
 			var err error
 			if buf, err = a.appendJSON(buf[:0]); err != nil {
 				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// BenchmarkTop compares what rota top reads at every refresh, at the scale suite's size
+// (10,000 nodes of 8 GPUs running 40,000 jobs, 69,000 waiting): GET /api/v1/top, and
+// what it read before there was one, the node list and every page of the jobs.
+func BenchmarkTop(b *testing.B) {
+	env := benchServer(b)
+	benchFill(b, env, 10_000, 4, 69_000)
+	client := &http.Client{}
+	get := func(b *testing.B, path string, out any) {
+		req, _ := http.NewRequest("GET", env.hs.URL+path, nil)
+		req.Header.Set("Authorization", "Bearer "+env.token)
+		resp, err := client.Do(req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer resp.Body.Close()
+		if err := json.NewDecoder(resp.Body).Decode(out); err != nil || resp.StatusCode != http.StatusOK {
+			b.Fatalf("%s: %d %v", path, resp.StatusCode, err)
+		}
+	}
+	b.Run("top", func(b *testing.B) {
+		for range b.N {
+			var top api.Top
+			get(b, "/api/v1/top?nodes=60", &top)
+			if top.Total.Nodes != 10_000 || len(top.Nodes) != 60 || top.Running != 40_000 || top.Pending != 69_000 || len(top.WaitingJobs) != 10 {
+				b.Fatalf("%d nodes (%d listed), %d running, %d pending", top.Total.Nodes, len(top.Nodes), top.Running, top.Pending)
+			}
+		}
+	})
+	// What of it holds the server's lock, which heartbeats and submits wait for.
+	b.Run("locked", func(b *testing.B) {
+		for range b.N {
+			env.srv.mu.Lock()
+			top := env.srv.top(auth.Identity{User: "admin", Role: auth.RoleAdmin}, 60, 10)
+			env.srv.mu.Unlock()
+			if top.Pending != 69_000 {
+				b.Fatalf("%d pending", top.Pending)
+			}
+		}
+	})
+	b.Run("lists", func(b *testing.B) {
+		for range b.N {
+			var nodes api.NodeList
+			get(b, "/api/v1/nodes", &nodes)
+			jobs, after := 0, ""
+			for {
+				var page api.JobList
+				get(b, "/api/v1/jobs?limit=500&after="+after, &page)
+				jobs += len(page.Jobs)
+				if after = page.Next; after == "" {
+					break
+				}
+			}
+			if len(nodes.Nodes) != 10_000 || jobs != 109_000 {
+				b.Fatalf("%d nodes, %d jobs", len(nodes.Nodes), jobs)
 			}
 		}
 	})

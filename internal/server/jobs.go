@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math"
 	"net/http"
 	"net/url"
@@ -345,15 +346,7 @@ func (s *Server) handleListJobs(w http.ResponseWriter, r *http.Request) {
 		return mayRead(j) == nil
 	}
 	jobs, more := s.state.JobsPage(after, want, limit, keep)
-	// Usage is summed up for the page only: it costs a look at each rank's history. The
-	// deadline warning is given here as on the job itself, so a queue can show it.
-	now := s.cfg.Clock.Now()
-	for i := range jobs {
-		if a, ok := s.state.CurrentAttempt(jobs[i].ID); ok {
-			jobs[i].Usage = s.attemptUsage(&a)
-		}
-		jobs[i].DeadlineWarning = deadlineWarning(&jobs[i], now)
-	}
+	s.listed(jobs)
 	ev := s.evictedView()
 	s.mu.Unlock()
 	// keep reads nothing of the state (readRule took what it needs), so the jobs that
@@ -371,6 +364,19 @@ func (s *Server) handleListJobs(w http.ResponseWriter, r *http.Request) {
 		list.Next = strconv.FormatInt(jobs[limit-1].ID, 10)
 	}
 	writeJSON(w, http.StatusOK, list)
+}
+
+// listed fills in what a listing shows of each job beyond its record. Usage is summed up
+// for the listed jobs only: it costs a look at each rank's history. The deadline warning is
+// given here as on the job itself, so a queue can show it. Callers hold s.mu.
+func (s *Server) listed(jobs []api.Job) {
+	now := s.cfg.Clock.Now()
+	for i := range jobs {
+		if a, ok := s.state.CurrentAttempt(jobs[i].ID); ok {
+			jobs[i].Usage = s.attemptUsage(&a)
+		}
+		jobs[i].DeadlineWarning = deadlineWarning(&jobs[i], now)
+	}
 }
 
 // jobID parses the {id} path value, answering 400 or 404 itself when it fails.
@@ -660,12 +666,19 @@ func (s *Server) handleNodes(w http.ResponseWriter, r *http.Request) {
 	usage := s.state.Usage()
 	s.mu.Unlock()
 	for i := range nodes {
-		if u := usage[nodes[i].Name]; u != nil {
-			nodes[i].GPUsUsed, nodes[i].CPUsUsed, nodes[i].Jobs = len(u.GPUs), u.CPUs, u.Jobs
-			nodes[i].SharedGPUs = sharedGPUs(u)
-		}
+		fillUsage(&nodes[i], usage[nodes[i].Name])
 	}
 	writeJSON(w, http.StatusOK, api.NodeList{Nodes: nodes})
+}
+
+// fillUsage fills in what active jobs hold on node n, from u (nil when they hold nothing).
+func fillUsage(n *api.Node, u *cluster.NodeUsage) {
+	if u == nil {
+		return
+	}
+	n.GPUsUsed, n.CPUsUsed, n.Jobs = len(u.GPUs), u.CPUs, u.Jobs
+	n.UsedGPUs = slices.Sorted(maps.Keys(u.GPUs))
+	n.SharedGPUs = sharedGPUs(u)
 }
 
 // sharedGPUs lists a node's shared GPUs by index, with their tenants.

@@ -88,6 +88,7 @@ func TestAccessTable(t *testing.T) {
 		"POST /api/v1/arrays/{id}/hold":                   "member",
 		"POST /api/v1/arrays/{id}/release":                "member",
 		"GET /api/v1/nodes":                               "viewer",
+		"GET /api/v1/top":                                 "viewer",
 		"GET /api/v1/nodes/{name}/telemetry":              "viewer",
 		"GET /api/v1/jobs/{id}/telemetry":                 "viewer",
 		"POST /api/v1/nodes/{name}/drain":                 "operator",

@@ -647,6 +647,7 @@ var routes = []route{
 	{"POST", "/api/v1/arrays/{id}/hold", ruleMember, noBody, (*Server).handleArrayHold},
 	{"POST", "/api/v1/arrays/{id}/release", ruleMember, noBody, (*Server).handleArrayRelease},
 	{"GET", "/api/v1/nodes", ruleViewer, noBody, (*Server).handleNodes},
+	{"GET", "/api/v1/top", ruleViewer, noBody, (*Server).handleTop},
 	{"GET", "/api/v1/nodes/{name}/telemetry", ruleViewer, noBody, (*Server).handleNodeTelemetry},
 	{"POST", "/api/v1/nodes/{name}/drain", ruleOperator, optionalJSON, (*Server).handleDrain},
 	{"POST", "/api/v1/nodes/{name}/resume", ruleOperator, noBody, (*Server).handleResume},

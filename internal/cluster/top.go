@@ -1,0 +1,65 @@
+package cluster
+
+import (
+	"iter"
+	"maps"
+	"math/bits"
+	"slices"
+
+	"github.com/rotahq/rota/internal/api"
+)
+
+// What a glance at the cluster (GET /api/v1/top) reads: counts from the state sets'
+// bits, the jobs of some states in ID order, and what active jobs hold on each node from
+// the per-node index, so that its cost follows the nodes and the jobs it looks at.
+
+// EachJob yields the state's own record of each job in any of states, ascending by ID. The
+// records are for reading only.
+func (s *State) EachJob(states ...api.JobState) iter.Seq[*api.Job] {
+	return func(yield func(*api.Job) bool) {
+		for pos := range s.jobIdx.positions(states...) {
+			if !yield(s.jobs[s.jobIdx.order[pos]]) {
+				return
+			}
+		}
+	}
+}
+
+// CountJobs returns how many jobs are in any of states.
+func (s *State) CountJobs(states ...api.JobState) int {
+	n := 0
+	for _, st := range slices.Compact(slices.Sorted(slices.Values(states))) {
+		for _, w := range s.jobIdx.byState[st] {
+			n += bits.OnesCount64(w)
+		}
+	}
+	return n
+}
+
+// NodeNames returns the name of every node, sorted. The slice is shared until a node
+// comes or goes, and must not be changed.
+func (s *State) NodeNames() []string {
+	if s.nodeNames == nil {
+		s.nodeNames = slices.Sorted(maps.Keys(s.nodes))
+	}
+	return s.nodeNames
+}
+
+// UsedGPUs appends to buf the indices, ascending and each once, of the node's GPUs that
+// active jobs hold, whole or in shares, and returns it.
+func (s *State) UsedGPUs(node string, buf []int) []int {
+	start := len(buf)
+	for id := range s.onNode[node] {
+		a := s.PeekAttempt(id)
+		if a == nil {
+			continue
+		}
+		for i := range a.Placements {
+			if p := &a.Placements[i]; p.Node == node {
+				buf = append(buf, p.GPUIndices...)
+			}
+		}
+	}
+	slices.Sort(buf[start:])
+	return buf[:start+len(slices.Compact(buf[start:]))]
+}

@@ -1,0 +1,202 @@
+package server
+
+import (
+	"cmp"
+	"maps"
+	"math"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+
+	"github.com/rotahq/rota/internal/api"
+	"github.com/rotahq/rota/internal/auth"
+)
+
+// GET /api/v1/top is the cluster at a glance, for `rota top` and dashboards: the load of
+// every pool, the first nodes, the job counts and the first jobs of each list. A screen
+// of it costs the server one pass over the nodes and, for the waiting list, one over the
+// jobs that wait, rather than every job copied, encoded and sent page by page.
+
+const (
+	defaultTopNodes = 20
+	defaultTopJobs  = 10
+	maxTopJobs      = 100
+)
+
+// activeStates are the states of a job that holds its resources.
+var activeStates = []api.JobState{api.StateAssigned, api.StateRunning}
+
+func (s *Server) handleTop(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	nodes, e := topNodesQuery(q)
+	if e != nil {
+		writeError(w, http.StatusBadRequest, e)
+		return
+	}
+	rows, e := queryInt(q, "jobs", 0, maxTopJobs, defaultTopJobs)
+	if e != nil {
+		writeError(w, http.StatusBadRequest, e)
+		return
+	}
+	who := caller(r)
+	s.mu.Lock()
+	top := s.top(who, nodes, int(rows))
+	s.mu.Unlock()
+	for _, list := range [][]api.Job{top.RunningJobs, top.WaitingJobs} {
+		for i := range list {
+			redactEnv(who, &list[i])
+		}
+	}
+	writeJSON(w, http.StatusOK, top)
+}
+
+// topNodesQuery reads how many nodes to list: a whole number, or "all".
+func topNodesQuery(q url.Values) (int, *api.Error) {
+	v, ok := q["nodes"]
+	switch {
+	case !ok:
+		return defaultTopNodes, nil
+	case len(v) > 1:
+		return 0, invalid("nodes", "is given %d times; give it once", len(v))
+	case v[0] == "all":
+		return math.MaxInt, nil
+	}
+	n, err := strconv.Atoi(v[0])
+	if err != nil || n < 0 {
+		return 0, invalid("nodes", "%q is not a whole number of 0 or more, nor all", truncateName(v[0]))
+	}
+	return n, nil
+}
+
+// top reads the glance: the loads of every node, the first nodeRows nodes by name, and
+// the counts and first jobRows jobs of the running and waiting lists, of the jobs who may
+// read. Callers hold s.mu.
+func (s *Server) top(who auth.Identity, nodeRows, jobRows int) api.Top {
+	t := api.Top{Time: s.cfg.Clock.Now(), Pools: []api.Load{}, Nodes: []api.Node{},
+		RunningJobs: []api.Job{}, WaitingJobs: []api.Job{}}
+	pools := map[string]*api.Load{}
+	var used []int
+	for i, name := range s.state.NodeNames() {
+		n := s.state.PeekNode(name)
+		used = s.state.UsedGPUs(name, used[:0])
+		l := api.NodeLoad(n)
+		l.GPUsUsed = len(used)
+		t.Total.Add(l)
+		pool := n.Labels["pool"]
+		if pools[pool] == nil {
+			pools[pool] = &api.Load{Pool: pool}
+		}
+		pools[pool].Add(l)
+		if i < nodeRows {
+			c := *n
+			fillUsage(&c, s.state.NodeUsage(name))
+			t.Nodes = append(t.Nodes, c)
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(pools)) {
+		t.Pools = append(t.Pools, *pools[name])
+	}
+	t.JobLabels = s.arrayLabels(t.Nodes)
+
+	mayRead := s.readRule(who)
+	keep := func(j *api.Job) bool { return mayRead(j) == nil }
+	everyJob := readsEveryJob(who)
+	if everyJob {
+		keep = nil
+		t.Running = s.state.CountJobs(activeStates...)
+		t.Pending = s.state.CountJobs(api.StatePending)
+		t.Held = s.state.CountJobs(api.StateHeld)
+	} else {
+		t.Running = s.countJobs(keep, activeStates...)
+	}
+	t.RunningJobs, _ = s.state.JobsPage(0, activeStates, jobRows, keep)
+	// Pending jobs come before held ones, so the held are looked at only to count them, or
+	// when fewer pending jobs than the list's rows were found.
+	pending, npending := s.soonest(api.StatePending, jobRows, keep, !everyJob)
+	held, nheld := s.soonest(api.StateHeld, jobRows-len(pending), keep, !everyJob)
+	if !everyJob {
+		t.Pending, t.Held = npending, nheld
+	}
+	for _, j := range append(pending, held...) {
+		t.WaitingJobs = append(t.WaitingJobs, *j)
+	}
+	s.listed(t.RunningJobs)
+	s.listed(t.WaitingJobs)
+	return t
+}
+
+// soonest returns the first rows jobs in state st that keep accepts (nil: all), soonest
+// estimated start first, those without an estimate last, then by ID; and, with count,
+// how many jobs keep accepts. It walks the state's jobs once, or not at all when rows is
+// 0 and nothing is to be counted.
+func (s *Server) soonest(st api.JobState, rows int, keep func(*api.Job) bool, count bool) ([]*api.Job, int) {
+	if rows <= 0 && !count {
+		return nil, 0
+	}
+	var best []*api.Job
+	n := 0
+	for j := range s.state.EachJob(st) {
+		if keep != nil && !keep(j) {
+			continue
+		}
+		n++
+		if rows <= 0 {
+			continue
+		}
+		// Jobs arrive in ID order, so a job goes after those it ties with on the estimate,
+		// and one that does not start before the last of a full list is left out.
+		if len(best) == rows && compareStarts(j, best[rows-1]) >= 0 {
+			continue
+		}
+		i, _ := slices.BinarySearchFunc(best, j, func(a, b *api.Job) int {
+			return cmp.Or(compareStarts(a, b), cmp.Compare(a.ID, b.ID))
+		})
+		best = slices.Insert(best, i, j)
+		best = best[:min(len(best), rows)]
+	}
+	return best, n
+}
+
+// compareStarts orders jobs by their estimated start, soonest first, before those with none.
+func compareStarts(a, b *api.Job) int {
+	switch {
+	case a.EstimatedStart == nil && b.EstimatedStart == nil:
+		return 0
+	case a.EstimatedStart == nil:
+		return 1
+	case b.EstimatedStart == nil:
+		return -1
+	}
+	return a.EstimatedStart.Compare(*b.EstimatedStart)
+}
+
+// countJobs counts the jobs in any of states that keep accepts.
+func (s *Server) countJobs(keep func(*api.Job) bool, states ...api.JobState) int {
+	n := 0
+	for j := range s.state.EachJob(states...) {
+		if keep(j) {
+			n++
+		}
+	}
+	return n
+}
+
+// arrayLabels names the jobs on the nodes that belong to an array as ARRAYID_INDEX.
+// Callers hold s.mu.
+func (s *Server) arrayLabels(nodes []api.Node) map[int64]string {
+	var out map[int64]string
+	for _, n := range nodes {
+		for _, id := range n.Jobs {
+			j := s.state.Peek(id)
+			if j == nil || j.ArrayID == 0 || j.ArrayIndex == nil {
+				continue
+			}
+			if out == nil {
+				out = map[int64]string{}
+			}
+			out[id] = strconv.FormatInt(j.ArrayID, 10) + "_" + strconv.Itoa(*j.ArrayIndex)
+		}
+	}
+	return out
+}

@@ -1,0 +1,236 @@
+package server
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/rotahq/rota/internal/api"
+)
+
+// topFromLists is what GET /api/v1/top must answer, worked out the way rota top did before
+// it: from the whole node list and every page of the jobs that token may read.
+func (h *harness) topFromLists(token string, nodeRows, jobRows int) api.Top {
+	h.t.Helper()
+	var nodes api.NodeList
+	if code := h.doAs(token, "GET", "/api/v1/nodes", nil, &nodes); code != http.StatusOK {
+		h.t.Fatalf("nodes: %d", code)
+	}
+	var jobs []api.Job
+	followCursor(h, token, "/api/v1/jobs", url.Values{}, 7, 100, func(p *api.JobList) ([]int64, string) {
+		var ids []int64
+		for _, j := range p.Jobs {
+			jobs = append(jobs, j)
+			ids = append(ids, j.ID)
+		}
+		return ids, p.Next
+	})
+	want := api.Top{Pools: []api.Load{}, Nodes: nodes.Nodes[:min(nodeRows, len(nodes.Nodes))], RunningJobs: []api.Job{}}
+	pools := map[string]*api.Load{}
+	for _, n := range nodes.Nodes {
+		l := api.NodeLoad(&n)
+		want.Total.Add(l)
+		p := n.Labels["pool"]
+		if pools[p] == nil {
+			pools[p] = &api.Load{Pool: p}
+		}
+		pools[p].Add(l)
+	}
+	for _, p := range slices.Sorted(func(yield func(string) bool) {
+		for p := range pools {
+			yield(p)
+		}
+	}) {
+		want.Pools = append(want.Pools, *pools[p])
+	}
+	byID := map[int64]api.Job{}
+	var waiting []api.Job
+	for _, j := range jobs {
+		byID[j.ID] = j
+		switch j.State {
+		case api.StateAssigned, api.StateRunning:
+			want.Running++
+			if len(want.RunningJobs) < jobRows {
+				want.RunningJobs = append(want.RunningJobs, j)
+			}
+		case api.StatePending:
+			want.Pending++
+			waiting = append(waiting, j)
+		case api.StateHeld:
+			want.Held++
+			waiting = append(waiting, j)
+		}
+	}
+	slices.SortStableFunc(waiting, func(a, b api.Job) int {
+		held := func(j api.Job) int {
+			if j.State == api.StateHeld {
+				return 1
+			}
+			return 0
+		}
+		return cmp.Or(cmp.Compare(held(a), held(b)), compareStarts(&a, &b))
+	})
+	want.WaitingJobs = append([]api.Job{}, waiting[:min(jobRows, len(waiting))]...)
+	for _, n := range want.Nodes {
+		for _, id := range n.Jobs {
+			var j api.JobDetail
+			h.do("GET", fmt.Sprint("/api/v1/jobs/", id), nil, &j)
+			if j.ArrayIndex != nil {
+				if want.JobLabels == nil {
+					want.JobLabels = map[int64]string{}
+				}
+				want.JobLabels[id] = fmt.Sprintf("%d_%d", j.ArrayID, *j.ArrayIndex)
+			}
+		}
+	}
+	return want
+}
+
+// checkTop compares GET /api/v1/top with topFromLists.
+func (h *harness) checkTop(when, token string, nodeRows, jobRows int) api.Top {
+	h.t.Helper()
+	q := fmt.Sprintf("/api/v1/top?nodes=%d&jobs=%d", nodeRows, jobRows)
+	if nodeRows < 0 {
+		q, nodeRows = fmt.Sprintf("/api/v1/top?nodes=all&jobs=%d", jobRows), 1<<30
+	}
+	var got api.Top
+	if code := h.doAs(token, "GET", q, nil, &got); code != http.StatusOK {
+		h.t.Fatalf("%s: %s: %d", when, q, code)
+	}
+	want := h.topFromLists(token, nodeRows, jobRows)
+	ids := func(jobs []api.Job) []int64 {
+		out := []int64{}
+		for _, j := range jobs {
+			out = append(out, j.ID)
+		}
+		return out
+	}
+	asJSON := func(v any) string { b, _ := json.Marshal(v); return string(b) }
+	for _, c := range []struct{ what, got, want string }{
+		{"total", asJSON(got.Total), asJSON(want.Total)},
+		{"pools", asJSON(got.Pools), asJSON(want.Pools)},
+		{"nodes", asJSON(got.Nodes), asJSON(want.Nodes)},
+		{"labels", asJSON(got.JobLabels), asJSON(want.JobLabels)},
+		{"counts", fmt.Sprint(got.Running, got.Pending, got.Held), fmt.Sprint(want.Running, want.Pending, want.Held)},
+		{"running", fmt.Sprint(ids(got.RunningJobs)), fmt.Sprint(ids(want.RunningJobs))},
+		{"waiting", fmt.Sprint(ids(got.WaitingJobs)), fmt.Sprint(ids(want.WaitingJobs))},
+		{"running jobs", asJSON(got.RunningJobs), asJSON(want.RunningJobs)},
+		{"waiting jobs", asJSON(got.WaitingJobs), asJSON(want.WaitingJobs)},
+	} {
+		if c.got != c.want {
+			h.t.Errorf("%s: %s: %s\n  the lists say %s", when, q, c.what, c.got)
+			h.t.Logf("want %s", c.want)
+		}
+	}
+	return got
+}
+
+// TestTopIsTheListsAtAGlance: GET /api/v1/top says what the whole node list and every page
+// of the job list say, for an admin and for a member who reads only some jobs, with nodes
+// in three pools (one lost, whose last reading no longer counts), an array whose jobs run,
+// held jobs and jobs that wait with and without an estimate; and again after a restart.
+func TestTopIsTheListsAtAGlance(t *testing.T) {
+	h := newHarness(t)
+	alice := h.addUser("alice", "member", "vision")
+	h.addUser("bob", "member")
+	reading := func(util ...float64) *api.Telemetry {
+		tel := &api.Telemetry{Time: h.clock.Now()}
+		for i, u := range util {
+			s := api.GPUSample{Index: i, UtilizationPct: u, MemoryUsedMB: int64(1000 * (i + 1)), PowerW: 100}
+			if u < 0 {
+				s.UtilizationPct, s.UtilizationUnknown = 0, true
+			}
+			tel.GPUs = append(tel.GPUs, s)
+		}
+		return tel
+	}
+	node := func(name string, gpus int, pool string, tel *api.Telemetry) {
+		h.beatFull(name, gpus, func(hb *api.Heartbeat) {
+			if pool != "" {
+				hb.Inventory.Labels = map[string]string{"pool": pool}
+			}
+			hb.Telemetry = tel
+		})
+	}
+	// c9 is lost first: its reading of 99% must no longer count.
+	node("c9", 2, "", reading(99, 99))
+	h.clock.Add(2 * time.Minute)
+	node("a1", 4, "train", reading(10, 20, 30, -1))
+	node("b1", 2, "infer", nil)
+	node("a2", 4, "train", reading(50, 50, 50, 50))
+	h.srv.checkNodes(context.Background())
+	if n := h.node("c9"); n.State != api.NodeLost {
+		t.Fatalf("c9 is %s; want lost", n.State)
+	}
+	var top api.Top
+	h.do("GET", "/api/v1/top?nodes=0&jobs=0", nil, &top)
+	if u := top.Total.GPUUtilPct; top.Total.GPUs != 12 || top.Total.Nodes != 4 || top.Total.GPUsMeasured != 8 || u == nil || *u != 260.0/7 || top.Total.PowerW != 800 {
+		t.Fatalf("total %+v: want 4 nodes, 12 GPUs, 8 measured at a mean of 260/7%%, 800 W", top.Total)
+	}
+	if len(top.Nodes) != 0 || len(top.RunningJobs) != 0 || len(top.Pools) != 3 || top.Pools[0].Pool != "" || top.Pools[2].Pool != "train" {
+		t.Fatalf("nodes=0&jobs=0 lists %d nodes, %d jobs, pools %+v", len(top.Nodes), len(top.RunningJobs), top.Pools)
+	}
+
+	// With a2 drained, no two nodes of 4 GPUs take work: the gang of job 6 waits with no
+	// estimate.
+	if code := h.do("POST", "/api/v1/nodes/a2/drain", nil, nil); code != http.StatusOK {
+		t.Fatalf("drain a2: %d", code)
+	}
+	h.submit(api.JobSpec{Command: []string{"x"}, GPUs: 1, User: "alice", Array: "0-3", TimeLimit: 300})
+	users := []string{"alice", "bob", "admin"}
+	for i := range 24 {
+		spec := api.JobSpec{Command: []string{"x"}, GPUs: 1 + i%3, User: users[i%3], TimeLimit: int64(600 * (1 + i%4))}
+		switch {
+		case i%7 == 3:
+			spec.Hold = true
+		case i == 5:
+			spec.GPUs, spec.Nodes, spec.GPUsPerNode = 8, 2, 4
+		}
+		h.submit(spec)
+	}
+	h.cycle()
+	for _, rows := range []int{0, 1, 3, 100} {
+		for _, nodes := range []int{0, 2, -1} {
+			h.checkTop(fmt.Sprintf("admin %d/%d", nodes, rows), h.token, nodes, rows)
+			h.checkTop(fmt.Sprintf("alice %d/%d", nodes, rows), alice, nodes, rows)
+		}
+	}
+	all := h.checkTop("admin", h.token, -1, 100)
+	if all.Running == 0 || all.Pending == 0 || all.Held == 0 || len(all.JobLabels) == 0 || all.Total.GPUsUsed == 0 {
+		t.Fatalf("the scenario lacks a case: %d running, %d pending, %d held, labels %v, %d GPUs used",
+			all.Running, all.Pending, all.Held, all.JobLabels, all.Total.GPUsUsed)
+	}
+	var estimated, unestimated bool
+	for _, j := range all.WaitingJobs {
+		estimated = estimated || j.EstimatedStart != nil
+		unestimated = unestimated || (j.State == api.StatePending && j.EstimatedStart == nil)
+	}
+	if !estimated || !unestimated {
+		t.Fatalf("the waiting jobs lack a case: estimated %v, without an estimate %v", estimated, unestimated)
+	}
+	if mine := h.checkTop("alice", alice, 0, 100); mine.Running+mine.Pending+mine.Held >= all.Running+all.Pending+all.Held {
+		t.Fatalf("alice reads %d jobs of %d", mine.Running+mine.Pending+mine.Held, all.Running+all.Pending+all.Held)
+	}
+	h.restart()
+	h.checkTop("restarted", h.token, -1, 100)
+	h.checkTop("restarted", alice, 2, 3)
+}
+
+func TestTopRefusesBadQueries(t *testing.T) {
+	h := newHarness(t)
+	for _, c := range []struct{ query, field string }{
+		{"nodes=-1", "nodes"}, {"nodes=x", "nodes"}, {"nodes=", "nodes"}, {"nodes=1&nodes=2", "nodes"}, {"nodes=ALL", "nodes"},
+		{"jobs=101", "jobs"}, {"jobs=-1", "jobs"}, {"jobs=all", "jobs"},
+	} {
+		var e api.Error
+		if code := h.do("GET", "/api/v1/top?"+c.query, nil, &e); code != http.StatusBadRequest || e.Field != c.field {
+			t.Errorf("%s: %d %q %s; want 400 naming %s", c.query, code, e.Field, e.Message, c.field)
+		}
+	}
+}
