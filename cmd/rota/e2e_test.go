@@ -75,6 +75,18 @@ func TestEndToEnd(t *testing.T) {
 		if waiting != 2 {
 			t.Errorf("%d jobs pending while 8 run; want 2", waiting)
 		}
+		// rota top says the same, from the server's glance: every GPU in use, both nodes
+		// full, the running and the waiting jobs. The jobs run 2 s, so it is read at once.
+		top := c.rota("top", "--once")
+		for _, want := range []string{"GPUs 8/8 in use", "8 running  2 pending  0 held", "RUNNING", "WAITING",
+			fmt.Sprint(ids[9], " "), "4/4"} {
+			if top.code != 0 || !strings.Contains(top.stdout, want) {
+				t.Errorf("rota top --once lacks %q: %s", want, top)
+			}
+		}
+		if n := strings.Count(top.stdout, "4/4"); n != 2 {
+			t.Errorf("rota top shows %d full nodes, want node-a and node-b: %s", n, top)
+		}
 		for _, id := range ids {
 			d := c.waitState(id, 30*time.Second, api.StateSucceeded)
 			if d.ExitCode == nil || *d.ExitCode != 0 || d.Attempts != 1 {

@@ -325,6 +325,17 @@ func runScale(ctx context.Context, opts Options) (results []Result, err error) {
 	delete(q, "first-page-mean-ms")
 	add("queue", samples, time.Duration(samples)*mean, q)
 
+	// What `rota top` asks for at each refresh: a glance with a screen's worth of nodes.
+	say("glancing at the cluster")
+	top, err := measureTop(ctx, srv, opts.Quick)
+	if err != nil {
+		return nil, err
+	}
+	samples, mean = int(top["n"]), time.Duration(top["mean-ms"]*float64(time.Millisecond))
+	delete(top, "n")
+	delete(top, "mean-ms")
+	add("top", samples, time.Duration(samples)*mean, top)
+
 	// 8. The server's memory with everything in it, and the cycle over the whole run.
 	rss, hwm, err := memoryMB(pid)
 	if err != nil {
@@ -555,6 +566,35 @@ func measureSubmits(ctx context.Context, srv *serverProc, clients, n int) (time.
 	took := time.Since(start)
 	d, _ := lat.take()
 	return took, d, first
+}
+
+// measureTop times GET /api/v1/top as `rota top` sends it on a screen of 50 lines, and
+// checks that its counts cover the whole cluster.
+func measureTop(ctx context.Context, srv *serverProc, quick bool) (map[string]float64, error) {
+	samples := 50
+	if quick {
+		samples = 10
+	}
+	var lat []time.Duration
+	var total time.Duration
+	var top api.Top
+	for range samples {
+		t0 := time.Now()
+		if err := srv.do(ctx, http.MethodGet, "/api/v1/top?nodes=50&jobs=10", nil, nil, &top); err != nil {
+			return nil, err
+		}
+		d := time.Since(t0)
+		lat, total = append(lat, d), total+d
+	}
+	if len(top.Nodes) != min(50, top.Total.Nodes) || top.Running == 0 || top.Pending == 0 {
+		return nil, fmt.Errorf("GET /api/v1/top lists %d nodes of %d, counts %d running and %d pending", len(top.Nodes), top.Total.Nodes, top.Running, top.Pending)
+	}
+	slices.Sort(lat)
+	return map[string]float64{
+		"n": float64(samples), "mean-ms": ms(total) / float64(samples),
+		"p50-ms": percentileMS(lat, .5), "p99-ms": percentileMS(lat, .99),
+		"nodes": float64(top.Total.Nodes), "running": float64(top.Running), "pending": float64(top.Pending),
+	}, nil
 }
 
 // measureQueue times GET /api/v1/jobs as `rota queue` sends it: the first page, some

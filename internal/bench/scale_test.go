@@ -55,6 +55,7 @@ func TestScaleQuick(t *testing.T) {
 		"submit-64clients": {positive: append([]string{"submits/s"}, latency...)},
 		"submit-8clients":  {positive: append([]string{"submits/s"}, latency...)},
 		"queue":            {positive: []string{"first-page-p50-ms", "first-page-p99-ms", "jobs/page", "all-pages-s", "pages", "cli-first-jobs-p50-ms", "cli-first-jobs-p99-ms", "cli-all-s", "cli-jobs"}},
+		"top":              {positive: append([]string{"nodes", "running", "pending"}, latency...)},
 		"server":           {positive: []string{"rss-mb", "hwm-mb", "nodes", "running", "pending", "cycles", "cycle-mean-ms", "cycle-p99-bound-ms", "heap-inuse-mb", "heap-goal-mb", "stacks-mb", "goroutines"}},
 		"idle-loaded":      {present: []string{"cycles/s", "cycle-mean-ms", "server-cpu-s/s", "commits/s", "commit-mean-ms"}},
 	}

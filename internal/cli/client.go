@@ -443,6 +443,22 @@ func (c *Client) Nodes(ctx context.Context) (api.NodeList, error) {
 	return list, err
 }
 
+// Top reads the cluster at a glance: the first nodes of it (all of them when nodes is
+// below 0) and at most jobs of each job list.
+func (c *Client) Top(ctx context.Context, nodes, jobs int) (api.Top, error) {
+	q := url.Values{"nodes": {"all"}, "jobs": {strconv.Itoa(jobs)}}
+	if nodes >= 0 {
+		q.Set("nodes", strconv.Itoa(nodes))
+	}
+	var top api.Top
+	err := c.do(ctx, http.MethodGet, "/api/v1/top", q, nil, &top)
+	var apiErr *APIError
+	if errors.As(err, &apiErr) && apiErr.StatusCode == http.StatusNotFound && apiErr.Detail.Code == api.CodeNotFound {
+		return top, fmt.Errorf("the server does not answer GET /api/v1/top: it runs an older rota than this one, and rota top needs the server upgraded (%w)", err)
+	}
+	return top, err
+}
+
 // Queues lists the configured queues.
 func (c *Client) Queues(ctx context.Context) ([]api.Queue, error) {
 	var list api.QueueList

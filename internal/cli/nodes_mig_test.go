@@ -66,8 +66,8 @@ func TestNodeUseMIG(t *testing.T) {
 	if util, _ := nodeUse(n); util != "n/a" {
 		t.Errorf("UTIL of MIG devices only = %q; want n/a", util)
 	}
-	if l := loadOf(n); l.util() != "n/a" {
-		t.Errorf("rota top UTIL of MIG devices only = %q; want n/a", l.util())
+	if util := loadUtil(api.NodeLoad(&n)); util != "n/a" {
+		t.Errorf("rota top UTIL of MIG devices only = %q; want n/a", util)
 	}
 }
 

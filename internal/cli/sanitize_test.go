@@ -116,7 +116,7 @@ func TestRenderersSanitiseServerStrings(t *testing.T) {
 	for _, args := range [][]string{
 		{"queue"}, {"queue", "--all"}, {"queue", "--expand"},
 		{"show", "42"}, {"show", "43"}, {"show", "44"}, {"show", "45"}, {"show", "47"}, {"show", "48"},
-		{"why", "43"}, {"nodes"}, {"whoami"},
+		{"why", "43"}, {"nodes"}, {"whoami"}, {"top", "--once"},
 		{"admin", "queue", "list"}, {"admin", "team", "list"}, {"admin", "reservations"},
 		{"admin", "user", "list"}, {"admin", "token", "list"}, {"admin", "join-token", "list"}, {"admin", "audit"},
 		{"cancel", "42"}, {"admin", "drain", "node-a"},

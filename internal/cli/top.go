@@ -20,10 +20,12 @@ import (
 const topUsage = `rota top [--interval 2s] [--once]
 
 A live view of the pool and the queue, like nvtop for the cluster. Every interval it
-reads the nodes and the jobs that have not ended and redraws the screen:
+reads the cluster at a glance from the server (GET /api/v1/top: what the screen shows,
+however large the cluster) and redraws the screen:
 
   - a header: GPUs in use of the total, mean GPU utilisation and GPU memory used of the
-    total by the nodes' latest telemetry, jobs running, pending and held;
+    total by the nodes' latest telemetry, jobs running, pending and held; then, where
+    nodes are in more than one pool, the same figures for each pool;
   - one line per node: its state (marked degraded or syncing), one cell per GPU, GPUs in
     use, mean utilisation, GPU memory used of the total, power drawn and its jobs;
   - the running jobs with their latest GPU utilisation and memory, run time and how long
@@ -38,8 +40,8 @@ The GPU cells:
   x  unhealthy or missing
   h  held from new work by leftover processes
 
-A GPU counts as in use when a listed job holds it or a process of a live job runs on
-it. Every line is cut to the terminal's width, and the live view to its height: the node
+A GPU counts as in use when a job holds it or a process of a live job runs on it. The
+job counts and lists hold the jobs you may read. Every line is cut to the terminal's width, and the live view to its height: the node
 list shows as many nodes as leave room for the rest, and counts those left out (rota
 nodes lists them all). The size is $COLUMNS and $LINES where set, else the terminal's
 own, else 120 columns. When the server cannot be reached the view says so and keeps
@@ -47,7 +49,7 @@ trying.
 
 With --once, or when standard output is not a terminal, it prints one frame with every
 node and exits: non-zero, with the error, when the server cannot be read. -o json prints
-the nodes and jobs it read, once. Ctrl-C ends it.`
+what it read, once, with every node. Ctrl-C ends it.`
 
 // Limits of the view: a frame should fit a screen, so long lists are cut with a count
 // of what is left out, and text from the server is cut before the line is.
@@ -67,11 +69,7 @@ const (
 )
 
 // topSnapshot is what one refresh reads from the server, and what -o json prints.
-type topSnapshot struct {
-	Time  time.Time  `json:"time"`
-	Nodes []api.Node `json:"nodes"`
-	Jobs  []api.Job  `json:"jobs"`
-}
+type topSnapshot = api.Top
 
 func runTop(ctx context.Context, cfg Config, args []string) int {
 	flags, g := newFlagSet(cfg, "top", topUsage)
@@ -87,14 +85,16 @@ func runTop(ctx context.Context, cfg Config, args []string) int {
 	if err != nil {
 		return cfg.fail(ctx, err)
 	}
+	live := !*once && g.output != "json" && isTerminal(cfg.Stdout)
+	nodes := cfg.topNodes(live)
 	fetch := func(ctx context.Context) (topSnapshot, error) {
 		// A server that stops answering must not freeze the view: each read gets a while
 		// longer than one interval.
 		ctx, cancel := context.WithTimeout(ctx, *interval+10*time.Second)
 		defer cancel()
-		return readTop(ctx, c, cfg.Now)
+		return c.Top(ctx, nodes, topRows)
 	}
-	if *once || g.output == "json" || !isTerminal(cfg.Stdout) {
+	if !live {
 		snap, err := fetch(ctx)
 		if err != nil {
 			return cfg.fail(ctx, err)
@@ -136,20 +136,13 @@ func (cfg Config) watchTop(ctx context.Context, ticks <-chan time.Time, interval
 	}
 }
 
-// readTop reads the nodes and every page of the jobs that have not ended.
-func readTop(ctx context.Context, c *Client, now func() time.Time) (topSnapshot, error) {
-	nodes, err := c.Nodes(ctx)
-	if err != nil {
-		return topSnapshot{}, err
+// topNodes is how many nodes to read: the live view, as many as the screen has lines;
+// one frame, or a screen of unknown height, every node (-1).
+func (cfg Config) topNodes(live bool) int {
+	if h := cfg.termHeight(); live && h > 0 {
+		return h
 	}
-	jobs, err := c.AllJobs(ctx, ListOptions{})
-	if err != nil {
-		return topSnapshot{}, err
-	}
-	if nodes.Nodes == nil {
-		nodes.Nodes = []api.Node{}
-	}
-	return topSnapshot{Time: now(), Nodes: nodes.Nodes, Jobs: jobs}, nil
+	return -1
 }
 
 // isTerminal reports whether w is a character device, where redrawing in place works.
@@ -267,131 +260,91 @@ func cutLines(s string, width int) string {
 }
 
 // topHeader is the cluster in one line: "rota top  12:00:00  GPUs 3/16 in use  util 24%
-// GPU memory 164.5/1200G  2 running  3 pending  1 held".
+// GPU memory 164.5/1200G  2 running  3 pending  1 held", then, where the nodes are in
+// more than one pool, one line per pool with its GPUs.
 func topHeader(snap topSnapshot, loc *time.Location) string {
-	var used, total int
-	var sum nodeLoad
-	for _, n := range snap.Nodes {
-		used += n.GPUsUsed
-		total += len(n.GPUs)
-		sum.add(loadOf(n))
+	l := snap.Total
+	head := fmt.Sprintf("rota top  %s  GPUs %d/%d in use  util %s  GPU memory %s  %d running  %d pending  %d held",
+		snap.Time.In(loc).Format("15:04:05"), l.GPUsUsed, l.GPUs, loadUtil(l), clusterMemory(l), snap.Running, snap.Pending, snap.Held)
+	if len(snap.Pools) < 2 {
+		return head
 	}
-	var running, pending, held int
-	for _, j := range snap.Jobs {
-		switch {
-		case j.State.Active():
-			running++
-		case j.State == api.StatePending:
-			pending++
-		case j.State == api.StateHeld:
-			held++
+	var b strings.Builder
+	b.WriteString(head)
+	tw := newTable(&b)
+	for _, p := range snap.Pools {
+		name := "no pool"
+		if p.Pool != "" {
+			name = "pool " + cleanCell(p.Pool, topNameWidth)
 		}
+		fmt.Fprintf(tw, "\n  %s\t%d nodes\tGPUs %d/%d in use\tutil %s\tGPU memory %s",
+			name, p.Nodes, p.GPUsUsed, p.GPUs, loadUtil(p), clusterMemory(p))
 	}
-	return fmt.Sprintf("rota top  %s  GPUs %d/%d in use  util %s  GPU memory %s  %d running  %d pending  %d held",
-		snap.Time.In(loc).Format("15:04:05"), used, total, sum.util(), sum.clusterMemory(), running, pending, held)
+	tw.Flush()
+	return b.String()
 }
 
-// nodeLoad sums what a node's latest telemetry says its GPUs do. A lost node has none:
-// its last reading no longer says what its GPUs do.
-type nodeLoad struct {
-	samples           int
-	utilSamples       int // those with a utilisation: a MIG device's has none
-	utilSum, powerW   float64
-	memUsed, memTotal int64
-}
-
-func loadOf(n api.Node) nodeLoad {
-	var l nodeLoad
-	if n.Telemetry == nil || n.State == api.NodeLost {
-		return l
-	}
-	for _, s := range n.Telemetry.GPUs {
-		l.samples++
-		if !s.UtilizationUnknown {
-			l.utilSamples++
-			l.utilSum += s.UtilizationPct
-		}
-		l.powerW += s.PowerW
-		l.memUsed += s.MemoryUsedMB
-		if g, ok := gpuByIndex(n.GPUs, s.Index); ok {
-			l.memTotal += g.MemoryMB
-		}
-	}
-	return l
-}
-
-func (l *nodeLoad) add(o nodeLoad) {
-	l.samples += o.samples
-	l.utilSamples += o.utilSamples
-	l.utilSum += o.utilSum
-	l.powerW += o.powerW
-	l.memUsed += o.memUsed
-	l.memTotal += o.memTotal
-}
-
-func (l nodeLoad) util() string {
+// loadUtil is the mean GPU utilisation of l: "-" with no reading, "n/a" where no GPU
+// measured reports one.
+func loadUtil(l api.Load) string {
 	switch {
-	case l.samples == 0:
+	case l.GPUsMeasured == 0:
 		return "-"
-	case l.utilSamples == 0:
+	case l.GPUUtilPct == nil:
 		return "n/a"
 	}
-	return formatPct(l.utilSum / float64(l.utilSamples))
+	return formatPct(*l.GPUUtilPct)
 }
 
-func (l nodeLoad) memory() string {
+func loadMemory(l api.Load) string {
 	switch {
-	case l.samples == 0:
+	case l.GPUsMeasured == 0:
 		return "-"
-	case l.memTotal == 0:
-		return formatMB(l.memUsed)
+	case l.GPUMemoryMB == 0:
+		return formatMB(l.GPUMemoryUsedMB)
 	}
-	return formatMBOf(l.memUsed, l.memTotal)
+	return formatMBOf(l.GPUMemoryUsedMB, l.GPUMemoryMB)
 }
 
-// clusterMemory is memory() with each figure in its own unit: a cluster's terabytes
+// clusterMemory is loadMemory with each figure in its own unit: a cluster's terabytes
 // would round its used gigabytes away.
-func (l nodeLoad) clusterMemory() string {
-	if l.samples == 0 || l.memTotal == 0 {
-		return l.memory()
+func clusterMemory(l api.Load) string {
+	if l.GPUsMeasured == 0 || l.GPUMemoryMB == 0 {
+		return loadMemory(l)
 	}
-	return formatMB(l.memUsed) + "/" + formatMB(l.memTotal)
+	return formatMB(l.GPUMemoryUsedMB) + "/" + formatMB(l.GPUMemoryMB)
 }
 
-func (l nodeLoad) power() string {
-	if l.samples == 0 {
+func loadPower(l api.Load) string {
+	if l.GPUsMeasured == 0 {
 		return "-"
 	}
-	return strconv.FormatFloat(l.powerW, 'f', 0, 64) + "W"
+	return strconv.FormatFloat(l.PowerW, 'f', 0, 64) + "W"
 }
 
 // topLegend explains the GPU cells, under the nodes.
 const topLegend = "█ busy ≥50%  ▓ in use  ░ idle <5%  · free  x unhealthy/missing  h held by leftovers"
 
 // writeTopNodes writes one line per node and the legend, in at most room lines for the
-// nodes when room is above 0: as many nodes as fit with a line counting the rest.
+// nodes when room is above 0: as many nodes as fit with a line counting the rest, of
+// those read and those the server did not send.
 func writeTopNodes(w io.Writer, snap topSnapshot, room int) {
-	if len(snap.Nodes) == 0 {
+	if snap.Total.Nodes == 0 {
 		fmt.Fprintln(w, "no nodes have joined")
 		return
 	}
-	nodes, more := snap.Nodes, 0
-	if room > 0 && len(nodes) > room {
-		shown := max(room-1, 1)
-		nodes, more = nodes[:shown], len(nodes)-shown
+	nodes := snap.Nodes
+	if room > 0 && snap.Total.Nodes > room {
+		nodes = nodes[:min(len(nodes), max(room-1, 1))]
 	}
-	inUse := gpusInUse(snap.Jobs)
-	ids := map[int64]string{}
-	for _, j := range snap.Jobs {
-		ids[j.ID] = displayID(j)
-	}
+	more := snap.Total.Nodes - len(nodes)
 	tw := newTable(w)
 	fmt.Fprintln(tw, "NODE\tSTATE\tGPUS\tUSED\tUTIL\tGMEM\tPOWER\tJOBS")
 	for _, n := range nodes {
-		l := loadOf(n)
+		l := api.NodeLoad(&n)
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d/%d\t%s\t%s\t%s\t%s\n",
-			cleanCell(n.Name, topNameWidth), nodeState(n), gpuBar(n, inUse), n.GPUsUsed, len(n.GPUs),
-			l.util(), l.memory(), l.power(), nodeJobs(n.Jobs, ids))
+			cleanCell(n.Name, topNameWidth), nodeState(n), gpuBar(n), n.GPUsUsed, len(n.GPUs),
+			loadUtil(l), loadMemory(l), loadPower(l), nodeJobs(n.Jobs, snap.JobLabels))
 	}
 	tw.Flush()
 	if more > 0 {
@@ -401,38 +354,28 @@ func writeTopNodes(w io.Writer, snap topSnapshot, room int) {
 }
 
 // nodeJobs lists a node's jobs as the job lists below name them: ARRAY_INDEX for a job
-// of an array.
-func nodeJobs(jobs []int64, ids map[int64]string) string {
+// of an array, as labels names them.
+func nodeJobs(jobs []int64, labels map[int64]string) string {
 	out := make([]string, len(jobs))
 	for i, id := range jobs {
-		if out[i] = ids[id]; out[i] == "" {
+		if out[i] = clean(labels[id]); out[i] == "" {
 			out[i] = strconv.FormatInt(id, 10)
 		}
 	}
 	return orDash(strings.Join(out, ","))
 }
 
-// gpusInUse is the UUIDs of the GPUs the listed active jobs hold.
-func gpusInUse(jobs []api.Job) map[string]bool {
-	in := map[string]bool{}
-	for _, j := range jobs {
-		if j.State.Active() {
-			for _, id := range j.GPUIDs {
-				in[id] = true
-			}
-		}
-	}
-	return in
-}
-
 // gpuBar is one cell per GPU of the node, in index order; see topUsage for the cells.
-func gpuBar(n api.Node, inUse map[string]bool) string {
+func gpuBar(n api.Node) string {
 	if len(n.GPUs) == 0 {
 		return "-"
 	}
-	// A process of a live job on a GPU marks it in use even where the job is not listed
-	// (a viewer may not read every job).
+	// A GPU is in use where a job holds it, or where a process of a live job runs on it
+	// (one a job started on a GPU it does not hold).
 	live := map[int]bool{}
+	for _, g := range n.UsedGPUs {
+		live[g] = true
+	}
 	if n.Telemetry != nil {
 		for _, p := range n.Telemetry.Processes {
 			if p.JobID != 0 {
@@ -443,7 +386,7 @@ func gpuBar(n api.Node, inUse map[string]bool) string {
 	gpus := slices.SortedFunc(slices.Values(n.GPUs), func(a, b api.GPU) int { return cmp.Compare(a.Index, b.Index) })
 	var b strings.Builder
 	for _, g := range gpus {
-		b.WriteRune(gpuCell(n, g, inUse[g.UUID] || live[g.Index]))
+		b.WriteRune(gpuCell(n, g, live[g.Index]))
 	}
 	return b.String()
 }
@@ -471,12 +414,7 @@ func gpuCell(n api.Node, g api.GPU, used bool) rune {
 // writeTopRunning writes the running jobs: what their GPUs do by the latest reading of
 // their attempt, how long they have run, and how long they have held their GPUs idle.
 func writeTopRunning(w io.Writer, snap topSnapshot) {
-	var running []api.Job
-	for _, j := range snap.Jobs {
-		if j.State.Active() {
-			running = append(running, j)
-		}
-	}
+	running := snap.RunningJobs
 	if len(running) == 0 {
 		fmt.Fprintln(w, "no running jobs")
 		return
@@ -497,27 +435,19 @@ func writeTopRunning(w io.Writer, snap topSnapshot) {
 			j.Spec.GPUs, util, gmem, formatDuration(jobTime(j, snap.Time)), idle, orDash(clean(strings.Join(j.Nodes, ","))))
 	}
 	tw.Flush()
-	if more := len(running) - topRows; more > 0 {
+	if more := snap.Running - min(len(running), topRows); more > 0 {
 		fmt.Fprintf(w, "… and %d more running (rota queue lists them all)\n", more)
 	}
 }
 
-// writeTopWaiting writes the jobs that wait: pending before held, each soonest to start
-// first, then in the order listed; the reason last, where the line's cut falls.
+// writeTopWaiting writes the jobs that wait in the server's order: pending before held,
+// each soonest to start first; the reason last, where the line's cut falls.
 func writeTopWaiting(w io.Writer, snap topSnapshot) {
-	var waiting []api.Job
-	for _, j := range snap.Jobs {
-		if j.State == api.StatePending || j.State == api.StateHeld {
-			waiting = append(waiting, j)
-		}
-	}
+	waiting := snap.WaitingJobs
 	if len(waiting) == 0 {
 		fmt.Fprintln(w, "no waiting jobs")
 		return
 	}
-	slices.SortStableFunc(waiting, func(a, b api.Job) int {
-		return cmp.Or(cmp.Compare(rankWaiting(a), rankWaiting(b)), compareEstimates(a.EstimatedStart, b.EstimatedStart))
-	})
 	tw := newTable(w)
 	fmt.Fprintln(tw, "WAITING\tUSER\tQUEUE\tGPUS\tWAITED\tSTART\tREASON")
 	for _, j := range waiting[:min(len(waiting), topRows)] {
@@ -530,27 +460,7 @@ func writeTopWaiting(w io.Writer, snap topSnapshot) {
 			j.Spec.GPUs, formatDuration(jobTime(j, snap.Time)), jobStart(j, snap.Time), reason)
 	}
 	tw.Flush()
-	if more := len(waiting) - topRows; more > 0 {
+	if more := snap.Pending + snap.Held - min(len(waiting), topRows); more > 0 {
 		fmt.Fprintf(w, "… and %d more waiting (rota queue lists them all)\n", more)
 	}
-}
-
-func rankWaiting(j api.Job) int {
-	if j.State == api.StateHeld {
-		return 1
-	}
-	return 0
-}
-
-// compareEstimates orders known estimates soonest first, before unknown ones.
-func compareEstimates(a, b *time.Time) int {
-	switch {
-	case a == nil && b == nil:
-		return 0
-	case a == nil:
-		return 1
-	case b == nil:
-		return -1
-	}
-	return a.Compare(*b)
 }

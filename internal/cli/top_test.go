@@ -5,7 +5,10 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"io"
 	"net/http"
+	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -23,12 +26,12 @@ import (
 func topFixture() (api.NodeList, []api.Job) {
 	nodes := fixtureNodes()
 	a, b := &nodes.Nodes[0], &nodes.Nodes[1]
-	a.GPUsUsed, a.Jobs = 3, []int64{42, 62}
+	a.GPUsUsed, a.Jobs, a.UsedGPUs = 3, []int64{42, 62}, []int{0, 4, 5}
 	a.Telemetry.GPUs[0] = api.GPUSample{Index: 0, UtilizationPct: 1, MemoryUsedMB: 2 << 10, PowerW: 80, TemperatureC: 35}
-	b.GPUsUsed, b.Jobs = 1, []int64{61}
+	b.GPUsUsed, b.Jobs, b.UsedGPUs = 1, []int64{61}, []int{0}
 	b.Telemetry.GPUs[0] = api.GPUSample{Index: 0, UtilizationPct: 30, MemoryUsedMB: 20 << 10, PowerW: 250, TemperatureC: 50}
 	b.GPUs[3].Healthy, b.GPUs[3].Health = false, "2 uncorrectable ECC errors"
-	nodes.Nodes = append(nodes.Nodes, api.Node{Name: "gpu-9", State: api.NodeLost, GPUsUsed: 1, Jobs: []int64{70},
+	nodes.Nodes = append(nodes.Nodes, api.Node{Name: "gpu-9", State: api.NodeLost, GPUsUsed: 1, Jobs: []int64{70}, UsedGPUs: []int{0},
 		Inventory: api.Inventory{CPUs: 32, MemoryMB: 256 << 10, GPUs: []api.GPU{
 			{Index: 0, UUID: "GPU-L4-0", Model: "L4", MemoryMB: 24 << 10, Healthy: true},
 			{Index: 1, UUID: "GPU-L4-1", Model: "L4", MemoryMB: 24 << 10, Healthy: true}}},
@@ -53,22 +56,84 @@ func topFixture() (api.NodeList, []api.Job) {
 	return nodes, jobs
 }
 
-// newTopServer serves nodes and jobs, the jobs two a page, and counts the requests.
+// newTopServer answers GET /api/v1/top from nodes and jobs, as fakeTop does.
 func newTopServer(t *testing.T, nodes api.NodeList, jobs []api.Job) string {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /api/v1/nodes", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, nodes)
-	})
-	mux.HandleFunc("GET /api/v1/jobs", func(w http.ResponseWriter, r *http.Request) {
-		from, _ := strconv.Atoi(r.URL.Query().Get("after"))
-		to := min(from+2, len(jobs))
-		page := api.JobList{Jobs: jobs[from:to]}
-		if to < len(jobs) {
-			page.Next = strconv.Itoa(to)
-		}
-		writeJSON(w, http.StatusOK, page)
+	mux.HandleFunc("GET /api/v1/top", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, fakeTop(r.URL.Query(), nodes.Nodes, jobs))
 	})
 	return newHTTPServer(t, mux)
+}
+
+// fakeTop is what the server answers to GET /api/v1/top with these nodes and jobs, read
+// at testNow: the loads of every node, per pool; the first nodes; the jobs counted by
+// state, the first running jobs, and the waiting jobs pending before held, each soonest
+// estimate first, then in the order given. The query's nodes and jobs say how many to
+// list, as the server's do.
+func fakeTop(q url.Values, nodes []api.Node, jobs []api.Job) api.Top {
+	t := api.Top{Time: testNow, Pools: []api.Load{}, Nodes: []api.Node{}, RunningJobs: []api.Job{}, WaitingJobs: []api.Job{}}
+	nodeRows, err := strconv.Atoi(q.Get("nodes"))
+	if err != nil {
+		nodeRows = len(nodes) // all
+	}
+	rows, _ := strconv.Atoi(cmp.Or(q.Get("jobs"), "10"))
+	var pools []string
+	for i, n := range nodes {
+		l := api.NodeLoad(&n)
+		t.Total.Add(l)
+		p := n.Labels["pool"]
+		k := slices.Index(pools, p)
+		if k < 0 {
+			pools, k = append(pools, p), len(pools)
+			t.Pools = append(t.Pools, api.Load{Pool: p})
+		}
+		t.Pools[k].Add(l)
+		if i < nodeRows {
+			t.Nodes = append(t.Nodes, n)
+		}
+		for _, id := range n.Jobs {
+			if k := slices.IndexFunc(jobs, func(j api.Job) bool { return j.ID == id }); k >= 0 && jobs[k].ArrayIndex != nil {
+				if t.JobLabels == nil {
+					t.JobLabels = map[int64]string{}
+				}
+				t.JobLabels[id] = displayID(jobs[k])
+			}
+		}
+	}
+	slices.SortFunc(t.Pools, func(a, b api.Load) int { return cmp.Compare(a.Pool, b.Pool) })
+	var waiting []api.Job
+	for _, j := range jobs {
+		switch j.State {
+		case api.StateAssigned, api.StateRunning:
+			if t.Running++; len(t.RunningJobs) < rows {
+				t.RunningJobs = append(t.RunningJobs, j)
+			}
+		case api.StatePending:
+			t.Pending++
+			waiting = append(waiting, j)
+		case api.StateHeld:
+			t.Held++
+			waiting = append(waiting, j)
+		}
+	}
+	// A held job ranks after every pending one, a job with no estimate after every one with.
+	rank := func(j api.Job) (int, time.Time) {
+		r, est := 0, time.Unix(1<<40, 0)
+		if j.State == api.StateHeld {
+			r = 1
+		}
+		if j.EstimatedStart != nil {
+			est = *j.EstimatedStart
+		}
+		return r, est
+	}
+	slices.SortStableFunc(waiting, func(a, b api.Job) int {
+		ra, ea := rank(a)
+		rb, eb := rank(b)
+		return cmp.Or(cmp.Compare(ra, rb), ea.Compare(eb))
+	})
+	t.WaitingJobs = append(t.WaitingJobs, waiting[:min(rows, len(waiting))]...)
+	return t
 }
 
 func TestTopGolden(t *testing.T) {
@@ -107,10 +172,41 @@ func TestTopJSON(t *testing.T) {
 	if code != ExitOK {
 		t.Fatalf("exit %d, stderr %q", code, errOut)
 	}
-	for _, want := range []string{`"nodes": [`, `"jobs": [`, `"name": "node-a"`, `"id": 64`} {
+	for _, want := range []string{`"nodes": [`, `"running_jobs": [`, `"name": "node-a"`, `"id": 64`, `"pending": 3`} {
 		if !strings.Contains(out, want) {
 			t.Errorf("JSON lacks %s:\n%s", want, out)
 		}
+	}
+}
+
+// rota top reads one glance a frame, of every node for one frame and of a screen's worth
+// of nodes for the live view; a server too old to answer it is named as the cause.
+func TestTopAsksForWhatItShows(t *testing.T) {
+	srv := newFakeServer(t)
+	if code, _, errOut := run(t, srv.URL, "top", "--once"); code != ExitOK {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	if want := []string{"/api/v1/top?jobs=10&nodes=all"}; !slices.Equal(srv.queries, want) {
+		t.Errorf("requests %q, want %q", srv.queries, want)
+	}
+	for _, tc := range []struct {
+		lines string
+		live  bool
+		want  int
+	}{{"40", true, 40}, {"", true, -1}, {"40", false, -1}} {
+		cfg := Config{Getenv: func(k string) string { return map[string]string{"LINES": tc.lines}[k] }}
+		if got := cfg.topNodes(tc.live); got != tc.want {
+			t.Errorf("LINES=%q live %v: %d nodes, want %d", tc.lines, tc.live, got, tc.want)
+		}
+	}
+
+	mux := http.NewServeMux()
+	mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusNotFound, api.Error{Code: api.CodeNotFound, Message: "no such API route: GET " + r.URL.Path})
+	})
+	code, out, errOut := run(t, newHTTPServer(t, mux), "top", "--once")
+	if code != ExitError || out != "" || !strings.Contains(errOut, "runs an older rota than this one") || !strings.Contains(errOut, "no such API route") {
+		t.Errorf("against an older server: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
 }
 
@@ -198,21 +294,28 @@ func TestTopOnceUnreachable(t *testing.T) {
 	}
 }
 
+// The job lists show the jobs the server sent, in its order, and count those it did not.
 func TestTopMoreRowsThanFit(t *testing.T) {
 	var jobs []api.Job
-	for i := range topRows + 3 {
+	for i := range topRows {
 		jobs = append(jobs, api.Job{ID: int64(100 + i), Spec: api.JobSpec{User: "u", GPUs: 1}, State: api.StatePending,
-			SubmitTime: testNow, EstimatedStart: at(time.Duration(topRows+3-i) * time.Minute)})
+			SubmitTime: testNow, EstimatedStart: at(time.Duration(topRows-i) * time.Minute)})
 	}
-	var b strings.Builder
-	writeTopWaiting(&b, topSnapshot{Time: testNow, Jobs: jobs})
-	lines := strings.Split(strings.TrimSuffix(b.String(), "\n"), "\n")
-	if len(lines) != topRows+2 || lines[len(lines)-1] != "… and 3 more waiting (rota queue lists them all)" {
-		t.Errorf("want a header, %d jobs and a count of the rest:\n%s", topRows, b.String())
-	}
-	// Soonest to start first: the last submitted.
-	if !strings.HasPrefix(lines[1], "112 ") {
-		t.Errorf("first waiting job: %q, want 112", lines[1])
+	for _, tc := range []struct {
+		write func(io.Writer, topSnapshot)
+		snap  topSnapshot
+		more  string
+	}{
+		{writeTopWaiting, topSnapshot{WaitingJobs: jobs, Pending: 40, Held: 3}, "… and 33 more waiting (rota queue lists them all)"},
+		{writeTopRunning, topSnapshot{RunningJobs: jobs, Running: 11}, "… and 1 more running (rota queue lists them all)"},
+	} {
+		var b strings.Builder
+		tc.snap.Time = testNow
+		tc.write(&b, tc.snap)
+		lines := strings.Split(strings.TrimSuffix(b.String(), "\n"), "\n")
+		if len(lines) != topRows+2 || lines[len(lines)-1] != tc.more || !strings.HasPrefix(lines[1], "100 ") || !strings.HasPrefix(lines[topRows], "109 ") {
+			t.Errorf("want a header, the %d jobs in the order sent and %q:\n%s", topRows, tc.more, b.String())
+		}
 	}
 }
 
@@ -230,7 +333,9 @@ func TestTopWatch(t *testing.T) {
 			if err != nil {
 				return topSnapshot{}, err
 			}
-			return topSnapshot{Time: time.Now(), Nodes: nodes.Nodes, Jobs: jobs}, nil
+			snap := fakeTop(url.Values{}, nodes.Nodes, jobs)
+			snap.Time = time.Now()
+			return snap, nil
 		}
 		var out bytes.Buffer
 		cfg := Config{Stdout: &out, Now: time.Now, Location: time.UTC, Getenv: func(string) string { return "" }}
@@ -297,7 +402,7 @@ func TestTopFitsTheScreen(t *testing.T) {
 		n.Name = "node-" + strconv.Itoa(100+i)
 		many = append(many, n)
 	}
-	snap := topSnapshot{Time: testNow, Nodes: many, Jobs: jobs}
+	snap := fakeTop(url.Values{}, many, jobs)
 	frame := func(lines string, fit bool, readErr error) []string {
 		cfg := Config{Now: func() time.Time { return testNow }, Location: time.UTC,
 			Getenv: func(k string) string { return map[string]string{"LINES": lines, "COLUMNS": "100"}[k] }}
