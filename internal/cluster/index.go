@@ -25,6 +25,7 @@ import (
 // jobIndex orders every job by ID and sets each one's bit in the set of its state.
 type jobIndex struct {
 	order   []int64                   // every job ID, ascending
+	recs    []*api.Job                // recs[i] is the state's record of job order[i]
 	byState map[api.JobState][]uint64 // bit i: order[i] is in the state
 	// entries holds, at each job's position in order, its snapshot entry (snapshot.go),
 	// or nil where none was made since the job last changed; it grows as entries are
@@ -55,6 +56,10 @@ func (x *jobIndex) rebuild(jobs map[int64]*api.Job) {
 		x.order = append(x.order, id)
 	}
 	slices.Sort(x.order)
+	x.recs = make([]*api.Job, len(x.order))
+	for i, id := range x.order {
+		x.recs[i] = jobs[id]
+	}
 	x.byState = map[api.JobState][]uint64{}
 	x.entries = make([]*snapJob, len(x.order))
 	// The snapshot entries of the jobs still here stay theirs: both orders ascend, so
@@ -142,18 +147,19 @@ func (s *State) indexJob(j *api.Job, old api.JobState, known bool) bool {
 			return false
 		}
 		x.order = append(x.order, j.ID)
+		x.recs = append(x.recs, j)
 		x.set(j.State, len(x.order)-1, true)
-		return true
-	}
-	if old == j.State {
 		return true
 	}
 	pos, found := slices.BinarySearch(x.order, j.ID)
 	if !found {
 		return false
 	}
-	x.set(old, pos, false)
-	x.set(j.State, pos, true)
+	x.recs[pos] = j // a change replaces the record
+	if old != j.State {
+		x.set(old, pos, false)
+		x.set(j.State, pos, true)
+	}
 	return true
 }
 
@@ -197,7 +203,7 @@ func (s *State) JobsPage(after int64, states []api.JobState, limit int, keep fun
 			if pos >= len(x.order) {
 				break
 			}
-			j := s.jobs[x.order[pos]]
+			j := x.recs[pos]
 			if keep != nil && !keep(j) {
 				continue
 			}

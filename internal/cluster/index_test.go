@@ -100,6 +100,14 @@ func checkIndexes(t *testing.T, s *State, rng *rand.Rand, step string) {
 	if len(x.entries) > len(x.order) {
 		t.Fatalf("%s: %d snapshot entries for %d jobs", step, len(x.entries), len(x.order))
 	}
+	if len(x.recs) != len(x.order) {
+		t.Fatalf("%s: %d records for %d jobs", step, len(x.recs), len(x.order))
+	}
+	for pos, id := range x.order {
+		if x.recs[pos] != s.jobs[id] {
+			t.Fatalf("%s: the record at job %d's position is not the state's", step, id)
+		}
+	}
 	for pos, e := range x.entries {
 		switch {
 		case e == nil:

@@ -18,7 +18,7 @@ import (
 func (s *State) EachJob(states ...api.JobState) iter.Seq[*api.Job] {
 	return func(yield func(*api.Job) bool) {
 		for pos := range s.jobIdx.positions(states...) {
-			if !yield(s.jobs[s.jobIdx.order[pos]]) {
+			if !yield(s.jobIdx.recs[pos]) {
 				return
 			}
 		}
