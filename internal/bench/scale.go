@@ -568,31 +568,40 @@ func measureSubmits(ctx context.Context, srv *serverProc, clients, n int) (time.
 	return took, d, first
 }
 
-// measureTop times GET /api/v1/top as `rota top` sends it on a screen of 50 lines, and
-// checks that its counts cover the whole cluster.
-func measureTop(ctx context.Context, srv *serverProc, quick bool) (map[string]float64, error) {
+// timeGets times GET path samples times (50, or 10 when quick), decoding each answer into
+// out, and returns the latencies, sorted, and their mean.
+func timeGets(ctx context.Context, srv *serverProc, path string, quick bool, out any) ([]time.Duration, float64, error) {
 	samples := 50
 	if quick {
 		samples = 10
 	}
-	var lat []time.Duration
+	lat := make([]time.Duration, 0, samples)
 	var total time.Duration
-	var top api.Top
 	for range samples {
 		t0 := time.Now()
-		if err := srv.do(ctx, http.MethodGet, "/api/v1/top?nodes=50&jobs=10", nil, nil, &top); err != nil {
-			return nil, err
+		if err := srv.do(ctx, http.MethodGet, path, nil, nil, out); err != nil {
+			return nil, 0, err
 		}
 		d := time.Since(t0)
 		lat, total = append(lat, d), total+d
 	}
+	slices.Sort(lat)
+	return lat, ms(total) / float64(samples), nil
+}
+
+// measureTop times GET /api/v1/top as `rota top` sends it on a screen of 50 lines, and
+// checks that its counts cover the whole cluster.
+func measureTop(ctx context.Context, srv *serverProc, quick bool) (map[string]float64, error) {
+	var top api.Top
+	lat, mean, err := timeGets(ctx, srv, "/api/v1/top?nodes=50&jobs=10", quick, &top)
+	if err != nil {
+		return nil, err
+	}
 	if len(top.Nodes) != min(50, top.Total.Nodes) || top.Running == 0 || top.Pending == 0 {
 		return nil, fmt.Errorf("GET /api/v1/top lists %d nodes of %d, counts %d running and %d pending", len(top.Nodes), top.Total.Nodes, top.Running, top.Pending)
 	}
-	slices.Sort(lat)
 	return map[string]float64{
-		"n": float64(samples), "mean-ms": ms(total) / float64(samples),
-		"p50-ms": percentileMS(lat, .5), "p99-ms": percentileMS(lat, .99),
+		"n": float64(len(lat)), "mean-ms": mean, "p50-ms": percentileMS(lat, .5), "p99-ms": percentileMS(lat, .99),
 		"nodes": float64(top.Total.Nodes), "running": float64(top.Running), "pending": float64(top.Pending),
 	}, nil
 }
@@ -600,24 +609,12 @@ func measureTop(ctx context.Context, srv *serverProc, quick bool) (map[string]fl
 // measureQueue times GET /api/v1/jobs as `rota queue` sends it: the first page, some
 // times over, then one walk through every page.
 func measureQueue(ctx context.Context, srv *serverProc, quick bool) (map[string]float64, error) {
-	samples := 50
-	if quick {
-		samples = 10
+	var first api.JobList
+	sorted, mean, err := timeGets(ctx, srv, "/api/v1/jobs", quick, &first)
+	if err != nil {
+		return nil, err
 	}
-	var lat []time.Duration
-	var total time.Duration
-	perPage := 0
-	for range samples {
-		var list api.JobList
-		t0 := time.Now()
-		if err := srv.do(ctx, http.MethodGet, "/api/v1/jobs", nil, nil, &list); err != nil {
-			return nil, err
-		}
-		d := time.Since(t0)
-		lat, total, perPage = append(lat, d), total+d, len(list.Jobs)
-	}
-	sorted := append([]time.Duration(nil), lat...)
-	slices.Sort(sorted)
+	perPage := len(first.Jobs)
 	start, pages, after := time.Now(), 0, ""
 	for {
 		var list api.JobList
@@ -635,7 +632,7 @@ func measureQueue(ctx context.Context, srv *serverProc, quick bool) (map[string]
 		after = list.Next
 	}
 	return map[string]float64{
-		"n": float64(samples), "first-page-mean-ms": ms(total) / float64(samples),
+		"n": float64(len(sorted)), "first-page-mean-ms": mean,
 		"first-page-p50-ms": percentileMS(sorted, .5), "first-page-p99-ms": percentileMS(sorted, .99), "jobs/page": float64(perPage),
 		"all-pages-s": time.Since(start).Seconds(), "pages": float64(pages),
 	}, nil
