@@ -626,6 +626,9 @@ type Node struct {
 	// UsedGPUs are the indices, ascending, of the GPUs active jobs hold, whole or in
 	// shares: GPUsUsed of them (API only).
 	UsedGPUs []int `json:"used_gpus,omitempty"`
+	// IdleGPUs are those of UsedGPUs whose jobs are all idle: every GPU of each below
+	// its queue's idle threshold by the latest reading (Job.IdleSince) (API only).
+	IdleGPUs []int `json:"idle_gpus,omitempty"`
 	// Degraded lists why the node is degraded (a GPU vanished, its health check fails);
 	// empty when it is not. Derived from the agent's reports.
 	Degraded []string `json:"degraded,omitempty"`
@@ -1054,15 +1057,42 @@ type Top struct {
 	// JobLabels names the jobs on the listed nodes that belong to an array,
 	// ARRAYID_INDEX, as the job lists show them.
 	JobLabels map[int64]string `json:"job_labels,omitempty"`
-	// Running (ASSIGNED or RUNNING), Pending and Held count the caller's readable jobs.
-	Running int `json:"running"`
-	Pending int `json:"pending"`
-	Held    int `json:"held"`
+	// Running (ASSIGNED or RUNNING), Pending and Held count the caller's readable jobs,
+	// and Queues the same jobs per queue, by name.
+	Running int          `json:"running"`
+	Pending int          `json:"pending"`
+	Held    int          `json:"held"`
+	Queues  []QueueDepth `json:"queues"`
 	// RunningJobs are the first running jobs by ID. WaitingJobs are the jobs that wait,
 	// pending before held, each soonest to start first, those with no estimate last,
 	// then by ID. As many of each as were asked for.
 	RunningJobs []Job `json:"running_jobs"`
 	WaitingJobs []Job `json:"waiting_jobs"`
+}
+
+// QueueDepth counts the jobs of one queue that have not ended: those that wait (pending
+// or held) with the GPUs they ask for, and those that run (ASSIGNED or RUNNING).
+type QueueDepth struct {
+	Queue       string `json:"queue"`
+	Pending     int    `json:"pending"`
+	Held        int    `json:"held"`
+	WaitingGPUs int    `json:"waiting_gpus"`
+	Running     int    `json:"running"`
+}
+
+// Add counts d of job j (1 to add it, -1 to take it away) by its state; an ended job
+// counts in none.
+func (q *QueueDepth) Add(j *Job, d int) {
+	switch {
+	case j.State == StatePending:
+		q.Pending += d
+		q.WaitingGPUs += d * j.Spec.GPUs
+	case j.State == StateHeld:
+		q.Held += d
+		q.WaitingGPUs += d * j.Spec.GPUs
+	case j.State.Active():
+		q.Running += d
+	}
 }
 
 // Load is what a set of nodes holds and, by their latest telemetry, what their GPUs do.

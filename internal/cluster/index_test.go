@@ -161,6 +161,20 @@ func checkIndexes(t *testing.T, s *State, rng *rand.Rand, step string) {
 			t.Fatalf("%s: %s jobs from the index %v, from a scan %v", step, c.name, c.got, want)
 		}
 	}
+	depth := map[string]*api.QueueDepth{}
+	for _, j := range s.Jobs(func(j *api.Job) bool { return !j.State.Terminal() }) {
+		if depth[j.Spec.Queue] == nil {
+			depth[j.Spec.Queue] = &api.QueueDepth{Queue: j.Spec.Queue}
+		}
+		depth[j.Spec.Queue].Add(&j, 1)
+	}
+	var wantDepth []api.QueueDepth
+	for _, q := range slices.Sorted(maps.Keys(depth)) {
+		wantDepth = append(wantDepth, *depth[q])
+	}
+	if got := s.QueueDepths(); !slices.Equal(got, wantDepth) && !(len(got) == 0 && len(wantDepth) == 0) {
+		t.Fatalf("%s: queue depths %+v; a scan says %+v", step, got, wantDepth)
+	}
 	for _, states := range [][]api.JobState{{api.StatePending}, {api.StateAssigned, api.StateRunning}, {api.StateHeld, api.StateHeld}, {api.StateCancelled}} {
 		var want, walked []int64
 		for _, j := range s.Jobs(func(j *api.Job) bool { return slices.Contains(states, j.State) }) {
@@ -249,11 +263,14 @@ func TestIndexesMatchAFullScan(t *testing.T) {
 						continue
 					}
 					user := []string{"alice", "bob"}[rng.IntN(2)]
-					j := api.Job{ID: id, Spec: api.JobSpec{User: user}, State: allStates[rng.IntN(2)]}
+					j := api.Job{ID: id, Spec: api.JobSpec{User: user, Queue: []string{"train", "batch"}[rng.IntN(2)], GPUs: rng.IntN(5)}, State: allStates[rng.IntN(2)]}
 					b.Jobs = append(b.Jobs, j)
-				case op < 6: // a job changes state, maybe with a new attempt
+				case op < 6: // a job changes state, maybe queue, maybe with a new attempt
 					j := jobs[rng.IntN(len(jobs))]
 					j.State = allStates[rng.IntN(len(allStates))]
+					if rng.IntN(8) == 0 {
+						j.Spec.Queue = "dev"
+					}
 					b.Jobs = append(b.Jobs, j)
 					if rng.IntN(2) == 0 {
 						a := api.Attempt{JobID: j.ID, N: len(attempts[j.ID]) + 1, AssignTime: now}

@@ -42,6 +42,8 @@ type State struct {
 	// waiting counts each user's jobs that have not started (pending or held), for the
 	// per-user limit a submit checks.
 	waiting map[string]int
+	// depth counts each queue's jobs that have not ended, by state (top.go).
+	depth map[string]*api.QueueDepth
 	// usage is every team's fair-share usage, kept up to date as attempts start and end;
 	// made on first use (fairShare).
 	usage *FairShare
@@ -91,6 +93,7 @@ func New() *State {
 		deadlined: map[int64]struct{}{},
 		gated:     map[int64]struct{}{},
 		waiting:   map[string]int{},
+		depth:     map[string]*api.QueueDepth{},
 		HalfLife:  7 * 24 * time.Hour,
 		jobIdx:    jobIndex{byState: map[api.JobState][]uint64{}},
 		onNode:    map[string]map[int64]struct{}{},
@@ -153,10 +156,12 @@ func (s *State) Apply(b *batch.Batch) {
 			if isWaiting(old.State) {
 				s.waiting[old.Spec.User]--
 			}
+			s.countDepth(old, -1)
 		}
 		if isWaiting(j.State) {
 			s.waiting[j.Spec.User]++
 		}
+		s.countDepth(&j, 1)
 		s.jobs[j.ID] = &j
 		if inOrder {
 			inOrder = s.indexJob(&j, was, known)

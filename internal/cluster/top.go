@@ -63,3 +63,29 @@ func (s *State) UsedGPUs(node string, buf []int) []int {
 	slices.Sort(buf[start:])
 	return buf[:start+len(slices.Compact(buf[start:]))]
 }
+
+// countDepth adds d of job j to its queue's depth, by its state; an ended job counts in
+// none. A queue left with nothing counted is dropped.
+func (s *State) countDepth(j *api.Job, d int) {
+	if j.State.Terminal() {
+		return
+	}
+	q := s.depth[j.Spec.Queue]
+	if q == nil {
+		q = &api.QueueDepth{Queue: j.Spec.Queue}
+		s.depth[j.Spec.Queue] = q
+	}
+	q.Add(j, d)
+	if *q == (api.QueueDepth{Queue: q.Queue}) {
+		delete(s.depth, j.Spec.Queue)
+	}
+}
+
+// QueueDepths returns the depth of every queue that holds a job not ended, by name.
+func (s *State) QueueDepths() []api.QueueDepth {
+	out := make([]api.QueueDepth, 0, len(s.depth))
+	for _, name := range slices.Sorted(maps.Keys(s.depth)) {
+		out = append(out, *s.depth[name])
+	}
+	return out
+}

@@ -2,6 +2,7 @@ package server
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -40,6 +41,10 @@ func TestIdleWarn(t *testing.T) {
 	if got.IdleSince == nil || !got.IdleSince.Equal(since) || got.IdleWarned {
 		t.Fatalf("after one idle reading: since %v warned %v; want since %s, not warned", got.IdleSince, got.IdleWarned, since)
 	}
+	gpu := got.AttemptList[0].Placements[0].GPUIndices
+	if n := h.node("n1"); !slices.Equal(n.UsedGPUs, gpu) || !slices.Equal(n.IdleGPUs, gpu) {
+		t.Fatalf("node n1 lists GPUs %v used and %v idle; want %v both", n.UsedGPUs, n.IdleGPUs, gpu)
+	}
 	resp := h.idleReading(j, 2, 30*time.Second)
 	if got := h.job(j.ID); !got.IdleSince.Equal(since) || got.IdleWarned || resp.Tasks[0].Notice != "" {
 		t.Fatalf("inside the window: %+v, notice %q", got.Job, resp.Tasks[0].Notice)
@@ -58,6 +63,9 @@ func TestIdleWarn(t *testing.T) {
 	got = h.job(j.ID)
 	if got.IdleSince != nil || got.IdleWarned || got.State != api.StateRunning {
 		t.Errorf("after a reading showing use: since %v warned %v %s; want the flag cleared", got.IdleSince, got.IdleWarned, got.State)
+	}
+	if n := h.node("n1"); !slices.Equal(n.UsedGPUs, gpu) || len(n.IdleGPUs) != 0 {
+		t.Errorf("after a reading showing use, node n1 lists GPUs %v used and %v idle; want %v and none", n.UsedGPUs, n.IdleGPUs, gpu)
 	}
 	if resp := h.beat("n1", 2); resp.Tasks[0].Notice != "" {
 		t.Errorf("notice %q once the job computes again", resp.Tasks[0].Notice)

@@ -664,21 +664,33 @@ func (s *Server) handleNodes(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	nodes := s.state.Nodes()
 	usage := s.state.Usage()
-	s.mu.Unlock()
 	for i := range nodes {
-		fillUsage(&nodes[i], usage[nodes[i].Name])
+		s.fillUsage(&nodes[i], usage[nodes[i].Name])
 	}
+	s.mu.Unlock()
 	writeJSON(w, http.StatusOK, api.NodeList{Nodes: nodes})
 }
 
-// fillUsage fills in what active jobs hold on node n, from u (nil when they hold nothing).
-func fillUsage(n *api.Node, u *cluster.NodeUsage) {
+// fillUsage fills in what active jobs hold on node n, from u (nil when they hold
+// nothing). Callers hold s.mu.
+func (s *Server) fillUsage(n *api.Node, u *cluster.NodeUsage) {
 	if u == nil {
 		return
 	}
 	n.GPUsUsed, n.CPUsUsed, n.Jobs = len(u.GPUs), u.CPUs, u.Jobs
 	n.UsedGPUs = slices.Sorted(maps.Keys(u.GPUs))
 	n.SharedGPUs = sharedGPUs(u)
+	idle := func(id int64) bool {
+		j := s.state.Peek(id)
+		return j != nil && j.IdleSince != nil
+	}
+	for _, g := range n.UsedGPUs {
+		// A shared GPU is idle when every job that holds a share of it is.
+		if ts, shared := u.Tenants[g]; shared && !slices.ContainsFunc(ts, func(t api.Tenant) bool { return !idle(t.JobID) }) ||
+			!shared && idle(u.GPUs[g]) {
+			n.IdleGPUs = append(n.IdleGPUs, g)
+		}
+	}
 }
 
 // sharedGPUs lists a node's shared GPUs by index, with their tenants.

@@ -74,7 +74,7 @@ func topNodesQuery(q url.Values) (int, *api.Error) {
 // read. Callers hold s.mu.
 func (s *Server) top(who auth.Identity, nodeRows, jobRows int) api.Top {
 	t := api.Top{Time: s.cfg.Clock.Now(), Pools: []api.Load{}, Nodes: []api.Node{},
-		RunningJobs: []api.Job{}, WaitingJobs: []api.Job{}}
+		RunningJobs: []api.Job{}, WaitingJobs: []api.Job{}, Queues: []api.QueueDepth{}}
 	pools := map[string]*api.Load{}
 	var used []int
 	for i, name := range s.state.NodeNames() {
@@ -90,7 +90,7 @@ func (s *Server) top(who auth.Identity, nodeRows, jobRows int) api.Top {
 		pools[pool].Add(l)
 		if i < nodeRows {
 			c := *n
-			fillUsage(&c, s.state.NodeUsage(name))
+			s.fillUsage(&c, s.state.NodeUsage(name))
 			t.Nodes = append(t.Nodes, c)
 		}
 	}
@@ -99,25 +99,24 @@ func (s *Server) top(who auth.Identity, nodeRows, jobRows int) api.Top {
 	}
 	t.JobLabels = s.arrayLabels(t.Nodes)
 
-	mayRead := s.readRule(who)
-	keep := func(j *api.Job) bool { return mayRead(j) == nil }
-	everyJob := readsEveryJob(who)
-	if everyJob {
-		keep = nil
+	// Who reads every job has the counts from the state's own; a member's are counted
+	// by walking the jobs not ended with the read rule.
+	var keep func(*api.Job) bool
+	if readsEveryJob(who) {
 		t.Running = s.state.CountJobs(activeStates...)
 		t.Pending = s.state.CountJobs(api.StatePending)
 		t.Held = s.state.CountJobs(api.StateHeld)
+		t.Queues = s.state.QueueDepths()
 	} else {
-		t.Running = s.countJobs(keep, activeStates...)
+		mayRead := s.readRule(who)
+		keep = func(j *api.Job) bool { return mayRead(j) == nil }
+		s.countReadable(&t, keep)
 	}
 	t.RunningJobs, _ = s.state.JobsPage(0, activeStates, jobRows, keep)
-	// Pending jobs come before held ones, so the held are looked at only to count them, or
-	// when fewer pending jobs than the list's rows were found.
-	pending, npending := s.soonest(api.StatePending, jobRows, keep, !everyJob)
-	held, nheld := s.soonest(api.StateHeld, jobRows-len(pending), keep, !everyJob)
-	if !everyJob {
-		t.Pending, t.Held = npending, nheld
-	}
+	// Pending jobs come before held ones, so the held are looked at only when fewer
+	// pending jobs than the list's rows were found.
+	pending := s.soonest(api.StatePending, jobRows, keep)
+	held := s.soonest(api.StateHeld, jobRows-len(pending), keep)
 	for _, j := range append(pending, held...) {
 		t.WaitingJobs = append(t.WaitingJobs, *j)
 	}
@@ -127,21 +126,15 @@ func (s *Server) top(who auth.Identity, nodeRows, jobRows int) api.Top {
 }
 
 // soonest returns the first rows jobs in state st that keep accepts (nil: all), soonest
-// estimated start first, those without an estimate last, then by ID; and, with count,
-// how many jobs keep accepts. It walks the state's jobs once, or not at all when rows is
-// 0 and nothing is to be counted.
-func (s *Server) soonest(st api.JobState, rows int, keep func(*api.Job) bool, count bool) ([]*api.Job, int) {
-	if rows <= 0 && !count {
-		return nil, 0
-	}
+// estimated start first, those without an estimate last, then by ID. It walks the
+// state's jobs once, or not at all when rows is 0.
+func (s *Server) soonest(st api.JobState, rows int, keep func(*api.Job) bool) []*api.Job {
 	var best []*api.Job
-	n := 0
+	if rows <= 0 {
+		return best
+	}
 	for j := range s.state.EachJob(st) {
 		if keep != nil && !keep(j) {
-			continue
-		}
-		n++
-		if rows <= 0 {
 			continue
 		}
 		// Jobs arrive in ID order, so a job goes after those it ties with on the estimate,
@@ -155,7 +148,7 @@ func (s *Server) soonest(st api.JobState, rows int, keep func(*api.Job) bool, co
 		best = slices.Insert(best, i, j)
 		best = best[:min(len(best), rows)]
 	}
-	return best, n
+	return best
 }
 
 // compareStarts orders jobs by their estimated start, soonest first, before those with none.
@@ -171,15 +164,31 @@ func compareStarts(a, b *api.Job) int {
 	return a.EstimatedStart.Compare(*b.EstimatedStart)
 }
 
-// countJobs counts the jobs in any of states that keep accepts.
-func (s *Server) countJobs(keep func(*api.Job) bool, states ...api.JobState) int {
-	n := 0
-	for j := range s.state.EachJob(states...) {
-		if keep(j) {
-			n++
+// countReadable counts into t the jobs not ended that keep accepts: by state, and per
+// queue.
+func (s *Server) countReadable(t *api.Top, keep func(*api.Job) bool) {
+	depth := map[string]*api.QueueDepth{}
+	for j := range s.state.EachJob(api.StatePending, api.StateHeld, api.StateAssigned, api.StateRunning) {
+		if !keep(j) {
+			continue
 		}
+		switch {
+		case j.State == api.StatePending:
+			t.Pending++
+		case j.State == api.StateHeld:
+			t.Held++
+		default:
+			t.Running++
+		}
+		if depth[j.Spec.Queue] == nil {
+			depth[j.Spec.Queue] = &api.QueueDepth{Queue: j.Spec.Queue}
+		}
+		depth[j.Spec.Queue].Add(j, 1)
 	}
-	return n
+	t.Queues = []api.QueueDepth{}
+	for _, q := range slices.Sorted(maps.Keys(depth)) {
+		t.Queues = append(t.Queues, *depth[q])
+	}
 }
 
 // arrayLabels names the jobs on the nodes that belong to an array as ARRAYID_INDEX.

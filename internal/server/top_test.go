@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/url"
 	"slices"
@@ -42,17 +43,16 @@ func (h *harness) topFromLists(token string, nodeRows, jobRows int) api.Top {
 		}
 		pools[p].Add(l)
 	}
-	for _, p := range slices.Sorted(func(yield func(string) bool) {
-		for p := range pools {
-			yield(p)
-		}
-	}) {
+	for _, p := range slices.Sorted(maps.Keys(pools)) {
 		want.Pools = append(want.Pools, *pools[p])
 	}
-	byID := map[int64]api.Job{}
 	var waiting []api.Job
+	depth := map[string]*api.QueueDepth{}
 	for _, j := range jobs {
-		byID[j.ID] = j
+		if depth[j.Spec.Queue] == nil {
+			depth[j.Spec.Queue] = &api.QueueDepth{Queue: j.Spec.Queue}
+		}
+		depth[j.Spec.Queue].Add(&j, 1)
 		switch j.State {
 		case api.StateAssigned, api.StateRunning:
 			want.Running++
@@ -77,6 +77,10 @@ func (h *harness) topFromLists(token string, nodeRows, jobRows int) api.Top {
 		return cmp.Or(cmp.Compare(held(a), held(b)), compareStarts(&a, &b))
 	})
 	want.WaitingJobs = append([]api.Job{}, waiting[:min(jobRows, len(waiting))]...)
+	want.Queues = []api.QueueDepth{}
+	for _, q := range slices.Sorted(maps.Keys(depth)) {
+		want.Queues = append(want.Queues, *depth[q])
+	}
 	for _, n := range want.Nodes {
 		for _, id := range n.Jobs {
 			var j api.JobDetail
@@ -118,6 +122,7 @@ func (h *harness) checkTop(when, token string, nodeRows, jobRows int) api.Top {
 		{"nodes", asJSON(got.Nodes), asJSON(want.Nodes)},
 		{"labels", asJSON(got.JobLabels), asJSON(want.JobLabels)},
 		{"counts", fmt.Sprint(got.Running, got.Pending, got.Held), fmt.Sprint(want.Running, want.Pending, want.Held)},
+		{"queues", asJSON(got.Queues), asJSON(want.Queues)},
 		{"running", fmt.Sprint(ids(got.RunningJobs)), fmt.Sprint(ids(want.RunningJobs))},
 		{"waiting", fmt.Sprint(ids(got.WaitingJobs)), fmt.Sprint(ids(want.WaitingJobs))},
 		{"running jobs", asJSON(got.RunningJobs), asJSON(want.RunningJobs)},
@@ -185,7 +190,8 @@ func TestTopIsTheListsAtAGlance(t *testing.T) {
 	h.submit(api.JobSpec{Command: []string{"x"}, GPUs: 1, User: "alice", Array: "0-3", TimeLimit: 300})
 	users := []string{"alice", "bob", "admin"}
 	for i := range 24 {
-		spec := api.JobSpec{Command: []string{"x"}, GPUs: 1 + i%3, User: users[i%3], TimeLimit: int64(600 * (1 + i%4))}
+		spec := api.JobSpec{Command: []string{"x"}, GPUs: 1 + i%3, User: users[i%3], TimeLimit: int64(600 * (1 + i%4)),
+			Queue: []string{"train", "batch"}[i%5/3]}
 		switch {
 		case i%7 == 3:
 			spec.Hold = true
@@ -202,9 +208,9 @@ func TestTopIsTheListsAtAGlance(t *testing.T) {
 		}
 	}
 	all := h.checkTop("admin", h.token, -1, 100)
-	if all.Running == 0 || all.Pending == 0 || all.Held == 0 || len(all.JobLabels) == 0 || all.Total.GPUsUsed == 0 {
-		t.Fatalf("the scenario lacks a case: %d running, %d pending, %d held, labels %v, %d GPUs used",
-			all.Running, all.Pending, all.Held, all.JobLabels, all.Total.GPUsUsed)
+	if all.Running == 0 || all.Pending == 0 || all.Held == 0 || len(all.JobLabels) == 0 || all.Total.GPUsUsed == 0 || len(all.Queues) < 2 {
+		t.Fatalf("the scenario lacks a case: %d running, %d pending, %d held, labels %v, %d GPUs used, queues %+v",
+			all.Running, all.Pending, all.Held, all.JobLabels, all.Total.GPUsUsed, all.Queues)
 	}
 	var estimated, unestimated bool
 	for _, j := range all.WaitingJobs {
