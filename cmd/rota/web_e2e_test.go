@@ -171,6 +171,8 @@ func TestWebUIInBrowser(t *testing.T) {
 		t.Errorf("the header does not say who is logged in")
 	}
 	b.wait("the overview's GPU counts", `document.querySelector('#gpu-stats .stat.used .n')?.textContent === "1"`, 10*time.Second)
+	// Queue depth counts the queue's jobs from the server's glance: one waits, one runs.
+	b.wait("the overview's queue depth", `[...document.querySelectorAll("tr[data-queue]")].some((r) => r.cells[1].textContent === "1" && r.cells[3].textContent === "1")`, 10*time.Second)
 	b.shoot("overview")
 	b.checkClean()
 
@@ -186,6 +188,9 @@ func TestWebUIInBrowser(t *testing.T) {
 	sel := fmt.Sprintf(`#pending tr[data-job="%d"] .reason`, pending)
 	b.wait("the pending job's reason", `document.querySelector(`+strconv.Quote(sel)+`)?.textContent.includes("free GPU")`, 10*time.Second)
 	b.wait("the running job in the queue", fmt.Sprintf(`document.querySelector('#running tr[data-job="%d"]') !== null`, running), 5*time.Second)
+	if h := b.eval(`document.querySelector("#pending h2").textContent + " / " + document.querySelector("#running h2").textContent`); h != "Pending (1) / Running (1)" {
+		t.Errorf("the queue's headings say %q; want Pending (1) / Running (1)", h)
+	}
 	b.shoot("queue")
 	b.checkClean()
 
@@ -394,6 +399,10 @@ pools:
 	// A member files a quota raise: too big first, refused naming the field, then right.
 	logIn("alice", alice)
 	b.wait("the overview's drifting node", `document.querySelector("#drift-stat .n")?.textContent === "1"`, 10*time.Second)
+	// The admin's blocker holds a GPU: a member who may not read that job still sees the
+	// GPU taken, not free.
+	b.wait("a member's overview counting the GPU another's job holds",
+		`Number(document.querySelector("#gpu-stats .stat.used .n")?.textContent) + Number(document.querySelector("#gpu-stats .stat.idle .n")?.textContent) === 1`, 10*time.Second)
 	if b.eval(`document.getElementById("requests-stat") === null ? "none" : "shown"`) != "none" {
 		t.Errorf("a member's overview counts the requests waiting for a decision; only deciders' should")
 	}

@@ -301,18 +301,21 @@
     ['unhealthy', 'unhealthy'], ['unavailable', 'node not taking work'],
   ];
 
-  // gpuCells says, per node, each GPU's state, job and last reading.
+  // gpuCells says, per node, each GPU's state, job and last reading. The node says which
+  // of its GPUs jobs hold and which of those sit idle, whoever's jobs they are; jobs, those
+  // the viewer may read, name the job in a cell.
   function gpuCells(nodes, jobs) {
     const byUUID = new Map();
-    for (const j of jobs) if (!terminal(j.state)) for (const u of j.gpus || []) byUUID.set(u, j);
+    for (const j of jobs || []) if (!terminal(j.state)) for (const u of j.gpus || []) byUUID.set(u, j);
     return nodes.map((n) => {
       const readings = new Map(((n.telemetry && n.telemetry.gpus) || []).map((r) => [r.index, r]));
-      const held = new Set(n.held_gpus || []);
+      const held = new Set(n.held_gpus || []), used = new Set(n.used_gpus || []), idle = new Set(n.idle_gpus || []);
       const takesWork = n.state === 'READY' && !n.syncing;
       const cells = (n.gpus || []).map((g) => {
         const job = byUUID.get(g.uuid) || null;
         let state = 'free';
         if (!g.healthy || g.missing) state = 'unhealthy';
+        else if (used.has(g.index)) state = idle.has(g.index) ? 'idle' : 'used';
         else if (job) state = job.idle_since ? 'idle' : 'used';
         else if (held.has(g.index)) state = 'held';
         else if (!takesWork) state = 'unavailable';
@@ -415,12 +418,14 @@
     page.replaceChildren(el('h1', null, 'Overview'), statsBox, legend(GPU_STATES), govBox, utilBox, el('div', { class: 'grid2' }, queueBox, waitBox));
 
     await every(10000, async () => {
-      const [nodeList, jobs] = await Promise.all([api('/api/v1/nodes'), allJobs('')]);
+      // The nodes say what each GPU does; the glance counts the queues' jobs, all of them
+      // (a listing would stop at its pages).
+      const [nodeList, top] = await Promise.all([api('/api/v1/nodes'), api('/api/v1/top?nodes=0&jobs=0')]);
       if (!alive()) return;
       const nodes = nodeList.nodes || [];
       const counts = { free: 0, used: 0, idle: 0, held: 0, unhealthy: 0, unavailable: 0 };
       let total = 0;
-      for (const n of gpuCells(nodes, jobs)) for (const c of n.cells) { counts[c.state]++; total++; }
+      for (const n of gpuCells(nodes, [])) for (const c of n.cells) { counts[c.state]++; total++; }
       statsBox.replaceChildren(
         el('div', { class: 'stat' }, el('div', { class: 'n' }, String(total)), 'GPUs on ' + nodes.length + (nodes.length === 1 ? ' node' : ' nodes')),
         ...GPU_STATES.filter(([k]) => counts[k] || ['free', 'used', 'idle', 'unhealthy'].includes(k)).map(([k, label]) =>
@@ -428,18 +433,11 @@
       await drawGovernance(govBox, nodes, alive);
       if (!alive()) return;
 
-      // Queue depth: pending jobs per queue, and what runs.
-      const perQueue = new Map();
-      for (const j of jobs) {
-        const q = (j.spec && j.spec.queue) || '-';
-        const e = perQueue.get(q) || { pending: 0, running: 0, gpus: 0 };
-        if (j.state === 'PENDING' || j.state === 'HELD') { e.pending++; e.gpus += (j.spec && j.spec.gpus) || 0; } else if (!terminal(j.state)) e.running++;
-        perQueue.set(q, e);
-      }
-      const qrows = [...perQueue.entries()].sort((a, b) => a[0].localeCompare(b[0]));
+      // Queue depth: the jobs that wait (pending or held) per queue, and what runs.
+      const qrows = top.queues || [];
       queueBox.replaceChildren(el('h2', null, 'Queue depth'), qrows.length
         ? table(['Queue', { label: 'Pending', num: true }, { label: 'GPUs asked by pending', num: true }, { label: 'Running', num: true }],
-          qrows.map(([q, e]) => ({ cells: [q, String(e.pending), String(e.gpus), String(e.running)] })))
+          qrows.map((q) => ({ attrs: { dataset: { queue: q.queue } }, cells: [q.queue || '-', String(q.pending + q.held), String(q.waiting_gpus), String(q.running)] })))
         : el('p', { class: 'notice' }, 'No job is pending or running.'),
       el('p', null, el('a', { href: '#/queue' }, 'The queue, with reasons →')));
 
@@ -602,11 +600,14 @@
     const running = el('section', { class: 'card', id: 'running' });
     page.replaceChildren(el('h1', null, 'Queue'), pending, running);
     await every(5000, async () => {
-      const jobs = await allJobs('');
+      // The lists stop at allJobs' pages; the headings count every job, from the glance.
+      const [jobs, top] = await Promise.all([allJobs(''), api('/api/v1/top?nodes=0&jobs=0')]);
       if (!alive()) return;
       const waiting = jobs.filter((j) => j.state === 'PENDING' || j.state === 'HELD');
       const active = jobs.filter((j) => !terminal(j.state) && !waiting.includes(j));
-      pending.replaceChildren(el('h2', null, 'Pending (' + waiting.length + ')'), waiting.length
+      const heading = (what, shown, all) => el('h2', null, what + ' (' + all + ')',
+        shown < all ? el('span', { class: 'muted shown' }, ' showing the first ' + shown + '; rota queue lists them all') : null);
+      pending.replaceChildren(heading('Pending', waiting.length, top.pending + top.held), waiting.length
         ? table(['Job', 'Name', 'User', 'Queue', { label: 'GPUs', num: true }, 'Waiting', 'Why it waits', 'Estimated start', 'Deadline'],
           waiting.map((j) => ({
             attrs: { dataset: { job: String(j.id) } },
@@ -615,7 +616,7 @@
               j.estimated_start ? el('span', { title: fmtTime(j.estimated_start) }, until(j.estimated_start)) : '-', deadlineCell(j)],
           })))
         : el('p', { class: 'notice' }, 'Nothing is waiting.'));
-      running.replaceChildren(el('h2', null, 'Running (' + active.length + ')'), active.length
+      running.replaceChildren(heading('Running', active.length, top.running), active.length
         ? table(['Job', 'Name', 'User', 'Queue', { label: 'GPUs', num: true }, 'State', 'Nodes', 'Running for', { label: 'GPU use', num: true }, 'Deadline'],
           active.map((j) => ({
             attrs: { dataset: { job: String(j.id) } },
