@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/rotahq/rota/internal/api"
+	"github.com/rotahq/rota/internal/cluster"
+	"github.com/rotahq/rota/internal/store"
 )
 
 // topFromLists is what GET /api/v1/top must answer, worked out the way rota top did before
@@ -238,5 +240,33 @@ func TestTopRefusesBadQueries(t *testing.T) {
 		if code := h.do("GET", "/api/v1/top?"+c.query, nil, &e); code != http.StatusBadRequest || e.Field != c.field {
 			t.Errorf("%s: %d %q %s; want 400 naming %s", c.query, code, e.Field, e.Message, c.field)
 		}
+	}
+}
+
+// A node's idle GPUs: a whole GPU is idle with its job, a shared one only when every job
+// with a share of it is.
+func TestIdleGPUsOfSharedGPUs(t *testing.T) {
+	h := newHarness(t)
+	now := h.clock.Now()
+	job := func(id int64, idle bool) api.Job {
+		j := api.Job{ID: id, Spec: api.JobSpec{Command: []string{"x"}, User: "admin", Team: "default", Queue: "train", GPUs: 1},
+			State: api.StateRunning, SubmitTime: now, Attempts: 1}
+		if idle {
+			j.IdleSince = &now
+		}
+		return j
+	}
+	b := &store.Batch{Jobs: []api.Job{job(1, true), job(2, false), job(3, true)}}
+	h.srv.mu.Lock()
+	defer h.srv.mu.Unlock()
+	if err := h.srv.commit(context.Background(), b); err != nil {
+		t.Fatal(err)
+	}
+	u := &cluster.NodeUsage{GPUs: map[int]int64{0: 1, 1: 2, 2: 3, 3: 2},
+		Tenants: map[int][]api.Tenant{1: {{JobID: 1, Share: 0.5}, {JobID: 2, Share: 0.5}}, 2: {{JobID: 3, Share: 0.5}}}}
+	var n api.Node
+	h.srv.fillUsage(&n, u)
+	if !slices.Equal(n.UsedGPUs, []int{0, 1, 2, 3}) || !slices.Equal(n.IdleGPUs, []int{0, 2}) {
+		t.Errorf("used %v, idle %v; want 0-3 used, 0 (its job idle) and 2 (its one tenant idle) idle", n.UsedGPUs, n.IdleGPUs)
 	}
 }
