@@ -21,8 +21,10 @@ var mayImport = map[string][]string{
 	// cmd/rota wires everything.
 	"cmd/rota": {"internal/agent", "internal/auth", "internal/bench", "internal/cli", "internal/sched",
 		"internal/server", "internal/sim", "internal/store"},
-	"internal/api":        nil,
-	"internal/atomicfile": nil,
+	"internal/api": nil,
+	// apitest is what tests of several packages work out from the wire types.
+	"internal/api/apitest": {"internal/api"},
+	"internal/atomicfile":  nil,
 	// auth: identities, tokens and the agents' CA; the CLI and the agent use its client side.
 	"internal/auth": {"internal/api", "internal/atomicfile"},
 	// The agent speaks to the server only through the wire types, never its insides or the
@@ -59,7 +61,7 @@ var mayImport = map[string][]string{
 // an entry ending in "/" forbids everything under it.
 var mustNotLink = map[string][]string{
 	// The production binary carries no test machinery.
-	"cmd/rota": {"testing", "testing/", module + "internal/fuzztest", module + "internal/store/storetest"},
+	"cmd/rota": {"testing", "testing/", module + "internal/fuzztest", module + "internal/store/storetest", module + "internal/api/apitest"},
 	// The simulator, and what it is built from, run in virtual time with no network or
 	// database.
 	"internal/sim":     noIO,

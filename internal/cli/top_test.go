@@ -17,6 +17,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/rotahq/rota/internal/api"
+	"github.com/rotahq/rota/internal/api/apitest"
 )
 
 // topFixture is the fake's cluster with every kind of GPU cell: on node-a job 42 busy on
@@ -66,74 +67,20 @@ func newTopServer(t *testing.T, nodes api.NodeList, jobs []api.Job) string {
 }
 
 // fakeTop is what the server answers to GET /api/v1/top with these nodes and jobs, read
-// at testNow: the loads of every node, per pool; the first nodes; the jobs counted by
-// state, the first running jobs, and the waiting jobs pending before held, each soonest
-// estimate first, then in the order given. The query's nodes and jobs say how many to
-// list, as the server's do.
+// at testNow. The query's nodes and jobs say how many to list, as the server's do.
 func fakeTop(q url.Values, nodes []api.Node, jobs []api.Job) api.Top {
-	t := api.Top{Time: testNow, Pools: []api.Load{}, Nodes: []api.Node{}, RunningJobs: []api.Job{}, WaitingJobs: []api.Job{}}
 	nodeRows, err := strconv.Atoi(q.Get("nodes"))
 	if err != nil {
 		nodeRows = len(nodes) // all
 	}
 	rows, _ := strconv.Atoi(cmp.Or(q.Get("jobs"), "10"))
-	var pools []string
-	for i, n := range nodes {
-		l := api.NodeLoad(&n)
-		t.Total.Add(l)
-		p := n.Labels["pool"]
-		k := slices.Index(pools, p)
-		if k < 0 {
-			pools, k = append(pools, p), len(pools)
-			t.Pools = append(t.Pools, api.Load{Pool: p})
-		}
-		t.Pools[k].Add(l)
-		if i < nodeRows {
-			t.Nodes = append(t.Nodes, n)
-		}
-		for _, id := range n.Jobs {
-			if k := slices.IndexFunc(jobs, func(j api.Job) bool { return j.ID == id }); k >= 0 && jobs[k].ArrayIndex != nil {
-				if t.JobLabels == nil {
-					t.JobLabels = map[int64]string{}
-				}
-				t.JobLabels[id] = displayID(jobs[k])
-			}
-		}
-	}
-	slices.SortFunc(t.Pools, func(a, b api.Load) int { return cmp.Compare(a.Pool, b.Pool) })
-	var waiting []api.Job
+	var open []api.Job
 	for _, j := range jobs {
-		switch j.State {
-		case api.StateAssigned, api.StateRunning:
-			if t.Running++; len(t.RunningJobs) < rows {
-				t.RunningJobs = append(t.RunningJobs, j)
-			}
-		case api.StatePending:
-			t.Pending++
-			waiting = append(waiting, j)
-		case api.StateHeld:
-			t.Held++
-			waiting = append(waiting, j)
+		if !j.State.Terminal() {
+			open = append(open, j)
 		}
 	}
-	// A held job ranks after every pending one, a job with no estimate after every one with.
-	rank := func(j api.Job) (int, time.Time) {
-		r, est := 0, time.Unix(1<<40, 0)
-		if j.State == api.StateHeld {
-			r = 1
-		}
-		if j.EstimatedStart != nil {
-			est = *j.EstimatedStart
-		}
-		return r, est
-	}
-	slices.SortStableFunc(waiting, func(a, b api.Job) int {
-		ra, ea := rank(a)
-		rb, eb := rank(b)
-		return cmp.Or(cmp.Compare(ra, rb), ea.Compare(eb))
-	})
-	t.WaitingJobs = append(t.WaitingJobs, waiting[:min(rows, len(waiting))]...)
-	return t
+	return apitest.Top(testNow, nodes, open, nodeRows, rows)
 }
 
 func TestTopGolden(t *testing.T) {

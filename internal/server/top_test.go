@@ -1,11 +1,9 @@
 package server
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
-	"maps"
 	"net/http"
 	"net/url"
 	"slices"
@@ -13,6 +11,7 @@ import (
 	"time"
 
 	"github.com/rotahq/rota/internal/api"
+	"github.com/rotahq/rota/internal/api/apitest"
 	"github.com/rotahq/rota/internal/cluster"
 	"github.com/rotahq/rota/internal/store"
 )
@@ -34,68 +33,7 @@ func (h *harness) topFromLists(token string, nodeRows, jobRows int) api.Top {
 		}
 		return ids, p.Next
 	})
-	want := api.Top{Pools: []api.Load{}, Nodes: nodes.Nodes[:min(nodeRows, len(nodes.Nodes))], RunningJobs: []api.Job{}}
-	pools := map[string]*api.Load{}
-	for _, n := range nodes.Nodes {
-		l := api.NodeLoad(&n)
-		want.Total.Add(l)
-		p := n.Labels["pool"]
-		if pools[p] == nil {
-			pools[p] = &api.Load{Pool: p}
-		}
-		pools[p].Add(l)
-	}
-	for _, p := range slices.Sorted(maps.Keys(pools)) {
-		want.Pools = append(want.Pools, *pools[p])
-	}
-	var waiting []api.Job
-	depth := map[string]*api.QueueDepth{}
-	for _, j := range jobs {
-		if depth[j.Spec.Queue] == nil {
-			depth[j.Spec.Queue] = &api.QueueDepth{Queue: j.Spec.Queue}
-		}
-		depth[j.Spec.Queue].Add(&j, 1)
-		switch j.State {
-		case api.StateAssigned, api.StateRunning:
-			want.Running++
-			if len(want.RunningJobs) < jobRows {
-				want.RunningJobs = append(want.RunningJobs, j)
-			}
-		case api.StatePending:
-			want.Pending++
-			waiting = append(waiting, j)
-		case api.StateHeld:
-			want.Held++
-			waiting = append(waiting, j)
-		}
-	}
-	slices.SortStableFunc(waiting, func(a, b api.Job) int {
-		held := func(j api.Job) int {
-			if j.State == api.StateHeld {
-				return 1
-			}
-			return 0
-		}
-		return cmp.Or(cmp.Compare(held(a), held(b)), compareStarts(&a, &b))
-	})
-	want.WaitingJobs = append([]api.Job{}, waiting[:min(jobRows, len(waiting))]...)
-	want.Queues = []api.QueueDepth{}
-	for _, q := range slices.Sorted(maps.Keys(depth)) {
-		want.Queues = append(want.Queues, *depth[q])
-	}
-	for _, n := range want.Nodes {
-		for _, id := range n.Jobs {
-			var j api.JobDetail
-			h.do("GET", fmt.Sprint("/api/v1/jobs/", id), nil, &j)
-			if j.ArrayIndex != nil {
-				if want.JobLabels == nil {
-					want.JobLabels = map[int64]string{}
-				}
-				want.JobLabels[id] = fmt.Sprintf("%d_%d", j.ArrayID, *j.ArrayIndex)
-			}
-		}
-	}
-	return want
+	return apitest.Top(h.clock.Now(), nodes.Nodes, jobs, nodeRows, jobRows)
 }
 
 // checkTop compares GET /api/v1/top with topFromLists.
