@@ -97,25 +97,27 @@ const (
 
 // mayRead reports whether id may see the job: viewers and up see every job's summary; a
 // member sees its own jobs and those of the teams that list it.
-func (s *Server) mayRead(id auth.Identity, j *api.Job) *api.Error { return s.readRule(id)(j) }
+func (s *Server) mayRead(id auth.Identity, j *api.Job) *api.Error {
+	if reads := s.readFilter(id); reads == nil || reads(j) {
+		return nil
+	}
+	teams := s.state.TeamsOf(id.User)
+	return forbidden(id, ruleTeamJobs, "job %d belongs to team %s; role member reads only its own jobs and those of its teams (%s)",
+		j.ID, j.Spec.Team, joinOr(teams, "none"))
+}
 
 // readsEveryJob reports whether id may read every job: every role but member may.
 func readsEveryJob(id auth.Identity) bool { return id.Role != auth.RoleMember }
 
-// readRule is mayRead for many jobs: the member's teams are looked up once, not per job.
-// Callers hold s.mu.
-func (s *Server) readRule(id auth.Identity) func(*api.Job) *api.Error {
+// readFilter is mayRead for filtering many jobs: nil when id reads every job, else a
+// test that looks the member's teams up once, not per job, and says no without the
+// reason mayRead would build (a listing turns many jobs away). Callers hold s.mu.
+func (s *Server) readFilter(id auth.Identity) func(*api.Job) bool {
 	if readsEveryJob(id) {
-		return func(*api.Job) *api.Error { return nil }
+		return nil
 	}
 	teams := s.state.TeamsOf(id.User)
-	return func(j *api.Job) *api.Error {
-		if j.Spec.User == id.User || slices.Contains(teams, j.Spec.Team) {
-			return nil
-		}
-		return forbidden(id, ruleTeamJobs, "job %d belongs to team %s; role member reads only its own jobs and those of its teams (%s)",
-			j.ID, j.Spec.Team, joinOr(teams, "none"))
-	}
+	return func(j *api.Job) bool { return j.Spec.User == id.User || slices.Contains(teams, j.Spec.Team) }
 }
 
 // mayAct reports whether id may cancel, hold or release the job: operators and admins may

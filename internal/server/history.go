@@ -35,9 +35,9 @@ func (s *Server) handleHistory(w http.ResponseWriter, r *http.Request) {
 	}
 	who := caller(r)
 	s.mu.Lock()
-	mayRead := s.readRule(who)
+	reads := s.readFilter(who)
 	inWindow := func(j *api.Job) bool {
-		return !j.SubmitTime.Before(since) && (until.IsZero() || j.SubmitTime.Before(until)) && mayRead(j) == nil
+		return !j.SubmitTime.Before(since) && (until.IsZero() || j.SubmitTime.Before(until)) && (reads == nil || reads(j))
 	}
 	jobs, more := s.state.JobsPage(after, endedOf(nil), limit, inWindow)
 	attempts := make(map[int64][]api.Attempt, len(jobs))

@@ -335,7 +335,7 @@ func (s *Server) handleListJobs(w http.ResponseWriter, r *http.Request) {
 	queue, user := q.Get("queue"), q.Get("user")
 	who := caller(r)
 	s.mu.Lock()
-	mayRead := s.readRule(who)
+	reads := s.readFilter(who)
 	keep := func(j *api.Job) bool {
 		switch {
 		case queue != "" && j.Spec.Queue != queue:
@@ -343,7 +343,7 @@ func (s *Server) handleListJobs(w http.ResponseWriter, r *http.Request) {
 		case user != "" && j.Spec.User != user:
 			return false
 		}
-		return mayRead(j) == nil
+		return reads == nil || reads(j)
 	}
 	jobs, more := s.state.JobsPage(after, want, limit, keep)
 	s.listed(jobs)

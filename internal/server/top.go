@@ -108,8 +108,7 @@ func (s *Server) top(who auth.Identity, nodeRows, jobRows int) api.Top {
 		t.Held = s.state.CountJobs(api.StateHeld)
 		t.Queues = s.state.QueueDepths()
 	} else {
-		mayRead := s.readRule(who)
-		keep = func(j *api.Job) bool { return mayRead(j) == nil }
+		keep = s.readFilter(who)
 		s.countReadable(&t, keep)
 	}
 	t.RunningJobs, _ = s.state.JobsPage(0, activeStates, jobRows, keep)

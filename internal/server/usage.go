@@ -116,12 +116,12 @@ func usageQuery(v url.Values, now time.Time) (report.Query, *api.Error) {
 func (s *Server) usageInput(who auth.Identity, q report.Query) report.Input {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	mayRead := s.readRule(who)
+	reads := s.readFilter(who)
 	in := report.Input{Now: s.cfg.Clock.Now(), Nodes: s.state.Nodes(), Prices: s.prices()}
 	wanted := func(j *api.Job) bool {
 		// A terminal job's end is its last attempt's: one that ended before the window
 		// has nothing in it. A job submitted after the window has not started in it.
-		return j.SubmitTime.Before(q.Until) && !(j.State.Terminal() && j.EndTime != nil && j.EndTime.Before(q.Since)) && mayRead(j) == nil
+		return j.SubmitTime.Before(q.Until) && !(j.State.Terminal() && j.EndTime != nil && j.EndTime.Before(q.Since)) && (reads == nil || reads(j))
 	}
 	// State.Jobs copies and sorts whole jobs; the report needs neither, so its filter
 	// serves as a visitor that returns false. The first pass counts, so the second
@@ -342,10 +342,10 @@ func (s *Server) evictedUsage(ctx context.Context, in *report.Input, who auth.Id
 	}
 	keep := map[int64]bool{}
 	s.mu.Lock()
-	mayRead := s.readRule(who)
+	reads := s.readFilter(who)
 	for i := range jobs {
 		j := &jobs[i]
-		if _, ok := s.state.Evicted(j.ID); ok && !have[j.ID] && mayRead(j) == nil {
+		if _, ok := s.state.Evicted(j.ID); ok && !have[j.ID] && (reads == nil || reads(j)) {
 			keep[j.ID] = true
 			in.Jobs = append(in.Jobs, accountedJob(j))
 		}

@@ -274,6 +274,8 @@ func fullNode(name string) api.Node {
 		GPUsUsed:      4,
 		CPUsUsed:      16,
 		Jobs:          []int64{7, 9},
+		UsedGPUs:      []int{1, 2, 5},
+		IdleGPUs:      []int{5},
 		Degraded:      []string{"GPU 3 (GPU-0a1b) is missing: it can no longer be found"},
 		HealthCheck:   &api.HealthCheck{Time: t0.Add(4 * time.Second), ExitCode: 2, Output: "checking\nnvlink down"},
 		Telemetry:     &api.Telemetry{Time: t0},
@@ -289,7 +291,7 @@ func fullNode(name string) api.Node {
 // storedNode returns n as the store gives it back: without the fields the API fills in
 // from the live state, which are not stored.
 func storedNode(n api.Node) api.Node {
-	n.GPUsUsed, n.CPUsUsed, n.Jobs = 0, 0, nil
+	n.GPUsUsed, n.CPUsUsed, n.Jobs, n.UsedGPUs, n.IdleGPUs = 0, 0, nil, nil, nil
 	n.Telemetry, n.Leftovers, n.HeldGPUs, n.SharedGPUs = nil, nil, nil, nil
 	return n
 }

@@ -652,7 +652,8 @@ func (s *sqlStore) LoadAttempts(ctx context.Context) ([]api.Attempt, error) {
 }
 
 // LoadNodes returns every node, ordered by name. The fields the API fills in from the
-// live state (GPUsUsed, CPUsUsed, Jobs) are not stored and come back zero.
+// live state (GPUsUsed, CPUsUsed, Jobs, UsedGPUs, IdleGPUs and the like) are not stored
+// and come back zero.
 func (s *sqlStore) LoadNodes(ctx context.Context) ([]api.Node, error) {
 	const q = "SELECT name, state, last_heartbeat, inventory, data FROM nodes ORDER BY name"
 	nodes, err := query(ctx, s.read, q, nil, func(rows *sql.Rows) (api.Node, error) {
