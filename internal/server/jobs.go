@@ -664,26 +664,28 @@ func (s *Server) handleNodes(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	nodes := s.state.Nodes()
 	usage := s.state.Usage()
-	for i := range nodes {
-		s.fillUsage(&nodes[i], usage[nodes[i].Name])
+	idle := map[int64]bool{}
+	for j := range s.state.EachJob(activeStates...) {
+		if j.IdleSince != nil {
+			idle[j.ID] = true
+		}
 	}
 	s.mu.Unlock()
+	for i := range nodes {
+		fillUsage(&nodes[i], usage[nodes[i].Name], func(id int64) bool { return idle[id] })
+	}
 	writeJSON(w, http.StatusOK, api.NodeList{Nodes: nodes})
 }
 
 // fillUsage fills in what active jobs hold on node n, from u (nil when they hold
-// nothing). Callers hold s.mu.
-func (s *Server) fillUsage(n *api.Node, u *cluster.NodeUsage) {
+// nothing); idle says whether an active job is idle (Job.IdleSince).
+func fillUsage(n *api.Node, u *cluster.NodeUsage, idle func(id int64) bool) {
 	if u == nil {
 		return
 	}
 	n.GPUsUsed, n.CPUsUsed, n.Jobs = len(u.GPUs), u.CPUs, u.Jobs
 	n.UsedGPUs = slices.Sorted(maps.Keys(u.GPUs))
 	n.SharedGPUs = sharedGPUs(u)
-	idle := func(id int64) bool {
-		j := s.state.Peek(id)
-		return j != nil && j.IdleSince != nil
-	}
 	for _, g := range n.UsedGPUs {
 		// A shared GPU is idle when every job that holds a share of it is.
 		if ts, shared := u.Tenants[g]; shared && !slices.ContainsFunc(ts, func(t api.Tenant) bool { return !idle(t.JobID) }) ||
@@ -691,6 +693,13 @@ func (s *Server) fillUsage(n *api.Node, u *cluster.NodeUsage) {
 			n.IdleGPUs = append(n.IdleGPUs, g)
 		}
 	}
+}
+
+// flaggedIdle says whether job id is flagged idle (Job.IdleSince), from the state.
+// Callers hold s.mu.
+func (s *Server) flaggedIdle(id int64) bool {
+	j := s.state.Peek(id)
+	return j != nil && j.IdleSince != nil
 }
 
 // sharedGPUs lists a node's shared GPUs by index, with their tenants.

@@ -90,7 +90,7 @@ func (s *Server) top(who auth.Identity, nodeRows, jobRows int) api.Top {
 		pools[pool].Add(l)
 		if i < nodeRows {
 			c := *n
-			s.fillUsage(&c, s.state.NodeUsage(name))
+			fillUsage(&c, s.state.NodeUsage(name), s.flaggedIdle)
 			t.Nodes = append(t.Nodes, c)
 		}
 	}

@@ -203,7 +203,7 @@ func TestIdleGPUsOfSharedGPUs(t *testing.T) {
 	u := &cluster.NodeUsage{GPUs: map[int]int64{0: 1, 1: 2, 2: 3, 3: 2},
 		Tenants: map[int][]api.Tenant{1: {{JobID: 1, Share: 0.5}, {JobID: 2, Share: 0.5}}, 2: {{JobID: 3, Share: 0.5}}}}
 	var n api.Node
-	h.srv.fillUsage(&n, u)
+	fillUsage(&n, u, h.srv.flaggedIdle)
 	if !slices.Equal(n.UsedGPUs, []int{0, 1, 2, 3}) || !slices.Equal(n.IdleGPUs, []int{0, 2}) {
 		t.Errorf("used %v, idle %v; want 0-3 used, 0 (its job idle) and 2 (its one tenant idle) idle", n.UsedGPUs, n.IdleGPUs)
 	}
