@@ -29,6 +29,13 @@ func TestFuzzMutations(t *testing.T) {
 			checkValidateHeartbeat(t, []byte(in))
 		}
 	})
+	t.Run("TopQuery", func(t *testing.T) {
+		target := &topTarget{}
+		defer target.close()
+		for _, in := range fuzztest.Mutations(topQuerySeeds, []string{"nodes=", "jobs=", "all", "&", "-", "0", "100", "101", "%"}, 600) {
+			target.check(t, in)
+		}
+	})
 	t.Run("SubmitAPI", func(t *testing.T) {
 		target := &submitTarget{}
 		defer target.close()
