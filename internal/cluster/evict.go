@@ -29,6 +29,7 @@ func (s *State) Evict(before time.Time) int {
 		delete(s.jobSeq, id)
 		s.forgetSnapJob(id)
 		delete(s.jobNodes, id) // an ended job holds nothing, but leave no entry behind
+		s.holdGPUs(id, nil)
 		delete(s.unstarted, id)
 		n++
 	}

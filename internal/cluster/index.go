@@ -228,6 +228,7 @@ func (s *State) indexAttempt(id int64) {
 		}
 	}
 	delete(s.jobNodes, id)
+	s.holdGPUs(id, nil)
 	j, ok := s.jobs[id]
 	if !ok || !j.State.Active() {
 		return
@@ -254,6 +255,43 @@ func (s *State) indexAttempt(id int64) {
 	}
 	if nodes != nil {
 		s.jobNodes[id] = nodes
+	}
+	s.holdGPUs(id, a.Placements)
+}
+
+// heldGPU is one GPU a rank holds.
+type heldGPU struct {
+	node string
+	gpu  int
+}
+
+// holdGPUs makes what job id holds in gpuHolds the GPUs of placements: it lets go of
+// what the job held before, and holds nothing with none.
+func (s *State) holdGPUs(id int64, placements []api.Placement) {
+	for _, h := range s.jobGPUs[id] {
+		m := s.gpuHolds[h.node]
+		if m[h.gpu]--; m[h.gpu] <= 0 {
+			delete(m, h.gpu)
+		}
+		if len(m) == 0 {
+			delete(s.gpuHolds, h.node)
+		}
+	}
+	delete(s.jobGPUs, id)
+	var held []heldGPU
+	for _, p := range placements {
+		for _, g := range p.GPUIndices {
+			held = append(held, heldGPU{p.Node, g})
+			m := s.gpuHolds[p.Node]
+			if m == nil {
+				m = map[int]int{}
+				s.gpuHolds[p.Node] = m
+			}
+			m[g]++
+		}
+	}
+	if held != nil {
+		s.jobGPUs[id] = held
 	}
 }
 

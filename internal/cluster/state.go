@@ -54,6 +54,10 @@ type State struct {
 	jobIdx   jobIndex
 	onNode   map[string]map[int64]struct{} // node -> active jobs with a rank there
 	jobNodes map[int64][]string            // job -> the nodes onNode files it under
+	// gpuHolds counts, per node and GPU index, the ranks of active jobs' current attempts
+	// that hold the GPU, whole or in a share; jobGPUs is what each job adds to it.
+	gpuHolds map[string]map[int]int
+	jobGPUs  map[int64][]heldGPU
 	// unstarted: active jobs whose current attempt has a rank not yet reported.
 	unstarted map[int64]struct{}
 	fit       map[fitKey]map[string]struct{}
@@ -98,6 +102,8 @@ func New() *State {
 		jobIdx:    jobIndex{byState: map[api.JobState][]uint64{}},
 		onNode:    map[string]map[int64]struct{}{},
 		jobNodes:  map[int64][]string{},
+		gpuHolds:  map[string]map[int]int{},
+		jobGPUs:   map[int64][]heldGPU{},
 		unstarted: map[int64]struct{}{},
 		fit:       map[fitKey]map[string]struct{}{},
 		models:    map[string]int{},

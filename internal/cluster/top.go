@@ -45,24 +45,19 @@ func (s *State) NodeNames() []string {
 	return s.nodeNames
 }
 
-// UsedGPUs appends to buf the indices, ascending and each once, of the node's GPUs that
-// active jobs hold, whole or in shares, and returns it.
+// UsedGPUs appends to buf the indices, ascending, of the node's GPUs that active jobs
+// hold, whole or in shares, and returns it.
 func (s *State) UsedGPUs(node string, buf []int) []int {
 	start := len(buf)
-	for id := range s.onNode[node] {
-		a := s.PeekAttempt(id)
-		if a == nil {
-			continue
-		}
-		for i := range a.Placements {
-			if p := &a.Placements[i]; p.Node == node {
-				buf = append(buf, p.GPUIndices...)
-			}
-		}
+	for g := range s.gpuHolds[node] {
+		buf = append(buf, g)
 	}
 	slices.Sort(buf[start:])
-	return buf[:start+len(slices.Compact(buf[start:]))]
+	return buf
 }
+
+// UsedGPUCount is how many of the node's GPUs active jobs hold: len(UsedGPUs(node, nil)).
+func (s *State) UsedGPUCount(node string) int { return len(s.gpuHolds[node]) }
 
 // countDepth adds d of job j to its queue's depth, by its state; an ended job counts in
 // none. A queue left with nothing counted is dropped.

@@ -76,12 +76,10 @@ func (s *Server) top(who auth.Identity, nodeRows, jobRows int) api.Top {
 	t := api.Top{Time: s.cfg.Clock.Now(), Pools: []api.Load{}, Nodes: []api.Node{},
 		RunningJobs: []api.Job{}, WaitingJobs: []api.Job{}, Queues: []api.QueueDepth{}}
 	pools := map[string]*api.Load{}
-	var used []int
 	for i, name := range s.state.NodeNames() {
 		n := s.state.PeekNode(name)
-		used = s.state.UsedGPUs(name, used[:0])
 		l := api.NodeLoad(n)
-		l.GPUsUsed = len(used)
+		l.GPUsUsed = s.state.UsedGPUCount(name)
 		t.Total.Add(l)
 		pool := n.Labels["pool"]
 		if pools[pool] == nil {
