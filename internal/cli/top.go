@@ -25,7 +25,9 @@ however large the cluster) and redraws the screen:
 
   - a header: GPUs in use of the total, mean GPU utilisation and GPU memory used of the
     total by the nodes' latest telemetry, jobs running, pending and held; then, where
-    nodes are in more than one pool, the same figures for each pool;
+    nodes are in more than one pool, the same figures for each pool, and where jobs are
+    in more than one queue, each queue's jobs waiting (with the GPUs they ask for) and
+    running, on one line;
   - one line per node: its state (marked degraded or syncing), one cell per GPU, GPUs in
     use, mean utilisation, GPU memory used of the total, power drawn and its jobs;
   - the running jobs with their latest GPU utilisation and memory, run time and how long
@@ -260,27 +262,34 @@ func cutLines(s string, width int) string {
 }
 
 // topHeader is the cluster in one line: "rota top  12:00:00  GPUs 3/16 in use  util 24%
-// GPU memory 164.5/1200G  2 running  3 pending  1 held", then, where the nodes are in
-// more than one pool, one line per pool with its GPUs.
+// GPU memory 164.5/1200G  2 running  3 pending  1 held"; then, where the nodes are in
+// more than one pool, one line per pool with its GPUs; and where jobs are in more than one
+// queue, one line with each queue's: "  queues  batch 4 waiting (11 GPUs), 2 running  ·  …".
 func topHeader(snap topSnapshot, loc *time.Location) string {
 	l := snap.Total
-	head := fmt.Sprintf("rota top  %s  GPUs %d/%d in use  util %s  GPU memory %s  %d running  %d pending  %d held",
-		snap.Time.In(loc).Format("15:04:05"), l.GPUsUsed, l.GPUs, loadUtil(l), clusterMemory(l), snap.Running, snap.Pending, snap.Held)
-	if len(snap.Pools) < 2 {
-		return head
-	}
 	var b strings.Builder
-	b.WriteString(head)
-	tw := newTable(&b)
-	for _, p := range snap.Pools {
-		name := "no pool"
-		if p.Pool != "" {
-			name = "pool " + cleanCell(p.Pool, topNameWidth)
+	fmt.Fprintf(&b, "rota top  %s  GPUs %d/%d in use  util %s  GPU memory %s  %d running  %d pending  %d held",
+		snap.Time.In(loc).Format("15:04:05"), l.GPUsUsed, l.GPUs, loadUtil(l), clusterMemory(l), snap.Running, snap.Pending, snap.Held)
+	if len(snap.Pools) > 1 {
+		tw := newTable(&b)
+		for _, p := range snap.Pools {
+			name := "no pool"
+			if p.Pool != "" {
+				name = "pool " + cleanCell(p.Pool, topNameWidth)
+			}
+			fmt.Fprintf(tw, "\n  %s\t%d nodes\tGPUs %d/%d in use\tutil %s\tGPU memory %s",
+				name, p.Nodes, p.GPUsUsed, p.GPUs, loadUtil(p), clusterMemory(p))
 		}
-		fmt.Fprintf(tw, "\n  %s\t%d nodes\tGPUs %d/%d in use\tutil %s\tGPU memory %s",
-			name, p.Nodes, p.GPUsUsed, p.GPUs, loadUtil(p), clusterMemory(p))
+		tw.Flush()
 	}
-	tw.Flush()
+	if len(snap.Queues) > 1 {
+		queues := make([]string, len(snap.Queues))
+		for i, q := range snap.Queues {
+			queues[i] = fmt.Sprintf("%s %d waiting (%s), %d running",
+				orDash(cleanCell(q.Queue, topUserWidth)), q.Pending+q.Held, plural(q.WaitingGPUs, "GPU", "GPUs"), q.Running)
+		}
+		b.WriteString("\n  queues  " + strings.Join(queues, "  ·  "))
+	}
 	return b.String()
 }
 
