@@ -154,39 +154,8 @@ func describeTenants(n api.Node, index int) string {
 // latest reading, and the memory they use of what they have. Both are "-" without a
 // reading, and for a lost node, whose last reading no longer says what its GPUs do.
 func nodeUse(n api.Node) (util, gmem string) {
-	if n.Telemetry == nil || len(n.Telemetry.GPUs) == 0 || n.State == api.NodeLost {
-		return "-", "-"
-	}
-	var sumUtil float64
-	var used, total int64
-	measured := 0
-	for _, s := range n.Telemetry.GPUs {
-		if !s.UtilizationUnknown {
-			sumUtil += s.UtilizationPct
-			measured++
-		}
-		used += s.MemoryUsedMB
-		if g, ok := gpuByIndex(n.GPUs, s.Index); ok {
-			total += g.MemoryMB
-		}
-	}
-	gmem = formatMB(used)
-	if total > 0 {
-		gmem = formatMBOf(used, total)
-	}
-	if measured == 0 {
-		return "n/a", gmem // MIG devices only: NVML gives no utilisation per instance
-	}
-	return formatPct(sumUtil / float64(measured)), gmem
-}
-
-func gpuByIndex(gpus []api.GPU, index int) (api.GPU, bool) {
-	for _, g := range gpus {
-		if g.Index == index {
-			return g, true
-		}
-	}
-	return api.GPU{}, false
+	l := api.NodeLoad(&n)
+	return loadUtil(l), loadMemory(l)
 }
 
 // gpuModels lists the distinct models on a node, sorted.

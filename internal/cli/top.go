@@ -43,11 +43,11 @@ The GPU cells:
   h  held from new work by leftover processes
 
 A GPU counts as in use when a job holds it or a process of a live job runs on it. The
-job counts and lists hold the jobs you may read. Every line is cut to the terminal's width, and the live view to its height: the node
-list shows as many nodes as leave room for the rest, and counts those left out (rota
-nodes lists them all). The size is $COLUMNS and $LINES where set, else the terminal's
-own, else 120 columns. When the server cannot be reached the view says so and keeps
-trying.
+job counts and lists hold the jobs you may read. Every line is cut to the terminal's
+width, and the live view to its height: the node list shows as many nodes as leave room
+for the rest, and counts those left out (rota nodes lists them all). The size is
+$COLUMNS and $LINES where set, else the terminal's own, else 120 columns. When the
+server cannot be reached the view says so and keeps trying.
 
 With --once, or when standard output is not a terminal, it prints one frame with every
 node and exits: non-zero, with the error, when the server cannot be read. -o json prints

@@ -37,7 +37,7 @@ func (s *Server) handleHistory(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	reads := s.readFilter(who)
 	inWindow := func(j *api.Job) bool {
-		return !j.SubmitTime.Before(since) && (until.IsZero() || j.SubmitTime.Before(until)) && (reads == nil || reads(j))
+		return !j.SubmitTime.Before(since) && (until.IsZero() || j.SubmitTime.Before(until)) && reads(j)
 	}
 	jobs, more := s.state.JobsPage(after, endedOf(nil), limit, inWindow)
 	attempts := make(map[int64][]api.Attempt, len(jobs))

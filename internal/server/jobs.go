@@ -343,13 +343,13 @@ func (s *Server) handleListJobs(w http.ResponseWriter, r *http.Request) {
 		case user != "" && j.Spec.User != user:
 			return false
 		}
-		return reads == nil || reads(j)
+		return reads(j)
 	}
 	jobs, more := s.state.JobsPage(after, want, limit, keep)
 	s.listed(jobs)
 	ev := s.evictedView()
 	s.mu.Unlock()
-	// keep reads nothing of the state (readRule took what it needs), so the jobs that
+	// keep reads nothing of the state (readFilter took what it needs), so the jobs that
 	// left memory are read from the store without the lock.
 	jobs, more, err := s.withEvicted(r.Context(), ev, jobs, more, endedOf(want), after, limit, queue, user, keep)
 	if err != nil {

@@ -99,7 +99,7 @@ func (s *Server) top(who auth.Identity, nodeRows, jobRows int) api.Top {
 
 	// Who reads every job has the counts from the state's own; a member's are counted
 	// by walking the jobs not ended with the read rule.
-	var keep func(*api.Job) bool
+	var keep func(*api.Job) bool // nil: every job, which walks need not test
 	if readsEveryJob(who) {
 		t.Running = s.state.CountJobs(activeStates...)
 		t.Pending = s.state.CountJobs(api.StatePending)

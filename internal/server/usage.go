@@ -121,7 +121,7 @@ func (s *Server) usageInput(who auth.Identity, q report.Query) report.Input {
 	wanted := func(j *api.Job) bool {
 		// A terminal job's end is its last attempt's: one that ended before the window
 		// has nothing in it. A job submitted after the window has not started in it.
-		return j.SubmitTime.Before(q.Until) && !(j.State.Terminal() && j.EndTime != nil && j.EndTime.Before(q.Since)) && (reads == nil || reads(j))
+		return j.SubmitTime.Before(q.Until) && !(j.State.Terminal() && j.EndTime != nil && j.EndTime.Before(q.Since)) && reads(j)
 	}
 	// State.Jobs copies and sorts whole jobs; the report needs neither, so its filter
 	// serves as a visitor that returns false. The first pass counts, so the second
@@ -345,7 +345,7 @@ func (s *Server) evictedUsage(ctx context.Context, in *report.Input, who auth.Id
 	reads := s.readFilter(who)
 	for i := range jobs {
 		j := &jobs[i]
-		if _, ok := s.state.Evicted(j.ID); ok && !have[j.ID] && (reads == nil || reads(j)) {
+		if _, ok := s.state.Evicted(j.ID); ok && !have[j.ID] && reads(j) {
 			keep[j.ID] = true
 			in.Jobs = append(in.Jobs, accountedJob(j))
 		}
