@@ -4,12 +4,14 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/rotahq/rota/internal/api"
 	"github.com/rotahq/rota/internal/cluster"
 	"github.com/rotahq/rota/internal/store"
 )
 
 // Every agent request reads two things before its handler runs: the serial of its node's
-// certificate, to authenticate it, and the body-size limit, to read its body. Each read
+// certificate, to authenticate it, and the body-size limit, to read its body; every user's
+// read also reads the read budget's limits (limits.go). Each read
 // took the server's lock, so a heartbeat took it three times; at 10,000 nodes the waits
 // for those two short reads were most of the time heartbeats spent waiting for the lock
 // (a block profile of the scale suite), and every wait a hand-off between goroutines.
@@ -18,8 +20,11 @@ import (
 type authView struct {
 	mu      sync.RWMutex
 	serials map[string]string // node -> the serial of its current certificate
-	maxBody atomic.Int64
+	limits  atomic.Pointer[api.Limits]
 }
+
+// maxBody is the limit in force on a request's body.
+func (v *authView) maxBody() int64 { return v.limits.Load().MaxBodyBytes }
 
 // serial returns the serial of node's current certificate.
 func (v *authView) serial(node string) (string, bool) {
@@ -35,7 +40,7 @@ func (v *authView) reset(state *cluster.State) {
 	v.mu.Lock()
 	v.serials = serials
 	v.mu.Unlock()
-	v.maxBody.Store(state.Limits().MaxBodyBytes)
+	v.setLimits(state)
 }
 
 // follow brings the view up to date with batch b, which state has just applied. Callers
@@ -54,8 +59,14 @@ func (v *authView) follow(state *cluster.State, b *store.Batch) {
 		v.mu.Unlock()
 	}
 	if len(b.Settings) > 0 {
-		v.maxBody.Store(state.Limits().MaxBodyBytes)
+		v.setLimits(state)
 	}
+}
+
+// setLimits takes the limits in force from state. Callers hold s.mu.
+func (v *authView) setLimits(state *cluster.State) {
+	l := state.Limits()
+	v.limits.Store(&l)
 }
 
 // applyState applies a batch the store holds (or, for agent reports, will hold: see

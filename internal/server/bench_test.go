@@ -584,3 +584,98 @@ func BenchmarkTop(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkHostileReader measures what one member reading every node in a tight loop, from
+// 16 connections at once, does to an admin's glance at 10,000 nodes: with the default read
+// budget, with none, and with the member quiet. The member retries a refusal at once, as a
+// hostile caller would; served and refused are its reads per second.
+func BenchmarkHostileReader(b *testing.B) {
+	env := benchServer(b)
+	benchFill(b, env, 10_000, 4, 69_000)
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+	get := func(token, path string) (int, error) {
+		req, _ := http.NewRequest("GET", env.hs.URL+path, nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := client.Do(req)
+		if err != nil {
+			return 0, err
+		}
+		defer resp.Body.Close()
+		_, err = io.Copy(io.Discard, resp.Body)
+		return resp.StatusCode, err
+	}
+	var mallory string
+	{
+		var tok api.NewToken
+		body, _ := json.Marshal(api.User{Role: "member"})
+		req, _ := http.NewRequest("PUT", env.hs.URL+"/api/v1/users/mallory", bytes.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer "+env.token)
+		if resp, err := client.Do(req); err != nil || resp.StatusCode/100 != 2 {
+			b.Fatalf("add user mallory: %v %v", err, resp.Status)
+		} else {
+			resp.Body.Close()
+		}
+		if err := post(client, env.hs.URL+"/api/v1/tokens", env.token, api.TokenRequest{User: "mallory"}, &tok); err != nil {
+			b.Fatal(err)
+		}
+		mallory = tok.Token
+	}
+	setLimits := func(extra string) {
+		env.srv.mu.Lock()
+		_, e := env.srv.applyConfig(context.Background(), []byte("limits: {submits_per_second: 1000000, submit_burst: 10000000, max_pending_per_user: 10000000"+extra+"}\n"), api.Event{Actor: "bench"})
+		env.srv.mu.Unlock()
+		if e != nil {
+			b.Fatal(e.Message)
+		}
+	}
+	for _, c := range []struct{ name, limits string }{
+		{"quiet", ""},
+		{"budget=default", ""},
+		{"budget=none", ", read_seconds_per_second: 1000, read_burst_seconds: 86400, max_reads_in_flight: 100000"},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			setLimits(c.limits)
+			var served, refused atomic.Int64
+			stop := make(chan struct{})
+			var wg sync.WaitGroup
+			if c.name != "quiet" {
+				for range 16 {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						for {
+							select {
+							case <-stop:
+								return
+							default:
+							}
+							switch code, _ := get(mallory, "/api/v1/nodes"); code {
+							case http.StatusOK:
+								served.Add(1)
+							case http.StatusTooManyRequests:
+								refused.Add(1)
+							}
+						}
+					}()
+				}
+				time.Sleep(time.Second) // past the member's first burst
+			}
+			served.Store(0)
+			refused.Store(0)
+			start := time.Now()
+			b.ResetTimer()
+			for range b.N {
+				if code, err := get(env.token, "/api/v1/top?nodes=60"); code != http.StatusOK {
+					b.Fatalf("glance: %d %v", code, err)
+				}
+			}
+			b.StopTimer()
+			secs := time.Since(start).Seconds()
+			close(stop)
+			wg.Wait()
+			b.ReportMetric(float64(served.Load())/secs, "served/s")
+			b.ReportMetric(float64(refused.Load())/secs, "refused/s")
+		})
+	}
+}

@@ -128,10 +128,16 @@ func validateLimits(l api.Limits) *api.Error {
 		return invalid("limits.max_name_length", "must be between 0 (default) and 253")
 	case l.MaxPendingPerUser < 0 || l.MaxPendingPerUser > 10_000_000:
 		return invalid("limits.max_pending_per_user", "must be between 0 (default) and 10000000")
-	case l.SubmitsPerSecond < 0 || l.SubmitsPerSecond > 1e6:
+	case !(l.SubmitsPerSecond >= 0 && l.SubmitsPerSecond <= 1e6): // NaN too, which YAML can write
 		return invalid("limits.submits_per_second", "must be between 0 (default) and 1000000")
 	case l.SubmitBurst < 0 || l.SubmitBurst > 1e7:
 		return invalid("limits.submit_burst", "must be between 0 (default) and 10000000")
+	case !(l.ReadSecondsPerSecond >= 0 && l.ReadSecondsPerSecond <= 1000):
+		return invalid("limits.read_seconds_per_second", "must be between 0 (default) and 1000")
+	case !(l.ReadBurstSeconds >= 0 && l.ReadBurstSeconds <= 86400):
+		return invalid("limits.read_burst_seconds", "must be between 0 (default) and 86400")
+	case l.MaxReadsInFlight < 0 || l.MaxReadsInFlight > 100_000:
+		return invalid("limits.max_reads_in_flight", "must be between 0 (default) and 100000")
 	}
 	return nil
 }

@@ -77,7 +77,7 @@ func checkContentType(r *http.Request, kind bodyKind) *api.Error {
 
 // decodeJSON reads one JSON value into v under the body limit in force.
 func (s *Server) decodeJSON(w http.ResponseWriter, r *http.Request, v any) (int, *api.Error) {
-	return decodeJSON(w, r, v, s.view.maxBody.Load())
+	return decodeJSON(w, r, v, s.view.maxBody())
 }
 
 // decodeJSON reads one JSON value into v, refusing unknown fields, trailing data, null

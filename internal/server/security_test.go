@@ -795,7 +795,7 @@ func TestJoinFlow(t *testing.T) {
 func checkAuthView(t *testing.T, s *Server) {
 	t.Helper()
 	s.mu.Lock()
-	want, limit := s.state.NodeCertSerials(), s.state.Limits().MaxBodyBytes
+	want, limits := s.state.NodeCertSerials(), s.state.Limits()
 	s.mu.Unlock()
 	s.view.mu.RLock()
 	got := maps.Clone(s.view.serials)
@@ -803,8 +803,8 @@ func checkAuthView(t *testing.T, s *Server) {
 	if !maps.Equal(got, want) {
 		t.Errorf("certificate serials the server authenticates by: %v; the state holds %v", got, want)
 	}
-	if l := s.view.maxBody.Load(); l != limit {
-		t.Errorf("body limit the server reads by: %d; the state's: %d", l, limit)
+	if l := *s.view.limits.Load(); l != limits {
+		t.Errorf("limits the server reads requests by: %+v; the state's: %+v", l, limits)
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -226,6 +227,7 @@ type Server struct {
 	attach   attachHub
 	lastUsed lastUse
 	limiter  submitLimiter
+	reads    readBudget
 	// tel is the telemetry history, in memory only (see telemetry.go).
 	tel *telemetry
 	// metrics are what /metrics serves (metrics.go); notifier delivers webhooks (notify.go).
@@ -774,6 +776,17 @@ func (s *Server) serve(rt route, w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusUnsupportedMediaType, e)
 		return
 	}
+	if rt.method == http.MethodGet && readBudgeted(id) {
+		lim := *s.view.limits.Load()
+		longPoll := longPolls[rt.path]
+		if no := s.reads.admit(id.User, lim, s.cfg.Clock.Now(), longPoll); no != nil {
+			w.Header().Set("Retry-After", strconv.Itoa(int(no.wait/time.Second)))
+			writeError(w, http.StatusTooManyRequests, &api.Error{Code: api.CodeRateLimited, Message: no.message})
+			return
+		}
+		start := time.Now()
+		defer func() { s.reads.pay(id.User, lim, s.cfg.Clock.Now(), time.Since(start), longPoll) }()
+	}
 	if r.Method == http.MethodGet {
 		// A read answers from memory and the store together: it waits for the writes
 		// memory holds that the store may not yet (writequeue.go), so that what an earlier
@@ -781,6 +794,19 @@ func (s *Server) serve(rt route, w http.ResponseWriter, r *http.Request) {
 		s.waitWritten()
 	}
 	rt.handle(s, w, r.WithContext(auth.WithIdentity(r.Context(), id)))
+}
+
+// readBudgeted reports whether id's reads count against a read budget (limits.go):
+// people's and scripts' reads do, admins' (who set the budget) and agents' do not.
+func readBudgeted(id auth.Identity) bool {
+	return (id.Kind == auth.KindToken || id.Kind == auth.KindUnix) && id.Role != auth.RoleAdmin
+}
+
+// longPolls are the reads that wait for something to happen, holding no lock while they
+// wait (see readBudget.admit).
+var longPolls = map[string]bool{
+	"/api/v1/jobs/{id}/logs":   true, // rota logs -f: ?wait=
+	"/api/v1/jobs/{id}/attach": true, // a terminal session
 }
 
 // caller is the identity serve established for r.
