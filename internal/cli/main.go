@@ -233,6 +233,9 @@ func (cfg Config) client(g *globalFlags) (*Client, error) {
 	c, err := cfg.newClient(e)
 	if err == nil && g.output != "json" {
 		c.Printable = true // tables and lines: nothing the server relays reaches the terminal raw
+		c.Waiting = func(wait time.Duration, reason string) {
+			fmt.Fprintf(cfg.Stderr, "rota: %s (asking again in %d s)\n", reason, int64((wait+time.Second-1)/time.Second))
+		}
 	}
 	return c, err
 }
