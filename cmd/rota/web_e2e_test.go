@@ -534,4 +534,24 @@ pools:
 		t.Errorf("a viewer's Requests page says %q; want the API's refusal naming the role", msg)
 	}
 	b.checkClean()
+
+	// Past the read budget an admin set (2 ms of server time, and 2 ms a second: two
+	// reads, as each pays at least 1 ms), the server puts a user's reads off with 429 and
+	// Retry-After. Logging in and drawing the overview takes more reads than that: the
+	// page asks again when the server says, and draws all the same.
+	budget := filepath.Join(dir, "budget.yaml")
+	if err := os.WriteFile(budget, []byte("limits:\n  read_seconds_per_second: 0.002\n  read_burst_seconds: 0.002\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if r := u.rota("admin", "apply", "-f", budget); r.code != 0 {
+		t.Fatalf("rota admin apply -f %s: %s", budget, r)
+	}
+	logIn("vera", vera)
+	b.wait("the overview's GPU counts, read past the budget",
+		`Number(document.querySelector("#gpu-stats .stat.used .n")?.textContent) + Number(document.querySelector("#gpu-stats .stat.idle .n")?.textContent) === 1`, 20*time.Second)
+	if n := b.eval(`String(window.rotaReads.putOff)`); n == "0" {
+		t.Errorf("no read was put off on a budget of two reads; the test no longer tests the page's asking again")
+	}
+	b.shoot("overview-budget")
+	b.checkClean()
 }

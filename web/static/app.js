@@ -107,6 +107,16 @@
 
   function token() { return sessionStorage.getItem(TOKEN); }
 
+  // reads runs at most six reads at once: the server lets each user have a few in flight
+  // (limits.max_reads_in_flight, 16 by default), and a page that reads the telemetry of
+  // fifty nodes must not spend them all. putOff counts the reads the server put off.
+  const reads = {
+    free: 6, queue: [], putOff: 0,
+    take() { if (this.free > 0) { this.free--; return Promise.resolve(); } return new Promise((r) => this.queue.push(r)); },
+    give() { const next = this.queue.shift(); if (next) next(); else this.free++; },
+  };
+  window.rotaReads = reads; // for the browser tests
+
   // api calls the REST API and answers the decoded JSON; a non-2xx answer throws an
   // APIError with the server's message. opts: method, json (a body), raw (answer the
   // Response), token (instead of the stored one), anonymous.
@@ -120,11 +130,24 @@
       headers['Content-Type'] = 'application/json';
       init.body = JSON.stringify(opts.json);
     }
+    const read = init.method === 'GET';
     let resp;
+    if (read) await reads.take();
     try {
-      resp = await fetch(path, init);
+      // A read the server puts off (429: the user's read budget) is asked again when
+      // Retry-After says, for up to a minute; reads change nothing.
+      for (const giveUp = Date.now() + 60000; ;) {
+        resp = await fetch(path, init);
+        if (!read || resp.status !== 429) break;
+        const wait = Math.max(1, Number(resp.headers.get('Retry-After')) || 1) * 1000;
+        if (Date.now() + wait > giveUp) break;
+        reads.putOff++;
+        await new Promise((r) => setTimeout(r, wait));
+      }
     } catch (e) {
       throw new APIError(0, 'the server cannot be reached (' + e.message + ')');
+    } finally {
+      if (read) reads.give();
     }
     if (!resp.ok) {
       let msg = 'the server answered ' + resp.status + ' ' + resp.statusText, field = '';
