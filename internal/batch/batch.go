@@ -38,6 +38,8 @@ type Batch struct {
 	// its certificate record too.
 	DeleteUsers []string
 	DeleteNodes []string
+	// DeleteTokens holds the IDs of API tokens to forget (revoked or expired long ago).
+	DeleteTokens []string
 	// PruneIdempotency, when not zero, deletes the submit keys created before it.
 	PruneIdempotency time.Time
 }
@@ -89,5 +91,5 @@ func (b *Batch) Empty() bool {
 		len(b.Settings) == 0 && len(b.Users) == 0 && len(b.Tokens) == 0 && len(b.JoinTokens) == 0 &&
 		len(b.NodeCerts) == 0 && len(b.Idempotency) == 0 &&
 		len(b.DeleteQueues) == 0 && len(b.DeleteTeams) == 0 && len(b.DeleteReservations) == 0 &&
-		len(b.DeleteUsers) == 0 && len(b.DeleteNodes) == 0 && b.PruneIdempotency.IsZero()
+		len(b.DeleteUsers) == 0 && len(b.DeleteNodes) == 0 && len(b.DeleteTokens) == 0 && b.PruneIdempotency.IsZero()
 }

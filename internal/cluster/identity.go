@@ -24,9 +24,11 @@ const (
 // It changes through Apply like everything else, so a revoked token stops working the
 // moment its revocation is durable.
 type identity struct {
-	users      map[string]api.User
-	tokens     map[string]batch.TokenRecord // by hash
-	tokenIDs   map[string]string            // ID -> hash
+	users    map[string]api.User
+	tokens   map[string]batch.TokenRecord // by hash
+	tokenIDs map[string]string            // ID -> hash
+	// userTokens holds each user's token IDs, for the server's bound on them.
+	userTokens map[string]map[string]bool
 	joins      map[string]batch.JoinTokenRecord
 	certs      map[string]batch.NodeCert
 	settings   map[string]json.RawMessage
@@ -55,6 +57,7 @@ func newIdentity() identity {
 		users:      map[string]api.User{},
 		tokens:     map[string]batch.TokenRecord{},
 		tokenIDs:   map[string]string{},
+		userTokens: map[string]map[string]bool{},
 		joins:      map[string]batch.JoinTokenRecord{},
 		certs:      map[string]batch.NodeCert{},
 		settings:   map[string]json.RawMessage{},
@@ -103,6 +106,23 @@ func (s *State) applyIdentity(b *batch.Batch) {
 		}
 		id.tokens[t.Hash] = t
 		id.tokenIDs[t.ID] = t.Hash
+		if id.userTokens[t.User] == nil {
+			id.userTokens[t.User] = map[string]bool{}
+		}
+		id.userTokens[t.User][t.ID] = true
+	}
+	for _, tid := range b.DeleteTokens {
+		hash, ok := id.tokenIDs[tid]
+		if !ok {
+			continue
+		}
+		user := id.tokens[hash].User
+		delete(id.userTokens[user], tid)
+		if len(id.userTokens[user]) == 0 {
+			delete(id.userTokens, user)
+		}
+		delete(id.tokens, hash)
+		delete(id.tokenIDs, tid)
 	}
 	for _, j := range b.JoinTokens {
 		id.joins[j.ID] = j
@@ -190,6 +210,15 @@ func (s *State) Token(id string) (batch.TokenRecord, bool) {
 		return batch.TokenRecord{}, false
 	}
 	return s.id.tokens[h], true
+}
+
+// TokensOf returns user's token records, live or not, in no order.
+func (s *State) TokensOf(user string) []batch.TokenRecord {
+	out := make([]batch.TokenRecord, 0, len(s.id.userTokens[user]))
+	for tid := range s.id.userTokens[user] {
+		out = append(out, s.id.tokens[s.id.tokenIDs[tid]])
+	}
+	return out
 }
 
 // Tokens returns the token records accepted by keep, ordered by ID.

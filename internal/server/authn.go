@@ -169,6 +169,15 @@ func (l *lastUse) note(id string, t time.Time) {
 	l.at[id] = t
 }
 
+// forget drops what it holds of the tokens ids, which are gone.
+func (l *lastUse) forget(ids []string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, id := range ids {
+		delete(l.at, id)
+	}
+}
+
 func (l *lastUse) get(id string) *time.Time {
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -74,4 +74,7 @@ func (v *authView) setLimits(state *cluster.State) {
 func (s *Server) applyState(b *store.Batch) {
 	s.state.Apply(b)
 	s.view.follow(s.state, b)
+	if len(b.DeleteTokens) > 0 {
+		s.lastUsed.forget(b.DeleteTokens)
+	}
 }

@@ -332,6 +332,11 @@ func (s *Server) handleCreateToken(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	now := s.cfg.Clock.Now()
+	forget, e := s.tokenRoom(req.User, now)
+	if e != nil {
+		writeError(w, http.StatusConflict, e)
+		return
+	}
 	tok := auth.NewToken()
 	info := api.TokenInfo{ID: tok.ID, User: req.User, Description: req.Description, Created: now}
 	if req.TTLSeconds > 0 {
@@ -339,8 +344,48 @@ func (s *Server) handleCreateToken(w http.ResponseWriter, r *http.Request) {
 		info.Expires = &exp
 	}
 	ev := audit(r, now, api.EventToken, "created token %s for %s", tok.ID, req.User)
-	s.adminCommit(w, r, &store.Batch{Tokens: []store.TokenRecord{{TokenInfo: info, Hash: tok.Hash}}, Events: []api.Event{ev}},
+	s.adminCommit(w, r, &store.Batch{Tokens: []store.TokenRecord{{TokenInfo: info, Hash: tok.Hash}}, DeleteTokens: forget, Events: []api.Event{ev}},
 		http.StatusCreated, api.NewToken{TokenInfo: info, Token: tok.Plain})
+}
+
+// A user's API tokens are bounded, so that no caller can grow the server's memory and
+// store without end by creating them (a web UI login creates one too): at most
+// maxTokensPerUser on record, live or not. A token revoked or expired tokenForgetAfter
+// ago is forgotten when its user's next token is created; the audit trail keeps its
+// creation and revocation.
+var maxTokensPerUser = 1000
+
+const tokenForgetAfter = 24 * time.Hour
+
+// tokenRoom returns the IDs of user's tokens to forget in the batch that creates a new
+// one, or the refusal when, those forgotten, the user has as many as they may. Callers
+// hold s.mu.
+func (s *Server) tokenRoom(user string, now time.Time) ([]string, *api.Error) {
+	toks := s.state.TokensOf(user)
+	var forget []string
+	for _, t := range toks {
+		if dead, ok := tokenDeadSince(t.TokenInfo, now); ok && now.Sub(dead) >= tokenForgetAfter {
+			forget = append(forget, t.ID)
+		}
+	}
+	if kept := len(toks) - len(forget); kept >= maxTokensPerUser {
+		return nil, &api.Error{Code: api.CodeConflict, Field: "user", Message: fmt.Sprintf(
+			"%s has %d API tokens, the most a user may have (live ones, and those revoked or expired within the last day); revoke the ones no longer used (rota admin token revoke ID): a token is forgotten a day after it is revoked or expires",
+			user, kept)}
+	}
+	slices.Sort(forget)
+	return forget, nil
+}
+
+// tokenDeadSince returns when t stopped working, if it has by now: revoked, or expired.
+func tokenDeadSince(t api.TokenInfo, now time.Time) (time.Time, bool) {
+	switch {
+	case t.Revoked != nil && (t.Expires == nil || t.Revoked.Before(*t.Expires)):
+		return *t.Revoked, true
+	case t.Expires != nil && !t.Expires.After(now):
+		return *t.Expires, true
+	}
+	return time.Time{}, false
 }
 
 func (s *Server) handleRevokeToken(w http.ResponseWriter, r *http.Request) {

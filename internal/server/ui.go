@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
+	"fmt"
 	"net"
 	"net/http"
 	"strconv"
@@ -27,8 +28,10 @@ import (
 const (
 	uiLinkTTL    = time.Minute
 	uiSessionTTL = 12 * time.Hour
-	// uiMaxLinks bounds the codes outstanding at once, so no caller can fill memory.
-	uiMaxLinks = 1024
+	// uiMaxLinks bounds the codes outstanding at once, so no caller can fill memory, and
+	// uiMaxLinksPerUser one user's, so no caller can spend the others' links.
+	uiMaxLinks        = 1024
+	uiMaxLinksPerUser = 10
 	// A source may fail uiMaxFailures exchanges per uiFailureWindow; then it waits. The
 	// codes carry 256 random bits, so this is hygiene against noise, not the defence.
 	uiMaxFailures   = 10
@@ -106,11 +109,20 @@ func (s *Server) handleUILink(w http.ResponseWriter, r *http.Request) {
 	l := s.uiLinks()
 	l.mu.Lock()
 	l.prune(now)
-	if len(l.codes) >= uiMaxLinks {
+	mine := 0
+	for _, c := range l.codes {
+		if c.user == id.User {
+			mine++
+		}
+	}
+	if mine >= uiMaxLinksPerUser || len(l.codes) >= uiMaxLinks {
 		l.mu.Unlock()
+		msg := "too many web UI links are waiting to be used; try again in a minute"
+		if mine >= uiMaxLinksPerUser {
+			msg = fmt.Sprintf("%s has %d web UI links waiting to be used, the most one user may; use one, or try again in a minute", id.User, mine)
+		}
 		w.Header().Set("Retry-After", strconv.Itoa(int(uiLinkTTL/time.Second)))
-		writeError(w, http.StatusTooManyRequests, &api.Error{Code: api.CodeRateLimited,
-			Message: "too many web UI links are waiting to be used; try again in a minute"})
+		writeError(w, http.StatusTooManyRequests, &api.Error{Code: api.CodeRateLimited, Message: msg})
 		return
 	}
 	link := api.UILink{Path: "/#login=" + code, Expires: now.Add(uiLinkTTL)}
@@ -200,12 +212,17 @@ func (s *Server) handleUISession(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusUnauthorized, unauthorized("the login link was made for user %s, who no longer exists", c.user))
 		return
 	}
+	forget, e := s.tokenRoom(u.Name, now)
+	if e != nil {
+		writeError(w, http.StatusConflict, e)
+		return
+	}
 	tok := auth.NewToken()
 	exp := now.Add(uiSessionTTL)
 	info := api.TokenInfo{ID: tok.ID, User: u.Name, Description: "web UI session from a one-time link", Created: now, Expires: &exp}
 	ev := api.Event{Time: now, Actor: u.Name, Role: u.Role, Source: r.RemoteAddr, Kind: api.EventToken,
 		Message: "created web UI session token " + tok.ID + " for " + u.Name + " from a one-time link"}
-	s.adminCommit(w, r, &store.Batch{Tokens: []store.TokenRecord{{TokenInfo: info, Hash: tok.Hash}}, Events: []api.Event{ev}},
+	s.adminCommit(w, r, &store.Batch{Tokens: []store.TokenRecord{{TokenInfo: info, Hash: tok.Hash}}, DeleteTokens: forget, Events: []api.Event{ev}},
 		http.StatusCreated, api.NewToken{TokenInfo: info, Token: tok.Plain})
 }
 

@@ -279,3 +279,34 @@ func TestUILinkOnSocket(t *testing.T) {
 		t.Errorf("exchange of a socket link: %d %+v; want a token of %s", status, tok, me.Username)
 	}
 }
+
+// One user's links waiting to be used are bounded, so that a user asking for links in a
+// loop cannot spend the links every other user's `rota ui` needs: past the bound that
+// user waits (429 naming them), another user still gets links, and the user's own
+// links free up as they are used or expire.
+func TestUILinksPerUser(t *testing.T) {
+	h := newHarness(t)
+	mia := h.addUser("mia", "member")
+	ned := h.addUser("ned", "member")
+	var first api.UILink
+	for i := range uiMaxLinksPerUser {
+		l := h.uiLink(mia)
+		if i == 0 {
+			first = l
+		}
+	}
+	code, e := h.call(mia, "POST", "/api/v1/ui/links", "", nil)
+	if code != http.StatusTooManyRequests || e.Code != api.CodeRateLimited || !strings.Contains(e.Message, "mia has 10 web UI links waiting") {
+		t.Fatalf("a link past the bound: %d %+v; want 429 naming mia's links", code, e)
+	}
+	h.uiLink(ned) // fails the test unless ned gets one
+	if status, _ := h.uiSession(linkCode(t, first)); status != http.StatusCreated {
+		t.Fatalf("using one of mia's links: %d", status)
+	}
+	h.uiLink(mia) // the used link made room
+	if code, _ := h.call(mia, "POST", "/api/v1/ui/links", "", nil); code != http.StatusTooManyRequests {
+		t.Errorf("past the bound again: %d; want 429", code)
+	}
+	h.clock.Add(uiLinkTTL)
+	h.uiLink(mia) // expired links made room
+}

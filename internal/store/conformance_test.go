@@ -1121,6 +1121,18 @@ func testIdentity(t *testing.T, url string) {
 	equal(t, "revoked token", tokens, []TokenRecord{tok})
 	users, _ = s.LoadUsers(ctx)
 	equal(t, "users after delete", users, []api.User{stored})
+
+	// A token forgotten is gone; the others stay.
+	other := tok
+	other.ID, other.Hash, other.Revoked = "efgh5678", "ee11", nil
+	commit(t, s, &Batch{Tokens: []TokenRecord{other}})
+	b = &Batch{DeleteTokens: []string{tok.ID, "no-such-token"}}
+	if b.Empty() {
+		t.Fatal("a batch that only forgets a token reports itself empty")
+	}
+	commit(t, s, b)
+	tokens, _ = s.LoadTokens(ctx)
+	equal(t, "tokens after one is forgotten", tokens, []TokenRecord{other})
 }
 
 func testAuditFilters(t *testing.T, url string) {

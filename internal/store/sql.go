@@ -458,6 +458,9 @@ func (s *sqlStore) writeBatch(ctx context.Context, w writeTx, b *Batch) (lastID 
 	if err := insert(ctx, w, tokensTable, tokens, appendToken); err != nil {
 		return 0, err
 	}
+	if err := deleteKeys(ctx, w, tokensTable, b.DeleteTokens); err != nil {
+		return 0, err
+	}
 	joins := lastByKey(b.JoinTokens, func(t *JoinTokenRecord) string { return t.ID })
 	if err := insert(ctx, w, joinTokensTable, joins, appendJoinToken); err != nil {
 		return 0, err
