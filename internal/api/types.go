@@ -1004,6 +1004,11 @@ type Limits struct {
 	// counts once); beyond them the answer is 429 with Retry-After.
 	SubmitsPerSecond float64 `json:"submits_per_second,omitempty" yaml:"submits_per_second"`
 	SubmitBurst      int     `json:"submit_burst,omitempty" yaml:"submit_burst"`
+	// WritesPerSecond and WriteBurst rate-limit each user's other changes (cancel, hold,
+	// release, tokens, requests, ...); beyond them the answer is 429 with Retry-After.
+	// Admins' are not limited.
+	WritesPerSecond float64 `json:"writes_per_second,omitempty" yaml:"writes_per_second"`
+	WriteBurst      int     `json:"write_burst,omitempty" yaml:"write_burst"`
 	// ReadSecondsPerSecond and ReadBurstSeconds bound the server time each user's reads
 	// (GET requests) take: a read is let in while the user has time left and pays what it
 	// took; beyond them the answer is 429 with Retry-After. MaxReadsInFlight bounds one
@@ -1023,6 +1028,8 @@ func (l Limits) OrDefaults() Limits {
 	d.MaxPendingPerUser = cmp.Or(l.MaxPendingPerUser, d.MaxPendingPerUser)
 	d.SubmitsPerSecond = cmp.Or(l.SubmitsPerSecond, d.SubmitsPerSecond)
 	d.SubmitBurst = cmp.Or(l.SubmitBurst, d.SubmitBurst)
+	d.WritesPerSecond = cmp.Or(l.WritesPerSecond, d.WritesPerSecond)
+	d.WriteBurst = cmp.Or(l.WriteBurst, d.WriteBurst)
 	d.ReadSecondsPerSecond = cmp.Or(l.ReadSecondsPerSecond, d.ReadSecondsPerSecond)
 	d.ReadBurstSeconds = cmp.Or(l.ReadBurstSeconds, d.ReadBurstSeconds)
 	d.MaxReadsInFlight = cmp.Or(l.MaxReadsInFlight, d.MaxReadsInFlight)
@@ -1039,6 +1046,9 @@ func DefaultLimits() Limits {
 		MaxPendingPerUser: 100_000,
 		SubmitsPerSecond:  50,
 		SubmitBurst:       200,
+		// rota cancel of 500 jobs at once, then 50 a second.
+		WritesPerSecond: 50,
+		WriteBurst:      500,
 		// A quarter of the server's time, sustained, and 20 s at once: rota queue reads
 		// 100,000 jobs in about 5 s.
 		ReadSecondsPerSecond: 0.25,

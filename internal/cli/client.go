@@ -47,16 +47,17 @@ type Client struct {
 	// Printable makes every string of a decoded answer, and of an error's message, safe
 	// to print in a table or a line (see clean): the CLI sets it for table output.
 	Printable bool
-	// Waiting, if set, hears of each wait for a read the server put off (429): how long,
-	// and the server's reason.
+	// Waiting, if set, hears of each wait for a request the server put off (429): how
+	// long, and the server's reason.
 	Waiting func(wait time.Duration, reason string)
 }
 
-// readWaitFor is how long a read the server puts off with 429 (a user's read budget: see
-// the server's limits) is asked again, as its Retry-After says, before the refusal is
-// the answer. Reads change nothing, so asking again is always safe; writes are not
-// asked again, as the caller decides what a refused submit means.
-var readWaitFor = time.Minute
+// putOffFor is how long a request the server puts off with 429 (a user's read budget or
+// change limit: see the server's limits) is asked again, as its Retry-After says, before
+// the refusal is the answer. A 429 says nothing was done, so asking again is safe. A
+// submit is not asked again: its 429 may say the user has as many jobs waiting as they
+// may, which waiting a minute does not change, and the caller decides what it means.
+var putOffFor = time.Minute
 
 // followFor is how long a Client with several servers keeps looking for the leader
 // while none answers, and a Client of one server asks again while it answers 503: long
@@ -706,13 +707,15 @@ func (c *Client) doRequest(ctx context.Context, r request, out any) error {
 
 // send makes the request and turns failures into *UnreachableError, *APIError or
 // *lostAnswer. On success the caller owns the response body. With several Servers it
-// follows the leader (see Client.Servers), and asks again for a read the server put off.
+// follows the leader (see Client.Servers), and asks again for a request the server put
+// off (putOffFor).
 func (c *Client) send(ctx context.Context, r request) (*http.Response, error) {
-	deadline := time.Now().Add(readWaitFor)
+	deadline := time.Now().Add(putOffFor)
+	submit := r.method == http.MethodPost && r.path == "/api/v1/jobs"
 	for {
 		resp, err := c.sendFollowing(ctx, r)
 		var apiErr *APIError
-		if r.method != http.MethodGet || !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusTooManyRequests {
+		if submit || !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusTooManyRequests {
 			return resp, err
 		}
 		wait := max(apiErr.RetryAfter, 250*time.Millisecond)
@@ -730,7 +733,7 @@ func (c *Client) send(ctx context.Context, r request) (*http.Response, error) {
 	}
 }
 
-// sendFollowing is send without asking again for reads put off.
+// sendFollowing is send without asking again for requests put off.
 func (c *Client) sendFollowing(ctx context.Context, r request) (*http.Response, error) {
 	if len(c.Servers) < 2 {
 		return c.sendToOne(ctx, r)

@@ -28,8 +28,8 @@ func budgetServer(t *testing.T, refusals int64) (url string, calls *atomic.Int64
 	return url, calls
 }
 
-// A read the server puts off is asked again, and the CLI says why it waits; a write is
-// not asked again; and after readWaitFor the refusal is the answer.
+// A read or a change the server puts off is asked again, and the CLI says why it waits;
+// a submit is not asked again; and after putOffFor the refusal is the answer.
 func TestClientAsksAgainForReadsPutOff(t *testing.T) {
 	url, calls := budgetServer(t, 2)
 	code, stdout, stderr := run(t, url, "admin", "queue", "list")
@@ -45,6 +45,11 @@ func TestClientAsksAgainForReadsPutOff(t *testing.T) {
 		t.Errorf("-o json: exit %d after %d calls, stderr %q", code, calls.Load(), stderr)
 	}
 
+	// A change put off is asked again too: nothing was done.
+	url, calls = budgetServer(t, 2)
+	if code, _, stderr := run(t, url, "admin", "queue", "delete", "q"); code != 0 || calls.Load() != 3 || !strings.Contains(stderr, "asking again") {
+		t.Errorf("rota admin queue delete past two refusals: exit %d after %d calls\n%s", code, calls.Load(), stderr)
+	}
 	// A submit put off is the caller's to decide on: one call, and the refusal.
 	url, calls = budgetServer(t, 1)
 	c, err := NewClient(Endpoint{Server: url, Token: "t"})
@@ -56,22 +61,22 @@ func TestClientAsksAgainForReadsPutOff(t *testing.T) {
 		t.Errorf("a submit put off: %v after %d calls; want the 429 after one", err, calls.Load())
 	}
 
-	defer func(d time.Duration) { readWaitFor = d }(readWaitFor)
-	readWaitFor = 600 * time.Millisecond
+	defer func(d time.Duration) { putOffFor = d }(putOffFor)
+	putOffFor = 600 * time.Millisecond
 	url, calls = budgetServer(t, 1000)
 	c, _ = NewClient(Endpoint{Server: url, Token: "t"})
 	waits := 0
 	c.Waiting = func(time.Duration, string) { waits++ }
 	if _, err := c.Queues(context.Background()); !errors.As(err, &apiErr) || apiErr.StatusCode != 429 {
-		t.Fatalf("reads put off for longer than readWaitFor: %v", err)
+		t.Fatalf("reads put off for longer than putOffFor: %v", err)
 	}
 	if n := calls.Load(); n < 2 || n > 4 || waits != int(n)-1 {
-		t.Errorf("%d calls and %d waits in %v at 250 ms each; want 2 to 4, and a wait between each", n, waits, readWaitFor)
+		t.Errorf("%d calls and %d waits in %v at 250 ms each; want 2 to 4, and a wait between each", n, waits, putOffFor)
 	}
 	// A caller that gives up stops the waiting.
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
-	readWaitFor = time.Minute
+	putOffFor = time.Minute
 	if _, err := c.Queues(ctx); !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("a read put off past its context: %v", err)
 	}

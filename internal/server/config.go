@@ -132,6 +132,10 @@ func validateLimits(l api.Limits) *api.Error {
 		return invalid("limits.submits_per_second", "must be between 0 (default) and 1000000")
 	case l.SubmitBurst < 0 || l.SubmitBurst > 1e7:
 		return invalid("limits.submit_burst", "must be between 0 (default) and 10000000")
+	case !(l.WritesPerSecond >= 0 && l.WritesPerSecond <= 1e6):
+		return invalid("limits.writes_per_second", "must be between 0 (default) and 1000000")
+	case l.WriteBurst < 0 || l.WriteBurst > 1e7:
+		return invalid("limits.write_burst", "must be between 0 (default) and 10000000")
 	case !(l.ReadSecondsPerSecond >= 0 && l.ReadSecondsPerSecond <= 1000):
 		return invalid("limits.read_seconds_per_second", "must be between 0 (default) and 1000")
 	case !(l.ReadBurstSeconds >= 0 && l.ReadBurstSeconds <= 86400):

@@ -88,7 +88,7 @@ func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	limits := s.state.Limits()
-	if wait, ok := s.limiter.allow(id.User, limits, s.cfg.Clock.Now()); !ok {
+	if wait, ok := s.submits.allow(id.User, limits.SubmitsPerSecond, limits.SubmitBurst, s.cfg.Clock.Now()); !ok {
 		secs := int(math.Ceil(wait.Seconds()))
 		w.Header().Set("Retry-After", strconv.Itoa(secs))
 		writeError(w, http.StatusTooManyRequests, &api.Error{Code: api.CodeRateLimited,

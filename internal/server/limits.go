@@ -13,24 +13,26 @@ import (
 	"github.com/rotahq/rota/internal/api"
 )
 
-// submitLimiter rate-limits each user's submits with a token bucket per user, sized by the
-// limits in force. It keeps its own lock so that it never waits on the server's.
-type submitLimiter struct {
-	mu     sync.Mutex // guards the fields below
-	limits api.Limits // what users' buckets were made for; a change starts them afresh
-	users  map[string]*rate.Limiter
+// userLimiter rate-limits each user's requests of one kind (submits, or other changes)
+// with a token bucket per user. It keeps its own lock so that it never waits on the
+// server's.
+type userLimiter struct {
+	mu    sync.Mutex // guards the fields below
+	rate  float64    // what users' buckets were made for; a change starts them afresh
+	burst int
+	users map[string]*rate.Limiter
 }
 
-// allow takes one submit from user's bucket at now, or says how long until there is one.
-func (l *submitLimiter) allow(user string, lim api.Limits, now time.Time) (time.Duration, bool) {
+// allow takes one request from user's bucket at now, or says how long until there is one.
+func (l *userLimiter) allow(user string, perSecond float64, burst int, now time.Time) (time.Duration, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.users == nil || l.limits != lim {
-		l.users, l.limits = map[string]*rate.Limiter{}, lim
+	if l.users == nil || l.rate != perSecond || l.burst != burst {
+		l.users, l.rate, l.burst = map[string]*rate.Limiter{}, perSecond, burst
 	}
 	b := l.users[user]
 	if b == nil {
-		b = rate.NewLimiter(rate.Limit(lim.SubmitsPerSecond), lim.SubmitBurst)
+		b = rate.NewLimiter(rate.Limit(perSecond), burst)
 		l.users[user] = b
 	}
 	r := b.ReserveN(now, 1)

@@ -271,3 +271,75 @@ func BenchmarkReadBudget(b *testing.B) {
 		})
 	}
 }
+
+// A member's changes other than submits are rate-limited per user: past the burst a hold
+// is refused with 429 and Retry-After, and nothing changes; the user's submits, reads and
+// another user's changes go on, an admin's are not limited, and after Retry-After the
+// member's change is made.
+func TestWriteLimit(t *testing.T) {
+	h := newHarness(t)
+	if code, e := h.putConfig("limits:\n  writes_per_second: 1\n  write_burst: 2\n"); code != 200 {
+		t.Fatalf("set limits: %d %s", code, e.Message)
+	}
+	mia := h.addUser("mia", "member")
+	ned := h.addUser("ned", "member")
+	var j api.Job
+	if code := h.doAs(mia, "POST", "/api/v1/jobs", api.JobSpec{Command: []string{"x"}}, &j); code != 201 {
+		t.Fatalf("submit: %d", code)
+	}
+	act := func(token, verb string) (int, http.Header, api.Error) {
+		t.Helper()
+		req, _ := http.NewRequest("POST", fmt.Sprintf("%s/api/v1/jobs/%d/%s", h.http.URL, j.ID, verb), nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var e api.Error
+		json.NewDecoder(resp.Body).Decode(&e)
+		return resp.StatusCode, resp.Header, e
+	}
+	for _, verb := range []string{"hold", "release"} {
+		if code, _, e := act(mia, verb); code != 200 {
+			t.Fatalf("%s within the burst: %d %s", verb, code, e.Message)
+		}
+	}
+	code, hdr, e := act(mia, "hold")
+	if code != 429 || hdr.Get("Retry-After") != "1" || e.Code != api.CodeRateLimited || !strings.Contains(e.Message, "limits.writes_per_second") {
+		t.Fatalf("a third change: %d Retry-After %q %+v; want 429, 1 and the limit named", code, hdr.Get("Retry-After"), e)
+	}
+	if d := h.job(j.ID); d.UserHold {
+		t.Errorf("the refused hold held the job")
+	}
+	// Her submits have a limit of their own, and her reads a budget.
+	if code := h.doAs(mia, "POST", "/api/v1/jobs", api.JobSpec{Command: []string{"x"}}, nil); code != 201 {
+		t.Errorf("a submit past the change limit: %d", code)
+	}
+	if code := h.doAs(mia, "GET", fmt.Sprintf("/api/v1/jobs/%d", j.ID), nil, nil); code != 200 {
+		t.Errorf("a read past the change limit: %d", code)
+	}
+	// Another member's changes, and an admin's, go on.
+	if code := h.doAs(ned, "POST", "/api/v1/ui/links", nil, nil); code != 201 {
+		t.Errorf("another member's change: %d", code)
+	}
+	for i, verb := range []string{"hold", "release", "hold", "release"} {
+		if code, _, e := act(h.token, verb); code != 200 {
+			t.Errorf("admin's change %d: %d %s", i, code, e.Message)
+		}
+	}
+	h.clock.Add(time.Second)
+	if code, _, e := act(mia, "hold"); code != 200 {
+		t.Errorf("a change after Retry-After: %d %s", code, e.Message)
+	}
+	for _, c := range []struct{ yaml, field string }{
+		{"writes_per_second: -1", "limits.writes_per_second"},
+		{"writes_per_second: .nan", "limits.writes_per_second"},
+		{"write_burst: -1", "limits.write_burst"},
+		{"write_burst: 10000001", "limits.write_burst"},
+	} {
+		if code, e := h.putConfig("limits:\n  " + c.yaml + "\n"); code != 400 || e.Field != c.field {
+			t.Errorf("limits %s: %d field %q; want 400 naming %s", c.yaml, code, e.Field, c.field)
+		}
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -226,8 +227,11 @@ type Server struct {
 	watch    nodeWatch
 	attach   attachHub
 	lastUsed lastUse
-	limiter  submitLimiter
-	reads    readBudget
+	// submits, writes and reads bound each user's submits, other changes and reads
+	// (limits.go).
+	submits userLimiter
+	writes  userLimiter
+	reads   readBudget
 	// tel is the telemetry history, in memory only (see telemetry.go).
 	tel *telemetry
 	// metrics are what /metrics serves (metrics.go); notifier delivers webhooks (notify.go).
@@ -776,7 +780,19 @@ func (s *Server) serve(rt route, w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusUnsupportedMediaType, e)
 		return
 	}
-	if rt.method == http.MethodGet && readBudgeted(id) {
+	if rt.method != http.MethodGet && rt.path != "/api/v1/jobs" && limitedCaller(id) {
+		// Submits have a limit of their own (handleSubmit).
+		lim := s.view.limits.Load()
+		if wait, ok := s.writes.allow(id.User, lim.WritesPerSecond, lim.WriteBurst, s.cfg.Clock.Now()); !ok {
+			secs := int(math.Ceil(wait.Seconds()))
+			w.Header().Set("Retry-After", strconv.Itoa(secs))
+			writeError(w, http.StatusTooManyRequests, &api.Error{Code: api.CodeRateLimited, Message: fmt.Sprintf(
+				"%s makes changes faster than the limit of %g per second (bursts of %d: limits.writes_per_second and limits.write_burst); try again in %d s",
+				id.User, lim.WritesPerSecond, lim.WriteBurst, secs)})
+			return
+		}
+	}
+	if rt.method == http.MethodGet && limitedCaller(id) {
 		lim := *s.view.limits.Load()
 		longPoll := longPolls[rt.path]
 		if no := s.reads.admit(id.User, lim, s.cfg.Clock.Now(), longPoll); no != nil {
@@ -796,9 +812,10 @@ func (s *Server) serve(rt route, w http.ResponseWriter, r *http.Request) {
 	rt.handle(s, w, r.WithContext(auth.WithIdentity(r.Context(), id)))
 }
 
-// readBudgeted reports whether id's reads count against a read budget (limits.go):
-// people's and scripts' reads do, admins' (who set the budget) and agents' do not.
-func readBudgeted(id auth.Identity) bool {
+// limitedCaller reports whether id's requests count against the read budget and the
+// write limit (limits.go): people's and scripts' do, admins' (who set them) and agents'
+// do not.
+func limitedCaller(id auth.Identity) bool {
 	return (id.Kind == auth.KindToken || id.Kind == auth.KindUnix) && id.Role != auth.RoleAdmin
 }
 
