@@ -585,17 +585,26 @@ func BenchmarkTop(b *testing.B) {
 	})
 }
 
-// BenchmarkHostileReader measures what one member reading every node in a tight loop, from
-// 16 connections at once, does to an admin's glance at 10,000 nodes: with the default read
-// budget, with none, and with the member quiet. The member retries a refusal at once, as a
-// hostile caller would; served and refused are its reads per second.
-func BenchmarkHostileReader(b *testing.B) {
+// BenchmarkHostileCaller measures what one member calling in a tight loop from 16
+// connections does to an admin's glance at 10,000 nodes, with the default limits and with
+// none, against the member quiet. The reader reads every node; the writer holds and
+// releases its own job, a store commit each. The member asks again at once after a
+// refusal, as a hostile caller would; served and refused are its calls per second.
+func BenchmarkHostileCaller(b *testing.B) {
 	env := benchServer(b)
 	benchFill(b, env, 10_000, 4, 69_000)
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
-	get := func(token, path string) (int, error) {
-		req, _ := http.NewRequest("GET", env.hs.URL+path, nil)
+	call := func(method, token, path string, body any) (int, error) {
+		var rd io.Reader
+		if body != nil {
+			data, _ := json.Marshal(body)
+			rd = bytes.NewReader(data)
+		}
+		req, _ := http.NewRequest(method, env.hs.URL+path, rd)
 		req.Header.Set("Authorization", "Bearer "+token)
+		if body != nil {
+			req.Header.Set("Content-Type", "application/json")
+		}
 		resp, err := client.Do(req)
 		if err != nil {
 			return 0, err
@@ -604,22 +613,17 @@ func BenchmarkHostileReader(b *testing.B) {
 		_, err = io.Copy(io.Discard, resp.Body)
 		return resp.StatusCode, err
 	}
-	var mallory string
-	{
-		var tok api.NewToken
-		body, _ := json.Marshal(api.User{Role: "member"})
-		req, _ := http.NewRequest("PUT", env.hs.URL+"/api/v1/users/mallory", bytes.NewReader(body))
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Authorization", "Bearer "+env.token)
-		if resp, err := client.Do(req); err != nil || resp.StatusCode/100 != 2 {
-			b.Fatalf("add user mallory: %v %v", err, resp.Status)
-		} else {
-			resp.Body.Close()
-		}
-		if err := post(client, env.hs.URL+"/api/v1/tokens", env.token, api.TokenRequest{User: "mallory"}, &tok); err != nil {
-			b.Fatal(err)
-		}
-		mallory = tok.Token
+	if code, err := call("PUT", env.token, "/api/v1/users/mallory", api.User{Role: "member"}); code/100 != 2 {
+		b.Fatalf("add user mallory: %d %v", code, err)
+	}
+	var tok api.NewToken
+	if err := post(client, env.hs.URL+"/api/v1/tokens", env.token, api.TokenRequest{User: "mallory"}, &tok); err != nil {
+		b.Fatal(err)
+	}
+	mallory := tok.Token
+	var job api.Job
+	if err := post(client, env.hs.URL+"/api/v1/jobs", mallory, api.JobSpec{Command: []string{"x"}, GPUs: 1}, &job); err != nil {
+		b.Fatal(err)
 	}
 	setLimits := func(extra string) {
 		env.srv.mu.Lock()
@@ -629,28 +633,42 @@ func BenchmarkHostileReader(b *testing.B) {
 			b.Fatal(e.Message)
 		}
 	}
-	for _, c := range []struct{ name, limits string }{
-		{"quiet", ""},
-		{"budget=default", ""},
-		{"budget=none", ", read_seconds_per_second: 1000, read_burst_seconds: 86400, max_reads_in_flight: 100000"},
+	read := func(int) (int, error) { return call("GET", mallory, "/api/v1/nodes", nil) }
+	write := func(i int) (int, error) {
+		verb := "hold"
+		if i%2 == 1 {
+			verb = "release"
+		}
+		return call("POST", mallory, fmt.Sprintf("/api/v1/jobs/%d/%s", job.ID, verb), nil)
+	}
+	const none = ", read_seconds_per_second: 1000, read_burst_seconds: 86400, max_reads_in_flight: 100000, writes_per_second: 1000000, write_burst: 10000000"
+	for _, c := range []struct {
+		name, limits string
+		hostile      func(int) (int, error)
+	}{
+		{"quiet", "", nil},
+		{"reader/limits=default", "", read},
+		{"reader/limits=none", none, read},
+		{"writer/limits=default", "", write},
+		{"writer/limits=none", none, write},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			setLimits(c.limits)
 			var served, refused atomic.Int64
 			stop := make(chan struct{})
 			var wg sync.WaitGroup
-			if c.name != "quiet" {
-				for range 16 {
+			if c.hostile != nil {
+				for g := range 16 {
 					wg.Add(1)
 					go func() {
 						defer wg.Done()
-						for {
+						for i := g; ; i++ {
 							select {
 							case <-stop:
 								return
 							default:
 							}
-							switch code, _ := get(mallory, "/api/v1/nodes"); code {
+							switch code, _ := c.hostile(i); code {
 							case http.StatusOK:
 								served.Add(1)
 							case http.StatusTooManyRequests:
@@ -666,7 +684,7 @@ func BenchmarkHostileReader(b *testing.B) {
 			start := time.Now()
 			b.ResetTimer()
 			for range b.N {
-				if code, err := get(env.token, "/api/v1/top?nodes=60"); code != http.StatusOK {
+				if code, err := call("GET", env.token, "/api/v1/top?nodes=60", nil); code != http.StatusOK {
 					b.Fatalf("glance: %d %v", code, err)
 				}
 			}
