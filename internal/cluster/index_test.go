@@ -152,6 +152,7 @@ func checkIndexes(t *testing.T, s *State, rng *rand.Rand, step string) {
 		{"held", s.HeldIDs(), func(j *api.Job) bool { return j.State == api.StateHeld }},
 		{"active", s.ActiveIDs(), func(j *api.Job) bool { return j.State.Active() }},
 		{"unfinished", s.UnfinishedIDs(), func(j *api.Job) bool { return !j.State.Terminal() }},
+		{"idle", s.IdleIDs(), func(j *api.Job) bool { return j.State.Active() && j.IdleSince != nil }},
 	} {
 		var want []int64
 		for _, j := range s.Jobs(c.want) {
@@ -270,6 +271,12 @@ func TestIndexesMatchAFullScan(t *testing.T) {
 					j.State = allStates[rng.IntN(len(allStates))]
 					if rng.IntN(8) == 0 {
 						j.Spec.Queue = "dev"
+					}
+					switch rng.IntN(4) { // flagged idle, or not
+					case 0:
+						j.IdleSince = &now
+					case 1:
+						j.IdleSince = nil
 					}
 					b.Jobs = append(b.Jobs, j)
 					if rng.IntN(2) == 0 {

@@ -36,6 +36,8 @@ type State struct {
 	// deadlined is the set of jobs not ended whose deadline is not yet decided, which
 	// every cycle checks for a deadline passed: few jobs have one.
 	deadlined map[int64]struct{}
+	// idle is the set of active jobs flagged idle (Job.IdleSince), few at any time.
+	idle map[int64]struct{}
 	// gated is the set of jobs not ended that an array limit or a retry's backoff may hold
 	// back, which every cycle checks: most jobs have neither.
 	gated map[int64]struct{}
@@ -95,6 +97,7 @@ func New() *State {
 		active:    map[int64]struct{}{},
 		held:      map[int64]struct{}{},
 		deadlined: map[int64]struct{}{},
+		idle:      map[int64]struct{}{},
 		gated:     map[int64]struct{}{},
 		waiting:   map[string]int{},
 		depth:     map[string]*api.QueueDepth{},
@@ -180,6 +183,10 @@ func (s *State) Apply(b *batch.Batch) {
 		delete(s.held, j.ID)
 		delete(s.deadlined, j.ID)
 		delete(s.gated, j.ID)
+		delete(s.idle, j.ID)
+		if j.State.Active() && j.IdleSince != nil {
+			s.idle[j.ID] = struct{}{}
+		}
 		if !j.State.Terminal() {
 			if j.Spec.Deadline != nil && j.DeadlineResult == "" {
 				s.deadlined[j.ID] = struct{}{}
@@ -309,6 +316,9 @@ func (s *State) UnfinishedIDs() []int64 {
 // OpenDeadlineIDs returns the IDs of the jobs not ended whose deadline is not yet decided,
 // ascending.
 func (s *State) OpenDeadlineIDs() []int64 { return sortedKeys(s.deadlined) }
+
+// IdleIDs returns the active jobs flagged idle (Job.IdleSince), in ID order.
+func (s *State) IdleIDs() []int64 { return sortedKeys(s.idle) }
 
 // GatedIDs returns the IDs of the jobs not ended that have an array limit or a time not to
 // start before, ascending.

@@ -56,6 +56,10 @@ func (s *State) UsedGPUs(node string, buf []int) []int {
 	return buf
 }
 
+// GPUHolds returns, by GPU index, how many ranks of active jobs hold each of node's GPUs
+// that any holds. The map is the state's: read it only, under the lock.
+func (s *State) GPUHolds(node string) map[int]int { return s.gpuHolds[node] }
+
 // UsedGPUCount is how many of the node's GPUs active jobs hold: len(UsedGPUs(node, nil)).
 func (s *State) UsedGPUCount(node string) int { return len(s.gpuHolds[node]) }
 

@@ -565,6 +565,27 @@ func BenchmarkTop(b *testing.B) {
 			}
 		})
 	}
+	// What the web UI's overview reads every 10 s: the node list whole, as it did, or a
+	// glance with the first 50 nodes, as it does; answer-bytes is the answer's size.
+	for _, c := range []struct{ name, path string }{
+		{"overview-glance", "/api/v1/top?nodes=50&jobs=0"},
+		{"overview-nodes", "/api/v1/nodes"},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			var size int64
+			for range b.N {
+				req, _ := http.NewRequest("GET", env.hs.URL+c.path, nil)
+				req.Header.Set("Authorization", "Bearer "+env.token)
+				resp, err := client.Do(req)
+				if err != nil || resp.StatusCode != http.StatusOK {
+					b.Fatalf("%s: %v %v", c.path, err, resp)
+				}
+				size, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+			b.ReportMetric(float64(size), "answer-bytes")
+		})
+	}
 	b.Run("lists", func(b *testing.B) {
 		for range b.N {
 			var nodes api.NodeList

@@ -665,10 +665,8 @@ func (s *Server) handleNodes(w http.ResponseWriter, r *http.Request) {
 	nodes := s.state.Nodes()
 	usage := s.state.Usage()
 	idle := map[int64]bool{}
-	for j := range s.state.EachJob(activeStates...) {
-		if j.IdleSince != nil {
-			idle[j.ID] = true
-		}
+	for _, id := range s.state.IdleIDs() {
+		idle[id] = true
 	}
 	s.mu.Unlock()
 	for i := range nodes {

@@ -76,10 +76,19 @@ func (s *Server) top(who auth.Identity, nodeRows, jobRows int) api.Top {
 	t := api.Top{Time: s.cfg.Clock.Now(), Pools: []api.Load{}, Nodes: []api.Node{},
 		RunningJobs: []api.Job{}, WaitingJobs: []api.Job{}, Queues: []api.QueueDepth{}}
 	pools := map[string]*api.Load{}
+	idleOn := s.idleNodes()
 	for i, name := range s.state.NodeNames() {
 		n := s.state.PeekNode(name)
-		l := api.NodeLoad(n)
-		l.GPUsUsed = s.state.UsedGPUCount(name)
+		// The node's record does not say which GPUs jobs hold: the state's holds do, and
+		// on the few nodes with a job flagged idle, which of them are idle.
+		holds := s.state.GPUHolds(name)
+		idle := noGPU
+		if idleOn[name] {
+			c := *n
+			fillUsage(&c, s.state.NodeUsage(name), s.flaggedIdle)
+			idle = func(g int) bool { return slices.Contains(c.IdleGPUs, g) }
+		}
+		l := api.NodeLoadOf(n, len(holds), func(g int) bool { return holds[g] > 0 }, idle)
 		t.Total.Add(l)
 		pool := n.Labels["pool"]
 		if pools[pool] == nil {
@@ -120,6 +129,22 @@ func (s *Server) top(who auth.Identity, nodeRows, jobRows int) api.Top {
 	s.listed(t.RunningJobs)
 	s.listed(t.WaitingJobs)
 	return t
+}
+
+// noGPU says no to any GPU.
+func noGPU(int) bool { return false }
+
+// idleNodes returns the nodes where an active job flagged idle runs. Callers hold s.mu.
+func (s *Server) idleNodes() map[string]bool {
+	on := map[string]bool{}
+	for _, id := range s.state.IdleIDs() {
+		if a, ok := s.state.CurrentAttempt(id); ok {
+			for _, p := range a.Placements {
+				on[p.Node] = true
+			}
+		}
+	}
+	return on
 }
 
 // soonest returns the first rows jobs in state st that keep accepts (nil: all), soonest

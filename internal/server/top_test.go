@@ -208,3 +208,59 @@ func TestIdleGPUsOfSharedGPUs(t *testing.T) {
 		t.Errorf("used %v, idle %v; want 0-3 used, 0 (its job idle) and 2 (its one tenant idle) idle", n.UsedGPUs, n.IdleGPUs)
 	}
 }
+
+// The glance counts GPUs by state as the web UI's cells show them, from the state's holds
+// rather than the nodes' lists, and the nodes that drift: one GPU of each kind here, and
+// the same counts as the node list gives.
+func TestTopCountsGPUStates(t *testing.T) {
+	h := newHarness(t)
+	if code, e := h.putConfig("pools:\n  - name: train\n    driver: \">=550\"\n"); code != 200 {
+		t.Fatalf("config: %d %s", code, e.Message)
+	}
+	// n2: a job on GPU 0, GPU 1 unhealthy.
+	sick := func(hb *api.Heartbeat) { hb.Inventory.GPUs[1].Healthy, hb.Inventory.GPUs[1].Health = false, "XID 79" }
+	h.beatFull("n2", 2, sick)
+	used := h.startJob("n2", 2, api.JobSpec{GPUs: 1, Command: []string{"train"}})
+	h.beatFull("n2", 2, sick, api.TaskStatus{JobID: used.ID, Attempt: 1, State: api.StateRunning, PID: 100})
+	// n1: a job flagged idle on one GPU, a leftover process on the other.
+	h.idleQueue(60, api.IdleWarn)
+	h.beat("n1", 2)
+	idle := h.startJob("n1", 2, api.JobSpec{GPUs: 1, Queue: "dev", Command: []string{"sleep"}})
+	gpu := h.job(idle.ID).AttemptList[0].Placements[0].GPUIndices
+	stray := api.GPUProcess{GPU: 1 - gpu[0], PID: 4242, MemoryMB: 300, Command: "python leak.py"}
+	for range 3 {
+		h.clock.Add(5 * time.Second)
+		h.beatFull("n1", 2, func(hb *api.Heartbeat) {
+			withReading(h.clock.Now(), 1, 500, gpu, idle.ID, 1)(hb)
+			hb.Telemetry.Processes = []api.GPUProcess{stray}
+		}, api.TaskStatus{JobID: idle.ID, Attempt: 1, State: api.StateRunning, PID: 100})
+	}
+	// n3 drained; n4 of pool train, with a driver older than the pool wants.
+	h.beat("n3", 2)
+	if code := h.do("POST", "/api/v1/nodes/n3/drain", nil, nil); code != http.StatusOK {
+		t.Fatalf("drain n3: %d", code)
+	}
+	h.versionNode("n4", "train", "535.104.05", "12.2")
+
+	n1 := h.node("n1")
+	if h.job(idle.ID).IdleSince == nil || len(n1.HeldGPUs) != 1 || len(h.node("n4").Drift) == 0 {
+		t.Fatalf("the scenario lacks a case: idle since %v, n1 holds back %v, n4 drifts %v", h.job(idle.ID).IdleSince, n1.HeldGPUs, h.node("n4").Drift)
+	}
+	top := h.checkTop("admin", h.token, -1, 10)
+	want := api.GPUStates{Free: 2, Used: 1, Idle: 1, Held: 1, Unhealthy: 1, Unavailable: 2}
+	if top.Total.States != want || top.Total.NodesDrifting != 1 {
+		t.Errorf("GPU states %+v, %d nodes drifting; want %+v and 1", top.Total.States, top.Total.NodesDrifting, want)
+	}
+	var train api.Load
+	for _, p := range top.Pools {
+		if p.Pool == "train" {
+			train = p
+		}
+	}
+	if train.States != (api.GPUStates{Free: 2}) || train.NodesDrifting != 1 {
+		t.Errorf("pool train: %+v, %d drifting; want 2 free GPUs and 1 drifting", train.States, train.NodesDrifting)
+	}
+	// A member, who may not read the jobs, sees the same GPUs taken.
+	mia := h.addUser("mia", "member")
+	h.checkTop("mia", mia, -1, 10)
+}

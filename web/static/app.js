@@ -319,6 +319,9 @@
 
   // ---- GPU states ---------------------------------------------------------------------
 
+  // TELEMETRY_NODES is how many nodes, the first by name, the overview's chart averages.
+  const TELEMETRY_NODES = 50;
+
   const GPU_STATES = [
     ['free', 'free'], ['used', 'in use'], ['idle', 'idle, held by a job'], ['held', 'held by leftover processes'],
     ['unhealthy', 'unhealthy'], ['unavailable', 'node not taking work'],
@@ -441,19 +444,19 @@
     page.replaceChildren(el('h1', null, 'Overview'), statsBox, legend(GPU_STATES), govBox, utilBox, el('div', { class: 'grid2' }, queueBox, waitBox));
 
     await every(10000, async () => {
-      // The nodes say what each GPU does; the glance counts the queues' jobs, all of them
-      // (a listing would stop at its pages).
-      const [nodeList, top] = await Promise.all([api('/api/v1/nodes'), api('/api/v1/top?nodes=0&jobs=0')]);
+      // One glance: the GPUs of every node counted by state, the queues' jobs counted (a
+      // listing would stop at its pages), and the first nodes, whose telemetry is drawn.
+      // Its size follows what it lists, not the cluster's: at 10,000 nodes the node list
+      // is megabytes.
+      const top = await api('/api/v1/top?nodes=' + TELEMETRY_NODES + '&jobs=0');
       if (!alive()) return;
-      const nodes = nodeList.nodes || [];
-      const counts = { free: 0, used: 0, idle: 0, held: 0, unhealthy: 0, unavailable: 0 };
-      let total = 0;
-      for (const n of gpuCells(nodes, [])) for (const c of n.cells) { counts[c.state]++; total++; }
+      const nodes = top.nodes || [], total = top.total;
+      const counts = total.gpu_states;
       statsBox.replaceChildren(
-        el('div', { class: 'stat' }, el('div', { class: 'n' }, String(total)), 'GPUs on ' + nodes.length + (nodes.length === 1 ? ' node' : ' nodes')),
+        el('div', { class: 'stat' }, el('div', { class: 'n' }, String(total.gpus)), 'GPUs on ' + total.nodes + (total.nodes === 1 ? ' node' : ' nodes')),
         ...GPU_STATES.filter(([k]) => counts[k] || ['free', 'used', 'idle', 'unhealthy'].includes(k)).map(([k, label]) =>
           el('div', { class: 'stat ' + k, dataset: { state: k } }, el('div', { class: 'n' }, String(counts[k])), label)));
-      await drawGovernance(govBox, nodes, alive);
+      await drawGovernance(govBox, total.nodes_drifting, alive);
       if (!alive()) return;
 
       // Queue depth: the jobs that wait (pending or held) per queue, and what runs.
@@ -464,8 +467,8 @@
         : el('p', { class: 'notice' }, 'No job is pending or running.'),
       el('p', null, el('a', { href: '#/queue' }, 'The queue, with reasons →')));
 
-      // Utilisation over time: the mean of every GPU's series, per time step.
-      const tel = await Promise.all(nodes.slice(0, 50).map((n) => api('/api/v1/nodes/' + encodeURIComponent(n.name) + '/telemetry').catch(() => ({ series: [] }))));
+      // Utilisation over time: the mean of the first nodes' GPUs' series, per time step.
+      const tel = await Promise.all(nodes.map((n) => api('/api/v1/nodes/' + encodeURIComponent(n.name) + '/telemetry').catch(() => ({ series: [] }))));
       if (!alive()) return;
       const sum = new Map();
       let step = 60000;
@@ -479,7 +482,9 @@
         }
       }
       const mean = [...sum.entries()].map(([t, e]) => ({ t, v: e.v / e.n }));
-      utilBox.replaceChildren(el('h2', null, 'GPU utilisation, mean over all GPUs'),
+      utilBox.replaceChildren(el('h2', null, total.nodes > nodes.length
+        ? 'GPU utilisation, mean over the GPUs of the first ' + nodes.length + ' nodes of ' + total.nodes
+        : 'GPU utilisation, mean over all GPUs'),
         lineChart([{ name: 'mean utilisation', points: mean }], { yMax: 100, unit: '%', step, width: 1100, height: 220, label: 'GPU utilisation over time', empty: 'No telemetry yet: agents report it every few seconds.' }));
       ready(page);
 
@@ -499,10 +504,9 @@
     });
   }
 
-  // drawGovernance counts the nodes whose versions drift from their pool's wanted ranges
+  // drawGovernance shows how many nodes' versions drift from their pool's wanted ranges
   // and, for those who decide them, the requests waiting for a decision.
-  async function drawGovernance(box, nodes, alive) {
-    const drifting = nodes.filter((n) => n.drift && n.drift.length).length;
+  async function drawGovernance(box, drifting, alive) {
     const stats = [el('a', { class: 'stat drift' + (drifting ? ' warn' : ''), id: 'drift-stat', href: '#/nodes' },
       el('div', { class: 'n' }, String(drifting)), drifting === 1 ? 'node drifts from its pool\'s versions' : 'nodes drift from their pool\'s versions')];
     if (mayDecide()) {
