@@ -626,13 +626,7 @@ func BenchmarkHostileCaller(b *testing.B) {
 		if body != nil {
 			req.Header.Set("Content-Type", "application/json")
 		}
-		resp, err := client.Do(req)
-		if err != nil {
-			return 0, err
-		}
-		defer resp.Body.Close()
-		_, err = io.Copy(io.Discard, resp.Body)
-		return resp.StatusCode, err
+		return doDrained(client, req)
 	}
 	if code, err := call("PUT", env.token, "/api/v1/users/mallory", api.User{Role: "member"}); code/100 != 2 {
 		b.Fatalf("add user mallory: %d %v", code, err)

@@ -188,18 +188,25 @@ func TestReadBudget(t *testing.T) {
 		t.Errorf("after Retry-After: %d %s", code, e.Message)
 	}
 
-	for _, c := range []struct{ yaml, field string }{
-		{"read_seconds_per_second: -1", "limits.read_seconds_per_second"},
-		{"read_seconds_per_second: .nan", "limits.read_seconds_per_second"},
-		{"read_seconds_per_second: 1001", "limits.read_seconds_per_second"},
-		{"read_burst_seconds: -0.5", "limits.read_burst_seconds"},
-		{"read_burst_seconds: .inf", "limits.read_burst_seconds"},
-		{"max_reads_in_flight: -1", "limits.max_reads_in_flight"},
-		{"max_reads_in_flight: 100001", "limits.max_reads_in_flight"},
-		{"submits_per_second: .nan", "limits.submits_per_second"},
-	} {
-		if code, e := h.putConfig("limits:\n  " + c.yaml + "\n"); code != 400 || e.Field != c.field {
-			t.Errorf("limits %s: %d field %q; want 400 naming %s", c.yaml, code, e.Field, c.field)
+	h.refusesLimits(map[string]string{
+		"read_seconds_per_second: -1":   "limits.read_seconds_per_second",
+		"read_seconds_per_second: .nan": "limits.read_seconds_per_second",
+		"read_seconds_per_second: 1001": "limits.read_seconds_per_second",
+		"read_burst_seconds: -0.5":      "limits.read_burst_seconds",
+		"read_burst_seconds: .inf":      "limits.read_burst_seconds",
+		"max_reads_in_flight: -1":       "limits.max_reads_in_flight",
+		"max_reads_in_flight: 100001":   "limits.max_reads_in_flight",
+		"submits_per_second: .nan":      "limits.submits_per_second",
+	})
+}
+
+// refusesLimits checks that each limits setting (YAML) is refused with 400, naming the
+// field it maps to.
+func (h *harness) refusesLimits(bad map[string]string) {
+	h.t.Helper()
+	for yaml, field := range bad {
+		if code, e := h.putConfig("limits:\n  " + yaml + "\n"); code != 400 || e.Field != field {
+			h.t.Errorf("limits %s: %d field %q; want 400 naming %s", yaml, code, e.Field, field)
 		}
 	}
 }
@@ -332,14 +339,10 @@ func TestWriteLimit(t *testing.T) {
 	if code, _, e := act(mia, "hold"); code != 200 {
 		t.Errorf("a change after Retry-After: %d %s", code, e.Message)
 	}
-	for _, c := range []struct{ yaml, field string }{
-		{"writes_per_second: -1", "limits.writes_per_second"},
-		{"writes_per_second: .nan", "limits.writes_per_second"},
-		{"write_burst: -1", "limits.write_burst"},
-		{"write_burst: 10000001", "limits.write_burst"},
-	} {
-		if code, e := h.putConfig("limits:\n  " + c.yaml + "\n"); code != 400 || e.Field != c.field {
-			t.Errorf("limits %s: %d field %q; want 400 naming %s", c.yaml, code, e.Field, c.field)
-		}
-	}
+	h.refusesLimits(map[string]string{
+		"writes_per_second: -1":   "limits.writes_per_second",
+		"writes_per_second: .nan": "limits.writes_per_second",
+		"write_burst: -1":         "limits.write_burst",
+		"write_burst: 10000001":   "limits.write_burst",
+	})
 }
