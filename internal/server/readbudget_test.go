@@ -127,21 +127,7 @@ func TestReadBudget(t *testing.T) {
 	}
 	mia := h.addUser("mia", "member")
 	ned := h.addUser("ned", "viewer")
-	read := func(token, path string) (int, http.Header, api.Error) {
-		t.Helper()
-		req, _ := http.NewRequest("GET", h.http.URL+path, nil)
-		req.Header.Set("Authorization", "Bearer "+token)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		var e api.Error
-		if resp.StatusCode != 200 {
-			json.NewDecoder(resp.Body).Decode(&e)
-		}
-		return resp.StatusCode, resp.Header, e
-	}
+	read := func(token, path string) (int, http.Header, api.Error) { return h.bodiless(token, "GET", path) }
 	let := 0
 	var retry int
 	for ; ; let++ {
@@ -198,6 +184,24 @@ func TestReadBudget(t *testing.T) {
 		"max_reads_in_flight: 100001":   "limits.max_reads_in_flight",
 		"submits_per_second: .nan":      "limits.submits_per_second",
 	})
+}
+
+// bodiless makes a request without a body with a token, and returns the status, the
+// headers and the error body, if any.
+func (h *harness) bodiless(token, method, path string) (int, http.Header, api.Error) {
+	h.t.Helper()
+	req, _ := http.NewRequest(method, h.http.URL+path, nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var e api.Error
+	if resp.StatusCode/100 != 2 {
+		json.NewDecoder(resp.Body).Decode(&e)
+	}
+	return resp.StatusCode, resp.Header, e
 }
 
 // refusesLimits checks that each limits setting (YAML) is refused with 400, naming the
@@ -295,17 +299,7 @@ func TestWriteLimit(t *testing.T) {
 		t.Fatalf("submit: %d", code)
 	}
 	act := func(token, verb string) (int, http.Header, api.Error) {
-		t.Helper()
-		req, _ := http.NewRequest("POST", fmt.Sprintf("%s/api/v1/jobs/%d/%s", h.http.URL, j.ID, verb), nil)
-		req.Header.Set("Authorization", "Bearer "+token)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		var e api.Error
-		json.NewDecoder(resp.Body).Decode(&e)
-		return resp.StatusCode, resp.Header, e
+		return h.bodiless(token, "POST", fmt.Sprintf("/api/v1/jobs/%d/%s", j.ID, verb))
 	}
 	for _, verb := range []string{"hold", "release"} {
 		if code, _, e := act(mia, verb); code != 200 {
