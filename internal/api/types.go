@@ -1146,10 +1146,44 @@ type Load struct {
 	utilSum  float64
 }
 
-// GPUStates counts GPUs by what they do, each GPU in one state, as the web UI's cells
-// show them: unhealthy first, whatever holds it; then held by jobs, idle when every job
-// holding it is flagged idle; then kept from new work by leftover processes; then free
-// GPUs of a node not taking work.
+// GPUState is what one GPU does, as the web UI's cells and the metrics show it. The
+// states are in the order a GPU is judged: the first that applies is its state.
+type GPUState int
+
+const (
+	GPUUnhealthy   GPUState = iota // the device reports errors, or fell off the bus
+	GPUIdle                        // held by jobs, every one of them flagged idle
+	GPUUsed                        // held by a job
+	GPUHeld                        // kept from new work by leftover processes
+	GPUUnavailable                 // free, on a node that takes no new work
+	GPUFree
+)
+
+// StateOfGPU is what GPU g of node n does; inUse says whether active jobs hold it, idle
+// whether every one of them is flagged idle.
+func StateOfGPU(n *Node, g *GPU, inUse, idle bool) GPUState {
+	switch {
+	case !g.Healthy || g.Missing:
+		return GPUUnhealthy
+	case inUse && idle:
+		return GPUIdle
+	case inUse:
+		return GPUUsed
+	case slices.Contains(n.HeldGPUs, g.Index):
+		return GPUHeld
+	case !n.TakesWork():
+		return GPUUnavailable
+	}
+	return GPUFree
+}
+
+// TakesWork reports whether new work may be placed on n: it is ready, its agent is done
+// syncing, and its health check, if it has one, passes.
+func (n *Node) TakesWork() bool {
+	return n.State == NodeReady && !n.Syncing && (n.HealthCheck == nil || n.HealthCheck.OK)
+}
+
+// GPUStates counts GPUs by state (StateOfGPU), each GPU in one.
 type GPUStates struct {
 	Free        int `json:"free"`
 	Used        int `json:"used"`
@@ -1157,6 +1191,24 @@ type GPUStates struct {
 	Held        int `json:"held"`
 	Unhealthy   int `json:"unhealthy"`
 	Unavailable int `json:"unavailable"`
+}
+
+// Count counts one GPU in state st.
+func (s *GPUStates) Count(st GPUState) {
+	switch st {
+	case GPUUnhealthy:
+		s.Unhealthy++
+	case GPUIdle:
+		s.Idle++
+	case GPUUsed:
+		s.Used++
+	case GPUHeld:
+		s.Held++
+	case GPUUnavailable:
+		s.Unavailable++
+	default:
+		s.Free++
+	}
 }
 
 // Add adds o's counts to s.
@@ -1173,25 +1225,10 @@ func (s *GPUStates) Add(o GPUStates) {
 // idle whether every job holding it is flagged idle.
 func CountGPUStates(n *Node, inUse, idle func(index int) bool) GPUStates {
 	var s GPUStates
-	takesWork := n.State == NodeReady && !n.Syncing
 	for i := range n.GPUs {
 		g := &n.GPUs[i] // not a copy: a glance counts 80,000 of them at 10,000 nodes
-		switch {
-		case !g.Healthy || g.Missing:
-			s.Unhealthy++
-		case inUse(g.Index):
-			if idle(g.Index) {
-				s.Idle++
-			} else {
-				s.Used++
-			}
-		case slices.Contains(n.HeldGPUs, g.Index):
-			s.Held++
-		case !takesWork:
-			s.Unavailable++
-		default:
-			s.Free++
-		}
+		used := inUse(g.Index)
+		s.Count(StateOfGPU(n, g, used, used && idle(g.Index)))
 	}
 	return s
 }

@@ -685,12 +685,19 @@ func fillUsage(n *api.Node, u *cluster.NodeUsage, idle func(id int64) bool) {
 	n.UsedGPUs = slices.Sorted(maps.Keys(u.GPUs))
 	n.SharedGPUs = sharedGPUs(u)
 	for _, g := range n.UsedGPUs {
-		// A shared GPU is idle when every job that holds a share of it is.
-		if ts, shared := u.Tenants[g]; shared && !slices.ContainsFunc(ts, func(t api.Tenant) bool { return !idle(t.JobID) }) ||
-			!shared && idle(u.GPUs[g]) {
+		if gpuIdle(u, g, idle) {
 			n.IdleGPUs = append(n.IdleGPUs, g)
 		}
 	}
+}
+
+// gpuIdle reports whether GPU g, which active jobs hold (u), is idle: a shared GPU when
+// every job that holds a share of it is, another when its job is.
+func gpuIdle(u *cluster.NodeUsage, g int, idle func(id int64) bool) bool {
+	if ts, shared := u.Tenants[g]; shared {
+		return !slices.ContainsFunc(ts, func(t api.Tenant) bool { return !idle(t.JobID) })
+	}
+	return idle(u.GPUs[g])
 }
 
 // flaggedIdle says whether job id is flagged idle (Job.IdleSince), from the state.

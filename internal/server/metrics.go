@@ -298,20 +298,12 @@ var (
 	gpuLabels = []string{"pool", "node", "gpu", "uuid", "model"}
 )
 
-// GPU states, in the order a GPU is judged: the first that applies is its state.
-const (
-	gpuUnhealthy   = iota // the device reports errors, or fell off the bus
-	gpuIdleHolding        // allocated to a job whose GPUs all read idle
-	gpuAllocated          // allocated to a job
-	gpuHeld               // kept from new work by leftover processes
-	gpuUnavailable        // on a node that takes no new work
-	gpuFree
-)
-
 // The states each count is reported in, zero or not, so that a series never vanishes
 // because nothing is in its state at the moment.
 var (
-	gpuStates  = []string{gpuUnhealthy: "unhealthy", gpuIdleHolding: "idle_holding", gpuAllocated: "allocated", gpuHeld: "held", gpuUnavailable: "unavailable", gpuFree: "free"}
+	// gpuStates names api.GPUState's states in the metric's labels.
+	gpuStates = []string{api.GPUUnhealthy: "unhealthy", api.GPUIdle: "idle_holding", api.GPUUsed: "allocated",
+		api.GPUHeld: "held", api.GPUUnavailable: "unavailable", api.GPUFree: "free"}
 	nodeStates = []api.NodeState{api.NodeReady, api.NodeDraining, api.NodeDrained, api.NodeNotReady, api.NodeLost}
 	jobStates  = []api.JobState{api.StatePending, api.StateHeld, api.StateAssigned, api.StateRunning}
 )
@@ -455,26 +447,15 @@ func (c *stateCounts) countNode(n *api.Node, u *cluster.NodeUsage, active map[in
 		pool = "default"
 	}
 	bump(c.nodes, pool, slices.Index(nodeStates, n.State), len(nodeStates))
-	takesWork := n.State == api.NodeReady && !n.Syncing && (n.HealthCheck == nil || n.HealthCheck.OK)
-	for _, g := range n.GPUs {
+	for i := range n.GPUs {
+		g := &n.GPUs[i]
 		job, allocated := int64(0), false
 		if u != nil {
 			job, allocated = u.GPUs[g.Index]
 		}
-		state := gpuFree
-		switch {
-		case !g.Healthy || g.Missing:
-			state = gpuUnhealthy
-		case allocated && active[job].idle:
-			state = gpuIdleHolding
-		case allocated:
-			state = gpuAllocated
-		case slices.Contains(n.HeldGPUs, g.Index):
-			state = gpuHeld
-		case !takesWork:
-			state = gpuUnavailable
-		}
-		bump(c.gpus, poolModel{pool, g.Model}, state, len(gpuStates))
+		idle := allocated && gpuIdle(u, g.Index, func(id int64) bool { return active[id].idle })
+		state := api.StateOfGPU(n, g, allocated, idle)
+		bump(c.gpus, poolModel{pool, g.Model}, int(state), len(gpuStates))
 		if allocated {
 			c.teamUsed[teamModel{active[job].team, g.Model}]++
 		}

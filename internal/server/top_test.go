@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/url"
 	"slices"
@@ -241,13 +242,17 @@ func TestTopCountsGPUStates(t *testing.T) {
 		t.Fatalf("drain n3: %d", code)
 	}
 	h.versionNode("n4", "train", "535.104.05", "12.2")
+	// n5 fails its health check: it takes no work.
+	h.beatFull("n5", 2, func(hb *api.Heartbeat) {
+		hb.HealthCheck = &api.HealthCheck{Time: h.clock.Now(), OK: false, ExitCode: 2, Output: "ib0: link down"}
+	})
 
 	n1 := h.node("n1")
 	if h.job(idle.ID).IdleSince == nil || len(n1.HeldGPUs) != 1 || len(h.node("n4").Drift) == 0 {
 		t.Fatalf("the scenario lacks a case: idle since %v, n1 holds back %v, n4 drifts %v", h.job(idle.ID).IdleSince, n1.HeldGPUs, h.node("n4").Drift)
 	}
 	top := h.checkTop("admin", h.token, -1, 10)
-	want := api.GPUStates{Free: 2, Used: 1, Idle: 1, Held: 1, Unhealthy: 1, Unavailable: 2}
+	want := api.GPUStates{Free: 2, Used: 1, Idle: 1, Held: 1, Unhealthy: 1, Unavailable: 4}
 	if top.Total.States != want || top.Total.NodesDrifting != 1 {
 		t.Errorf("GPU states %+v, %d nodes drifting; want %+v and 1", top.Total.States, top.Total.NodesDrifting, want)
 	}
@@ -263,4 +268,18 @@ func TestTopCountsGPUStates(t *testing.T) {
 	// A member, who may not read the jobs, sees the same GPUs taken.
 	mia := h.addUser("mia", "member")
 	h.checkTop("mia", mia, -1, 10)
+	// The metrics count the GPUs by the same states.
+	_, fams := h.scrapeMetrics(h.token)
+	got := map[string]float64{}
+	for _, m := range fams["rota_gpus"].GetMetric() {
+		for _, l := range m.GetLabel() {
+			if l.GetName() == "state" {
+				got[l.GetValue()] += m.GetGauge().GetValue()
+			}
+		}
+	}
+	wantMetric := map[string]float64{"free": 2, "allocated": 1, "idle_holding": 1, "held": 1, "unhealthy": 1, "unavailable": 4}
+	if !maps.Equal(got, wantMetric) {
+		t.Errorf("rota_gpus by state: %v; want %v", got, wantMetric)
+	}
 }

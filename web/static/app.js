@@ -336,7 +336,8 @@
     return nodes.map((n) => {
       const readings = new Map(((n.telemetry && n.telemetry.gpus) || []).map((r) => [r.index, r]));
       const held = new Set(n.held_gpus || []), used = new Set(n.used_gpus || []), idle = new Set(n.idle_gpus || []);
-      const takesWork = n.state === 'READY' && !n.syncing;
+      // As the server judges it (api.Node.TakesWork): ready, synced, health check passing.
+      const takesWork = n.state === 'READY' && !n.syncing && (!n.health_check || n.health_check.ok);
       const cells = (n.gpus || []).map((g) => {
         const job = byUUID.get(g.uuid) || null;
         let state = 'free';
