@@ -149,6 +149,13 @@ func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) {
 			writeError(w, http.StatusUnauthorized, unauthorized("credentials needed to read metrics: send \"Authorization: Bearer TOKEN\" (a viewer's token will do)"))
 			return
 		}
+		// A scrape is the costliest read there is (every node, GPU and job): it counts
+		// against the caller's read budget like any other.
+		paid, ok := s.admitRead(w, id, false)
+		if !ok {
+			return
+		}
+		defer paid()
 	}
 	s.metrics.handler.ServeHTTP(w, r)
 }

@@ -150,8 +150,9 @@ func TestReadBudget(t *testing.T) {
 	if let == 0 {
 		t.Fatal("no read let in on a full budget")
 	}
-	// Every read route is bounded, not the job list alone.
-	for _, path := range []string{"/api/v1/nodes", "/api/v1/top", "/api/v1/whoami", "/api/v1/status"} {
+	// Every read route is bounded, not the job list alone: a scrape of /metrics, the
+	// costliest read there is, too.
+	for _, path := range []string{"/api/v1/nodes", "/api/v1/top", "/api/v1/whoami", "/api/v1/status", "/metrics"} {
 		if code, _, _ := read(mia, path); code != 429 {
 			t.Errorf("GET %s on a spent budget: %d; want 429", path, code)
 		}
@@ -164,6 +165,9 @@ func TestReadBudget(t *testing.T) {
 		if code := h.do("GET", "/api/v1/jobs", nil, nil); code != 200 {
 			t.Fatalf("admin read %d: %d", i, code)
 		}
+	}
+	if code, _, e := h.bodiless(h.token, "GET", "/metrics"); code != 200 {
+		t.Errorf("an admin's scrape: %d %s", code, e.Message)
 	}
 	// Writes are not reads: the member still submits.
 	if code := h.doAs(mia, "POST", "/api/v1/jobs", api.JobSpec{Command: []string{"x"}}, nil); code != 201 {

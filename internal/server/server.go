@@ -792,16 +792,12 @@ func (s *Server) serve(rt route, w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	if rt.method == http.MethodGet && limitedCaller(id) {
-		lim := *s.view.limits.Load()
-		longPoll := longPolls[rt.path]
-		if no := s.reads.admit(id.User, lim, s.cfg.Clock.Now(), longPoll); no != nil {
-			w.Header().Set("Retry-After", strconv.Itoa(int(no.wait/time.Second)))
-			writeError(w, http.StatusTooManyRequests, &api.Error{Code: api.CodeRateLimited, Message: no.message})
+	if rt.method == http.MethodGet {
+		paid, ok := s.admitRead(w, id, longPolls[rt.path])
+		if !ok {
 			return
 		}
-		start := time.Now()
-		defer func() { s.reads.pay(id.User, lim, s.cfg.Clock.Now(), time.Since(start), longPoll) }()
+		defer paid()
 	}
 	if r.Method == http.MethodGet {
 		// A read answers from memory and the store together: it waits for the writes
@@ -810,6 +806,22 @@ func (s *Server) serve(rt route, w http.ResponseWriter, r *http.Request) {
 		s.waitWritten()
 	}
 	rt.handle(s, w, r.WithContext(auth.WithIdentity(r.Context(), id)))
+}
+
+// admitRead lets a read of id's in under its user's read budget (limits.go), or answers
+// 429 and says no. A read let in calls paid when it ends.
+func (s *Server) admitRead(w http.ResponseWriter, id auth.Identity, longPoll bool) (paid func(), ok bool) {
+	if !limitedCaller(id) {
+		return func() {}, true
+	}
+	lim := *s.view.limits.Load()
+	if no := s.reads.admit(id.User, lim, s.cfg.Clock.Now(), longPoll); no != nil {
+		w.Header().Set("Retry-After", strconv.Itoa(int(no.wait/time.Second)))
+		writeError(w, http.StatusTooManyRequests, &api.Error{Code: api.CodeRateLimited, Message: no.message})
+		return nil, false
+	}
+	start := time.Now()
+	return func() { s.reads.pay(id.User, lim, s.cfg.Clock.Now(), time.Since(start), longPoll) }, true
 }
 
 // limitedCaller reports whether id's requests count against the read budget and the
