@@ -608,8 +608,8 @@ func BenchmarkTop(b *testing.B) {
 
 // BenchmarkHostileCaller measures what one member calling in a tight loop from 16
 // connections does to an admin's glance at 10,000 nodes, with the default limits and with
-// none, against the member quiet. The reader reads every node; the writer holds and
-// releases its own job, a store commit each. The member asks again at once after a
+// none, against the member quiet. The reader reads every node; the scraper scrapes
+// /metrics; the writer holds and releases its own job, a store commit each. The member asks again at once after a
 // refusal, as a hostile caller would; served and refused are its calls per second.
 func BenchmarkHostileCaller(b *testing.B) {
 	env := benchServer(b)
@@ -649,6 +649,7 @@ func BenchmarkHostileCaller(b *testing.B) {
 		}
 	}
 	read := func(int) (int, error) { return call("GET", mallory, "/api/v1/nodes", nil) }
+	scrape := func(int) (int, error) { return call("GET", mallory, "/metrics", nil) }
 	write := func(i int) (int, error) {
 		verb := "hold"
 		if i%2 == 1 {
@@ -664,6 +665,8 @@ func BenchmarkHostileCaller(b *testing.B) {
 		{"quiet", "", nil},
 		{"reader/limits=default", "", read},
 		{"reader/limits=none", none, read},
+		{"scraper/limits=default", "", scrape},
+		{"scraper/limits=none", none, scrape},
 		{"writer/limits=default", "", write},
 		{"writer/limits=none", none, write},
 	} {
