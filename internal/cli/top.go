@@ -88,6 +88,11 @@ func runTop(ctx context.Context, cfg Config, args []string) int {
 		return cfg.fail(ctx, err)
 	}
 	live := !*once && g.output != "json" && isTerminal(cfg.Stdout)
+	if live {
+		// A read put off is waited out with the last frame on the screen: a line about it
+		// would land in the middle of the frame.
+		c.Waiting = nil
+	}
 	nodes := cfg.topNodes(live)
 	fetch := func(ctx context.Context) (topSnapshot, error) {
 		// A server that stops answering must not freeze the view: each read gets a while
