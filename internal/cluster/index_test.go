@@ -132,8 +132,8 @@ func checkIndexes(t *testing.T, s *State, rng *rand.Rand, step string) {
 		if u := usage[n]; u != nil {
 			want = slices.Sorted(maps.Keys(u.GPUs))
 		}
-		if got := s.UsedGPUs(n, []int{-1}); !slices.Equal(got[1:], want) || got[0] != -1 || s.UsedGPUCount(n) != len(want) {
-			t.Fatalf("%s: GPUs used on %s after -1: %v, %d of them; a scan says %v", step, n, got, s.UsedGPUCount(n), want)
+		if got := s.UsedGPUs(n, []int{-1}); !slices.Equal(got[1:], want) || got[0] != -1 || len(s.GPUHolds(n)) != len(want) {
+			t.Fatalf("%s: GPUs used on %s after -1: %v, %d of them; a scan says %v", step, n, got, len(s.GPUHolds(n)), want)
 		}
 	}
 	var names []string

@@ -60,9 +60,6 @@ func (s *State) UsedGPUs(node string, buf []int) []int {
 // that any holds. The map is the state's: read it only, under the lock.
 func (s *State) GPUHolds(node string) map[int]int { return s.gpuHolds[node] }
 
-// UsedGPUCount is how many of the node's GPUs active jobs hold: len(UsedGPUs(node, nil)).
-func (s *State) UsedGPUCount(node string) int { return len(s.gpuHolds[node]) }
-
 // countDepth adds d of job j to its queue's depth, by its state; an ended job counts in
 // none. A queue left with nothing counted is dropped.
 func (s *State) countDepth(j *api.Job, d int) {
