@@ -239,11 +239,12 @@ type uiBrowser struct {
 }
 
 // newUIBrowser starts Chromium at 1280×900 for at most timeout; it stops with the test.
-func newUIBrowser(t *testing.T, chrome, shots string, timeout time.Duration) *uiBrowser {
+func newUIBrowser(t *testing.T, chrome, shots string, timeout time.Duration, extra ...chromedp.ExecAllocatorOption) *uiBrowser {
 	t.Helper()
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(chrome), chromedp.NoSandbox, chromedp.WindowSize(1280, 900),
 		chromedp.Flag("disable-dev-shm-usage", true), chromedp.UserDataDir(t.TempDir()))
+	opts = append(opts, extra...)
 	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	t.Cleanup(cancelAlloc)
 	ctx, cancelTab := chromedp.NewContext(allocCtx)
@@ -399,6 +400,9 @@ pools:
 	// A member files a quota raise: too big first, refused naming the field, then right.
 	logIn("alice", alice)
 	b.wait("the overview's drifting node", `document.querySelector("#drift-stat .n")?.textContent === "1"`, 10*time.Second)
+	if h := b.eval(`document.getElementById("drift-stat").getAttribute("href")`); h != "#/nodes?drifting=true" {
+		t.Errorf("the drift figure links to %s; want the drifting nodes, #/nodes?drifting=true", h)
+	}
 	// The admin's blocker holds a GPU: a member who may not read that job still sees the
 	// GPU taken, not free.
 	b.wait("a member's overview counting the GPU another's job holds",
@@ -481,8 +485,8 @@ pools:
 	b.checkClean()
 
 	// The drifting node, and the deadlines in the queue and on the job pages.
-	b.visit("nodes", "#/nodes")
-	b.wait("the node flagged as drifting", `document.querySelector(".node .badge.drift") !== null`, 10*time.Second)
+	b.visit("nodes", "#/nodes?drifting=true")
+	b.wait("the node flagged as drifting", `document.querySelector(".node .badge.drift") !== null && document.querySelector("#nodes-range .range")?.textContent === "Nodes 1–1 of 1"`, 10*time.Second)
 	if txt := b.eval(`document.querySelector(".node dd.drift").textContent`); !strings.Contains(txt, "driver 535.104.05, pool train wants >=550") || !strings.Contains(txt, "CUDA 12.2, pool train wants >=12.4") {
 		t.Errorf("the node's drift reads %q; want the driver and CUDA against pool train's ranges", txt)
 	}
@@ -553,5 +557,99 @@ pools:
 		t.Errorf("no read was put off on a budget of two reads; the test no longer tests the page's asking again")
 	}
 	b.shoot("overview-budget")
+	b.checkClean()
+}
+
+// The Nodes page of a cluster of several real agents lists a page of nodes at a time, by
+// name, with the jobs on them and no listing of all jobs; Next and Previous page through,
+// and the filters (state, pool, part of the name) each narrow the list, in the address.
+func TestWebUINodesPages(t *testing.T) {
+	skipShort(t)
+	chrome := findChrome(t)
+	shots := screenshotDir(t)
+	c := newCluster(t, map[string]string{"n1": "2", "n2": "2", "n3": "2", "n4": "2"})
+	// A fifth node of pool serve.
+	c.runAgent("n5", "2", append(c.agentArgs("n5", "2", c.agentDir("n5")), "--labels", "pool=serve", "--join", c.joinToken("n5")))
+	c.waitNodesReady("n1", "n2", "n3", "n4", "n5")
+	if _, err := c.client.Drain(context.Background(), "n4", api.DrainRequest{Reason: "cabling"}); err != nil {
+		t.Fatalf("drain n4: %v", err)
+	}
+	job := c.submit(api.JobSpec{Name: "ui-nodes", GPUs: 2, Command: []string{"sleep", "600"}})
+	on := c.waitState(job.ID, 30*time.Second, api.StateRunning).Nodes[0]
+
+	// The server's certificate is signed by the cluster's own CA, which this browser does
+	// not know: it is told to go on.
+	b := newUIBrowser(t, chrome, shots, 90*time.Second, chromedp.Flag("ignore-certificate-errors", true))
+	b.problems.on("login")
+	if err := chromedp.Do(b.ctx, chromedp.Navigate("https://"+c.addr+"/")); err != nil {
+		t.Fatalf("open the UI: %v", err)
+	}
+	b.wait("the login form", `document.getElementById("token") !== null`, 15*time.Second)
+	b.eval(`document.getElementById("token").value = ` + strconv.Quote(c.token) + `; document.getElementById("login").requestSubmit(); ""`)
+	b.wait("the overview", `document.querySelector('.page[data-page="overview"][data-ready]') !== null`, 20*time.Second)
+	b.checkClean()
+
+	// cards is what the page shows: the names of its node cards, and its range line.
+	cards := func() string {
+		return b.eval(`[...document.querySelectorAll(".node[data-node]")].map((c) => c.dataset.node).join(",") + " | " + document.querySelector("#nodes-range .range").textContent`)
+	}
+	shows := func(what, want string) {
+		t.Helper()
+		b.wait(what+": "+want, `(() => { const r = document.querySelector("#nodes-range .range"); return r !== null && [...document.querySelectorAll(".node[data-node]")].map((c) => c.dataset.node).join(",") + " | " + r.textContent === `+strconv.Quote(want)+` })()`, 15*time.Second)
+	}
+	click := func(id string) { b.eval(`document.getElementById(` + strconv.Quote(id) + `).click(); ""`) }
+
+	b.eval(`performance.clearResourceTimings(); ""`)
+	b.visit("nodes", "#/nodes?limit=2")
+	shows("the first page", "n1,n2 | Nodes 1–2 of 5")
+	if b.eval(`String(document.getElementById("nodes-prev").disabled)`) != "true" {
+		t.Errorf("Previous is enabled on the first page")
+	}
+	click("nodes-next")
+	shows("the second page", "n3,n4 | Nodes 3–4 of 5")
+	if h := b.eval(`location.hash`); h != "#/nodes?after=n2&limit=2" {
+		t.Errorf("the second page's address is %s; want #/nodes?after=n2&limit=2", h)
+	}
+	if d := b.eval(`document.querySelector('.node[data-node="n4"] .badge').textContent`); d != "DRAINED" && d != "DRAINING" {
+		t.Errorf("n4's badge says %q; want it drained", d)
+	}
+	click("nodes-next")
+	shows("the last page", "n5 | Nodes 5–5 of 5")
+	if b.eval(`String(document.getElementById("nodes-next").disabled)`) != "true" {
+		t.Errorf("Next is enabled on the last page")
+	}
+	click("nodes-prev")
+	shows("the page before the last", "n3,n4 | Nodes 3–4 of 5")
+	b.eval(`history.back(); ""`)
+	shows("the last page again, by Back", "n5 | Nodes 5–5 of 5")
+	// The page read nodes, not every job: a job's cell is named from the page's own.
+	if reads := b.eval(`performance.getEntriesByType("resource").map((e) => new URL(e.name).pathname).filter((p) => p.startsWith("/api/v1/jobs")).join(",")`); reads != "" {
+		t.Errorf("the Nodes page read %s; want no job listing", reads)
+	}
+	b.checkClean()
+
+	// The node running the job, found by name: its cells name the job.
+	b.visit("the job's node", "#/nodes?name="+on)
+	b.wait("the job's cells", `document.querySelectorAll('.gpu-cell[data-state="used"]').length === 2 && [...document.querySelectorAll('.gpu-cell[data-state="used"]')].every((c) => c.textContent.includes("job `+strconv.FormatInt(job.ID, 10)+`"))`, 15*time.Second)
+	b.shoot("nodes-page")
+
+	// Filters from the controls: each goes into the address, back to the first page.
+	b.visit("nodes", "#/nodes?limit=2")
+	shows("the first page", "n1,n2 | Nodes 1–2 of 5")
+	b.wait("pool serve to choose", `[...document.getElementById("node-pool").options].some((o) => o.value === "serve")`, 10*time.Second)
+	b.eval(`const p = document.getElementById("node-pool"); p.value = "serve"; p.dispatchEvent(new Event("change")); ""`)
+	shows("pool serve", "n5 | Nodes 1–1 of 1")
+	b.eval(`const s = document.getElementById("node-state"); s.value = "READY"; s.dispatchEvent(new Event("change")); ""`)
+	shows("pool serve and READY", "n5 | Nodes 1–1 of 1")
+	if h := b.eval(`location.hash`); h != "#/nodes?state=READY&pool=serve&limit=2" {
+		t.Errorf("the filtered address is %s; want #/nodes?state=READY&pool=serve&limit=2", h)
+	}
+	b.visit("drained nodes", "#/nodes?state=DRAINED,DRAINING")
+	shows("the drained node", "n4 | Nodes 1–1 of 1")
+	b.eval(`const n = document.getElementById("node-name"); n.value = "zz"; document.getElementById("node-filters").requestSubmit(); ""`)
+	b.wait("no match", `document.querySelector("#nodes .notice")?.textContent === "No node matches these filters." && location.hash === "#/nodes?name=zz&state=DRAINED%2CDRAINING"`, 15*time.Second)
+	if got := cards(); got != " | 0 nodes" {
+		t.Errorf("the page with no match shows %q; want no card and 0 nodes", got)
+	}
 	b.checkClean()
 }

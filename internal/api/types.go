@@ -496,6 +496,12 @@ const (
 	NodeLost     NodeState = "LOST"
 )
 
+// NodeStates are the states a node may be in, in the order rota lists them.
+var NodeStates = []NodeState{NodeReady, NodeDraining, NodeDrained, NodeNotReady, NodeLost}
+
+// Valid reports whether s is one of NodeStates.
+func (s NodeState) Valid() bool { return slices.Contains(NodeStates, s) }
+
 // GPU is one device as the agent discovered it.
 type GPU struct {
 	Index    int    `json:"index"`
@@ -1063,9 +1069,21 @@ type QueueList struct {
 	Queues []Queue `json:"queues"`
 }
 
-// NodeList is the answer to GET /api/v1/nodes.
+// NodeList is the answer to GET /api/v1/nodes: the nodes that match its filters, by
+// name, all of them or a page.
 type NodeList struct {
 	Nodes []Node `json:"nodes"`
+	// Total counts the nodes that match; Offset is how many of them come before the
+	// first listed.
+	Total  int `json:"total"`
+	Offset int `json:"offset"`
+	// Next is the cursor (after=) for the page after this one, Prev (before=) for the
+	// page before it; each empty when there is none.
+	Next string `json:"next,omitempty"`
+	Prev string `json:"prev,omitempty"`
+	// Jobs, asked for with jobs=true, are the active jobs on the listed nodes that the
+	// caller may read, by ID.
+	Jobs []Job `json:"jobs,omitempty"`
 }
 
 // Top is the cluster at a glance, what `rota top` draws: the answer to GET /api/v1/top.

@@ -448,8 +448,33 @@ func (c *Client) Logs(ctx context.Context, id int64, opts LogOptions, w io.Write
 
 // Nodes lists every node the server knows.
 func (c *Client) Nodes(ctx context.Context) (api.NodeList, error) {
+	return c.NodesWhere(ctx, NodeFilter{})
+}
+
+// NodeFilter narrows a node list (GET /api/v1/nodes): each field given must match.
+type NodeFilter struct {
+	States   []string // node states, e.g. NOT_READY
+	Pool     string   // the pool label
+	Name     string   // a part of the name
+	Drifting bool     // versions outside the pool's wanted ranges
+}
+
+// NodesWhere lists the nodes that match the filter, by name.
+func (c *Client) NodesWhere(ctx context.Context, f NodeFilter) (api.NodeList, error) {
+	q := url.Values{}
+	if len(f.States) > 0 {
+		q.Set("state", strings.Join(f.States, ","))
+	}
+	for k, v := range map[string]string{"pool": f.Pool, "name": f.Name} {
+		if v != "" {
+			q.Set(k, v)
+		}
+	}
+	if f.Drifting {
+		q.Set("drifting", "true")
+	}
 	var list api.NodeList
-	err := c.do(ctx, http.MethodGet, "/api/v1/nodes", nil, nil, &list)
+	err := c.do(ctx, http.MethodGet, "/api/v1/nodes", q, nil, &list)
 	return list, err
 }
 

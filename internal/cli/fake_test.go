@@ -360,7 +360,7 @@ type fakeServer struct {
 	*httptest.Server
 	mu          sync.Mutex // guards the fields below
 	auth        []string   // the Authorization header of every request
-	queries     []string   // raw query of every GET /api/v1/jobs and /api/v1/top
+	queries     []string   // raw query of every GET /api/v1/jobs, and path and query of /api/v1/top and /api/v1/nodes
 	spec        api.JobSpec
 	submitKeys  []string // the Idempotency-Key of every submit
 	actions     []string // "POST /path" of every job and array action
@@ -527,6 +527,9 @@ func newFakeServerWith(t *testing.T, start func(*httptest.Server)) *fakeServer {
 		writeJSON(w, http.StatusOK, api.JobList{Jobs: elems})
 	})
 	mux.HandleFunc("GET /api/v1/nodes", func(w http.ResponseWriter, r *http.Request) {
+		f.mu.Lock()
+		f.queries = append(f.queries, r.URL.Path+"?"+r.URL.RawQuery)
+		f.mu.Unlock()
 		writeJSON(w, http.StatusOK, fixtureNodes())
 	})
 	mux.HandleFunc("GET /api/v1/top", func(w http.ResponseWriter, r *http.Request) {

@@ -15,9 +15,9 @@ import (
 	"github.com/rotahq/rota/internal/api"
 )
 
-const nodesUsage = `rota nodes [NAME]
+const nodesUsage = `rota nodes [--state S,S...] [--pool P] [--name TEXT] [--drifting] [NAME]
 
-Lists nodes: state, GPUs in use of the total, what the GPUs really do by the node's
+Lists nodes (with the flags, those that match each one given): state, GPUs in use of the total, what the GPUs really do by the node's
 latest telemetry (UTIL: mean utilisation over its GPUs; GMEM: GPU memory used of the
 total; "-" without telemetry or for a lost node), GPU models, CPUs in use of the total,
 memory, labels and when the node's agent last reported. STATE says "degraded" when a GPU
@@ -28,7 +28,7 @@ admin drain), why a node is degraded, each version that drifts (and whether the 
 drains on its own for it, drain_on_drift), unhealthy GPUs, GPUs held from new work by leftover processes (GPU
 processes of no live job) and failed health checks; then a warning for each pool (the
 nodes of one "pool" label; nodes without one form the default pool) that mixes GPU
-models or driver versions.
+models or driver versions, of the nodes listed.
 
 With NAME, shows that node in full: its inventory, container runtime and limits, and
 each GPU with its bus ID, NUMA node, NVLink peers, MIG mode, health, latest utilisation,
@@ -49,6 +49,11 @@ const (
 
 func runNodes(ctx context.Context, cfg Config, args []string) int {
 	fs, g := newFlagSet(cfg, "nodes", nodesUsage)
+	states := fs.String("state", "", "only nodes in these `states`, comma-separated: READY, DRAINING, DRAINED, NOT_READY, LOST")
+	var f NodeFilter
+	fs.StringVar(&f.Pool, "pool", "", "only nodes of this `pool` (their pool label)")
+	fs.StringVar(&f.Name, "name", "", "only nodes whose name holds this `text`")
+	fs.BoolVar(&f.Drifting, "drifting", false, "only nodes whose driver or CUDA version is outside their pool's wanted range")
 	pos, code, ok := parseFlags(fs, g, args)
 	if !ok {
 		return code
@@ -58,12 +63,27 @@ func runNodes(ctx context.Context, cfg Config, args []string) int {
 		return cfg.usageError("nodes", "unexpected argument %q: give one node name at most", pos[1])
 	case len(pos) == 1 && strings.TrimSpace(pos[0]) == "":
 		return cfg.usageError("nodes", "the node name is empty")
+	case len(pos) == 1 && (*states != "" || f.Pool != "" || f.Name != "" || f.Drifting):
+		return cfg.usageError("nodes", "a node NAME shows that node: give it without --state, --pool, --name or --drifting")
+	}
+	if *states != "" {
+		for _, s := range strings.Split(*states, ",") {
+			st := api.NodeState(strings.ToUpper(strings.TrimSpace(s)))
+			if !st.Valid() {
+				return cfg.usageError("nodes", "--state: unknown state %q: want READY, DRAINING, DRAINED, NOT_READY or LOST", s)
+			}
+			f.States = append(f.States, string(st))
+		}
+	}
+	if len(pos) == 1 {
+		// The server lists the nodes whose names hold NAME; the one named so is shown.
+		f.Name = pos[0]
 	}
 	c, err := cfg.client(g)
 	if err != nil {
 		return cfg.fail(ctx, err)
 	}
-	list, err := c.Nodes(ctx)
+	list, err := c.NodesWhere(ctx, f)
 	if err != nil {
 		return cfg.fail(ctx, err)
 	}

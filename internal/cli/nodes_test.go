@@ -232,3 +232,40 @@ func TestNodeProblemsHeldWithoutLeftover(t *testing.T) {
 		t.Errorf("got  %q\nwant %q", got, want)
 	}
 }
+
+// rota nodes passes its filters to the server, which lists what matches; NAME asks for
+// the nodes whose names hold it and shows the one named so. Bad flags are refused first.
+func TestNodesFilters(t *testing.T) {
+	for _, c := range []struct {
+		args  []string
+		query string
+	}{
+		{nil, "/api/v1/nodes?"},
+		{[]string{"--state", "ready, lost", "--pool", "train", "--name", "gpu", "--drifting"}, "/api/v1/nodes?drifting=true&name=gpu&pool=train&state=READY%2CLOST"},
+		{[]string{"node-a"}, "/api/v1/nodes?name=node-a"},
+	} {
+		srv := newFakeServer(t)
+		if code, _, errOut := run(t, srv.URL, "nodes", c.args...); code != ExitOK {
+			t.Fatalf("rota nodes %v: exit %d: %s", c.args, code, errOut)
+		}
+		if len(srv.queries) != 1 || srv.queries[0] != c.query {
+			t.Errorf("rota nodes %v asked %q; want %q", c.args, srv.queries, c.query)
+		}
+	}
+	srv := newFakeServer(t)
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--state", "READY,BUSY"}, `--state: unknown state "BUSY"`},
+		{[]string{"--pool", "train", "node-a"}, "a node NAME shows that node"},
+	} {
+		code, _, errOut := run(t, srv.URL, "nodes", c.args...)
+		if code != ExitUsage || !strings.Contains(errOut, c.want) {
+			t.Errorf("rota nodes %v: exit %d %q; want %d saying %q", c.args, code, errOut, ExitUsage, c.want)
+		}
+	}
+	if len(srv.queries) != 0 {
+		t.Errorf("refused flags still asked the server: %q", srv.queries)
+	}
+}

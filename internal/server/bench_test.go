@@ -566,22 +566,37 @@ func BenchmarkTop(b *testing.B) {
 		})
 	}
 	// What the web UI's overview reads every 10 s: the node list whole, as it did, or a
-	// glance with the first 50 nodes, as it does; answer-bytes is the answer's size.
-	for _, c := range []struct{ name, path string }{
-		{"overview-glance", "/api/v1/top?nodes=50&jobs=0"},
-		{"overview-nodes", "/api/v1/nodes"},
+	// glance with the first 50 nodes, as it does. And what its Nodes page reads every 5 s:
+	// the node list whole and the first 10,000 jobs in pages of 500, as it did, or a page
+	// of 50 nodes with their jobs, as it does. answer-bytes is the answers' size.
+	var jobPages []string
+	for i := range 20 {
+		jobPages = append(jobPages, "/api/v1/jobs?limit=500&after="+strconv.Itoa(i*500))
+	}
+	for _, c := range []struct {
+		name  string
+		paths []string
+	}{
+		{"overview-glance", []string{"/api/v1/top?nodes=50&jobs=0"}},
+		{"overview-nodes", []string{"/api/v1/nodes"}},
+		{"nodes-page", []string{"/api/v1/nodes?limit=50&jobs=true&after=bench-05000"}},
+		{"nodes-page-whole", append([]string{"/api/v1/nodes"}, jobPages...)},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			var size int64
 			for range b.N {
-				req, _ := http.NewRequest("GET", env.hs.URL+c.path, nil)
-				req.Header.Set("Authorization", "Bearer "+env.token)
-				resp, err := client.Do(req)
-				if err != nil || resp.StatusCode != http.StatusOK {
-					b.Fatalf("%s: %v %v", c.path, err, resp)
+				size = 0
+				for _, path := range c.paths {
+					req, _ := http.NewRequest("GET", env.hs.URL+path, nil)
+					req.Header.Set("Authorization", "Bearer "+env.token)
+					resp, err := client.Do(req)
+					if err != nil || resp.StatusCode != http.StatusOK {
+						b.Fatalf("%s: %v %v", path, err, resp)
+					}
+					n, _ := io.Copy(io.Discard, resp.Body)
+					size += n
+					resp.Body.Close()
 				}
-				size, _ = io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
 			}
 			b.ReportMetric(float64(size), "answer-bytes")
 		})

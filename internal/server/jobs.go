@@ -660,21 +660,6 @@ func (s *Server) actOnArray(w http.ResponseWriter, r *http.Request, act jobActio
 	writeJSON(w, http.StatusOK, out)
 }
 
-func (s *Server) handleNodes(w http.ResponseWriter, r *http.Request) {
-	s.mu.Lock()
-	nodes := s.state.Nodes()
-	usage := s.state.Usage()
-	idle := map[int64]bool{}
-	for _, id := range s.state.IdleIDs() {
-		idle[id] = true
-	}
-	s.mu.Unlock()
-	for i := range nodes {
-		fillUsage(&nodes[i], usage[nodes[i].Name], func(id int64) bool { return idle[id] })
-	}
-	writeJSON(w, http.StatusOK, api.NodeList{Nodes: nodes})
-}
-
 // fillUsage fills in what active jobs hold on node n, from u (nil when they hold
 // nothing); idle says whether an active job is idle (Job.IdleSince).
 func fillUsage(n *api.Node, u *cluster.NodeUsage, idle func(id int64) bool) {

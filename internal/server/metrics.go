@@ -311,7 +311,7 @@ var (
 	// gpuStates names api.GPUState's states in the metric's labels.
 	gpuStates = []string{api.GPUUnhealthy: "unhealthy", api.GPUIdle: "idle_holding", api.GPUUsed: "allocated",
 		api.GPUHeld: "held", api.GPUUnavailable: "unavailable", api.GPUFree: "free"}
-	nodeStates = []api.NodeState{api.NodeReady, api.NodeDraining, api.NodeDrained, api.NodeNotReady, api.NodeLost}
+	nodeStates = api.NodeStates
 	jobStates  = []api.JobState{api.StatePending, api.StateHeld, api.StateAssigned, api.StateRunning}
 )
 

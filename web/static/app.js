@@ -308,7 +308,8 @@
       page.replaceChildren(el('h1', null, 'No such page'), el('p', null, el('a', { href: '#/' }, 'Back to the overview')));
       return;
     }
-    fn(page, parts.slice(1), () => g === gen).catch((e) => {
+    const params = new URLSearchParams(location.hash.includes('?') ? location.hash.slice(location.hash.indexOf('?') + 1) : '');
+    fn(page, parts.slice(1), () => g === gen, params).catch((e) => {
       if (g !== gen) return;
       page.replaceChildren(el('h1', null, 'Could not load the page'), el('p', { class: 'error' }, e.message));
     });
@@ -508,7 +509,7 @@
   // drawGovernance shows how many nodes' versions drift from their pool's wanted ranges
   // and, for those who decide them, the requests waiting for a decision.
   async function drawGovernance(box, drifting, alive) {
-    const stats = [el('a', { class: 'stat drift' + (drifting ? ' warn' : ''), id: 'drift-stat', href: '#/nodes' },
+    const stats = [el('a', { class: 'stat drift' + (drifting ? ' warn' : ''), id: 'drift-stat', href: drifting ? '#/nodes?drifting=true' : '#/nodes' },
       el('div', { class: 'n' }, String(drifting)), drifting === 1 ? 'node drifts from its pool\'s versions' : 'nodes drift from their pool\'s versions')];
     if (mayDecide()) {
       let waiting = '?', why = '';
@@ -527,20 +528,84 @@
 
   // ---- Nodes --------------------------------------------------------------------------
 
-  async function nodesPage(page, args, alive) {
+  // NODE_PAGE is how many nodes the Nodes page draws at once, unless the address says
+  // otherwise (limit=): at eight GPUs each, 400 cells.
+  const NODE_PAGE = 50;
+  const NODE_STATES = ['READY', 'DRAINING', 'DRAINED', 'NOT_READY', 'LOST'];
+
+  // The Nodes page reads one page of nodes by name, with the jobs on them, from the
+  // filters and cursor in its address (#/nodes?state=&pool=&name=&drifting=&after=), so
+  // a view can be linked and Back goes back a page. At 10,000 nodes a page costs what it
+  // shows, not the cluster.
+  async function nodesPage(page, args, alive, params) {
+    const limit = Math.min(1000, Math.max(1, Math.floor(Number(params.get('limit'))) || NODE_PAGE));
+    const want = { name: params.get('name') || '', state: params.get('state') || '', pool: params.get('pool') || '', drifting: params.get('drifting') === 'true' };
+    // go shows the page of other filters or another cursor; the address is the page.
+    const go = (changes) => {
+      const q = new URLSearchParams();
+      const next = Object.assign({}, want, { after: '', before: '' }, changes);
+      for (const k of ['name', 'state', 'pool', 'after', 'before']) if (next[k]) q.set(k, next[k]);
+      if (next.drifting) q.set('drifting', 'true');
+      if (limit !== NODE_PAGE) q.set('limit', String(limit));
+      location.hash = '#/nodes' + (q.toString() ? '?' + q : '');
+    };
+    const nameIn = el('input', { type: 'search', id: 'node-name', value: want.name, placeholder: 'part of a name', maxLength: 256 });
+    // A list of states from the address (state=DRAINING,DRAINED) is a choice of its own.
+    const stateIn = el('select', { id: 'node-state' }, el('option', { value: '' }, 'any'),
+      NODE_STATES.concat(want.state && !NODE_STATES.includes(want.state) ? [want.state] : []).map((st) => el('option', { value: st, selected: st === want.state }, st)));
+    const poolIn = el('select', { id: 'node-pool' }, el('option', { value: '' }, 'any'),
+      want.pool ? el('option', { value: want.pool, selected: true }, want.pool) : null);
+    const driftIn = el('input', { type: 'checkbox', id: 'node-drifting', checked: want.drifting });
+    const filters = el('form', { class: 'controls', id: 'node-filters' },
+      el('label', null, 'Name', nameIn), el('label', null, 'State', stateIn), el('label', null, 'Pool', poolIn),
+      el('label', { class: 'check' }, el('span', null, 'Version drift'), el('span', null, driftIn, ' only')));
+    const apply = (ev) => {
+      if (ev) ev.preventDefault();
+      go({ name: nameIn.value.trim(), state: stateIn.value, pool: poolIn.value, drifting: driftIn.checked });
+    };
+    filters.addEventListener('submit', apply);
+    for (const i of [stateIn, poolIn, driftIn]) i.addEventListener('change', apply);
+    nameIn.addEventListener('change', apply);
+    const range = el('div', { class: 'pager', id: 'nodes-range' });
     const list = el('div', { id: 'nodes' });
-    page.replaceChildren(el('h1', null, 'Nodes'), legend(GPU_STATES.concat([['', 'the fill rises with utilisation']])), list);
-    await every(5000, async () => {
-      const [nodeList, jobs] = await Promise.all([api('/api/v1/nodes'), allJobs('')]);
+    page.replaceChildren(el('h1', null, 'Nodes'), filters, legend(GPU_STATES.concat([['', 'the fill rises with utilisation']])), range, list);
+    // The pools to choose from: the glance lists them, without listing a node.
+    api('/api/v1/top?nodes=0&jobs=0').then((top) => {
       if (!alive()) return;
-      const nodes = nodeList.nodes || [];
+      for (const p of top.pools || []) {
+        if (p.pool && p.pool !== want.pool) poolIn.appendChild(el('option', { value: p.pool }, p.pool));
+      }
+    }).catch(() => { /* the pool list is a convenience: typing ?pool= still works */ });
+    const filtered = want.name || want.state || want.pool || want.drifting;
+    await every(5000, async () => {
+      const q = new URLSearchParams({ limit: String(limit), jobs: 'true' });
+      for (const k of ['name', 'state', 'pool']) if (want[k]) q.set(k, want[k]);
+      if (want.drifting) q.set('drifting', 'true');
+      for (const k of ['after', 'before']) if (params.get(k)) q.set(k, params.get(k));
+      const got = await api('/api/v1/nodes?' + q);
+      if (!alive()) return;
+      const nodes = got.nodes || [];
+      range.replaceChildren(pagerText(got, nodes.length, 'node', 'nodes'),
+        el('button', { type: 'button', id: 'nodes-prev', disabled: !got.prev, on: { click: () => go({ before: got.prev }) } }, '‹ Previous'),
+        el('button', { type: 'button', id: 'nodes-next', disabled: !got.next, on: { click: () => go({ after: got.next }) } }, 'Next ›'));
       if (!nodes.length) {
-        list.replaceChildren(el('p', { class: 'notice' }, 'No node has joined yet. Start one with rota agent --join TOKEN, or rota up.'));
+        list.replaceChildren(el('p', { class: 'notice' }, got.total
+          ? ['No node past this page. ', el('a', { href: '#/nodes', on: { click: (ev) => { ev.preventDefault(); go({}); } } }, 'Back to the first page')]
+          : filtered ? 'No node matches these filters.' : 'No node has joined yet. Start one with rota agent --join TOKEN, or rota up.'));
       } else {
-        list.replaceChildren(...gpuCells(nodes, jobs).map(nodeCard));
+        list.replaceChildren(...gpuCells(nodes, got.jobs).map(nodeCard));
       }
       ready(page);
     });
+  }
+
+  // pagerText says which of a listing's items a page shows: "Nodes 51–100 of 10,000".
+  function pagerText(got, shown, one, many) {
+    const total = got.total || 0, from = (got.offset || 0) + 1;
+    const what = many.charAt(0).toUpperCase() + many.slice(1);
+    return el('span', { class: 'range' }, shown
+      ? what + ' ' + from.toLocaleString('en') + '–' + (from + shown - 1).toLocaleString('en') + ' of ' + total.toLocaleString('en')
+      : total.toLocaleString('en') + ' ' + (total === 1 ? one : many));
   }
 
   function nodeCard({ node: n, cells }) {
