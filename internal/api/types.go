@@ -911,8 +911,10 @@ const (
 // JobList is the answer to GET /api/v1/jobs.
 type JobList struct {
 	Jobs []Job `json:"jobs"`
-	// Next is the cursor for the next page, empty at the end.
+	// Next is the cursor (after=) for the next page, empty at the end. Prev, given for
+	// the jobs not ended, is the cursor (before=) for the page before, empty at the start.
 	Next string `json:"next,omitempty"`
+	Prev string `json:"prev,omitempty"`
 }
 
 // Config is the administrative configuration: what `rota server --config FILE` reads at

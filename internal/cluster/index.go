@@ -174,26 +174,13 @@ func (s *State) JobsPage(after int64, states []api.JobState, limit int, keep fun
 	if found {
 		start++
 	}
-	var sets [][]uint64
-	for _, st := range states {
-		if w := x.byState[st]; w != nil {
-			sets = append(sets, w)
-		}
-	}
 	out := []api.Job{}
-	if states != nil && sets == nil {
+	sets, none := x.stateSets(states)
+	if none {
 		return out, false
 	}
 	for w := start / 64; w*64 < len(x.order); w++ {
-		var word uint64
-		if states == nil {
-			word = ^uint64(0)
-		}
-		for _, set := range sets {
-			if w < len(set) {
-				word |= set[w]
-			}
-		}
+		word := x.word(sets, states == nil, w)
 		if w == start/64 {
 			word &^= 1<<(start%64) - 1
 		}
@@ -214,6 +201,70 @@ func (s *State) JobsPage(after int64, states []api.JobState, limit int, keep fun
 		}
 	}
 	return out, false
+}
+
+// JobsPageBefore is JobsPage backwards: copies of the last limit jobs, ascending by ID,
+// with an ID below before, in one of states, that keep accepts, and whether another such
+// job comes before them. It walks from the cursor down and stops at the first job past
+// the page.
+func (s *State) JobsPageBefore(before int64, states []api.JobState, limit int, keep func(*api.Job) bool) ([]api.Job, bool) {
+	x := &s.jobIdx
+	end, _ := slices.BinarySearch(x.order, before) // the page is of the positions below end
+	sets, none := x.stateSets(states)
+	if none || end == 0 {
+		return []api.Job{}, false
+	}
+	var out []api.Job // newest first, reversed at the end
+	more := false
+	last := (end - 1) / 64
+walk:
+	for w := last; w >= 0; w-- {
+		word := x.word(sets, states == nil, w)
+		if n := (end-1)%64 + 1; w == last && n < 64 { // only the positions below end
+			word &= 1<<n - 1
+		}
+		for word != 0 {
+			b := 63 - bits.LeadingZeros64(word)
+			word &^= 1 << b
+			j := x.recs[w*64+b]
+			if keep != nil && !keep(j) {
+				continue
+			}
+			if len(out) == limit {
+				more = true
+				break walk
+			}
+			out = append(out, *j)
+		}
+	}
+	slices.Reverse(out)
+	return append([]api.Job{}, out...), more
+}
+
+// stateSets returns the sets of the jobs in states (none for nil, which means every job),
+// and whether no job can be in them.
+func (x *jobIndex) stateSets(states []api.JobState) (sets [][]uint64, none bool) {
+	for _, st := range states {
+		if w := x.byState[st]; w != nil {
+			sets = append(sets, w)
+		}
+	}
+	return sets, states != nil && sets == nil
+}
+
+// word returns the w-th 64 positions of the union of sets, or of every position with all.
+// Bits past the last job may be set with all: the walks stop at len(x.order).
+func (x *jobIndex) word(sets [][]uint64, all bool, w int) uint64 {
+	if all {
+		return ^uint64(0)
+	}
+	var word uint64
+	for _, set := range sets {
+		if w < len(set) {
+			word |= set[w]
+		}
+	}
+	return word
 }
 
 // indexAttempt files the job's current attempt under each node it has a rank on while the

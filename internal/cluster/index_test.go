@@ -58,6 +58,20 @@ func scanPage(s *State, after int64, states []api.JobState, limit int, keep func
 	return all, false
 }
 
+// scanPageBefore is what JobsPageBefore must return, from a scan of every job.
+func scanPageBefore(s *State, before int64, states []api.JobState, limit int, keep func(*api.Job) bool) ([]api.Job, bool) {
+	all := s.Jobs(func(j *api.Job) bool {
+		return j.ID < before && (states == nil || slices.Contains(states, j.State)) && (keep == nil || keep(j))
+	})
+	if len(all) > limit {
+		return all[len(all)-limit:], true
+	}
+	if all == nil {
+		all = []api.Job{}
+	}
+	return all, false
+}
+
 // scanFit is what FittingNodes must return, from a walk of every node, before it stops at want.
 func scanFit(s *State, model string, gpus, cpus int, mem int64) (fitting, best int) {
 	for _, n := range s.Nodes() {
@@ -203,12 +217,26 @@ func checkIndexes(t *testing.T, s *State, rng *rand.Rand, step string) {
 		}
 		got, more := s.JobsPage(after, states, limit, keep)
 		want, wantMore := scanPage(s, after, states, limit, keep)
-		if more != wantMore || len(got) != len(want) {
-			t.Fatalf("%s: page after %d of %v (limit %d): %d jobs more=%v, scan %d more=%v", step, after, states, limit, len(got), more, len(want), wantMore)
+		// Backwards from the same cursor (a cursor past every job reads the last page).
+		before := after + int64(rng.IntN(3))
+		if rng.IntN(4) == 0 {
+			before = s.maxID + 1 + int64(rng.IntN(70))
 		}
-		for i := range got {
-			if got[i].ID != want[i].ID || got[i].State != want[i].State {
-				t.Fatalf("%s: page after %d of %v: job %d is %d %s, scan %d %s", step, after, states, i, got[i].ID, got[i].State, want[i].ID, want[i].State)
+		gotB, moreB := s.JobsPageBefore(before, states, limit, keep)
+		wantB, wantMoreB := scanPageBefore(s, before, states, limit, keep)
+		for _, c := range []struct {
+			dir            string
+			cursor         int64
+			got, want      []api.Job
+			more, wantMore bool
+		}{{"after", after, got, want, more, wantMore}, {"before", before, gotB, wantB, moreB, wantMoreB}} {
+			if c.more != c.wantMore || len(c.got) != len(c.want) || c.got == nil {
+				t.Fatalf("%s: page %s %d of %v (limit %d): %d jobs more=%v, scan %d more=%v", step, c.dir, c.cursor, states, limit, len(c.got), c.more, len(c.want), c.wantMore)
+			}
+			for i := range c.got {
+				if c.got[i].ID != c.want[i].ID || c.got[i].State != c.want[i].State {
+					t.Fatalf("%s: page %s %d of %v: job %d is %d %s, scan %d %s", step, c.dir, c.cursor, states, i, c.got[i].ID, c.got[i].State, c.want[i].ID, c.want[i].State)
+				}
 			}
 		}
 	}

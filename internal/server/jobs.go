@@ -321,6 +321,23 @@ func (s *Server) handleListJobs(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, e)
 		return
 	}
+	// Jobs not ended are all in memory, where a listing of them pages either way.
+	inMemory := !all
+	for st := range states {
+		inMemory = inMemory && !st.Terminal()
+	}
+	before, e := queryInt(q, "before", 1, math.MaxInt64, 0)
+	switch {
+	case e != nil:
+		writeError(w, http.StatusBadRequest, e)
+		return
+	case before > 0 && after > 0:
+		writeError(w, http.StatusBadRequest, invalid("before", "give after or before, not both"))
+		return
+	case before > 0 && !inMemory:
+		writeError(w, http.StatusBadRequest, invalid("before", "pages back through jobs that have not ended (PENDING, HELD, ASSIGNED, RUNNING); page through ended jobs with after"))
+		return
+	}
 	// The page is read from the state's ordered index: from the cursor on, through the
 	// jobs of the states asked for, stopping at the first job past the page.
 	var want []api.JobState
@@ -345,6 +362,15 @@ func (s *Server) handleListJobs(w http.ResponseWriter, r *http.Request) {
 		}
 		return reads(j)
 	}
+	if inMemory {
+		list := s.pageInMemory(after, before, want, limit, keep)
+		s.mu.Unlock()
+		for i := range list.Jobs {
+			redactEnv(who, &list.Jobs[i])
+		}
+		writeJSON(w, http.StatusOK, list)
+		return
+	}
 	jobs, more := s.state.JobsPage(after, want, limit, keep)
 	s.listed(jobs)
 	ev := s.evictedView()
@@ -364,6 +390,40 @@ func (s *Server) handleListJobs(w http.ResponseWriter, r *http.Request) {
 		list.Next = strconv.FormatInt(jobs[limit-1].ID, 10)
 	}
 	writeJSON(w, http.StatusOK, list)
+}
+
+// pageInMemory reads a page of the job list from memory: the first limit jobs after the
+// cursor after, or with before the last limit before it, with the cursors of the pages on
+// either side where jobs come there. Callers hold s.mu.
+func (s *Server) pageInMemory(after, before int64, want []api.JobState, limit int, keep func(*api.Job) bool) api.JobList {
+	var list api.JobList
+	var more bool
+	if before > 0 {
+		list.Jobs, more = s.state.JobsPageBefore(before, want, limit, keep)
+	} else {
+		list.Jobs, more = s.state.JobsPage(after, want, limit, keep)
+	}
+	if n := len(list.Jobs); n > 0 {
+		first, last := list.Jobs[0].ID, list.Jobs[n-1].ID
+		// One side is known from the page's own walk; the other costs a walk to the first
+		// job there.
+		later, earlier := more, more
+		if before > 0 {
+			next, _ := s.state.JobsPage(last, want, 1, keep)
+			later = len(next) > 0
+		} else {
+			prev, _ := s.state.JobsPageBefore(first, want, 1, keep)
+			earlier = len(prev) > 0
+		}
+		if later {
+			list.Next = strconv.FormatInt(last, 10)
+		}
+		if earlier {
+			list.Prev = strconv.FormatInt(first, 10)
+		}
+	}
+	s.listed(list.Jobs)
+	return list
 }
 
 // listed fills in what a listing shows of each job beyond its record. Usage is summed up

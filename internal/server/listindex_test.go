@@ -118,6 +118,20 @@ func TestListPagesFromTheIndex(t *testing.T) {
 				}
 			}
 		}
+		// Lists of jobs not ended page back too, from a cursor past the last job.
+		for _, q := range queries {
+			if q.Get("state") == "all" || q.Get("state") == "CANCELLED" {
+				continue
+			}
+			for _, limit := range []int{1, 4, 5000} {
+				if got, want := h.pageBack(h.token, q, limit), h.scanList(q, ""); !slices.Equal(got, want) {
+					t.Fatalf("%s: %s back by %d as admin: %v; a scan says %v", when, q.Encode(), limit, got, want)
+				}
+				if got, want := h.pageBack(alice, q, limit), h.scanList(q, "alice"); !slices.Equal(got, want) {
+					t.Fatalf("%s: %s back by %d as alice: %v; a scan says %v", when, q.Encode(), limit, got, want)
+				}
+			}
+		}
 		if all := h.scanList(url.Values{"state": {"all"}}, ""); len(all) != 30 {
 			t.Fatalf("%s: %d jobs; want 30", when, len(all))
 		}
@@ -138,6 +152,65 @@ func TestListPagesFromTheIndex(t *testing.T) {
 		if code := h.do("GET", "/api/v1/jobs?after="+url.QueryEscape(bad), nil, &e); code != http.StatusBadRequest || e.Field != "after" {
 			t.Errorf("after=%s: %d field %q; want 400 after", bad, code, e.Field)
 		}
+	}
+	// Ended jobs may have left memory for the store, and their lists page forward only.
+	for _, bad := range []string{"before=0", "before=-1", "before=x", "before=5&after=2", "before=5&state=all", "before=5&state=pending,failed"} {
+		var e api.Error
+		if code := h.do("GET", "/api/v1/jobs?"+bad, nil, &e); code != http.StatusBadRequest || e.Field != "before" {
+			t.Errorf("%s: %d field %q; want 400 before", bad, code, e.Field)
+		}
+	}
+}
+
+// pageBack follows a list of jobs not ended from its last page to its first by the prev
+// cursors, limit jobs a page, and returns the IDs in ascending order. Each page says
+// whether jobs follow it (next, its last ID) and come before it (prev, its first ID).
+func (h *harness) pageBack(token string, query url.Values, limit int) []int64 {
+	h.t.Helper()
+	q := url.Values{}
+	for k, v := range query {
+		q[k] = v
+	}
+	q.Set("limit", fmt.Sprint(limit))
+	q.Set("before", "9223372036854775807")
+	var ids []int64
+	for pages := 0; ; pages++ {
+		var p api.JobList
+		if code := h.doAs(token, "GET", "/api/v1/jobs?"+q.Encode(), nil, &p); code != http.StatusOK {
+			h.t.Fatalf("/api/v1/jobs?%s: status %d", q.Encode(), code)
+		}
+		var got []int64
+		for _, j := range p.Jobs {
+			got = append(got, j.ID)
+		}
+		if len(got) > limit || (p.Prev != "" && len(got) != limit) || pages > 100 {
+			h.t.Fatalf("/api/v1/jobs?%s: a page of %d with prev %q", q.Encode(), len(got), p.Prev)
+		}
+		if len(got) > 0 && p.Prev != "" && p.Prev != fmt.Sprint(got[0]) {
+			h.t.Fatalf("/api/v1/jobs?%s: prev %q, but the page starts with %d", q.Encode(), p.Prev, got[0])
+		}
+		if want := len(ids) > 0; (p.Next != "") != want || (want && p.Next != fmt.Sprint(got[len(got)-1])) {
+			h.t.Fatalf("/api/v1/jobs?%s: next %q on a page %s the last", q.Encode(), p.Next, map[bool]string{true: "before", false: "that is"}[want])
+		}
+		ids = append(got, ids...)
+		if p.Prev == "" {
+			// Forward from the first page, prev is absent; from the second, it is there.
+			var first api.JobList
+			fq := url.Values{}
+			for k, v := range q {
+				fq[k] = v
+			}
+			fq.Del("before")
+			if len(ids) > 0 {
+				fq.Set("after", fmt.Sprint(ids[0]))
+				h.doAs(token, "GET", "/api/v1/jobs?"+fq.Encode(), nil, &first)
+				if len(first.Jobs) > 0 && first.Prev != fmt.Sprint(first.Jobs[0].ID) {
+					h.t.Fatalf("/api/v1/jobs?%s: prev %q; want the page's first job, as one comes before it", fq.Encode(), first.Prev)
+				}
+			}
+			return ids
+		}
+		q.Set("before", p.Prev)
 	}
 }
 

@@ -164,21 +164,6 @@
     return resp.json();
   }
 
-  // allJobs reads every page of GET /api/v1/jobs (up to 20 pages of 500).
-  async function allJobs(state) {
-    let jobs = [], after = '';
-    for (let i = 0; i < 20; i++) {
-      const q = new URLSearchParams({ limit: '500' });
-      if (state) q.set('state', state);
-      if (after) q.set('after', after);
-      const page = await api('/api/v1/jobs?' + q);
-      jobs = jobs.concat(page.jobs || []);
-      if (!page.next) break;
-      after = page.next;
-    }
-    return jobs;
-  }
-
   // ---- login --------------------------------------------------------------------------
 
   async function start() {
@@ -688,39 +673,71 @@
 
   // ---- Queue --------------------------------------------------------------------------
 
-  async function queuePage(page, args, alive) {
-    const pending = el('section', { class: 'card', id: 'pending' });
-    const running = el('section', { class: 'card', id: 'running' });
-    page.replaceChildren(el('h1', null, 'Queue'), pending, running);
+  // JOB_PAGE is how many jobs each list of the Queue page shows at once.
+  const JOB_PAGE = 100;
+
+  // The Queue page lists the jobs that wait and those that run, each a page at a time by
+  // job ID, its cursor in the address (#/queue?waiting_after=ID, running_before=ID), so
+  // Back goes back a page. The headings count every job the viewer may read, from the
+  // glance; each refresh reads a page of each list, whatever the length of the queue.
+  async function queuePage(page, args, alive, params) {
+    const lists = [
+      { key: 'waiting', id: 'pending', title: 'Pending', states: 'PENDING,HELD', count: (t) => t.pending + t.held, empty: 'Nothing is waiting.', rows: waitingTable },
+      { key: 'running', id: 'running', title: 'Running', states: 'ASSIGNED,RUNNING', count: (t) => t.running, empty: 'Nothing is running.', rows: runningTable },
+    ];
+    const boxes = lists.map((l) => el('section', { class: 'card', id: l.id }));
+    page.replaceChildren(el('h1', null, 'Queue'), ...boxes);
+    // go shows another page of one list, the other list staying where it is.
+    const go = (key, dir, cursor) => {
+      const q = new URLSearchParams(params);
+      q.delete(key + '_after');
+      q.delete(key + '_before');
+      q.set(key + '_' + dir, cursor);
+      location.hash = '#/queue?' + q;
+    };
     await every(5000, async () => {
-      // The lists stop at allJobs' pages; the headings count every job, from the glance.
-      const [jobs, top] = await Promise.all([allJobs(''), api('/api/v1/top?nodes=0&jobs=0')]);
+      const reads = lists.map((l) => {
+        const q = new URLSearchParams({ state: l.states, limit: String(JOB_PAGE) });
+        for (const dir of ['after', 'before']) if (params.get(l.key + '_' + dir)) q.set(dir, params.get(l.key + '_' + dir));
+        return api('/api/v1/jobs?' + q);
+      });
+      const [top, ...got] = await Promise.all([api('/api/v1/top?nodes=0&jobs=0'), ...reads]);
       if (!alive()) return;
-      const waiting = jobs.filter((j) => j.state === 'PENDING' || j.state === 'HELD');
-      const active = jobs.filter((j) => !terminal(j.state) && !waiting.includes(j));
-      const heading = (what, shown, all) => el('h2', null, what + ' (' + all + ')',
-        shown < all ? el('span', { class: 'muted shown' }, ' showing the first ' + shown + '; rota queue lists them all') : null);
-      pending.replaceChildren(heading('Pending', waiting.length, top.pending + top.held), waiting.length
-        ? table(['Job', 'Name', 'User', 'Queue', { label: 'GPUs', num: true }, 'Waiting', 'Why it waits', 'Estimated start', 'Deadline'],
-          waiting.map((j) => ({
-            attrs: { dataset: { job: String(j.id) } },
-            cells: [jobLink(j.id), j.spec.name || '', j.spec.user, j.spec.queue, String(j.spec.gpus || 0), since(j.submit_time),
-              el('span', { class: 'reason' }, j.state === 'HELD' ? 'held: ' + (j.message || 'until released') : (j.message || j.reason || '-')),
-              j.estimated_start ? el('span', { title: fmtTime(j.estimated_start) }, until(j.estimated_start)) : '-', deadlineCell(j)],
-          })))
-        : el('p', { class: 'notice' }, 'Nothing is waiting.'));
-      running.replaceChildren(heading('Running', active.length, top.running), active.length
-        ? table(['Job', 'Name', 'User', 'Queue', { label: 'GPUs', num: true }, 'State', 'Nodes', 'Running for', { label: 'GPU use', num: true }, 'Deadline'],
-          active.map((j) => ({
-            attrs: { dataset: { job: String(j.id) } },
-            cells: [jobLink(j.id), j.spec.name || '', j.spec.user, j.spec.queue, String(j.spec.gpus || 0), badge(j.state), (j.nodes || []).join(', ') || '-',
-              since(j.start_time || j.submit_time),
-              el('span', { class: j.idle_since ? 'warn' : '' }, j.usage && j.usage.gpu_util_pct ? pct(j.usage.gpu_util_pct.last) + (j.idle_since ? ' idle' : '') : '-'),
-              deadlineCell(j)],
-          })))
-        : el('p', { class: 'notice' }, 'Nothing is running.'));
+      lists.forEach((l, i) => {
+        const jobs = got[i].jobs || [], all = l.count(top);
+        const paged = got[i].prev || got[i].next;
+        boxes[i].replaceChildren(el('h2', null, l.title + ' (' + all + ')'),
+          paged ? el('div', { class: 'pager' },
+            el('span', { class: 'range' }, 'showing ' + jobs.length + ' of ' + all.toLocaleString('en') + ', by job ID'),
+            el('button', { type: 'button', id: l.id + '-prev', disabled: !got[i].prev, on: { click: () => go(l.key, 'before', got[i].prev) } }, '‹ Previous'),
+            el('button', { type: 'button', id: l.id + '-next', disabled: !got[i].next, on: { click: () => go(l.key, 'after', got[i].next) } }, 'Next ›')) : null,
+          jobs.length ? l.rows(jobs) : el('p', { class: 'notice' }, all && (params.get(l.key + '_after') || params.get(l.key + '_before'))
+            ? ['No job past this page. ', el('a', { href: '#/queue', class: 'first-page' }, 'Back to the first page')]
+            : l.empty));
+      });
       ready(page);
     });
+  }
+
+  function waitingTable(jobs) {
+    return table(['Job', 'Name', 'User', 'Queue', { label: 'GPUs', num: true }, 'Waiting', 'Why it waits', 'Estimated start', 'Deadline'],
+      jobs.map((j) => ({
+        attrs: { dataset: { job: String(j.id) } },
+        cells: [jobLink(j.id), j.spec.name || '', j.spec.user, j.spec.queue, String(j.spec.gpus || 0), since(j.submit_time),
+          el('span', { class: 'reason' }, j.state === 'HELD' ? 'held: ' + (j.message || 'until released') : (j.message || j.reason || '-')),
+          j.estimated_start ? el('span', { title: fmtTime(j.estimated_start) }, until(j.estimated_start)) : '-', deadlineCell(j)],
+      })));
+  }
+
+  function runningTable(jobs) {
+    return table(['Job', 'Name', 'User', 'Queue', { label: 'GPUs', num: true }, 'State', 'Nodes', 'Running for', { label: 'GPU use', num: true }, 'Deadline'],
+      jobs.map((j) => ({
+        attrs: { dataset: { job: String(j.id) } },
+        cells: [jobLink(j.id), j.spec.name || '', j.spec.user, j.spec.queue, String(j.spec.gpus || 0), badge(j.state), (j.nodes || []).join(', ') || '-',
+          since(j.start_time || j.submit_time),
+          el('span', { class: j.idle_since ? 'warn' : '' }, j.usage && j.usage.gpu_util_pct ? pct(j.usage.gpu_util_pct.last) + (j.idle_since ? ' idle' : '') : '-'),
+          deadlineCell(j)],
+      })));
   }
 
   // ---- Deadlines ----------------------------------------------------------------------
