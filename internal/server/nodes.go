@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"github.com/rotahq/rota/internal/api"
+	"github.com/rotahq/rota/internal/auth"
+	"github.com/rotahq/rota/internal/cluster"
 )
 
 // Bounds of GET /api/v1/nodes's parameters (api/openapi.yaml).
@@ -98,11 +100,26 @@ func (s *Server) handleNodes(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	who := caller(r)
-	list := api.NodeList{Nodes: []api.Node{}}
+	list, usage, idle := s.nodePage(&f, who)
+	// What jobs hold of each node is filled in without the lock, as the answer is encoded.
+	for i := range list.Nodes {
+		fillUsage(&list.Nodes[i], usage[i], func(id int64) bool { return idle[id] })
+	}
+	for i := range list.Jobs {
+		redactEnv(who, &list.Jobs[i])
+	}
+	writeJSON(w, http.StatusOK, list)
+}
+
+// nodePage reads under the lock the page of nodes the query asks for, copies of them, and
+// for each what active jobs hold of it (nil where they hold nothing), with the jobs
+// flagged idle; and the jobs on them that who may read, if asked for.
+func (s *Server) nodePage(f *nodeQuery, who auth.Identity) (list api.NodeList, usage []*cluster.NodeUsage, idle map[int64]bool) {
+	list.Nodes = []api.Node{}
 	s.mu.Lock()
-	names := s.state.NodeNames()
-	var match []string // the names that match, in order; only names, so it is cheap
-	for _, name := range names {
+	defer s.mu.Unlock()
+	var match []string // the names that match, in order: only names, so it is cheap
+	for _, name := range s.state.NodeNames() {
 		if f.matches(s.state.PeekNode(name)) {
 			match = append(match, name)
 		}
@@ -123,20 +140,23 @@ func (s *Server) handleNodes(w http.ResponseWriter, r *http.Request) {
 			}
 			hi = min(len(match), lo+f.limit)
 		}
-		if hi < len(match) {
+		if hi > lo && hi < len(match) {
 			list.Next = match[hi-1]
 		}
-		if lo > 0 && hi > lo {
+		if hi > lo && lo > 0 {
 			list.Prev = match[lo]
 		}
 	}
 	list.Total, list.Offset = len(match), lo
+	idle = map[int64]bool{}
+	for _, id := range s.state.IdleIDs() {
+		idle[id] = true
+	}
 	seen := map[int64]bool{}
 	reads := s.readFilter(who)
 	for _, name := range match[lo:hi] {
-		n := *s.state.PeekNode(name)
-		fillUsage(&n, s.state.NodeUsage(name), s.flaggedIdle)
-		list.Nodes = append(list.Nodes, n)
+		list.Nodes = append(list.Nodes, *s.state.PeekNode(name))
+		usage = append(usage, s.state.NodeUsage(name))
 		if !f.jobs {
 			continue
 		}
@@ -151,9 +171,5 @@ func (s *Server) handleNodes(w http.ResponseWriter, r *http.Request) {
 		slices.SortFunc(list.Jobs, func(a, b api.Job) int { return cmp.Compare(a.ID, b.ID) })
 		s.listed(list.Jobs)
 	}
-	s.mu.Unlock()
-	for i := range list.Jobs {
-		redactEnv(who, &list.Jobs[i])
-	}
-	writeJSON(w, http.StatusOK, list)
+	return list, usage, idle
 }

@@ -103,6 +103,12 @@ func TestNodeListPagesAndFilters(t *testing.T) {
 		t.Errorf("after a name no node has: %v offset %d; want gpu2, gpu3 at 3", nodeNames(p.Nodes), p.Offset)
 	}
 
+	// Past either end the page is empty, with no cursor, and counts what matches.
+	for _, q := range []url.Values{{"limit": {"3"}, "before": {"a"}}, {"limit": {"3"}, "before": {all[0]}}, {"limit": {"3"}, "after": {"zzz"}}} {
+		if p := h.listNodes(h.token, q); len(p.Nodes) != 0 || p.Next != "" || p.Prev != "" || p.Total != len(all) {
+			t.Errorf("%s: %v next %q prev %q total %d; want an empty page of %d", q.Encode(), nodeNames(p.Nodes), p.Next, p.Prev, p.Total, len(all))
+		}
+	}
 	for _, c := range []struct {
 		query url.Values
 		want  []string
