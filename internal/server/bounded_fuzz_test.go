@@ -36,6 +36,13 @@ func TestFuzzMutations(t *testing.T) {
 			target.check(t, in)
 		}
 	})
+	t.Run("NodeList", func(t *testing.T) {
+		target := &nodeListTarget{}
+		defer target.close()
+		for _, in := range fuzztest.Mutations(nodeQuerySeeds, []string{"limit=", "after=", "before=", "rack-", "node-", "&", "a", "z", "1", "%", ",", "true", "jobs=true", "state=READY"}, 600) {
+			target.check(t, in)
+		}
+	})
 	t.Run("SubmitAPI", func(t *testing.T) {
 		target := &submitTarget{}
 		defer target.close()

@@ -71,20 +71,9 @@ func newSubmitEnv() (*submitEnv, error) {
 		name, model string
 		gpus        int
 	}{{"node-a", "NVIDIA H100 80GB HBM3", 8}, {"node-b", "NVIDIA A100-SXM4-40GB", 4}} {
-		hb := api.Heartbeat{Node: n.name, Instance: "agent-" + n.name, ClusterID: env.srv.ClusterID(), Synced: true,
-			Inventory: api.Inventory{CPUs: 64, MemoryMB: 512 << 10, DeviceSource: "fake"}}
-		for i := range n.gpus {
-			hb.Inventory.GPUs = append(hb.Inventory.GPUs, api.GPU{Index: i, UUID: fmt.Sprintf("GPU-%s-%d", n.name, i), Model: n.model, MemoryMB: 81559, Healthy: true})
-		}
-		body, _ := json.Marshal(hb)
-		r := httptest.NewRequest("POST", "/api/v1/agents/"+n.name+"/heartbeat", bytes.NewReader(body))
-		r = r.WithContext(context.WithValue(r.Context(), connKey{}, connInfo{local: true}))
-		r.Header.Set("Content-Type", "application/json")
-		w := httptest.NewRecorder()
-		env.h.ServeHTTP(w, r)
-		if w.Code != http.StatusOK {
+		if err := env.beat(n.name, n.model, n.gpus, nil); err != nil {
 			env.close()
-			return nil, fmt.Errorf("heartbeat %s: %d %s", n.name, w.Code, w.Body)
+			return nil, err
 		}
 	}
 	if env.jobs, err = env.st.LoadJobs(ctx); err != nil {
@@ -92,6 +81,36 @@ func newSubmitEnv() (*submitEnv, error) {
 		return nil, err
 	}
 	return env, nil
+}
+
+// beat registers or refreshes node name, with gpus GPUs of model and the labels, through
+// the in-process agent connection.
+func (env *submitEnv) beat(name, model string, gpus int, labels map[string]string) error {
+	hb := api.Heartbeat{Node: name, Instance: "agent-" + name, ClusterID: env.srv.ClusterID(), Synced: true,
+		Inventory: api.Inventory{CPUs: 64, MemoryMB: 512 << 10, DeviceSource: "fake", Labels: labels}}
+	for i := range gpus {
+		hb.Inventory.GPUs = append(hb.Inventory.GPUs, api.GPU{Index: i, UUID: fmt.Sprintf("GPU-%s-%d", name, i), Model: model, MemoryMB: 81559, Healthy: true})
+	}
+	body, _ := json.Marshal(hb)
+	r := httptest.NewRequest("POST", "/api/v1/agents/"+name+"/heartbeat", bytes.NewReader(body))
+	r = r.WithContext(context.WithValue(r.Context(), connKey{}, connInfo{local: true}))
+	r.Header.Set("Content-Type", "application/json")
+	w := httptest.NewRecorder()
+	env.h.ServeHTTP(w, r)
+	if w.Code != http.StatusOK {
+		return fmt.Errorf("heartbeat %s: %d %s", name, w.Code, w.Body)
+	}
+	return nil
+}
+
+// post sends a JSON body to path as the admin, and returns the status and the answer.
+func (env *submitEnv) post(path, body string) (int, []byte) {
+	r := httptest.NewRequest("POST", path, strings.NewReader(body))
+	r.Header.Set("Content-Type", "application/json")
+	r.Header.Set("Authorization", "Bearer "+env.token)
+	w := httptest.NewRecorder()
+	env.h.ServeHTTP(w, r)
+	return w.Code, w.Body.Bytes()
 }
 
 func (env *submitEnv) close() {

@@ -1,7 +1,6 @@
 package server
 
 import (
-	"bytes"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -45,13 +44,8 @@ func (tt *topTarget) check(t *testing.T, query string) {
 		}
 		tt.env = env
 		for _, spec := range []string{`{"command":["x"],"gpus":4}`, `{"command":["x"],"gpus":8}`, `{"command":["x"],"gpus":8}`, `{"command":["x"],"gpus":1,"hold":true}`} {
-			r := httptest.NewRequest("POST", "/api/v1/jobs", bytes.NewReader([]byte(spec)))
-			r.Header.Set("Content-Type", "application/json")
-			r.Header.Set("Authorization", "Bearer "+env.token)
-			w := httptest.NewRecorder()
-			env.h.ServeHTTP(w, r)
-			if w.Code != http.StatusCreated {
-				t.Fatalf("submit %s: %d %s", spec, w.Code, w.Body)
+			if code, body := env.post("/api/v1/jobs", spec); code != http.StatusCreated {
+				t.Fatalf("submit %s: %d %s", spec, code, body)
 			}
 		}
 		if err := env.srv.Cycle(t.Context()); err != nil {
