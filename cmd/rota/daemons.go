@@ -438,6 +438,12 @@ func serve(ctx context.Context, sf serverFlags, scfg server.Config, log *slog.Lo
 	select {
 	case <-ctx.Done():
 	case err = <-errc:
+	case <-srv.Wedged():
+		// A handler panicked holding the server's lock: nothing, a clean stop included,
+		// can take it. Every change acknowledged is in the store, where a restart (by
+		// systemd, or by hand) reads it back.
+		log.Error("exiting: the server is wedged after a panic (logged above); start it again, and report the panic")
+		os.Exit(1)
 	}
 	shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()

@@ -97,6 +97,10 @@ type Config struct {
 	// read from the store when asked for, which every API answer does alike; memory then
 	// follows the jobs that run, wait or ended recently, not all ever submitted.
 	KeepEnded time.Duration
+	// WedgedAfter is how long the server's lock may stay held after a handler panicked
+	// before the server says it is wedged (Server.Wedged; default 30s, far longer than
+	// any scheduling cycle or commit holds it).
+	WedgedAfter time.Duration
 }
 
 func (c *Config) setDefaults() {
@@ -139,6 +143,9 @@ func (c *Config) setDefaults() {
 	if c.KeepEnded <= 0 {
 		c.KeepEnded = 24 * time.Hour
 	}
+	if c.WedgedAfter <= 0 {
+		c.WedgedAfter = 30 * time.Second
+	}
 }
 
 // Server is the control plane: it owns the live state, commits every change to the store
@@ -148,6 +155,9 @@ type Server struct {
 	log   *slog.Logger
 	store store.Store
 	kick  chan struct{}
+	// wedged is closed, once, when a handler that panicked left mu held (wedge.go).
+	wedged     chan struct{}
+	wedgedOnce sync.Once
 
 	// clusterID names this cluster: agents keep their attempts under it, and it is in
 	// every certificate the CA issues. ca issues node certificates at join and renewal.
@@ -271,7 +281,7 @@ func New(ctx context.Context, cfg Config, st store.Store, logger *slog.Logger) (
 	if err != nil {
 		return nil, fmt.Errorf("server: open log dir: %w", err)
 	}
-	s := &Server{cfg: cfg, log: logger, store: st, kick: make(chan struct{}, 1), state: cluster.New(), logs: logs, tel: newTelemetry(), ui: newUILinkStore(),
+	s := &Server{cfg: cfg, log: logger, store: st, kick: make(chan struct{}, 1), wedged: make(chan struct{}), state: cluster.New(), logs: logs, tel: newTelemetry(), ui: newUILinkStore(),
 		started: time.Now().UTC(), leaseKick: make(chan struct{}, 1)}
 	s.state.HalfLife = cfg.HalfLife
 	s.view.reset(s.state)
@@ -805,6 +815,7 @@ func (s *Server) serve(rt route, w http.ResponseWriter, r *http.Request) {
 		// answer showed, a later one finds in the store too.
 		s.waitWritten()
 	}
+	defer s.recoverHandler(rt)
 	rt.handle(s, w, r.WithContext(auth.WithIdentity(r.Context(), id)))
 }
 
