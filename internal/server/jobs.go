@@ -404,22 +404,25 @@ func (s *Server) pageInMemory(after, before int64, want []api.JobState, limit in
 		list.Jobs, more = s.state.JobsPage(after, want, limit, keep)
 	}
 	if n := len(list.Jobs); n > 0 {
-		first, last := list.Jobs[0].ID, list.Jobs[n-1].ID
-		// One side is known from the page's own walk; the other costs a walk to the first
-		// job there.
+		// One side is known from the page's own walk. On the other, every job between the
+		// cursor and the page would be on it, so the walk to the first job there starts
+		// at the cursor, and a first page has none before it.
 		later, earlier := more, more
-		if before > 0 {
-			next, _ := s.state.JobsPage(last, want, 1, keep)
+		switch {
+		case before > 0:
+			next, _ := s.state.JobsPage(before-1, want, 1, keep)
 			later = len(next) > 0
-		} else {
-			prev, _ := s.state.JobsPageBefore(first, want, 1, keep)
+		case after > 0:
+			prev, _ := s.state.JobsPageBefore(after+1, want, 1, keep)
 			earlier = len(prev) > 0
+		default:
+			earlier = false
 		}
 		if later {
-			list.Next = strconv.FormatInt(last, 10)
+			list.Next = strconv.FormatInt(list.Jobs[n-1].ID, 10)
 		}
 		if earlier {
-			list.Prev = strconv.FormatInt(first, 10)
+			list.Prev = strconv.FormatInt(list.Jobs[0].ID, 10)
 		}
 	}
 	s.listed(list.Jobs)
