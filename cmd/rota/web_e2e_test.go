@@ -658,6 +658,10 @@ func TestWebUINodesPages(t *testing.T) {
 	if h := b.eval(`location.hash`); h != "#/nodes?state=READY&pool=serve&limit=2" {
 		t.Errorf("the filtered address is %s; want #/nodes?state=READY&pool=serve&limit=2", h)
 	}
+	b.visit("nodes", "#/nodes?limit=2")
+	shows("the first page", "n1,n2 | Nodes 1–2 of 5")
+	b.eval(`const c = document.getElementById("node-problems"); c.checked = true; c.dispatchEvent(new Event("change")); ""`)
+	shows("the nodes with a problem", "n4 | Nodes 1–1 of 1")
 	b.visit("drained nodes", "#/nodes?state=DRAINED,DRAINING")
 	shows("the drained node", "n4 | Nodes 1–1 of 1")
 	b.eval(`const n = document.getElementById("node-name"); n.value = "zz"; document.getElementById("node-filters").requestSubmit(); ""`)

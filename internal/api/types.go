@@ -1203,6 +1203,16 @@ func (n *Node) TakesWork() bool {
 	return n.State == NodeReady && !n.Syncing && (n.HealthCheck == nil || n.HealthCheck.OK)
 }
 
+// HasProblem reports whether n needs an operator's look: it is not ready (not ready,
+// lost, draining or drained), has a maintenance window, is degraded, drifts from its pool's
+// versions, has a GPU unhealthy or missing, fails its health check, or has leftover GPU
+// processes or GPUs held by them. These are what rota nodes lists under its table.
+func (n *Node) HasProblem() bool {
+	return n.State != NodeReady || n.Maintenance != nil || len(n.Degraded) > 0 || len(n.Drift) > 0 ||
+		(n.HealthCheck != nil && !n.HealthCheck.OK) || len(n.Leftovers) > 0 || len(n.HeldGPUs) > 0 ||
+		slices.ContainsFunc(n.GPUs, func(g GPU) bool { return !g.Healthy || g.Missing })
+}
+
 // GPUStates counts GPUs by state (StateOfGPU), each GPU in one.
 type GPUStates struct {
 	Free        int `json:"free"`

@@ -457,6 +457,7 @@ type NodeFilter struct {
 	Pool     string   // the pool label
 	Name     string   // a part of the name
 	Drifting bool     // versions outside the pool's wanted ranges
+	Problems bool     // with a problem (api.Node.HasProblem)
 }
 
 // NodesWhere lists the nodes that match the filter, by name.
@@ -472,6 +473,9 @@ func (c *Client) NodesWhere(ctx context.Context, f NodeFilter) (api.NodeList, er
 	}
 	if f.Drifting {
 		q.Set("drifting", "true")
+	}
+	if f.Problems {
+		q.Set("problems", "true")
 	}
 	var list api.NodeList
 	err := c.do(ctx, http.MethodGet, "/api/v1/nodes", q, nil, &list)

@@ -15,7 +15,7 @@ import (
 	"github.com/rotahq/rota/internal/api"
 )
 
-const nodesUsage = `rota nodes [--state S,S...] [--pool P] [--name TEXT] [--drifting] [NAME]
+const nodesUsage = `rota nodes [--state S,S...] [--pool P] [--name TEXT] [--drifting] [--problems] [NAME]
 
 Lists nodes (with the flags, those that match each one given): state, GPUs in use of the total, what the GPUs really do by the node's
 latest telemetry (UTIL: mean utilisation over its GPUs; GMEM: GPU memory used of the
@@ -54,6 +54,7 @@ func runNodes(ctx context.Context, cfg Config, args []string) int {
 	fs.StringVar(&f.Pool, "pool", "", "only nodes of this `pool` (their pool label)")
 	fs.StringVar(&f.Name, "name", "", "only nodes whose name holds this `text`")
 	fs.BoolVar(&f.Drifting, "drifting", false, "only nodes whose driver or CUDA version is outside their pool's wanted range")
+	fs.BoolVar(&f.Problems, "problems", false, "only nodes with a problem: not ready, lost, draining or drained, or with a line below the table")
 	pos, code, ok := parseFlags(fs, g, args)
 	if !ok {
 		return code
@@ -63,8 +64,8 @@ func runNodes(ctx context.Context, cfg Config, args []string) int {
 		return cfg.usageError("nodes", "unexpected argument %q: give one node name at most", pos[1])
 	case len(pos) == 1 && strings.TrimSpace(pos[0]) == "":
 		return cfg.usageError("nodes", "the node name is empty")
-	case len(pos) == 1 && (*states != "" || f.Pool != "" || f.Name != "" || f.Drifting):
-		return cfg.usageError("nodes", "a node NAME shows that node: give it without --state, --pool, --name or --drifting")
+	case len(pos) == 1 && (*states != "" || f.Pool != "" || f.Name != "" || f.Drifting || f.Problems):
+		return cfg.usageError("nodes", "a node NAME shows that node: give it without --state, --pool, --name, --drifting or --problems")
 	}
 	if *states != "" {
 		for _, s := range strings.Split(*states, ",") {

@@ -242,6 +242,7 @@ func TestNodesFilters(t *testing.T) {
 	}{
 		{nil, "/api/v1/nodes?"},
 		{[]string{"--state", "ready, lost", "--pool", "train", "--name", "gpu", "--drifting"}, "/api/v1/nodes?drifting=true&name=gpu&pool=train&state=READY%2CLOST"},
+		{[]string{"--problems"}, "/api/v1/nodes?problems=true"},
 		{[]string{"node-a"}, "/api/v1/nodes?name=node-a"},
 	} {
 		srv := newFakeServer(t)
@@ -267,5 +268,24 @@ func TestNodesFilters(t *testing.T) {
 	}
 	if len(srv.queries) != 0 {
 		t.Errorf("refused flags still asked the server: %q", srv.queries)
+	}
+}
+
+// The server's filter for nodes with a problem (api.Node.HasProblem) holds every node
+// rota nodes writes a line about under its table, and every node not ready.
+func TestHasProblemMatchesTheProblemLines(t *testing.T) {
+	nodes := fixtureNodes().Nodes
+	some := 0
+	for _, n := range nodes {
+		lines := nodeProblems(n, testNow, time.UTC)
+		if (len(lines) > 0 || n.State != api.NodeReady) != n.HasProblem() {
+			t.Errorf("node %s (%s): HasProblem %v, with problem lines %q", n.Name, n.State, n.HasProblem(), lines)
+		}
+		if len(lines) > 0 {
+			some++
+		}
+	}
+	if some == 0 || some == len(nodes) {
+		t.Fatalf("%d of %d fixture nodes have problems; the test needs some with and some without", some, len(nodes))
 	}
 }

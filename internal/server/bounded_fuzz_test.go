@@ -39,7 +39,7 @@ func TestFuzzMutations(t *testing.T) {
 	t.Run("NodeList", func(t *testing.T) {
 		target := &nodeListTarget{}
 		defer target.close()
-		for _, in := range fuzztest.Mutations(nodeQuerySeeds, []string{"limit=", "after=", "before=", "rack-", "node-", "&", "a", "z", "1", "%", ",", "true", "jobs=true", "state=READY"}, 600) {
+		for _, in := range fuzztest.Mutations(nodeQuerySeeds, []string{"limit=", "after=", "before=", "rack-", "node-", "&", "a", "z", "1", "%", ",", "true", "jobs=true", "state=READY", "problems=true"}, 600) {
 			target.check(t, in)
 		}
 	})

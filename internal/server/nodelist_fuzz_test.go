@@ -17,7 +17,7 @@ import (
 // from names that are nodes' and names that are not, past both ends, and bad values.
 var nodeQuerySeeds = []string{"", "limit=2", "limit=2&after=node-a", "limit=2&before=rack-2", "limit=1&before=a",
 	"limit=3&after=zzz", "state=READY,drained", "state=LOST", "pool=train&limit=1&jobs=true", "name=rack",
-	"drifting=true", "limit=1000&before=node-b", "limit=0", "limit=1001", "after=x", "jobs=true",
+	"drifting=true", "problems=true&limit=2", "limit=1000&before=node-b", "limit=0", "limit=1001", "after=x", "jobs=true",
 	"limit=2&after=a&before=b", "state=", "name=%00", "pool=" + strings.Repeat("p", 257), "limit=2&jobs=1"}
 
 // nodeListTarget is a server with six nodes of two pools, one drained, jobs on some.
@@ -81,7 +81,7 @@ func (nt *nodeListTarget) check(t *testing.T, query string) {
 	switch code {
 	case http.StatusBadRequest:
 		var e api.Error
-		if err := json.Unmarshal(body, &e); err != nil || !slices.Contains([]string{"state", "pool", "name", "drifting", "limit", "after", "before", "jobs"}, e.Field) || e.Message == "" {
+		if err := json.Unmarshal(body, &e); err != nil || !slices.Contains([]string{"state", "pool", "name", "drifting", "problems", "limit", "after", "before", "jobs"}, e.Field) || e.Message == "" {
 			t.Fatalf("?%s: 400 %s; want a parameter of the route named, with why", query, body)
 		}
 		return
@@ -96,7 +96,7 @@ func (nt *nodeListTarget) check(t *testing.T, query string) {
 	// The whole filtered list, from the same filters without the page.
 	q, _ := url.ParseQuery(query)
 	whole := url.Values{}
-	for _, k := range []string{"state", "pool", "name", "drifting"} {
+	for _, k := range []string{"state", "pool", "name", "drifting", "problems"} {
 		if v, ok := q[k]; ok {
 			whole[k] = v
 		}

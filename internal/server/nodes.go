@@ -30,6 +30,7 @@ type nodeQuery struct {
 	pool     string                 // "": any pool
 	name     string                 // a part of the name; "": any name
 	drifting bool                   // only the nodes whose versions drift from their pool's
+	problems bool                   // only the nodes with a problem (Node.HasProblem)
 	limit    int                    // 0: every node that matches, unpaged
 	after    string                 // list the names after this one
 	before   string                 // list the last page of names before this one
@@ -63,6 +64,9 @@ func parseNodeQuery(q url.Values) (nodeQuery, *api.Error) {
 	if f.drifting, e = queryBool(q, "drifting"); e != nil {
 		return f, e
 	}
+	if f.problems, e = queryBool(q, "problems"); e != nil {
+		return f, e
+	}
 	if f.jobs, e = queryBool(q, "jobs"); e != nil {
 		return f, e
 	}
@@ -87,7 +91,8 @@ func (f *nodeQuery) matches(n *api.Node) bool {
 	return (len(f.states) == 0 || f.states[n.State]) &&
 		(f.pool == "" || n.Labels["pool"] == f.pool) &&
 		(f.name == "" || strings.Contains(n.Name, f.name)) &&
-		(!f.drifting || len(n.Drift) > 0)
+		(!f.drifting || len(n.Drift) > 0) &&
+		(!f.problems || n.HasProblem())
 }
 
 // handleNodes lists the nodes by name: all of them, or with limit a page, with the count

@@ -30,7 +30,8 @@ func nodeNames(nodes []api.Node) []string {
 }
 
 // The node list pages by name in either direction, each page counting what matches and
-// where it starts, and filters by state, pool, part of the name and version drift.
+// where it starts, and filters by state, pool, part of the name, version drift and
+// problems.
 func TestNodeListPagesAndFilters(t *testing.T) {
 	h := newHarness(t)
 	var all []string
@@ -45,7 +46,12 @@ func TestNodeListPagesAndFilters(t *testing.T) {
 	}
 	slices.Sort(all)
 	h.versionNode("old", "train", "535.54", "12.2")
-	all = append(all, "old")
+	h.beatFull("sick", 2, func(hb *api.Heartbeat) {
+		hb.Inventory.Labels = map[string]string{"pool": "train"}
+		hb.Inventory.DriverVersion, hb.Inventory.CUDAVersion = "550.54.15", "12.4"
+		hb.Inventory.GPUs[1].Healthy, hb.Inventory.GPUs[1].Health = false, "XID 79"
+	})
+	all = append(all, "old", "sick")
 	if code, e := h.putConfig("pools:\n  - name: train\n    driver: \">=550\"\n"); code != 200 {
 		t.Fatalf("config: %d %s", code, e.Message)
 	}
@@ -85,7 +91,7 @@ func TestNodeListPagesAndFilters(t *testing.T) {
 		t.Fatalf("paging forward: %v; want %v", fwd, all)
 	}
 	var back []string
-	last := h.listNodes(h.token, url.Values{"limit": {"5"}, "after": {all[6]}})
+	last := h.listNodes(h.token, url.Values{"limit": {"5"}, "after": {all[len(all)-6]}})
 	back = nodeNames(last.Nodes)
 	for p := last; p.Prev != ""; {
 		p = h.listNodes(h.token, url.Values{"limit": {"5"}, "before": {p.Prev}})
@@ -118,6 +124,8 @@ func TestNodeListPagesAndFilters(t *testing.T) {
 		{url.Values{"state": {"READY"}, "pool": {"serve"}, "name": {"gpu"}}, []string{"gpu0", "gpu3", "gpu6", "gpu9"}},
 		{url.Values{"name": {"1"}}, []string{"gpu1", "gpu10"}},
 		{url.Values{"drifting": {"true"}}, []string{"old"}},
+		{url.Values{"problems": {"true"}}, []string{"gpu4", "old", "sick"}},
+		{url.Values{"problems": {"true"}, "state": {"READY"}}, []string{"old", "sick"}},
 		{url.Values{"pool": {"none"}}, []string{}},
 		{url.Values{"pool": {"serve"}, "limit": {"3"}, "after": {"gpu0"}}, []string{"gpu3", "gpu6", "gpu9"}},
 	} {
@@ -208,6 +216,7 @@ func TestNodeListRefusesBadQueries(t *testing.T) {
 		{"pool=" + long, "pool"},
 		{"name=a%00b", "name"},
 		{"drifting=yes", "drifting"},
+		{"problems=1", "problems"},
 		{"limit=0", "limit"},
 		{"limit=1001", "limit"},
 		{"limit=x", "limit"},
