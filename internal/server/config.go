@@ -115,11 +115,15 @@ func validateCheckpointRoot(field, p string) *api.Error {
 	return nil
 }
 
+// minBodyLimit is the least limits.max_body_bytes may be.
+const minBodyLimit = 4 << 10
+
 // validateLimits checks limits an admin sets; zero fields keep their defaults.
 func validateLimits(l api.Limits) *api.Error {
 	switch {
-	case l.MaxBodyBytes < 0 || l.MaxBodyBytes > 1<<30:
-		return invalid("limits.max_body_bytes", "must be between 0 (default) and 1 GiB")
+	case l.MaxBodyBytes != 0 && (l.MaxBodyBytes < minBodyLimit || l.MaxBodyBytes > 1<<30):
+		// Below a few KiB even the change that raises the limit again would be refused.
+		return invalid("limits.max_body_bytes", "must be 0 (the default, 1 MiB) or from %d bytes (4 KiB; a smaller limit would refuse even the change that raises it again) to 1 GiB", minBodyLimit)
 	case l.MaxCommandBytes < 0 || l.MaxCommandBytes > 16<<20:
 		return invalid("limits.max_command_bytes", "must be between 0 (default) and 16 MiB")
 	case l.MaxEnvBytes < 0 || l.MaxEnvBytes > 16<<20:

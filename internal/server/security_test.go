@@ -828,6 +828,9 @@ func TestBodyLimitFollowsTheSettings(t *testing.T) {
 	if code := h.do("POST", "/api/v1/jobs", spec, &e); code != 413 {
 		t.Fatalf("a 6 KB submit under a 4096-byte limit, after a restart: %d %q", code, e.Message)
 	}
+	// A limit so small that the change raising it again would not fit is refused.
+	h.refusesLimits(map[string]string{"max_body_bytes: 4": "limits.max_body_bytes", "max_body_bytes: 4095": "limits.max_body_bytes",
+		"max_body_bytes: -1": "limits.max_body_bytes", "max_body_bytes: 1073741825": "limits.max_body_bytes"})
 	if code, e := h.putConfig("limits:\n  max_body_bytes: 0\n"); code != 200 {
 		t.Fatalf("reset max_body_bytes: %d %s", code, e.Message)
 	}
