@@ -205,7 +205,12 @@ func (s *Server) modelGPUs(model string) int {
 
 func (s *Server) handleListRequests(w http.ResponseWriter, r *http.Request) {
 	id := caller(r)
-	state := api.RequestState(r.URL.Query().Get("state"))
+	v, e := queryString(r.URL.Query(), "state", 16)
+	if e != nil {
+		writeError(w, http.StatusBadRequest, e)
+		return
+	}
+	state := api.RequestState(v)
 	switch state {
 	case "", api.RequestPending, api.RequestApproved, api.RequestDenied, api.RequestExpired, api.RequestEnded:
 	default:

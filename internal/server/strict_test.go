@@ -327,12 +327,14 @@ func TestQueryLimits(t *testing.T) {
 		{"/api/v1/usage?since=" + strings.Repeat("2", 65), "since"},
 		{"/api/v1/history?since=", "since"},
 		{"/api/v1/history?until=soon", "until"},
+		{"/api/v1/requests?state=", "state"},
+		{"/api/v1/requests?state=pending&state=denied", "state"},
 	} {
 		if code, e, _ := h.rawCall("GET", tc.path, "", ""); code != http.StatusBadRequest || e.Field != tc.field || strings.Contains(e.Message, "%!") {
 			t.Errorf("GET %s: %d %+v, want 400 naming %s", tc.path, code, e, tc.field)
 		}
 	}
-	for _, q := range []string{"wait=61", "wait=NaN", "wait=Inf", "version=-1"} {
+	for _, q := range []string{"wait=61", "wait=NaN", "wait=Inf", "version=-1", "version=&wait=0", "version=x&wait=0", "version=1&version=2&wait=0"} {
 		req, _ := http.NewRequest("GET", "http://rota-up/api/v1/agents/n1/watch?"+q, nil)
 		resp, err := h.agent.Do(req)
 		if err != nil {

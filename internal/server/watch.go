@@ -1,8 +1,8 @@
 package server
 
 import (
+	"math"
 	"net/http"
-	"strconv"
 	"sync"
 	"time"
 
@@ -85,9 +85,10 @@ const maxWatch = 60 * time.Second
 func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
 	node := r.PathValue("node")
 	q := r.URL.Query()
-	since, err := strconv.ParseUint(orZero(q.Get("version")), 10, 64)
-	if err != nil {
-		writeError(w, http.StatusBadRequest, invalid("version", "must be the version from the previous answer"))
+	since, e := queryInt(q, "version", 0, math.MaxInt64, 0)
+	if e != nil {
+		e.Message += " (the version from the previous answer)"
+		writeError(w, http.StatusBadRequest, e)
 		return
 	}
 	wait, e := querySeconds(q, "wait", maxWatch)
@@ -99,7 +100,7 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
 	defer timeout.Stop()
 	for {
 		v, changed := s.watch.current(node)
-		if v != since {
+		if v != uint64(since) {
 			writeJSON(w, http.StatusOK, api.WatchAnswer{Version: v})
 			return
 		}
