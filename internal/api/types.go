@@ -220,6 +220,9 @@ type Job struct {
 	// ArrayID is the ID of the array's first job; ArrayIndex the job's index in it.
 	ArrayID    int64 `json:"array_id,omitempty"`
 	ArrayIndex *int  `json:"array_index,omitempty"`
+	// Array, in a listing asked for with arrays=collapse, sums up the array's listed
+	// jobs, this one the first of them.
+	Array *ArraySummary `json:"array,omitempty"`
 	// ArrayLimit is the most jobs of the array active at once (0: no limit).
 	ArrayLimit int `json:"array_limit,omitempty"`
 	// Borrowing is true while the job runs on GPUs beyond its team's guaranteed quota.

@@ -88,9 +88,11 @@ func TestQueueFiltersAndPages(t *testing.T) {
 		args []string
 		want string // query of the first page
 	}{
-		{nil, ""},
+		{nil, "arrays=collapse"},
 		{[]string{"--all"}, "state=all"},
-		{[]string{"--state", "pending,Running", "--queue", "train", "--user", "bob"}, "queue=train&state=PENDING%2CRUNNING&user=bob"},
+		{[]string{"--state", "pending,Running", "--queue", "train", "--user", "bob"}, "arrays=collapse&queue=train&state=PENDING%2CRUNNING&user=bob"},
+		{[]string{"--state", "pending,failed"}, "state=PENDING%2CFAILED"},
+		{[]string{"--expand"}, ""},
 	} {
 		srv := newFakeServer(t)
 		code, out, errOut := run(t, srv.URL, "queue", tc.args...)

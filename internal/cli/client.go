@@ -250,6 +250,10 @@ type ListOptions struct {
 	Limit int
 	// After is the cursor from a previous page's Next.
 	After string
+	// CollapseArrays asks for each array as one entry, its first job with the summary of
+	// all its listed jobs (api.Job.Array): only for jobs not ended. A server that does not
+	// know it lists the jobs one by one, as without it.
+	CollapseArrays bool
 }
 
 func (o ListOptions) query() url.Values {
@@ -268,6 +272,9 @@ func (o ListOptions) query() url.Values {
 	}
 	if o.After != "" {
 		q.Set("after", o.After)
+	}
+	if o.CollapseArrays {
+		q.Set("arrays", "collapse")
 	}
 	return q
 }

@@ -20,9 +20,10 @@ job whose GPUs have all stayed below its queue's idle threshold shows for how lo
 STATE, e.g. "RUNNING (idle 34m00s)"; rota show says whether it has been warned.
 The jobs of an array share one line: its ID as ID_[FIRST-LAST] over the indices listed,
 and in STATE how many of them are in each state; TIME is the longest of theirs, START
-the soonest, REASON that of the first that waits. --expand lists them one a line, each
-as ID_INDEX. A long queue is printed as it is read, 500 jobs at a time, so its first
-jobs show at once; a column widens where a later part holds a wider cell.`
+the soonest, REASON that of the first that waits. The server sums an array's jobs up
+for its line, so a line of 100,000 jobs costs one entry to read. --expand lists them
+one a line, each as ID_INDEX. A long queue is printed as it is read, 500 lines at a time,
+so its first lines show at once; a column widens where a later part holds a wider cell.`
 
 func runQueue(ctx context.Context, cfg Config, args []string) int {
 	fs, g := newFlagSet(cfg, "queue", queueUsage)
@@ -63,7 +64,10 @@ func runQueue(ctx context.Context, cfg Config, args []string) int {
 		return cfg.printJSON(api.JobList{Jobs: jobs})
 	}
 	// The jobs are shown page by page as they come, so that a queue of 100,000 jobs
-	// shows its first ones after one page, not after every page is read and held.
+	// shows its first ones after one page, not after every page is read and held. Jobs
+	// not ended are read with each array summed up by the server, so that an array of
+	// 10,000 jobs is one entry to read, not 20 pages.
+	opts.CollapseArrays = !*expand && !slices.ContainsFunc(opts.States, func(s string) bool { return s == "all" || api.JobState(s).Terminal() })
 	now := cfg.Now()
 	t := &pagedTable{out: cfg.Stdout}
 	t.row("ID", "NAME", "USER", "QUEUE", "STATE", "GPUS", "NODES", "TIME", "START", "REASON")
@@ -73,7 +77,7 @@ func runQueue(ctx context.Context, cfg Config, args []string) int {
 		read += len(page)
 		rows := queueRows(append(held, page...), *expand)
 		held = nil
-		if n := len(rows); n > 0 && !*expand && inArray(rows[n-1][0]) {
+		if n := len(rows); n > 0 && !*expand && inArray(rows[n-1][0]) && rows[n-1][0].Array == nil {
 			held, rows = rows[n-1], rows[:n-1]
 		}
 		for _, row := range rows {
@@ -114,10 +118,13 @@ func inArray(j api.Job) bool { return j.ArrayID != 0 && j.ArrayIndex != nil }
 
 // queueCells is one line of rota queue: a job, or the jobs of an array listed together.
 func queueCells(row []api.Job, now time.Time) []string {
-	if len(row) > 1 {
-		return arrayCells(row, now)
-	}
 	j := row[0]
+	switch {
+	case len(row) > 1:
+		return arrayCells(row, now)
+	case j.Array != nil && j.Array.Jobs > 1: // summed up by the server
+		return arrayLine(j, j.Array, now)
+	}
 	return []string{displayID(j), orDash(truncate(j.Spec.Name, 32)), orDash(j.Spec.User), orDash(j.Spec.Queue), jobState(j, now),
 		gpusCell(j.Spec), joinOrDash(j.Nodes), formatDuration(jobTime(j, now)), jobStart(j, now), jobReason(j)}
 }
@@ -140,7 +147,7 @@ func queueRows(jobs []api.Job, expand bool) [][]api.Job {
 	var rows [][]api.Job
 	arrayRow := map[int64]int{} // array ID → its row
 	for _, j := range jobs {
-		if expand || j.ArrayID == 0 || j.ArrayIndex == nil {
+		if expand || j.ArrayID == 0 || j.ArrayIndex == nil || j.Array != nil {
 			rows = append(rows, []api.Job{j})
 			continue
 		}
@@ -164,35 +171,23 @@ func displayID(j api.Job) string {
 
 // arrayCells is the one line of the listed jobs of an array.
 func arrayCells(jobs []api.Job, now time.Time) []string {
-	first := jobs[0]
-	lo, hi := *first.ArrayIndex, *first.ArrayIndex
-	var longest time.Duration
+	var sum api.ArraySummary
+	for i := range jobs {
+		sum.Add(&jobs[i], now)
+	}
+	return arrayLine(jobs[0], &sum, now)
+}
+
+// arrayLine is the one line of an array from its first listed job and the summary of its
+// listed jobs, which the server gives with arrays=collapse.
+func arrayLine(first api.Job, sum *api.ArraySummary, now time.Time) []string {
 	start := "-"
-	var soonest *time.Time
-	reason := "-"
-	var nodes []string
-	for _, j := range jobs {
-		lo, hi = min(lo, *j.ArrayIndex), max(hi, *j.ArrayIndex)
-		longest = max(longest, jobTime(j, now))
-		if jobStart(j, now) != "-" && (soonest == nil || j.EstimatedStart.Before(*soonest)) {
-			soonest = j.EstimatedStart
-		}
-		if reason == "-" && !j.State.Active() && !j.State.Terminal() {
-			reason = jobReason(j)
-		}
-		for _, n := range j.Nodes {
-			if !slices.Contains(nodes, n) {
-				nodes = append(nodes, n)
-			}
-		}
+	if sum.EstimatedStart != nil && sum.EstimatedStart.After(now) {
+		start = relative(*sum.EstimatedStart, now)
 	}
-	if soonest != nil {
-		start = relative(*soonest, now)
-	}
-	slices.Sort(nodes)
-	return []string{fmt.Sprintf("%d_[%d-%d]", first.ArrayID, lo, hi), orDash(truncate(first.Spec.Name, 32)), orDash(first.Spec.User), orDash(first.Spec.Queue),
-		countStates(jobs), strconv.Itoa(first.Spec.GPUs), orDash(truncate(strings.Join(nodes, ","), 32)),
-		formatDuration(longest), start, reason}
+	return []string{fmt.Sprintf("%d_[%d-%d]", first.ArrayID, sum.FirstIndex, sum.LastIndex), orDash(truncate(first.Spec.Name, 32)), orDash(first.Spec.User), orDash(first.Spec.Queue),
+		countStates(sum.States, sum.Idle), strconv.Itoa(first.Spec.GPUs), orDash(truncate(strings.Join(sum.Nodes, ","), 32)),
+		formatDuration(sum.Longest(now)), start, orDash(clean(sum.Reason))}
 }
 
 // stateOrder is the order in which countStates names states: what runs, what waits, what
@@ -200,17 +195,21 @@ func arrayCells(jobs []api.Job, now time.Time) []string {
 var stateOrder = []api.JobState{api.StateRunning, api.StateAssigned, api.StatePending, api.StateHeld,
 	api.StateSucceeded, api.StateFailed, api.StateCancelled, api.StateTimeout}
 
-// countStates says how many jobs are in each state: "3 running (1 idle), 5 pending, 92
-// succeeded".
-func countStates(jobs []api.Job) string {
-	n := map[api.JobState]int{}
-	idle := 0
+// jobStates says how many of jobs are in each state, as countStates does.
+func jobStates(jobs []api.Job) string {
+	n, idle := map[api.JobState]int{}, 0
 	for _, j := range jobs {
 		n[j.State]++
 		if isIdle(j) {
 			idle++
 		}
 	}
+	return countStates(n, idle)
+}
+
+// countStates says how many jobs are in each state, of counts n with idle running jobs
+// flagged idle: "3 running (1 idle), 5 pending, 92 succeeded".
+func countStates(n map[api.JobState]int, idle int) string {
 	var parts []string
 	for _, s := range stateOrder {
 		if n[s] == 0 {
@@ -260,16 +259,7 @@ func jobStart(j api.Job, now time.Time) string {
 }
 
 // jobReason is the REASON column: the plain sentence where there is one, else the code.
-func jobReason(j api.Job) string {
-	r := j.Message
-	if r == "" {
-		r = j.Reason
-	}
-	if j.CancelRequested && !j.State.Terminal() {
-		r = "cancel requested"
-	}
-	return orDash(clean(r))
-}
+func jobReason(j api.Job) string { return orDash(clean(api.ReasonText(&j))) }
 
 // truncate shortens s to n runes, marking the cut.
 func truncate(s string, n int) string {

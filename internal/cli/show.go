@@ -112,7 +112,7 @@ func printArrayDetail(cfg Config, head api.Job, jobs []api.Job) {
 		{"User", orDash(head.Spec.User)},
 		{"Team", orDash(head.Spec.Team)},
 		{"Queue", orDash(head.Spec.Queue)},
-		{"States", countStates(jobs)},
+		{"States", jobStates(jobs)},
 		{"Command", shellQuote(head.Spec.Command)},
 		{"Request", describeRequest(head.Spec) + " per job"},
 		{"Time limit", timeLimit},

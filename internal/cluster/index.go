@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"iter"
 	"math/bits"
 	"slices"
 
@@ -168,39 +169,48 @@ func (s *State) indexJob(j *api.Job, old api.JobState, known bool) bool {
 // whether another such job follows. It walks the jobs of those states from the cursor on,
 // 64 at a time, and stops at the first job past the page.
 func (s *State) JobsPage(after int64, states []api.JobState, limit int, keep func(*api.Job) bool) ([]api.Job, bool) {
-	x := &s.jobIdx
-	// after+1 would overflow for the largest cursor; the position after after's does not.
-	start, found := slices.BinarySearch(x.order, after)
-	if found {
-		start++
-	}
 	out := []api.Job{}
-	sets, none := x.stateSets(states)
-	if none {
-		return out, false
-	}
-	for w := start / 64; w*64 < len(x.order); w++ {
-		word := x.word(sets, states == nil, w)
-		if w == start/64 {
-			word &^= 1<<(start%64) - 1
+	for j := range s.EachJobAfter(after, states) {
+		if keep != nil && !keep(j) {
+			continue
 		}
-		for word != 0 {
-			pos := w*64 + bits.TrailingZeros64(word)
-			word &= word - 1
-			if pos >= len(x.order) {
-				break
-			}
-			j := x.recs[pos]
-			if keep != nil && !keep(j) {
-				continue
-			}
-			if len(out) == limit {
-				return out, true
-			}
-			out = append(out, *j)
+		if len(out) == limit {
+			return out, true
 		}
+		out = append(out, *j)
 	}
 	return out, false
+}
+
+// EachJobAfter yields the state's own records of the jobs with an ID above after, in one
+// of states (any state when states is nil), ascending by ID: for reading only, under the
+// caller's lock, as Peek's.
+func (s *State) EachJobAfter(after int64, states []api.JobState) iter.Seq[*api.Job] {
+	return func(yield func(*api.Job) bool) {
+		x := &s.jobIdx
+		// after+1 would overflow for the largest cursor; the position after after's does not.
+		start, found := slices.BinarySearch(x.order, after)
+		if found {
+			start++
+		}
+		sets, none := x.stateSets(states)
+		if none {
+			return
+		}
+		for w := start / 64; w*64 < len(x.order); w++ {
+			word := x.word(sets, states == nil, w)
+			if w == start/64 {
+				word &^= 1<<(start%64) - 1
+			}
+			for word != 0 {
+				pos := w*64 + bits.TrailingZeros64(word)
+				word &= word - 1
+				if pos >= len(x.order) || !yield(x.recs[pos]) {
+					return
+				}
+			}
+		}
+	}
 }
 
 // JobsPageBefore is JobsPage backwards: copies of the last limit jobs, ascending by ID,

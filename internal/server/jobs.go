@@ -327,9 +327,20 @@ func (s *Server) handleListJobs(w http.ResponseWriter, r *http.Request) {
 		inMemory = inMemory && !st.Terminal()
 	}
 	before, e := queryInt(q, "before", 1, math.MaxInt64, 0)
+	if e != nil {
+		writeError(w, http.StatusBadRequest, e)
+		return
+	}
+	arrays, e := queryString(q, "arrays", 16)
 	switch {
 	case e != nil:
 		writeError(w, http.StatusBadRequest, e)
+		return
+	case arrays != "" && arrays != "collapse":
+		writeError(w, http.StatusBadRequest, invalid("arrays", "%q is not a way to list arrays: give collapse (one entry an array), or leave it out (one a job)", truncateName(arrays)))
+		return
+	case arrays != "" && (!inMemory || before > 0):
+		writeError(w, http.StatusBadRequest, invalid("arrays", "collapse lists jobs not ended (PENDING, HELD, ASSIGNED, RUNNING), forward with after only"))
 		return
 	case before > 0 && after > 0:
 		writeError(w, http.StatusBadRequest, invalid("before", "give after or before, not both"))
@@ -361,6 +372,15 @@ func (s *Server) handleListJobs(w http.ResponseWriter, r *http.Request) {
 			return false
 		}
 		return reads(j)
+	}
+	if arrays != "" {
+		list := s.collapsedPage(after, want, limit, keep)
+		s.mu.Unlock()
+		for i := range list.Jobs {
+			redactEnv(who, &list.Jobs[i])
+		}
+		writeJSON(w, http.StatusOK, list)
+		return
 	}
 	if inMemory {
 		list := s.pageInMemory(after, before, want, limit, keep)
@@ -428,6 +448,46 @@ func (s *Server) pageInMemory(after, before int64, want []api.JobState, limit in
 	s.listed(list.Jobs)
 	return list
 }
+
+// collapsedPage reads a page of the job list from memory in which each array is one
+// entry: its first listed job, with the summary of all its listed jobs (Job.Array). The
+// limit counts entries; an array is read to its end however many jobs it has, so that
+// no array is split between pages (an array's jobs have consecutive IDs). The cursor is
+// the last job read. Callers hold s.mu.
+func (s *Server) collapsedPage(after int64, want []api.JobState, limit int, keep func(*api.Job) bool) api.JobList {
+	now := s.cfg.Clock.Now()
+	list := api.JobList{Jobs: []api.Job{}}
+	var open *api.Job // the last entry, while it is an array's
+	last := after
+	for j := range s.state.EachJobAfter(after, want) {
+		if keep != nil && !keep(j) {
+			continue
+		}
+		if open != nil && inArrayListing(j) && j.ArrayID == open.ArrayID {
+			open.Array.Add(j, now)
+			last = j.ID
+			continue
+		}
+		if len(list.Jobs) == limit {
+			list.Next = strconv.FormatInt(last, 10)
+			break
+		}
+		list.Jobs = append(list.Jobs, *j)
+		open = nil
+		if e := &list.Jobs[len(list.Jobs)-1]; inArrayListing(e) {
+			e.Array = &api.ArraySummary{}
+			e.Array.Add(j, now)
+			open = e
+		}
+		last = j.ID
+	}
+	s.listed(list.Jobs)
+	return list
+}
+
+// inArrayListing reports whether job j is an element of an array, shown on its array's
+// entry in a listing that collapses arrays.
+func inArrayListing(j *api.Job) bool { return j.ArrayID != 0 && j.ArrayIndex != nil }
 
 // listed fills in what a listing shows of each job beyond its record. Usage is summed up
 // for the listed jobs only: it costs a look at each rank's history. The deadline warning is
