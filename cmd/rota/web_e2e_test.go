@@ -514,14 +514,19 @@ pools:
 	b.checkClean()
 
 	// A queue longer than a page: the headings count every job, the list shows a page of
-	// 100 by job ID, and Next, Previous and Back page through it.
+	// 100 rows by job ID, an array as one row, and Next and Previous page through it.
 	for range 2 {
 		if r := u.rota("submit", "--array", "0-5099", "--hold", "--gpus", "1", "--", "true"); r.code != 0 {
 			t.Fatalf("rota submit --array: %s", r)
 		}
 	}
+	for range 110 {
+		if r := u.rota("submit", "--hold", "--gpus", "1", "--", "true"); r.code != 0 {
+			t.Fatalf("rota submit: %s", r)
+		}
+	}
 	logIn("olga", olga)
-	b.wait("the overview's queue depth past 10,000", `[...document.querySelectorAll("tr[data-queue]")].some((r) => Number(r.cells[1].textContent) >= 10200)`, 20*time.Second)
+	b.wait("the overview's queue depth past 10,000", `[...document.querySelectorAll("tr[data-queue]")].some((r) => Number(r.cells[1].textContent) >= 10310)`, 20*time.Second)
 	b.visit("queue (long)", "#/queue")
 	// page is the waiting list's heading, pager and first and last job IDs.
 	page := `(() => {
@@ -529,20 +534,25 @@ pools:
 		return document.querySelector("#pending h2").textContent + " | " + document.querySelector("#pending .range")?.textContent + " | " + ids.length + " " + ids[0] + "-" + ids[ids.length - 1];
 	})()`
 	first := b.eval(page)
-	m := regexp.MustCompile(`^Pending \((\d+)\) \| showing 100 of ([\d,]+), by job ID \| 100 (\d+)-(\d+)$`).FindStringSubmatch(first)
+	m := regexp.MustCompile(`^Pending \((\d+)\) \| showing ([\d,]+) of ([\d,]+) jobs, by job ID \| 100 (\d+)-(\d+)$`).FindStringSubmatch(first)
 	if m == nil {
-		t.Fatalf("the long queue's first page: %q; want the heading counting every job and 100 jobs shown", first)
+		t.Fatalf("the long queue's first page: %q; want the heading counting every job and 100 rows shown", first)
 	}
-	if n, _ := strconv.Atoi(m[1]); n < 10200 || strings.ReplaceAll(m[2], ",", "") != m[1] {
-		t.Errorf("the long queue's first page: %q; want at least 10,200 counted", first)
+	shown, _ := strconv.Atoi(strings.ReplaceAll(m[2], ",", ""))
+	if n, _ := strconv.Atoi(m[1]); n < 10310 || strings.ReplaceAll(m[3], ",", "") != m[1] || shown < 10200 || shown >= n {
+		t.Errorf("the long queue's first page: %q; want at least 10,310 counted, the two arrays' 10,200 among those shown", first)
+	}
+	if arrays := b.eval(`[...document.querySelectorAll("#pending .array")].map((c) => c.textContent).join(" / ")`); !regexp.MustCompile(`^\d+_\[0-5099\] 5100 jobs / \d+_\[0-5099\] 5100 jobs$`).MatchString(arrays) {
+		t.Errorf("the arrays' rows say %q; want each as ID_[0-5099] of 5100 jobs", arrays)
 	}
 	if b.eval(`String(document.getElementById("pending-prev").disabled)`) != "true" {
 		t.Errorf("Previous is enabled on the first page")
 	}
 	b.eval(`document.getElementById("pending-next").click(); ""`)
-	b.wait("the second page of the queue", `location.hash === "#/queue?waiting_after=`+m[4]+`" && document.querySelector('.page[data-ready] #pending tr[data-job]')?.dataset.job > `+m[4], 15*time.Second)
+	b.wait("the second page of the queue", `location.hash === "#/queue?waiting_after=`+m[5]+`" && document.querySelector('.page[data-ready] #pending tr[data-job]')?.dataset.job > `+m[5], 15*time.Second)
 	b.eval(`document.getElementById("pending-prev").click(); ""`)
-	b.wait("the first page again, by Previous", `location.hash.startsWith("#/queue?waiting_before=") && document.querySelectorAll('.page[data-ready] #pending tr[data-job]').length === 100 && document.querySelector('#pending tr[data-job]').dataset.job === "`+m[3]+`"`, 15*time.Second)
+	b.wait("the first page again, by Previous", `location.hash.startsWith("#/queue?waiting_before=") && document.querySelectorAll('.page[data-ready] #pending tr[data-job]').length === 100 && document.querySelector('#pending tr[data-job]').dataset.job === "`+m[4]+`"`, 15*time.Second)
+	b.shoot("queue-long")
 	b.checkClean()
 
 	// A viewer may neither file nor read requests: the page shows the API's refusal.

@@ -34,7 +34,13 @@ type ArraySummary struct {
 const MaxSummaryNodes = 64
 
 // Add counts job j, listed after the jobs already counted, as of now.
-func (s *ArraySummary) Add(j *Job, now time.Time) {
+func (s *ArraySummary) Add(j *Job, now time.Time) { s.add(j, now, false) }
+
+// AddEarlier counts job j, listed before the jobs already counted, as of now: for a
+// listing read backwards.
+func (s *ArraySummary) AddEarlier(j *Job, now time.Time) { s.add(j, now, true) }
+
+func (s *ArraySummary) add(j *Job, now time.Time, earlier bool) {
 	idx := 0
 	if j.ArrayIndex != nil {
 		idx = *j.ArrayIndex
@@ -63,8 +69,9 @@ func (s *ArraySummary) Add(j *Job, now time.Time) {
 		t := *j.EstimatedStart
 		s.EstimatedStart = &t
 	}
-	if waits && s.Reason == "" {
-		s.Reason = ReasonText(j)
+	// The first of them in listing order that says why it waits.
+	if r := ReasonText(j); waits && r != "" && (s.Reason == "" || earlier) {
+		s.Reason = r
 	}
 	// The first names by name are kept: those a line shows.
 	for _, n := range j.Nodes {

@@ -218,37 +218,50 @@ func (s *State) EachJobAfter(after int64, states []api.JobState) iter.Seq[*api.J
 // job comes before them. It walks from the cursor down and stops at the first job past
 // the page.
 func (s *State) JobsPageBefore(before int64, states []api.JobState, limit int, keep func(*api.Job) bool) ([]api.Job, bool) {
-	x := &s.jobIdx
-	end, _ := slices.BinarySearch(x.order, before) // the page is of the positions below end
-	sets, none := x.stateSets(states)
-	if none || end == 0 {
-		return []api.Job{}, false
-	}
 	var out []api.Job // newest first, reversed at the end
 	more := false
-	last := (end - 1) / 64
-walk:
-	for w := last; w >= 0; w-- {
-		word := x.word(sets, states == nil, w)
-		if n := (end-1)%64 + 1; w == last && n < 64 { // only the positions below end
-			word &= 1<<n - 1
+	for j := range s.EachJobBefore(before, states) {
+		if keep != nil && !keep(j) {
+			continue
 		}
-		for word != 0 {
-			b := 63 - bits.LeadingZeros64(word)
-			word &^= 1 << b
-			j := x.recs[w*64+b]
-			if keep != nil && !keep(j) {
-				continue
-			}
-			if len(out) == limit {
-				more = true
-				break walk
-			}
-			out = append(out, *j)
+		if len(out) == limit {
+			more = true
+			break
 		}
+		out = append(out, *j)
+	}
+	if out == nil {
+		out = []api.Job{}
 	}
 	slices.Reverse(out)
-	return append([]api.Job{}, out...), more
+	return out, more
+}
+
+// EachJobBefore is EachJobAfter backwards: the state's own records of the jobs with an ID
+// below before, in one of states, descending by ID, 64 positions at a time.
+func (s *State) EachJobBefore(before int64, states []api.JobState) iter.Seq[*api.Job] {
+	return func(yield func(*api.Job) bool) {
+		x := &s.jobIdx
+		end, _ := slices.BinarySearch(x.order, before) // the positions below end
+		sets, none := x.stateSets(states)
+		if none || end == 0 {
+			return
+		}
+		last := (end - 1) / 64
+		for w := last; w >= 0; w-- {
+			word := x.word(sets, states == nil, w)
+			if n := (end-1)%64 + 1; w == last && n < 64 { // only the positions below end
+				word &= 1<<n - 1
+			}
+			for word != 0 {
+				b := 63 - bits.LeadingZeros64(word)
+				word &^= 1 << b
+				if !yield(x.recs[w*64+b]) {
+					return
+				}
+			}
+		}
+	}
 }
 
 // stateSets returns the sets of the jobs in states (none for nil, which means every job),

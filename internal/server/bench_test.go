@@ -582,7 +582,7 @@ func BenchmarkTop(b *testing.B) {
 		{"nodes-page", []string{"/api/v1/nodes?limit=50&jobs=true&after=bench-05000"}},
 		{"nodes-page-whole", append([]string{"/api/v1/nodes"}, jobPages...)},
 		// Its Queue page: the first 10,000 jobs, as it read, or a page of each list.
-		{"queue-page", []string{"/api/v1/top?nodes=0&jobs=0", "/api/v1/jobs?state=PENDING,HELD&limit=100", "/api/v1/jobs?state=ASSIGNED,RUNNING&limit=100"}},
+		{"queue-page", []string{"/api/v1/top?nodes=0&jobs=0", "/api/v1/jobs?state=PENDING,HELD&limit=100&arrays=collapse", "/api/v1/jobs?state=ASSIGNED,RUNNING&limit=100&arrays=collapse"}},
 		{"queue-page-whole", append([]string{"/api/v1/top?nodes=0&jobs=0"}, jobPages...)},
 	} {
 		b.Run(c.name, func(b *testing.B) {

@@ -14,7 +14,8 @@ import (
 // A listing with arrays=collapse is the element listing with each array's run of jobs
 // made one entry: its first job, with the summary of all of them that the same jobs
 // summed up one by one make. The limit counts entries, no array is split between pages,
-// and the cursor is the last job read. As an admin and as a member, by several page sizes.
+// and the cursors are the last and first jobs read; read back by the prev cursors, the
+// entries are the same. As an admin and as a member, by several page sizes.
 func TestCollapsedArrays(t *testing.T) {
 	h := newHarness(t)
 	h.beat("n1", 4)
@@ -68,8 +69,8 @@ func TestCollapsedArrays(t *testing.T) {
 					if code := h.doAs(who.token, "GET", "/api/v1/jobs?"+cq.Encode(), nil, &p); code != http.StatusOK || pages > 50 {
 						t.Fatalf("%s ?%s: %d after %d pages", who.name, cq.Encode(), code, pages)
 					}
-					if len(p.Jobs) > limit || (p.Next != "" && len(p.Jobs) != limit) {
-						t.Fatalf("%s ?%s: %d entries, next %q", who.name, cq.Encode(), len(p.Jobs), p.Next)
+					if len(p.Jobs) > limit || (p.Next != "" && len(p.Jobs) != limit) || (p.Prev != "") != (len(got) > 0) {
+						t.Fatalf("%s ?%s: %d entries, next %q, prev %q", who.name, cq.Encode(), len(p.Jobs), p.Next, p.Prev)
 					}
 					got = append(got, p.Jobs...)
 					if p.Next == "" {
@@ -77,13 +78,33 @@ func TestCollapsedArrays(t *testing.T) {
 					}
 					cq.Set("after", p.Next)
 				}
-				if len(got) != len(want) {
-					t.Fatalf("%s %s by %d: %d entries; want %d", who.name, q.Encode(), limit, len(got), len(want))
+				// And back from past the last job by the prev cursors: the same entries.
+				var back []api.Job
+				cq.Del("after")
+				cq.Set("before", "9223372036854775807")
+				for pages := 0; ; pages++ {
+					var p api.JobList
+					if code := h.doAs(who.token, "GET", "/api/v1/jobs?"+cq.Encode(), nil, &p); code != http.StatusOK || pages > 50 {
+						t.Fatalf("%s ?%s: %d after %d pages", who.name, cq.Encode(), code, pages)
+					}
+					if len(p.Jobs) > limit || (p.Prev != "" && len(p.Jobs) != limit) || (p.Next != "") != (len(back) > 0) {
+						t.Fatalf("%s ?%s: %d entries, prev %q, next %q", who.name, cq.Encode(), len(p.Jobs), p.Prev, p.Next)
+					}
+					back = append(p.Jobs, back...)
+					if p.Prev == "" {
+						break
+					}
+					cq.Set("before", p.Prev)
 				}
-				for i := range got {
-					g, w := got[i], want[i]
-					if g.ID != w.ID || !reflect.DeepEqual(g.Array, w.Array) {
-						t.Fatalf("%s %s by %d: entry %d is job %d with %s; want job %d with %s", who.name, q.Encode(), limit, i, g.ID, summary(g.Array), w.ID, summary(w.Array))
+				for dir, got := range map[string][]api.Job{"forward": got, "back": back} {
+					if len(got) != len(want) {
+						t.Fatalf("%s %s by %d %s: %d entries; want %d", who.name, q.Encode(), limit, dir, len(got), len(want))
+					}
+					for i := range got {
+						g, w := got[i], want[i]
+						if g.ID != w.ID || !reflect.DeepEqual(g.Array, w.Array) {
+							t.Fatalf("%s %s by %d %s: entry %d is job %d with %s; want job %d with %s", who.name, q.Encode(), limit, dir, i, g.ID, summary(g.Array), w.ID, summary(w.Array))
+						}
 					}
 				}
 			}
@@ -91,7 +112,7 @@ func TestCollapsedArrays(t *testing.T) {
 	}
 
 	for _, bad := range []string{"arrays=", "arrays=yes", "arrays=collapse&arrays=collapse", "arrays=collapse&state=all",
-		"arrays=collapse&state=pending,failed", "arrays=collapse&before=5"} {
+		"arrays=collapse&state=pending,failed"} {
 		var e api.Error
 		if code := h.do("GET", "/api/v1/jobs?"+bad, nil, &e); code != http.StatusBadRequest || e.Field != "arrays" {
 			t.Errorf("%s: %d field %q; want 400 naming arrays", bad, code, e.Field)

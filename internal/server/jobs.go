@@ -339,8 +339,8 @@ func (s *Server) handleListJobs(w http.ResponseWriter, r *http.Request) {
 	case arrays != "" && arrays != "collapse":
 		writeError(w, http.StatusBadRequest, invalid("arrays", "%q is not a way to list arrays: give collapse (one entry an array), or leave it out (one a job)", truncateName(arrays)))
 		return
-	case arrays != "" && (!inMemory || before > 0):
-		writeError(w, http.StatusBadRequest, invalid("arrays", "collapse lists jobs not ended (PENDING, HELD, ASSIGNED, RUNNING), forward with after only"))
+	case arrays != "" && !inMemory:
+		writeError(w, http.StatusBadRequest, invalid("arrays", "collapse lists jobs not ended (PENDING, HELD, ASSIGNED, RUNNING) only"))
 		return
 	case before > 0 && after > 0:
 		writeError(w, http.StatusBadRequest, invalid("before", "give after or before, not both"))
@@ -374,7 +374,7 @@ func (s *Server) handleListJobs(w http.ResponseWriter, r *http.Request) {
 		return reads(j)
 	}
 	if arrays != "" {
-		list := s.collapsedPage(after, want, limit, keep)
+		list := s.collapsedPage(after, before, want, limit, keep)
 		s.mu.Unlock()
 		for i := range list.Jobs {
 			redactEnv(who, &list.Jobs[i])
@@ -452,34 +452,76 @@ func (s *Server) pageInMemory(after, before int64, want []api.JobState, limit in
 // collapsedPage reads a page of the job list from memory in which each array is one
 // entry: its first listed job, with the summary of all its listed jobs (Job.Array). The
 // limit counts entries; an array is read to its end however many jobs it has, so that
-// no array is split between pages (an array's jobs have consecutive IDs). The cursor is
-// the last job read. Callers hold s.mu.
-func (s *Server) collapsedPage(after int64, want []api.JobState, limit int, keep func(*api.Job) bool) api.JobList {
+// no array is split between pages (an array's jobs have consecutive IDs). The page is the
+// first entries after the cursor after, or with before the last ones before it; Next is
+// the last job read and Prev the first, where jobs come on that side. Callers hold s.mu.
+func (s *Server) collapsedPage(after, before int64, want []api.JobState, limit int, keep func(*api.Job) bool) api.JobList {
 	now := s.cfg.Clock.Now()
-	list := api.JobList{Jobs: []api.Job{}}
-	var open *api.Job // the last entry, while it is an array's
-	last := after
-	for j := range s.state.EachJobAfter(after, want) {
+	back := before > 0
+	jobs := s.state.EachJobAfter(after, want)
+	if back {
+		jobs = s.state.EachJobBefore(before, want)
+	}
+	var entries []api.Job // in the order read
+	var open *api.Job     // the last entry, while it is an array's
+	var first, last int64 // the lowest and highest job read
+	more := false
+	for j := range jobs {
 		if keep != nil && !keep(j) {
 			continue
 		}
 		if open != nil && inArrayListing(j) && j.ArrayID == open.ArrayID {
-			open.Array.Add(j, now)
-			last = j.ID
+			if back {
+				sum := open.Array
+				*open = *j // the entry is its array's first listed job
+				open.Array = sum
+				sum.AddEarlier(j, now)
+			} else {
+				open.Array.Add(j, now)
+			}
+			first, last = min(first, j.ID), max(last, j.ID)
 			continue
 		}
-		if len(list.Jobs) == limit {
-			list.Next = strconv.FormatInt(last, 10)
+		if len(entries) == limit {
+			more = true
 			break
 		}
-		list.Jobs = append(list.Jobs, *j)
+		entries = append(entries, *j)
 		open = nil
-		if e := &list.Jobs[len(list.Jobs)-1]; inArrayListing(e) {
+		if e := &entries[len(entries)-1]; inArrayListing(e) {
 			e.Array = &api.ArraySummary{}
 			e.Array.Add(j, now)
 			open = e
 		}
-		last = j.ID
+		if len(entries) == 1 {
+			first, last = j.ID, j.ID
+		}
+		first, last = min(first, j.ID), max(last, j.ID)
+	}
+	if back {
+		slices.Reverse(entries)
+	}
+	list := api.JobList{Jobs: append([]api.Job{}, entries...)}
+	if len(entries) > 0 {
+		// One side is known from the walk; on the other, whatever lies between the cursor
+		// and the page would be on it, so a look starts at the cursor.
+		later, earlier := more, more
+		switch {
+		case back:
+			next, _ := s.state.JobsPage(before-1, want, 1, keep)
+			later = len(next) > 0
+		case after > 0:
+			prev, _ := s.state.JobsPageBefore(after+1, want, 1, keep)
+			earlier = len(prev) > 0
+		default:
+			earlier = false
+		}
+		if later {
+			list.Next = strconv.FormatInt(last, 10)
+		}
+		if earlier {
+			list.Prev = strconv.FormatInt(first, 10)
+		}
 	}
 	s.listed(list.Jobs)
 	return list

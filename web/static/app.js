@@ -681,8 +681,8 @@
   const JOB_PAGE = 100;
 
   // The Queue page lists the jobs that wait and those that run, each a page at a time by
-  // job ID, its cursor in the address (#/queue?waiting_after=ID, running_before=ID), so
-  // Back goes back a page. The headings count every job the viewer may read, from the
+  // job ID, an array as one row, its cursor in the address (#/queue?waiting_after=ID,
+  // running_before=ID), so Back goes back a page. The headings count every job the viewer may read, from the
   // glance; each refresh reads a page of each list, whatever the length of the queue.
   async function queuePage(page, args, alive, params) {
     const lists = [
@@ -701,7 +701,7 @@
     };
     await every(5000, async () => {
       const reads = lists.map((l) => {
-        const q = new URLSearchParams({ state: l.states, limit: String(JOB_PAGE) });
+        const q = new URLSearchParams({ state: l.states, limit: String(JOB_PAGE), arrays: 'collapse' });
         for (const dir of ['after', 'before']) if (params.get(l.key + '_' + dir)) q.set(dir, params.get(l.key + '_' + dir));
         return api('/api/v1/jobs?' + q);
       });
@@ -712,7 +712,8 @@
         const paged = got[i].prev || got[i].next;
         boxes[i].replaceChildren(el('h2', null, l.title + ' (' + all + ')'),
           paged ? el('div', { class: 'pager' },
-            el('span', { class: 'range' }, 'showing ' + jobs.length + ' of ' + all.toLocaleString('en') + ', by job ID'),
+            el('span', { class: 'range' }, 'showing ' + jobs.reduce((n, j) => n + (arrayOf(j) ? j.array.jobs : 1), 0).toLocaleString('en') +
+              ' of ' + all.toLocaleString('en') + ' jobs, by job ID'),
             el('button', { type: 'button', id: l.id + '-prev', disabled: !got[i].prev, on: { click: () => go(l.key, 'before', got[i].prev) } }, '‹ Previous'),
             el('button', { type: 'button', id: l.id + '-next', disabled: !got[i].next, on: { click: () => go(l.key, 'after', got[i].next) } }, 'Next ›')) : null,
           jobs.length ? l.rows(jobs) : el('p', { class: 'notice' }, all && (params.get(l.key + '_after') || params.get(l.key + '_before'))
@@ -723,25 +724,50 @@
     });
   }
 
+  // An array the server summed up (j.array, from arrays=collapse) is one row: its ID and
+  // index range, linking to its first job, with its jobs counted by state.
+  function arrayOf(j) { return j.array && j.array.jobs > 1 ? j.array : null; }
+
+  function jobCell(j) {
+    const a = arrayOf(j);
+    if (!a) return jobLink(j.id);
+    return el('span', { class: 'array' }, el('a', { href: '#/jobs/' + encodeURIComponent(j.id) }, j.array_id + '_[' + a.first_index + '-' + a.last_index + ']'),
+      el('span', { class: 'muted' }, ' ' + a.jobs + ' jobs'));
+  }
+
+  // arrayStates counts an array's jobs by state: "3 RUNNING (1 idle), 5 PENDING".
+  function arrayStates(a) {
+    return ['RUNNING', 'ASSIGNED', 'PENDING', 'HELD'].filter((st) => a.states[st])
+      .map((st) => a.states[st] + ' ' + st + (st === 'RUNNING' && a.idle ? ' (' + a.idle + ' idle)' : '')).join(', ');
+  }
+
   function waitingTable(jobs) {
     return table(['Job', 'Name', 'User', 'Queue', { label: 'GPUs', num: true }, 'Waiting', 'Why it waits', 'Estimated start', 'Deadline'],
-      jobs.map((j) => ({
-        attrs: { dataset: { job: String(j.id) } },
-        cells: [jobLink(j.id), j.spec.name || '', j.spec.user, j.spec.queue, String(j.spec.gpus || 0), since(j.submit_time),
-          el('span', { class: 'reason' }, j.state === 'HELD' ? 'held: ' + (j.message || 'until released') : (j.message || j.reason || '-')),
-          j.estimated_start ? el('span', { title: fmtTime(j.estimated_start) }, until(j.estimated_start)) : '-', deadlineCell(j)],
-      })));
+      jobs.map((j) => {
+        const a = arrayOf(j), est = a ? a.estimated_start : j.estimated_start;
+        const why = a ? arrayStates(a) + (a.reason ? ': ' + a.reason : '')
+          : j.state === 'HELD' ? 'held: ' + (j.message || 'until released') : (j.message || j.reason || '-');
+        return {
+          attrs: { dataset: { job: String(j.id) } },
+          cells: [jobCell(j), j.spec.name || '', j.spec.user, j.spec.queue, String(j.spec.gpus || 0), since(a ? a.since : j.submit_time),
+            el('span', { class: 'reason' }, why),
+            est ? el('span', { title: fmtTime(est) }, until(est)) : '-', deadlineCell(j)],
+        };
+      }));
   }
 
   function runningTable(jobs) {
     return table(['Job', 'Name', 'User', 'Queue', { label: 'GPUs', num: true }, 'State', 'Nodes', 'Running for', { label: 'GPU use', num: true }, 'Deadline'],
-      jobs.map((j) => ({
-        attrs: { dataset: { job: String(j.id) } },
-        cells: [jobLink(j.id), j.spec.name || '', j.spec.user, j.spec.queue, String(j.spec.gpus || 0), badge(j.state), (j.nodes || []).join(', ') || '-',
-          since(j.start_time || j.submit_time),
-          el('span', { class: j.idle_since ? 'warn' : '' }, j.usage && j.usage.gpu_util_pct ? pct(j.usage.gpu_util_pct.last) + (j.idle_since ? ' idle' : '') : '-'),
-          deadlineCell(j)],
-      })));
+      jobs.map((j) => {
+        const a = arrayOf(j), nodes = (a ? a.nodes : j.nodes) || [];
+        return {
+          attrs: { dataset: { job: String(j.id) } },
+          cells: [jobCell(j), j.spec.name || '', j.spec.user, j.spec.queue, String(j.spec.gpus || 0), a ? arrayStates(a) : badge(j.state),
+            nodes.join(', ') || '-', since(a ? a.since : j.start_time || j.submit_time),
+            a ? '-' : el('span', { class: j.idle_since ? 'warn' : '' }, j.usage && j.usage.gpu_util_pct ? pct(j.usage.gpu_util_pct.last) + (j.idle_since ? ' idle' : '') : '-'),
+            deadlineCell(j)],
+        };
+      }));
   }
 
   // ---- Deadlines ----------------------------------------------------------------------
