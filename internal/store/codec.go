@@ -63,7 +63,7 @@ func encodeJob(j api.Job) ([]byte, error) {
 	j.NotBefore = utcPtr(j.NotBefore)
 	j.IdleSince = utcPtr(j.IdleSince)
 	j.Spec.Deadline = utcPtr(j.Spec.Deadline)
-	j.Priority, j.Checkpoints, j.Usage, j.DeadlineWarning, j.BudgetWarning = nil, "", nil, "", ""
+	j.Priority, j.Checkpoints, j.Usage, j.DeadlineWarning, j.BudgetWarning, j.Array = nil, "", nil, "", "", nil
 	data, err := json.Marshal(j)
 	if err != nil {
 		return nil, fmt.Errorf("encode job %d: %w", j.ID, err)

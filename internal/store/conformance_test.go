@@ -198,6 +198,8 @@ func fullJob(id int64) api.Job {
 		DeadlineResult:   api.DeadlineMissed,
 		DeadlineMissedBy: 5400,
 		DeadlineWarning:  "the deadline looks unreachable",
+		Array: &api.ArraySummary{Jobs: 3, FirstIndex: 0, LastIndex: 2, States: map[api.JobState]int{api.StateRunning: 3}, Idle: 1,
+			Since: ptr(t0), LongestEndedS: 60, EstimatedStart: ptr(t0.Add(time.Hour)), Reason: "r", Nodes: []string{"gpu-01"}},
 	}
 }
 
@@ -210,9 +212,9 @@ func fullUsage() *api.Usage {
 }
 
 // storedJob returns j as the store gives it back: without the API-only Priority,
-// Checkpoints and Usage.
+// Checkpoints, Usage, warnings and array summary.
 func storedJob(j api.Job) api.Job {
-	j.Priority, j.Checkpoints, j.Usage, j.DeadlineWarning, j.BudgetWarning = nil, "", nil, "", ""
+	j.Priority, j.Checkpoints, j.Usage, j.DeadlineWarning, j.BudgetWarning, j.Array = nil, "", nil, "", "", nil
 	return j
 }
 
