@@ -424,20 +424,7 @@ func (s *Server) pageInMemory(after, before int64, want []api.JobState, limit in
 		list.Jobs, more = s.state.JobsPage(after, want, limit, keep)
 	}
 	if n := len(list.Jobs); n > 0 {
-		// One side is known from the page's own walk. On the other, every job between the
-		// cursor and the page would be on it, so the walk to the first job there starts
-		// at the cursor, and a first page has none before it.
-		later, earlier := more, more
-		switch {
-		case before > 0:
-			next, _ := s.state.JobsPage(before-1, want, 1, keep)
-			later = len(next) > 0
-		case after > 0:
-			prev, _ := s.state.JobsPageBefore(after+1, want, 1, keep)
-			earlier = len(prev) > 0
-		default:
-			earlier = false
-		}
+		later, earlier := s.pageSides(after, before, more, want, keep)
 		if later {
 			list.Next = strconv.FormatInt(list.Jobs[n-1].ID, 10)
 		}
@@ -447,6 +434,23 @@ func (s *Server) pageInMemory(after, before int64, want []api.JobState, limit in
 	}
 	s.listed(list.Jobs)
 	return list
+}
+
+// pageSides says whether jobs of the list come after and before a page that is not
+// empty, read forward from the cursor after (or from the start), or with before backward,
+// whose own walk found more jobs past it (more). That side is known; on the other, every
+// job between the cursor and the page would be on it, so the look for one there starts
+// at the cursor, and a first page has none before it. Callers hold s.mu.
+func (s *Server) pageSides(after, before int64, more bool, want []api.JobState, keep func(*api.Job) bool) (later, earlier bool) {
+	switch {
+	case before > 0:
+		next, _ := s.state.JobsPage(before-1, want, 1, keep)
+		return len(next) > 0, more
+	case after > 0:
+		prev, _ := s.state.JobsPageBefore(after+1, want, 1, keep)
+		return more, len(prev) > 0
+	}
+	return more, false
 }
 
 // collapsedPage reads a page of the job list from memory in which each array is one
@@ -503,19 +507,7 @@ func (s *Server) collapsedPage(after, before int64, want []api.JobState, limit i
 	}
 	list := api.JobList{Jobs: append([]api.Job{}, entries...)}
 	if len(entries) > 0 {
-		// One side is known from the walk; on the other, whatever lies between the cursor
-		// and the page would be on it, so a look starts at the cursor.
-		later, earlier := more, more
-		switch {
-		case back:
-			next, _ := s.state.JobsPage(before-1, want, 1, keep)
-			later = len(next) > 0
-		case after > 0:
-			prev, _ := s.state.JobsPageBefore(after+1, want, 1, keep)
-			earlier = len(prev) > 0
-		default:
-			earlier = false
-		}
+		later, earlier := s.pageSides(after, before, more, want, keep)
 		if later {
 			list.Next = strconv.FormatInt(last, 10)
 		}
