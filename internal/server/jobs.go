@@ -373,17 +373,13 @@ func (s *Server) handleListJobs(w http.ResponseWriter, r *http.Request) {
 		}
 		return reads(j)
 	}
-	if arrays != "" {
-		list := s.collapsedPage(after, before, want, limit, keep)
-		s.mu.Unlock()
-		for i := range list.Jobs {
-			redactEnv(who, &list.Jobs[i])
-		}
-		writeJSON(w, http.StatusOK, list)
-		return
-	}
 	if inMemory {
-		list := s.pageInMemory(after, before, want, limit, keep)
+		var list api.JobList
+		if arrays != "" {
+			list = s.collapsedPage(after, before, want, limit, keep)
+		} else {
+			list = s.pageInMemory(after, before, want, limit, keep)
+		}
 		s.mu.Unlock()
 		for i := range list.Jobs {
 			redactEnv(who, &list.Jobs[i])
@@ -466,9 +462,9 @@ func (s *Server) collapsedPage(after, before int64, want []api.JobState, limit i
 	if back {
 		jobs = s.state.EachJobBefore(before, want)
 	}
-	var entries []api.Job // in the order read
-	var open *api.Job     // the last entry, while it is an array's
-	var first, last int64 // the lowest and highest job read
+	var entries []api.Job                         // in the order read
+	var open *api.Job                             // the last entry, while it is an array's
+	first, last := int64(math.MaxInt64), int64(0) // the lowest and highest job read
 	more := false
 	for j := range jobs {
 		if keep != nil && !keep(j) {
@@ -496,9 +492,6 @@ func (s *Server) collapsedPage(after, before int64, want []api.JobState, limit i
 			e.Array = &api.ArraySummary{}
 			e.Array.Add(j, now)
 			open = e
-		}
-		if len(entries) == 1 {
-			first, last = j.ID, j.ID
 		}
 		first, last = min(first, j.ID), max(last, j.ID)
 	}
