@@ -682,8 +682,9 @@
 
   // The Queue page lists the jobs that wait and those that run, each a page at a time by
   // job ID, an array as one row, its cursor in the address (#/queue?waiting_after=ID,
-  // running_before=ID), so Back goes back a page. The headings count every job the viewer may read, from the
-  // glance; each refresh reads a page of each list, whatever the length of the queue.
+  // running_before=ID), so Back goes back a page. The headings count every job the
+  // viewer may read, from the glance; each refresh reads a page of each list, whatever
+  // the length of the queue.
   async function queuePage(page, args, alive, params) {
     const lists = [
       { key: 'waiting', id: 'pending', title: 'Pending', states: 'PENDING,HELD', count: (t) => t.pending + t.held, empty: 'Nothing is waiting.', rows: waitingTable },
