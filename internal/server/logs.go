@@ -218,10 +218,3 @@ func (s *Server) readLog(name string, offset int64) ([]byte, int64) {
 	n, _ := f.ReadAt(buf, offset)
 	return buf[:n], fi.Size()
 }
-
-func orZero(v string) string {
-	if v == "" {
-		return "0"
-	}
-	return v
-}

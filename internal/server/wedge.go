@@ -35,8 +35,8 @@ func (s *Server) checkNotWedged() {
 	got := make(chan struct{})
 	go func() {
 		s.mu.Lock()
+		close(got) // had: the lock is not held for good
 		s.mu.Unlock()
-		close(got)
 	}()
 	t := time.NewTimer(s.cfg.WedgedAfter)
 	defer t.Stop()
