@@ -43,6 +43,13 @@ func TestFuzzMutations(t *testing.T) {
 			target.check(t, in)
 		}
 	})
+	t.Run("JobList", func(t *testing.T) {
+		target := &jobListTarget{}
+		defer target.close()
+		for _, in := range fuzztest.Mutations(jobQuerySeeds, []string{"limit=", "after=", "before=", "arrays=collapse", "&", "1", "2", "9", "%", ",", "state=", "pending", "held", "running"}, 600) {
+			target.check(t, in)
+		}
+	})
 	t.Run("SubmitAPI", func(t *testing.T) {
 		target := &submitTarget{}
 		defer target.close()
