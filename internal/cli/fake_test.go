@@ -530,7 +530,10 @@ func newFakeServerWith(t *testing.T, start func(*httptest.Server)) *fakeServer {
 		f.mu.Lock()
 		f.queries = append(f.queries, r.URL.Path+"?"+r.URL.RawQuery)
 		f.mu.Unlock()
-		writeJSON(w, http.StatusOK, fixtureNodes())
+		// The name filter, as a server applies it.
+		list := fixtureNodes()
+		list.Nodes = slices.DeleteFunc(list.Nodes, func(n api.Node) bool { return !strings.Contains(n.Name, r.URL.Query().Get("name")) })
+		writeJSON(w, http.StatusOK, list)
 	})
 	mux.HandleFunc("GET /api/v1/top", func(w http.ResponseWriter, r *http.Request) {
 		f.mu.Lock()

@@ -97,6 +97,14 @@ func runNodes(ctx context.Context, cfg Config, args []string) int {
 	if g.output == "json" {
 		return cfg.printJSON(list)
 	}
+	if len(list.Nodes) == 0 {
+		// Said on stderr, as kubectl does: stdout stays a table, if an empty one.
+		if len(f.States) > 0 || f.Pool != "" || f.Name != "" || f.Drifting || f.Problems {
+			fmt.Fprintln(cfg.Stderr, "rota nodes: no node matches")
+		} else {
+			fmt.Fprintln(cfg.Stderr, "rota nodes: no node has joined yet; start one with rota agent --join TOKEN (a token from rota admin join-token), or rota up")
+		}
+	}
 	if err := cfg.printNodes(list.Nodes); err != nil {
 		return cfg.fail(ctx, err)
 	}

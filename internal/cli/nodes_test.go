@@ -3,6 +3,7 @@ package cli
 import (
 	"encoding/json"
 	"net/http"
+	"net/http/httptest"
 	"reflect"
 	"strings"
 	"testing"
@@ -251,6 +252,25 @@ func TestNodesFilters(t *testing.T) {
 		}
 		if len(srv.queries) != 1 || srv.queries[0] != c.query {
 			t.Errorf("rota nodes %v asked %q; want %q", c.args, srv.queries, c.query)
+		}
+	}
+	// A cluster with no node says how to add one.
+	empty := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, api.NodeList{Nodes: []api.Node{}})
+	}))
+	defer empty.Close()
+	if code, _, errOut := run(t, empty.URL, "nodes"); code != ExitOK || !strings.Contains(errOut, "no node has joined yet") {
+		t.Errorf("rota nodes with no node: exit %d, stderr %q; want 0 and how to add one", code, errOut)
+	}
+	// Nothing matches: said on stderr, the table's header on stdout.
+	for _, c := range []struct {
+		args []string
+		says string
+	}{{[]string{"--name", "nosuch"}, "rota nodes: no node matches\n"}} {
+		srv := newFakeServer(t)
+		code, out, errOut := run(t, srv.URL, "nodes", c.args...)
+		if code != ExitOK || errOut != c.says || !strings.HasPrefix(out, "NAME") || strings.Count(out, "\n") != 1 {
+			t.Errorf("rota nodes %v: exit %d, stdout %q, stderr %q; want 0, the header, and %q", c.args, code, out, errOut, c.says)
 		}
 	}
 	srv := newFakeServer(t)
