@@ -3,7 +3,6 @@ package server
 import (
 	"encoding/json"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"reflect"
 	"slices"
@@ -46,15 +45,6 @@ func FuzzJobList(f *testing.F) {
 	f.Fuzz(jt.check)
 }
 
-func (jt *jobListTarget) get(query string) (int, []byte) {
-	r := httptest.NewRequest("GET", "/api/v1/jobs", nil)
-	r.URL.RawQuery = query
-	r.Header.Set("Authorization", "Bearer "+jt.env.token)
-	w := httptest.NewRecorder()
-	jt.env.h.ServeHTTP(w, r)
-	return w.Code, w.Body.Bytes()
-}
-
 func (jt *jobListTarget) check(t *testing.T, query string) {
 	if jt.env == nil {
 		env, err := newSubmitEnv()
@@ -75,7 +65,7 @@ func (jt *jobListTarget) check(t *testing.T, query string) {
 			t.Fatal(err)
 		}
 	}
-	code, body := jt.get(query)
+	code, body := jt.env.get("/api/v1/jobs", query)
 	switch code {
 	case http.StatusBadRequest:
 		var e api.Error
@@ -103,7 +93,7 @@ func (jt *jobListTarget) check(t *testing.T, query string) {
 			whole[k] = v
 		}
 	}
-	code, body = jt.get(whole.Encode())
+	code, body = jt.env.get("/api/v1/jobs", whole.Encode())
 	var all api.JobList
 	if code != http.StatusOK || json.Unmarshal(body, &all) != nil || all.Next != "" {
 		t.Fatalf("?%s: the same filters unpaged: %d %s", whole.Encode(), code, body)

@@ -3,7 +3,6 @@ package server
 import (
 	"encoding/json"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"slices"
 	"strconv"
@@ -43,15 +42,6 @@ func FuzzNodeList(f *testing.F) {
 	f.Fuzz(nt.check)
 }
 
-func (nt *nodeListTarget) get(t *testing.T, query string) (int, []byte) {
-	r := httptest.NewRequest("GET", "/api/v1/nodes", nil)
-	r.URL.RawQuery = query
-	r.Header.Set("Authorization", "Bearer "+nt.env.token)
-	w := httptest.NewRecorder()
-	nt.env.h.ServeHTTP(w, r)
-	return w.Code, w.Body.Bytes()
-}
-
 func (nt *nodeListTarget) check(t *testing.T, query string) {
 	if nt.env == nil {
 		env, err := newSubmitEnv()
@@ -77,7 +67,7 @@ func (nt *nodeListTarget) check(t *testing.T, query string) {
 			t.Fatal(err)
 		}
 	}
-	code, body := nt.get(t, query)
+	code, body := nt.env.get("/api/v1/nodes", query)
 	switch code {
 	case http.StatusBadRequest:
 		var e api.Error
@@ -101,7 +91,7 @@ func (nt *nodeListTarget) check(t *testing.T, query string) {
 			whole[k] = v
 		}
 	}
-	code, body = nt.get(t, whole.Encode())
+	code, body = nt.env.get("/api/v1/nodes", whole.Encode())
 	var all api.NodeList
 	if code != http.StatusOK || json.Unmarshal(body, &all) != nil {
 		t.Fatalf("?%s: the same filters unpaged: %d %s", whole.Encode(), code, body)

@@ -103,6 +103,16 @@ func (env *submitEnv) beat(name, model string, gpus int, labels map[string]strin
 	return nil
 }
 
+// get asks path with the raw query as the admin, and returns the status and the answer.
+func (env *submitEnv) get(path, query string) (int, []byte) {
+	r := httptest.NewRequest("GET", path, nil)
+	r.URL.RawQuery = query
+	r.Header.Set("Authorization", "Bearer "+env.token)
+	w := httptest.NewRecorder()
+	env.h.ServeHTTP(w, r)
+	return w.Code, w.Body.Bytes()
+}
+
 // post sends a JSON body to path as the admin, and returns the status and the answer.
 func (env *submitEnv) post(path, body string) (int, []byte) {
 	r := httptest.NewRequest("POST", path, strings.NewReader(body))

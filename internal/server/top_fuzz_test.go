@@ -3,7 +3,7 @@ package server
 import (
 	"encoding/json"
 	"net/http"
-	"net/http/httptest"
+	"net/url"
 	"strconv"
 	"testing"
 
@@ -52,27 +52,23 @@ func (tt *topTarget) check(t *testing.T, query string) {
 			t.Fatal(err)
 		}
 	}
-	r := httptest.NewRequest("GET", "/api/v1/top", nil)
-	r.URL.RawQuery = query
-	r.Header.Set("Authorization", "Bearer "+tt.env.token)
-	w := httptest.NewRecorder()
-	tt.env.h.ServeHTTP(w, r)
-	switch w.Code {
+	code, body := tt.env.get("/api/v1/top", query)
+	switch code {
 	case http.StatusBadRequest:
 		var e api.Error
-		if err := json.Unmarshal(w.Body.Bytes(), &e); err != nil || (e.Field != "nodes" && e.Field != "jobs") || e.Message == "" {
-			t.Fatalf("?%s: 400 %s; want the field nodes or jobs named, with why", query, w.Body)
+		if err := json.Unmarshal(body, &e); err != nil || (e.Field != "nodes" && e.Field != "jobs") || e.Message == "" {
+			t.Fatalf("?%s: 400 %s; want the field nodes or jobs named, with why", query, body)
 		}
 		return
 	case http.StatusOK:
 	default:
-		t.Fatalf("?%s: %d %s", query, w.Code, w.Body)
+		t.Fatalf("?%s: %d %s", query, code, body)
 	}
 	var top api.Top
-	if err := json.Unmarshal(w.Body.Bytes(), &top); err != nil {
-		t.Fatalf("?%s: 200 with %v: %s", query, err, w.Body)
+	if err := json.Unmarshal(body, &top); err != nil {
+		t.Fatalf("?%s: 200 with %v: %s", query, err, body)
 	}
-	q := r.URL.Query()
+	q, _ := url.ParseQuery(query)
 	nodes, jobs := defaultTopNodes, defaultTopJobs
 	if v := q.Get("nodes"); v == "all" {
 		nodes = top.Total.Nodes
