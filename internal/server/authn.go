@@ -92,10 +92,7 @@ func (s *Server) tokenIdentity(header, source string) (auth.Identity, *api.Error
 		return auth.Identity{}, unauthorized("that is not a rota API token (they look like rota_…)")
 	}
 	now := s.cfg.Clock.Now()
-	s.mu.Lock()
-	rec, found := s.state.TokenByHash(auth.HashToken(plain))
-	u, hasUser := s.state.User(rec.User)
-	s.mu.Unlock()
+	rec, found, u, hasUser := s.view.token(auth.HashToken(plain))
 	switch {
 	case !found:
 		return auth.Identity{}, unauthorized("the API token is not known to this server")
@@ -136,9 +133,7 @@ func (s *Server) unixIdentity(info connInfo, source string) (auth.Identity, *api
 		return auth.Identity{}, unauthorized("uid %d has no account name on the server's machine", info.uid)
 	}
 	id := auth.Identity{User: u.Username, Kind: auth.KindUnix, Source: source}
-	s.mu.Lock()
-	rec, known := s.state.User(u.Username)
-	s.mu.Unlock()
+	rec, known := s.view.user(u.Username)
 	switch {
 	case known:
 		id.Role = auth.Role(rec.Role)

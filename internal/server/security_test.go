@@ -366,6 +366,30 @@ func TestTokens(t *testing.T) {
 			t.Errorf("%s token: %d %q; want 401 saying %q", name, resp.StatusCode, e.Message, tc.want)
 		}
 	}
+	// Authentication reads tokens and users without the server's lock, from a view
+	// that must follow every change at once: a role changed, a token made, a restart.
+	ona := h.addUser("ona", "viewer")
+	if code, _ := h.call(ona, "GET", "/api/v1/users", "", nil); code != 403 {
+		t.Fatalf("a viewer lists the users: %d; want 403", code)
+	}
+	if code := h.do("PUT", "/api/v1/users/ona", api.User{Role: "admin"}, nil); code != 200 {
+		t.Fatalf("make ona an admin: %d", code)
+	}
+	var who api.Whoami
+	if code := h.doRaw(ona, "GET", "/api/v1/whoami", nil, &who); code != 200 || who.Role != "admin" {
+		t.Fatalf("whoami just after ona was made admin: %d %+v", code, who)
+	}
+	if code, _ := h.call(ona, "GET", "/api/v1/users", "", nil); code != 200 {
+		t.Fatalf("an admin lists the users: %d", code)
+	}
+	h.do("PUT", "/api/v1/users/ona", api.User{Role: "viewer"}, nil)
+	if code := h.doRaw(ona, "GET", "/api/v1/whoami", nil, &who); code != 200 || who.Role != "viewer" {
+		t.Fatalf("whoami just after ona was made a viewer again: %d %+v", code, who)
+	}
+	h.restart()
+	if code := h.doRaw(ona, "GET", "/api/v1/whoami", nil, &who); code != 200 || who.User != "ona" || who.Role != "viewer" {
+		t.Fatalf("whoami after a restart: %d %+v", code, who)
+	}
 	// Revoked: refused on the very next request.
 	id, _ := auth.TokenID(mia)
 	if code := h.doRaw(mia, "DELETE", "/api/v1/tokens/"+id, nil, nil); code != 204 {
