@@ -79,20 +79,36 @@ func BenchmarkCommitSubmit(b *testing.B) {
 	})
 }
 
-func benchmarkCommitSubmit(b *testing.B, url string) {
+// BenchmarkCommitSubmitGroup measures what the server's group commit writes when 64
+// clients submit at once: 64 jobs and their events in one transaction, each op one job.
+func BenchmarkCommitSubmitGroup(b *testing.B) {
+	benchmarkCommitSubmit(b, "sqlite://"+filepath.Join(b.TempDir(), "rota.db"), 64)
+}
+
+func benchmarkCommitSubmit(b *testing.B, url string, group ...int) {
 	s, err := Open(context.Background(), url, nil)
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer s.Close()
-	job := fullJob(0)
+	n := 1
+	if len(group) > 0 {
+		n = group[0]
+	}
 	event := api.Event{Time: t0, Actor: "ada", Kind: api.EventSubmit, To: api.StatePending}
+	batch := &Batch{Jobs: make([]api.Job, n), Events: make([]api.Event, n)}
+	for i := range n {
+		batch.Jobs[i], batch.Events[i] = fullJob(0), event
+	}
 	b.ReportAllocs()
 	var id int64
-	for b.Loop() {
+	for i := 0; b.Loop(); i++ {
 		id++
-		job.ID, event.JobID = id, id
-		if err := s.Commit(context.Background(), &Batch{Jobs: []api.Job{job}, Events: []api.Event{event}}); err != nil {
+		batch.Jobs[i%n].ID, batch.Events[i%n].JobID = id, id
+		if i%n < n-1 {
+			continue
+		}
+		if err := s.Commit(context.Background(), batch); err != nil {
 			b.Fatal(err)
 		}
 	}
