@@ -612,6 +612,12 @@ func TestWebUINodesPages(t *testing.T) {
 	b.eval(`document.getElementById("token").value = ` + strconv.Quote(c.token) + `; document.getElementById("login").requestSubmit(); ""`)
 	b.wait("the overview", `document.querySelector('.page[data-page="overview"][data-ready]') !== null`, 20*time.Second)
 	b.checkClean()
+	// The overview counts the nodes that need a look, drained n4 alone, and its figure
+	// opens the Nodes page filtered to them.
+	b.wait("the overview's figure of nodes that need a look", `document.querySelector("#problems-stat .n")?.textContent === "1"`, 10*time.Second)
+	if h := b.eval(`document.getElementById("problems-stat").getAttribute("href")`); h != "#/nodes?problems=true" {
+		t.Errorf("the figure of nodes that need a look links to %s; want #/nodes?problems=true", h)
+	}
 
 	// cards is what the page shows: the names of its node cards, and its range line.
 	cards := func() string {
@@ -623,6 +629,15 @@ func TestWebUINodesPages(t *testing.T) {
 	}
 	click := func(id string) { b.eval(`document.getElementById(` + strconv.Quote(id) + `).click(); ""`) }
 
+	b.visit("nodes", "#/nodes?limit=2")
+	shows("the first page", "n1,n2 | Nodes 1–2 of 5")
+	b.visit("the overview", "#/")
+	b.wait("the overview's figure of nodes that need a look", `document.getElementById("problems-stat") !== null`, 10*time.Second)
+	click("problems-stat")
+	shows("the nodes that need a look, from the overview", "n4 | Nodes 1–1 of 1")
+	if b.eval(`document.getElementById("node-problems").checked ? "checked" : "not"`) != "checked" {
+		t.Errorf("the Nodes page opened from the overview's figure has Problems only unchecked")
+	}
 	b.eval(`performance.clearResourceTimings(); ""`)
 	b.visit("nodes", "#/nodes?limit=2")
 	shows("the first page", "n1,n2 | Nodes 1–2 of 5")

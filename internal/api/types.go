@@ -1161,9 +1161,11 @@ type Load struct {
 	GPUMemoryMB     int64   `json:"gpu_memory_mb"`
 	PowerW          float64 `json:"power_w"`
 	// States counts the GPUs by what they do; NodesDrifting the nodes whose versions
-	// are outside their pool's wanted ranges.
-	States        GPUStates `json:"gpu_states"`
-	NodesDrifting int       `json:"nodes_drifting"`
+	// are outside their pool's wanted ranges; NodesWithProblems the nodes that need an
+	// operator's look (Node.HasProblem), which the node list's problems=true lists.
+	States            GPUStates `json:"gpu_states"`
+	NodesDrifting     int       `json:"nodes_drifting"`
+	NodesWithProblems int       `json:"nodes_with_problems"`
 
 	utilGPUs int // the measured GPUs with a utilisation, and its sum over them
 	utilSum  float64
@@ -1279,6 +1281,9 @@ func NodeLoadOf(n *Node, gpusUsed int, inUse, idle func(index int) bool) Load {
 	if len(n.Drift) > 0 {
 		l.NodesDrifting = 1
 	}
+	if n.HasProblem() {
+		l.NodesWithProblems = 1
+	}
 	if n.Telemetry == nil || n.State == NodeLost {
 		return l
 	}
@@ -1315,6 +1320,7 @@ func (l *Load) Add(o Load) {
 	l.PowerW += o.PowerW
 	l.States.Add(o.States)
 	l.NodesDrifting += o.NodesDrifting
+	l.NodesWithProblems += o.NodesWithProblems
 	l.setUtil()
 }
 

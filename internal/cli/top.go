@@ -267,7 +267,8 @@ func cutLines(s string, width int) string {
 }
 
 // topHeader is the cluster in one line: "rota top  12:00:00  GPUs 3/16 in use  util 24%
-// GPU memory 164.5/1200G  2 running  3 pending  1 held"; then, where the nodes are in
+// GPU memory 164.5/1200G  2 running  3 pending  1 held"; when any node needs a look, a
+// line that says how many; then, where the nodes are in
 // more than one pool, one line per pool with its GPUs; and where jobs are in more than one
 // queue, one line with each queue's: "  queues  batch 4 waiting (11 GPUs), 2 running  ·  …".
 func topHeader(snap topSnapshot, loc *time.Location) string {
@@ -275,6 +276,13 @@ func topHeader(snap topSnapshot, loc *time.Location) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "rota top  %s  GPUs %d/%d in use  util %s  GPU memory %s  %d running  %d pending  %d held",
 		snap.Time.In(loc).Format("15:04:05"), l.GPUsUsed, l.GPUs, loadUtil(l), clusterMemory(l), snap.Running, snap.Pending, snap.Held)
+	switch l.NodesWithProblems {
+	case 0:
+	case 1:
+		b.WriteString("\n  1 node needs a look: rota nodes --problems")
+	default:
+		fmt.Fprintf(&b, "\n  %d nodes need a look: rota nodes --problems", l.NodesWithProblems)
+	}
 	if len(snap.Pools) > 1 {
 		tw := newTable(&b)
 		for _, p := range snap.Pools {

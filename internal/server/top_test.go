@@ -247,14 +247,25 @@ func TestTopCountsGPUStates(t *testing.T) {
 		hb.HealthCheck = &api.HealthCheck{Time: h.clock.Now(), OK: false, ExitCode: 2, Output: "ib0: link down"}
 	})
 
+	// n6 is well: the one node that needs no look.
+	h.beat("n6", 2)
+
 	n1 := h.node("n1")
 	if h.job(idle.ID).IdleSince == nil || len(n1.HeldGPUs) != 1 || len(h.node("n4").Drift) == 0 {
 		t.Fatalf("the scenario lacks a case: idle since %v, n1 holds back %v, n4 drifts %v", h.job(idle.ID).IdleSince, n1.HeldGPUs, h.node("n4").Drift)
 	}
 	top := h.checkTop("admin", h.token, -1, 10)
-	want := api.GPUStates{Free: 2, Used: 1, Idle: 1, Held: 1, Unhealthy: 1, Unavailable: 4}
+	want := api.GPUStates{Free: 4, Used: 1, Idle: 1, Held: 1, Unhealthy: 1, Unavailable: 4}
 	if top.Total.States != want || top.Total.NodesDrifting != 1 {
 		t.Errorf("GPU states %+v, %d nodes drifting; want %+v and 1", top.Total.States, top.Total.NodesDrifting, want)
+	}
+	// Every node but n6 needs a look, as the node list's filter says.
+	var problems api.NodeList
+	if code := h.do("GET", "/api/v1/nodes?problems=true", nil, &problems); code != http.StatusOK || len(problems.Nodes) != 5 {
+		t.Fatalf("the nodes with a problem: %d, %d nodes; want 5", code, len(problems.Nodes))
+	}
+	if top.Total.NodesWithProblems != len(problems.Nodes) {
+		t.Errorf("the glance counts %d nodes that need a look; the node list gives %d", top.Total.NodesWithProblems, len(problems.Nodes))
 	}
 	var train api.Load
 	for _, p := range top.Pools {
@@ -262,8 +273,8 @@ func TestTopCountsGPUStates(t *testing.T) {
 			train = p
 		}
 	}
-	if train.States != (api.GPUStates{Free: 2}) || train.NodesDrifting != 1 {
-		t.Errorf("pool train: %+v, %d drifting; want 2 free GPUs and 1 drifting", train.States, train.NodesDrifting)
+	if train.States != (api.GPUStates{Free: 2}) || train.NodesDrifting != 1 || train.NodesWithProblems != 1 {
+		t.Errorf("pool train: %+v, %d drifting, %d with a problem; want 2 free GPUs, 1 drifting, 1 with a problem", train.States, train.NodesDrifting, train.NodesWithProblems)
 	}
 	// A member, who may not read the jobs, sees the same GPUs taken.
 	mia := h.addUser("mia", "member")
@@ -278,7 +289,7 @@ func TestTopCountsGPUStates(t *testing.T) {
 			}
 		}
 	}
-	wantMetric := map[string]float64{"free": 2, "allocated": 1, "idle_holding": 1, "held": 1, "unhealthy": 1, "unavailable": 4}
+	wantMetric := map[string]float64{"free": 4, "allocated": 1, "idle_holding": 1, "held": 1, "unhealthy": 1, "unavailable": 4}
 	if !maps.Equal(got, wantMetric) {
 		t.Errorf("rota_gpus by state: %v; want %v", got, wantMetric)
 	}

@@ -443,7 +443,7 @@
         el('div', { class: 'stat' }, el('div', { class: 'n' }, String(total.gpus)), 'GPUs on ' + total.nodes + (total.nodes === 1 ? ' node' : ' nodes')),
         ...GPU_STATES.filter(([k]) => counts[k] || ['free', 'used', 'idle', 'unhealthy'].includes(k)).map(([k, label]) =>
           el('div', { class: 'stat ' + k, dataset: { state: k } }, el('div', { class: 'n' }, String(counts[k])), label)));
-      await drawGovernance(govBox, total.nodes_drifting, alive);
+      await drawGovernance(govBox, total, alive);
       if (!alive()) return;
 
       // Queue depth: the jobs that wait (pending or held) per queue, and what runs.
@@ -491,11 +491,17 @@
     });
   }
 
-  // drawGovernance shows how many nodes' versions drift from their pool's wanted ranges
-  // and, for those who decide them, the requests waiting for a decision.
-  async function drawGovernance(box, drifting, alive) {
-    const stats = [el('a', { class: 'stat drift' + (drifting ? ' warn' : ''), id: 'drift-stat', href: drifting ? '#/nodes?drifting=true' : '#/nodes' },
-      el('div', { class: 'n' }, String(drifting)), drifting === 1 ? 'node drifts from its pool\'s versions' : 'nodes drift from their pool\'s versions')];
+  // drawGovernance shows how many nodes need a look, how many nodes' versions drift from
+  // their pool's wanted ranges and, for those who decide them, the requests waiting for a
+  // decision. Each links to the nodes or the requests it counts.
+  async function drawGovernance(box, total, alive) {
+    const drifting = total.nodes_drifting, problems = total.nodes_with_problems || 0;
+    const stats = [
+      el('a', { class: 'stat problems' + (problems ? ' warn' : ''), id: 'problems-stat', href: problems ? '#/nodes?problems=true' : '#/nodes',
+        title: 'not ready, lost, draining or drained, in maintenance, degraded, drifting, a GPU unhealthy, a failing health check, or leftover processes' },
+      el('div', { class: 'n' }, String(problems)), problems === 1 ? 'node needs a look' : 'nodes need a look'),
+      el('a', { class: 'stat drift' + (drifting ? ' warn' : ''), id: 'drift-stat', href: drifting ? '#/nodes?drifting=true' : '#/nodes' },
+        el('div', { class: 'n' }, String(drifting)), drifting === 1 ? 'node drifts from its pool\'s versions' : 'nodes drift from their pool\'s versions')];
     if (mayDecide()) {
       let waiting = '?', why = '';
       try {
