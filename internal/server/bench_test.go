@@ -459,14 +459,19 @@ func BenchmarkCycle10k(b *testing.B) { benchCycle(b, 10_000, 69_000) }
 func benchCycle(b *testing.B, nodes, pending int) {
 	env := benchServer(b)
 	benchFill(b, env, nodes, 8, pending)
-	var start, planned time.Time
-	var before, after time.Duration
-	env.srv.planning = func() { before += time.Since(start) }
+	var start, planned, resumed time.Time
+	var before, after, longest time.Duration
+	// longest is the longest the lock was held at once before planning: the snapshot's
+	// walk lets go of it between chunks of jobs.
+	held := func() { longest = max(longest, time.Since(resumed)) }
+	env.srv.snapshotPaused = func() { held(); resumed = time.Now() }
+	env.srv.planning = func() { held(); before += time.Since(start) }
 	env.srv.planned = func() { planned = time.Now() }
 	cpu0 := processCPU(b)
 	b.ResetTimer()
 	for range b.N {
 		start = time.Now()
+		resumed = start
 		if err := env.srv.Cycle(context.Background()); err != nil {
 			b.Fatal(err)
 		}
@@ -478,6 +483,7 @@ func benchCycle(b *testing.B, nodes, pending int) {
 	b.ReportMetric(float64((processCPU(b)-cpu0).Microseconds())/1000/float64(b.N), "cpu-ms/op")
 	b.ReportMetric(float64(before.Microseconds())/1000/float64(b.N), "locked-before-ms/op")
 	b.ReportMetric(float64(after.Microseconds())/1000/float64(b.N), "locked-after-ms/op")
+	b.ReportMetric(float64(longest.Microseconds())/1000, "longest-hold-before-ms")
 }
 
 // processCPU is the CPU time the process has used, user and system, every thread.
