@@ -141,6 +141,78 @@ func BenchmarkSubmitIntoLargeStore(b *testing.B) {
 	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "submits/s")
 }
 
+// BenchmarkSubmitWhileCycling is BenchmarkSubmit's 64 clients at the scale suite's size
+// (10,000 full nodes of 8 GPUs, 69,000 jobs waiting) with cycles running as often as a
+// stream of submits makes the server's loop run them (each long one followed by as long a
+// rest): what submits wait for is the lock the cycles take, and the CPU.
+// walk=whole reads the snapshot's jobs in one hold of the lock, as cycles did before the
+// walk paused between chunks (walk=chunked). It reports the submits' p99 latency too.
+func BenchmarkSubmitWhileCycling(b *testing.B) {
+	env := benchServer(b)
+	benchFill(b, env, 10_000, 8, 69_000)
+	for _, walk := range []struct {
+		name  string
+		chunk int
+	}{{"whole", 1 << 30}, {"chunked", snapshotChunk}} {
+		b.Run("walk="+walk.name, func(b *testing.B) {
+			defer func(c int) { snapshotChunk = c }(snapshotChunk)
+			snapshotChunk = walk.chunk
+			ctx, cancel := context.WithCancel(context.Background())
+			cycled := make(chan int)
+			go func() {
+				n := 0
+				for ctx.Err() == nil {
+					t0 := time.Now()
+					if err := env.srv.Cycle(ctx); err != nil && ctx.Err() == nil {
+						b.Error(err)
+					}
+					n++
+					// The server's loop rests as long as a long cycle took (loopCycle).
+					if took := time.Since(t0); took >= cycleRestAfter {
+						select {
+						case <-ctx.Done():
+						case <-time.After(took):
+						}
+					}
+				}
+				cycled <- n
+			}()
+			body, _ := json.Marshal(api.JobSpec{Command: []string{"true"}, User: "bench", GPUs: 1})
+			var mu sync.Mutex
+			var lat []time.Duration
+			b.SetParallelism(max(1, 64/runtime.GOMAXPROCS(0)))
+			b.ResetTimer()
+			start := time.Now()
+			b.RunParallel(func(pb *testing.PB) {
+				client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1}}
+				var mine []time.Duration
+				for pb.Next() {
+					t0 := time.Now()
+					req, _ := http.NewRequest("POST", env.hs.URL+"/api/v1/jobs", bytes.NewReader(body))
+					req.Header.Set("Content-Type", "application/json")
+					req.Header.Set("Authorization", "Bearer "+env.token)
+					if status, err := doDrained(client, req); err != nil || status != http.StatusCreated {
+						b.Errorf("submit: status %d, %v", status, err)
+						return
+					}
+					mine = append(mine, time.Since(t0))
+				}
+				mu.Lock()
+				lat = append(lat, mine...)
+				mu.Unlock()
+			})
+			took := time.Since(start)
+			b.StopTimer()
+			cancel()
+			cycles := <-cycled
+			slices.Sort(lat)
+			b.ReportMetric(float64(b.N)/took.Seconds(), "submits/s")
+			b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "p99-ms")
+			b.ReportMetric(float64(cycles)/took.Seconds(), "cycles/s")
+		})
+	}
+}
+
 // benchSubmits times b.N submits of spec from clients concurrent clients, each with its
 // own connection, and reports submits per second.
 func benchSubmits(b *testing.B, env *benchEnv, clients int, spec api.JobSpec) {
