@@ -36,31 +36,51 @@ import (
 // process still running with that directory in its command line or environment is
 // killed when the test ends.
 
-var (
-	buildOnce sync.Once
-	binPath   string
-	buildErr  error
-)
+// builds holds the binaries built for this test run, by build tags ("" for the release
+// build).
+var builds struct {
+	sync.Mutex
+	bins map[string]*builtBinary
+}
+
+type builtBinary struct {
+	once sync.Once
+	path string
+	err  error
+}
 
 // rotaBinary builds the rota binary once per test run; every test shares it.
-func rotaBinary(t testing.TB) string {
+func rotaBinary(t testing.TB) string { return rotaBinaryWith(t, "") }
+
+// rotaBinaryWith builds the rota binary with the given build tags once per test run.
+func rotaBinaryWith(t testing.TB, tags string) string {
 	t.Helper()
-	buildOnce.Do(func() {
+	builds.Lock()
+	if builds.bins == nil {
+		builds.bins = map[string]*builtBinary{}
+	}
+	b := builds.bins[tags]
+	if b == nil {
+		b = &builtBinary{}
+		builds.bins[tags] = b
+	}
+	builds.Unlock()
+	b.once.Do(func() {
 		dir, err := os.MkdirTemp("", "rota-e2e-bin-")
 		if err != nil {
-			buildErr = err
+			b.err = err
 			return
 		}
-		binPath = filepath.Join(dir, "rota")
-		out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
+		b.path = filepath.Join(dir, "rota")
+		out, err := exec.Command("go", "build", "-tags", tags, "-o", b.path, ".").CombinedOutput()
 		if err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+			b.err = fmt.Errorf("go build -tags %q: %v\n%s", tags, err, out)
 		}
 	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
+	if b.err != nil {
+		t.Fatal(b.err)
 	}
-	return binPath
+	return b.path
 }
 
 func freePort(t testing.TB) string {
@@ -105,11 +125,17 @@ const maxShownLog = 24 << 10
 
 func startProc(t testing.TB, logDir, name string, env []string, args ...string) *proc {
 	t.Helper()
+	return startBinary(t, rotaBinary(t), logDir, name, env, args...)
+}
+
+// startBinary is startProc with another build of rota (rotaBinaryWith).
+func startBinary(t testing.TB, binary, logDir, name string, env []string, args ...string) *proc {
+	t.Helper()
 	f, err := os.CreateTemp(logDir, name+"-*.log")
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(rotaBinary(t), args...)
+	cmd := exec.Command(binary, args...)
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.Env = processEnv(env...)
 	if err := cmd.Start(); err != nil {
@@ -186,6 +212,10 @@ type clusterOpts struct {
 	// shared makes the cluster's directory traversable by every account, for jobs that
 	// run as another user than the test's.
 	shared bool
+	// serverTags, when set, starts the server from a build with these tags (see
+	// rotaBinaryWith), with serverEnv added to its environment.
+	serverTags string
+	serverEnv  []string
 }
 
 type testCluster struct {
@@ -274,7 +304,7 @@ func (c *testCluster) serverArgs() []string {
 // startServer starts the server (again) and connects the client to it.
 func (c *testCluster) startServer() {
 	c.t.Helper()
-	c.server = startProc(c.t, c.logDir, "server", nil, c.serverArgs()...)
+	c.server = startBinary(c.t, rotaBinaryWith(c.t, c.opts.serverTags), c.logDir, "server", c.opts.serverEnv, c.serverArgs()...)
 	c.connect()
 }
 

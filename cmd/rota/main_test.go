@@ -23,8 +23,10 @@ func TestMain(m *testing.M) {
 		flag.Set("test.parallel", strconv.Itoa(minParallel))
 	}
 	code := m.Run()
-	if binPath != "" {
-		os.RemoveAll(filepath.Dir(binPath))
+	for _, b := range builds.bins {
+		if b.path != "" {
+			os.RemoveAll(filepath.Dir(b.path))
+		}
 	}
 	os.Exit(code)
 }

@@ -144,9 +144,13 @@ func (c *Config) setDefaults() {
 		c.KeepEnded = 24 * time.Hour
 	}
 	if c.WedgedAfter <= 0 {
-		c.WedgedAfter = 30 * time.Second
+		c.WedgedAfter = defaultWedgedAfter
 	}
 }
+
+// defaultWedgedAfter is Config.WedgedAfter's default. A binary built for the fault
+// injection test sets it shorter (faultinject.go).
+var defaultWedgedAfter = 30 * time.Second
 
 // Server is the control plane: it owns the live state, commits every change to the store
 // before acknowledging it, runs the scheduler and answers the API and the agents.
