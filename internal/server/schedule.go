@@ -58,23 +58,7 @@ func (s *Server) Cycle(ctx context.Context) error {
 
 	s.lastCycle = now
 	held := s.admission(now)
-	// The snapshot's walk of the jobs lets go of the lock every snapshotChunk jobs, so
-	// that submits, heartbeats and reads wait for a chunk, not for the whole walk. What
-	// changes meanwhile changed after seq: the plan leaves those jobs and nodes alone
-	// (placementCurrent), and the next cycle, which the change asks for, plans them.
-	state, seq := s.state, s.state.Seq()
-	s.cycled = seq
-	parts, current := s.state.SnapshotPartsPausing(now, func(id int64) bool { _, out := held[id]; return !out }, snapshotChunk, func() bool {
-		s.mu.Unlock()
-		if s.snapshotPaused != nil {
-			s.snapshotPaused()
-		}
-		s.mu.Lock()
-		return s.isLeader() && s.state == state
-	})
-	if !current {
-		return nil // the state was read again, or another server leads: nothing to plan from
-	}
+	parts := s.state.SnapshotParts(now, func(id int64) bool { _, out := held[id]; return !out })
 	// Claims of jobs that are no longer pending are dropped: they started, or were
 	// cancelled, and what was held for them is free for anyone.
 	s.claims = slices.DeleteFunc(s.claims, func(c sched.Claim) bool {
@@ -82,9 +66,11 @@ func (s *Server) Cycle(ctx context.Context) error {
 		return !ok || j.State != api.StatePending
 	})
 	claims := slices.Clone(s.claims)
+	s.cycled = s.state.Seq()
 	if parts.Pending() == 0 && len(held) == 0 {
 		return nil
 	}
+	state, seq := s.state, s.cycled
 	var err error
 	s.mu.Unlock()
 	locked = false
@@ -235,12 +221,6 @@ func (s *Server) Cycle(ctx context.Context) error {
 // reasonChunk is how many waiting jobs' reasons a cycle writes in one hold of the lock:
 // about 2 ms of writes.
 const reasonChunk = 8192
-
-// snapshotChunk is how many jobs a cycle's snapshot reads under the lock at a time: at
-// most a few milliseconds of the lock, where the whole walk of 104,000 jobs held it for
-// 20 to 90 ms, and up to 430 ms while many jobs changed (the scale suite). Tests set it
-// smaller.
-var snapshotChunk = 1024
 
 // placementCurrent reports whether neither p's job nor any node it uses changed after
 // seq. Callers hold s.mu.
