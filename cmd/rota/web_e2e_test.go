@@ -687,6 +687,21 @@ func TestWebUINodesPages(t *testing.T) {
 	shows("the first page", "n1,n2 | Nodes 1–2 of 5")
 	b.eval(`const c = document.getElementById("node-problems"); c.checked = true; c.dispatchEvent(new Event("change")); ""`)
 	shows("the nodes with a problem", "n4 | Nodes 1–1 of 1")
+	// Where a 2-GPU job could start: the nodes with both GPUs free, not the job's node
+	// nor drained n4.
+	b.visit("nodes", "#/nodes")
+	b.wait("the free GPU filter", `document.getElementById("node-free") !== null`, 10*time.Second)
+	b.eval(`const f = document.getElementById("node-free"); f.value = "2"; f.dispatchEvent(new Event("change")); ""`)
+	var free []string
+	for _, n := range []string{"n1", "n2", "n3", "n5"} {
+		if n != on {
+			free = append(free, n)
+		}
+	}
+	shows("the nodes with 2 GPUs free", strings.Join(free, ",")+" | Nodes 1–3 of 3")
+	if h := b.eval(`location.hash`); h != "#/nodes?free=2" {
+		t.Errorf("the address of the free GPU filter is %s; want #/nodes?free=2", h)
+	}
 	b.visit("drained nodes", "#/nodes?state=DRAINED,DRAINING")
 	shows("the drained node", "n4 | Nodes 1–1 of 1")
 	b.eval(`const n = document.getElementById("node-name"); n.value = "zz"; document.getElementById("node-filters").requestSubmit(); ""`)

@@ -465,6 +465,7 @@ type NodeFilter struct {
 	Name     string   // a part of the name
 	Drifting bool     // versions outside the pool's wanted ranges
 	Problems bool     // with a problem (api.Node.HasProblem)
+	Free     int      // with at least this many GPUs free; 0: any
 }
 
 // NodesWhere lists the nodes that match the filter, by name.
@@ -483,6 +484,9 @@ func (c *Client) NodesWhere(ctx context.Context, f NodeFilter) (api.NodeList, er
 	}
 	if f.Problems {
 		q.Set("problems", "true")
+	}
+	if f.Free > 0 {
+		q.Set("free", strconv.Itoa(f.Free))
 	}
 	var list api.NodeList
 	err := c.do(ctx, http.MethodGet, "/api/v1/nodes", q, nil, &list)

@@ -15,7 +15,7 @@ import (
 	"github.com/rotahq/rota/internal/api"
 )
 
-const nodesUsage = `rota nodes [--state S,S...] [--pool P] [--name TEXT] [--drifting] [--problems] [NAME]
+const nodesUsage = `rota nodes [--state S,S...] [--pool P] [--name TEXT] [--drifting] [--problems] [--free N] [NAME]
 
 Lists nodes (with the flags, those that match each one given): state, GPUs in use of the total, what the GPUs really do by the node's
 latest telemetry (UTIL: mean utilisation over its GPUs; GMEM: GPU memory used of the
@@ -55,6 +55,7 @@ func runNodes(ctx context.Context, cfg Config, args []string) int {
 	fs.StringVar(&f.Name, "name", "", "only nodes whose name holds this `text`")
 	fs.BoolVar(&f.Drifting, "drifting", false, "only nodes whose driver or CUDA version is outside their pool's wanted range")
 	fs.BoolVar(&f.Problems, "problems", false, "only nodes with a problem: not ready, lost, draining or drained, or with a line below the table")
+	fs.IntVar(&f.Free, "free", 0, "only nodes with at least `N` GPUs free (healthy, held by no job, on a node that takes work): where an N-GPU job could start now")
 	pos, code, ok := parseFlags(fs, g, args)
 	if !ok {
 		return code
@@ -64,8 +65,10 @@ func runNodes(ctx context.Context, cfg Config, args []string) int {
 		return cfg.usageError("nodes", "unexpected argument %q: give one node name at most", pos[1])
 	case len(pos) == 1 && strings.TrimSpace(pos[0]) == "":
 		return cfg.usageError("nodes", "the node name is empty")
-	case len(pos) == 1 && (*states != "" || f.Pool != "" || f.Name != "" || f.Drifting || f.Problems):
-		return cfg.usageError("nodes", "a node NAME shows that node: give it without --state, --pool, --name, --drifting or --problems")
+	case len(pos) == 1 && (*states != "" || f.Pool != "" || f.Name != "" || f.Drifting || f.Problems || f.Free != 0):
+		return cfg.usageError("nodes", "a node NAME shows that node: give it without --state, --pool, --name, --drifting, --problems or --free")
+	case f.Free < 0 || f.Free > 1024:
+		return cfg.usageError("nodes", "--free: %d is not a number of GPUs from 1 to 1024", f.Free)
 	}
 	if *states != "" {
 		for _, s := range strings.Split(*states, ",") {
@@ -99,7 +102,7 @@ func runNodes(ctx context.Context, cfg Config, args []string) int {
 	}
 	if len(list.Nodes) == 0 {
 		// Said on stderr, as kubectl does: stdout stays a table, if an empty one.
-		if len(f.States) > 0 || f.Pool != "" || f.Name != "" || f.Drifting || f.Problems {
+		if len(f.States) > 0 || f.Pool != "" || f.Name != "" || f.Drifting || f.Problems || f.Free > 0 {
 			fmt.Fprintln(cfg.Stderr, "rota nodes: no node matches")
 		} else {
 			fmt.Fprintln(cfg.Stderr, "rota nodes: no node has joined yet; start one with rota agent --join TOKEN (a token from rota admin join-token), or rota up")

@@ -244,6 +244,7 @@ func TestNodesFilters(t *testing.T) {
 		{nil, "/api/v1/nodes?"},
 		{[]string{"--state", "ready, lost", "--pool", "train", "--name", "gpu", "--drifting"}, "/api/v1/nodes?drifting=true&name=gpu&pool=train&state=READY%2CLOST"},
 		{[]string{"--problems"}, "/api/v1/nodes?problems=true"},
+		{[]string{"--free", "8", "--pool", "train"}, "/api/v1/nodes?free=8&pool=train"},
 		{[]string{"node-a"}, "/api/v1/nodes?name=node-a"},
 	} {
 		srv := newFakeServer(t)
@@ -280,6 +281,10 @@ func TestNodesFilters(t *testing.T) {
 	}{
 		{[]string{"--state", "READY,BUSY"}, `--state: unknown state "BUSY"`},
 		{[]string{"--pool", "train", "node-a"}, "a node NAME shows that node"},
+		{[]string{"--free", "2", "node-a"}, "a node NAME shows that node"},
+		{[]string{"--free", "-1"}, "--free: -1 is not a number of GPUs"},
+		{[]string{"--free", "2000"}, "--free: 2000 is not a number of GPUs"},
+		{[]string{"--free", "many"}, "--free"},
 	} {
 		code, _, errOut := run(t, srv.URL, "nodes", c.args...)
 		if code != ExitUsage || !strings.Contains(errOut, c.want) {

@@ -17,7 +17,8 @@ import (
 var nodeQuerySeeds = []string{"", "limit=2", "limit=2&after=node-a", "limit=2&before=rack-2", "limit=1&before=a",
 	"limit=3&after=zzz", "state=READY,drained", "state=LOST", "pool=train&limit=1&jobs=true", "name=rack",
 	"drifting=true", "problems=true&limit=2", "limit=1000&before=node-b", "limit=0", "limit=1001", "after=x", "jobs=true",
-	"limit=2&after=a&before=b", "state=", "name=%00", "pool=" + strings.Repeat("p", 257), "limit=2&jobs=1"}
+	"limit=2&after=a&before=b", "state=", "name=%00", "pool=" + strings.Repeat("p", 257), "limit=2&jobs=1",
+	"free=2&limit=1", "free=1&state=READY&jobs=true&limit=5", "free=0", "free=99999999999999999999"}
 
 // nodeListTarget is a server with six nodes of two pools, one drained, jobs on some.
 type nodeListTarget struct{ env *submitEnv }
@@ -71,7 +72,7 @@ func (nt *nodeListTarget) check(t *testing.T, query string) {
 	switch code {
 	case http.StatusBadRequest:
 		var e api.Error
-		if err := json.Unmarshal(body, &e); err != nil || !slices.Contains([]string{"state", "pool", "name", "drifting", "problems", "limit", "after", "before", "jobs"}, e.Field) || e.Message == "" {
+		if err := json.Unmarshal(body, &e); err != nil || !slices.Contains([]string{"state", "pool", "name", "drifting", "problems", "free", "limit", "after", "before", "jobs"}, e.Field) || e.Message == "" {
 			t.Fatalf("?%s: 400 %s; want a parameter of the route named, with why", query, body)
 		}
 		return
@@ -86,7 +87,7 @@ func (nt *nodeListTarget) check(t *testing.T, query string) {
 	// The whole filtered list, from the same filters without the page.
 	q, _ := url.ParseQuery(query)
 	whole := url.Values{}
-	for _, k := range []string{"state", "pool", "name", "drifting", "problems"} {
+	for _, k := range []string{"state", "pool", "name", "drifting", "problems", "free"} {
 		if v, ok := q[k]; ok {
 			whole[k] = v
 		}

@@ -20,6 +20,8 @@ const (
 	// maxNodeQuery bounds a name given to filter or page by: longer than any node's name
 	// may be (limits.max_name_length is at most 253).
 	maxNodeQuery = 256
+	// maxFreeQuery bounds free=: more GPUs than any node has.
+	maxFreeQuery = 1024
 )
 
 // nodeQuery is what GET /api/v1/nodes was asked for: the nodes that match every filter
@@ -31,6 +33,7 @@ type nodeQuery struct {
 	name     string                 // a part of the name; "": any name
 	drifting bool                   // only the nodes whose versions drift from their pool's
 	problems bool                   // only the nodes with a problem (Node.HasProblem)
+	free     int                    // only the nodes with at least this many GPUs free; 0: any
 	limit    int                    // 0: every node that matches, unpaged
 	after    string                 // list the names after this one
 	before   string                 // list the last page of names before this one
@@ -70,6 +73,11 @@ func parseNodeQuery(q url.Values) (nodeQuery, *api.Error) {
 	if f.jobs, e = queryBool(q, "jobs"); e != nil {
 		return f, e
 	}
+	free, e := queryInt(q, "free", 1, maxFreeQuery, 0)
+	if e != nil {
+		return f, e
+	}
+	f.free = int(free)
 	limit, e := queryInt(q, "limit", 1, maxNodePage, 0)
 	if e != nil {
 		return f, e
@@ -86,13 +94,21 @@ func parseNodeQuery(q url.Values) (nodeQuery, *api.Error) {
 	return f, nil
 }
 
-// matches reports whether node n passes the query's filters.
-func (f *nodeQuery) matches(n *api.Node) bool {
+// matches reports whether node n passes the query's filters; holds says how many ranks
+// of active jobs hold each of its GPUs (State.GPUHolds).
+func (f *nodeQuery) matches(n *api.Node, holds map[int]int) bool {
 	return (len(f.states) == 0 || f.states[n.State]) &&
 		(f.pool == "" || n.Labels["pool"] == f.pool) &&
 		(f.name == "" || strings.Contains(n.Name, f.name)) &&
 		(!f.drifting || len(n.Drift) > 0) &&
-		(!f.problems || n.HasProblem())
+		(!f.problems || n.HasProblem()) &&
+		(f.free == 0 || freeGPUs(n, holds) >= f.free)
+}
+
+// freeGPUs is how many of n's GPUs are free by the glance's count (api.StateOfGPU):
+// healthy, held by no job nor leftover process, on a node that takes work.
+func freeGPUs(n *api.Node, holds map[int]int) int {
+	return api.CountGPUStates(n, func(g int) bool { return holds[g] > 0 }, noGPU).Free
 }
 
 // handleNodes lists the nodes by name: all of them, or with limit a page, with the count
@@ -125,7 +141,7 @@ func (s *Server) nodePage(f *nodeQuery, who auth.Identity) (list api.NodeList, u
 	defer s.mu.Unlock()
 	var match []string // the names that match, in order: only names, so it is cheap
 	for _, name := range s.state.NodeNames() {
-		if f.matches(s.state.PeekNode(name)) {
+		if f.matches(s.state.PeekNode(name), s.state.GPUHolds(name)) {
 			match = append(match, name)
 		}
 	}

@@ -204,6 +204,63 @@ func TestNodeListJobs(t *testing.T) {
 }
 
 // Bad parameters are refused naming the parameter; nothing is listed.
+// TestNodeListFreeFilter lists the nodes with at least N GPUs free, as the glance counts
+// a free GPU: healthy, held by no job, on a node that takes work. Each answer is held to
+// a count made here from the whole node list.
+func TestNodeListFreeFilter(t *testing.T) {
+	h := newHarness(t)
+	for _, n := range []string{"a", "b", "c", "d"} {
+		h.beat(n, 4)
+	}
+	h.beatFull("sick", 4, func(hb *api.Heartbeat) { hb.Inventory.GPUs[1].Healthy, hb.Inventory.GPUs[1].Health = false, "XID 79" })
+	if code := h.do("POST", "/api/v1/nodes/d/drain", nil, nil); code != http.StatusOK {
+		t.Fatalf("drain d: %d", code)
+	}
+	three := h.submit(api.JobSpec{GPUs: 4, Command: []string{"x"}})
+	two := h.submit(api.JobSpec{GPUs: 2, Command: []string{"y"}})
+	h.cycle()
+	if h.job(three.ID).State != api.StateAssigned || h.job(two.ID).State != api.StateAssigned {
+		t.Fatalf("the jobs are %s and %s; want both placed", h.job(three.ID).State, h.job(two.ID).State)
+	}
+	free := map[string]int{}
+	for _, n := range h.listNodes(h.token, nil).Nodes {
+		if n.State != api.NodeReady || n.Syncing {
+			continue
+		}
+		for _, g := range n.GPUs {
+			if g.Healthy && !g.Missing && !slices.Contains(n.UsedGPUs, g.Index) && !slices.Contains(n.HeldGPUs, g.Index) {
+				free[n.Name]++
+			}
+		}
+	}
+	// d is drained, one of sick's GPUs is unhealthy, and the 4-GPU job fills a, b or c.
+	full := 0
+	for _, n := range []string{"a", "b", "c"} {
+		if free[n] == 0 {
+			full++
+		}
+	}
+	if free["d"] != 0 || free["sick"] > 3 || full != 1 {
+		t.Fatalf("the scenario lacks a case: free GPUs %v", free)
+	}
+	for want := 1; want <= 5; want++ {
+		var names []string
+		for _, n := range []string{"a", "b", "c", "d", "sick"} {
+			if free[n] >= want {
+				names = append(names, n)
+			}
+		}
+		got := h.listNodes(h.token, url.Values{"free": {strconv.Itoa(want)}})
+		if !slices.Equal(nodeNames(got.Nodes), append([]string{}, names...)) || got.Total != len(names) {
+			t.Errorf("free=%d: %v (total %d); want %v (free GPUs %v)", want, nodeNames(got.Nodes), got.Total, names, free)
+		}
+	}
+	// With the other filters and a page.
+	if got := h.listNodes(h.token, url.Values{"free": {"1"}, "state": {"DRAINED,DRAINING"}, "limit": {"1"}}); len(got.Nodes) != 0 || got.Total != 0 {
+		t.Errorf("free=1 with the drained nodes: %v (total %d); want none: a drained node has no GPU free", nodeNames(got.Nodes), got.Total)
+	}
+}
+
 func TestNodeListRefusesBadQueries(t *testing.T) {
 	h := newHarness(t)
 	h.beat("n1", 1)
@@ -217,6 +274,10 @@ func TestNodeListRefusesBadQueries(t *testing.T) {
 		{"name=a%00b", "name"},
 		{"drifting=yes", "drifting"},
 		{"problems=1", "problems"},
+		{"free=0", "free"},
+		{"free=1025", "free"},
+		{"free=x", "free"},
+		{"free=1&free=2", "free"},
 		{"limit=0", "limit"},
 		{"limit=1001", "limit"},
 		{"limit=x", "limit"},

@@ -525,18 +525,20 @@
   const NODE_STATES = ['READY', 'DRAINING', 'DRAINED', 'NOT_READY', 'LOST'];
 
   // The Nodes page reads one page of nodes by name, with the jobs on them, from the
-  // filters and cursor in its address (#/nodes?state=&pool=&name=&drifting=&problems=&after=), so
+  // filters and cursor in its address (#/nodes?state=&pool=&name=&drifting=&problems=&free=&after=), so
   // a view can be linked and Back goes back a page. At 10,000 nodes a page costs what it
   // shows, not the cluster.
   async function nodesPage(page, args, alive, params) {
     const limit = Math.min(1000, Math.max(1, Math.floor(Number(params.get('limit'))) || NODE_PAGE));
+    const freeParam = Math.floor(Number(params.get('free')));
     const want = { name: params.get('name') || '', state: params.get('state') || '', pool: params.get('pool') || '',
-      drifting: params.get('drifting') === 'true', problems: params.get('problems') === 'true' };
+      drifting: params.get('drifting') === 'true', problems: params.get('problems') === 'true',
+      free: freeParam >= 1 && freeParam <= 1024 ? String(freeParam) : '' };
     // go shows the page of other filters or another cursor; the address is the page.
     const go = (changes) => {
       const q = new URLSearchParams();
       const next = Object.assign({}, want, { after: '', before: '' }, changes);
-      for (const k of ['name', 'state', 'pool', 'after', 'before']) if (next[k]) q.set(k, next[k]);
+      for (const k of ['name', 'state', 'pool', 'free', 'after', 'before']) if (next[k]) q.set(k, next[k]);
       for (const k of ['drifting', 'problems']) if (next[k]) q.set(k, 'true');
       if (limit !== NODE_PAGE) q.set('limit', String(limit));
       location.hash = '#/nodes' + (q.toString() ? '?' + q : '');
@@ -549,17 +551,21 @@
       want.pool ? el('option', { value: want.pool, selected: true }, want.pool) : null);
     const driftIn = el('input', { type: 'checkbox', id: 'node-drifting', checked: want.drifting });
     const problemsIn = el('input', { type: 'checkbox', id: 'node-problems', checked: want.problems });
+    const freeIn = el('input', { type: 'number', id: 'node-free', min: 1, max: 1024, step: 1, value: want.free, placeholder: 'any', class: 'narrow' });
     const filters = el('form', { class: 'controls', id: 'node-filters' },
       el('label', null, 'Name', nameIn), el('label', null, 'State', stateIn), el('label', null, 'Pool', poolIn),
+      el('label', { title: 'healthy, held by no job, on a node that takes work: where a job asking for that many could start now' }, 'GPUs free, at least', freeIn),
       el('label', { class: 'check' }, el('span', null, 'Version drift'), el('span', null, driftIn, ' only')),
       el('label', { class: 'check', title: 'not ready, lost, draining or drained, in maintenance, degraded, drifting, a GPU unhealthy, a failing health check, or leftover processes' },
         el('span', null, 'Problems'), el('span', null, problemsIn, ' only')));
     const apply = (ev) => {
       if (ev) ev.preventDefault();
-      go({ name: nameIn.value.trim(), state: stateIn.value, pool: poolIn.value, drifting: driftIn.checked, problems: problemsIn.checked });
+      const free = Math.floor(Number(freeIn.value));
+      go({ name: nameIn.value.trim(), state: stateIn.value, pool: poolIn.value, drifting: driftIn.checked, problems: problemsIn.checked,
+        free: free >= 1 && free <= 1024 ? String(free) : '' });
     };
     filters.addEventListener('submit', apply);
-    for (const i of [stateIn, poolIn, driftIn, problemsIn]) i.addEventListener('change', apply);
+    for (const i of [stateIn, poolIn, driftIn, problemsIn, freeIn]) i.addEventListener('change', apply);
     nameIn.addEventListener('change', apply);
     const range = el('div', { class: 'pager', id: 'nodes-range' });
     const list = el('div', { id: 'nodes' });
@@ -571,10 +577,10 @@
         if (p.pool && p.pool !== want.pool) poolIn.appendChild(el('option', { value: p.pool }, p.pool));
       }
     }).catch(() => { /* the pool list is a convenience: typing ?pool= still works */ });
-    const filtered = want.name || want.state || want.pool || want.drifting || want.problems;
+    const filtered = want.name || want.state || want.pool || want.drifting || want.problems || want.free;
     await every(5000, async () => {
       const q = new URLSearchParams({ limit: String(limit), jobs: 'true' });
-      for (const k of ['name', 'state', 'pool']) if (want[k]) q.set(k, want[k]);
+      for (const k of ['name', 'state', 'pool', 'free']) if (want[k]) q.set(k, want[k]);
       for (const k of ['drifting', 'problems']) if (want[k]) q.set(k, 'true');
       for (const k of ['after', 'before']) if (params.get(k)) q.set(k, params.get(k));
       const got = await api('/api/v1/nodes?' + q);
