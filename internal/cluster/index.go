@@ -79,6 +79,11 @@ func (x *jobIndex) rebuild(jobs map[int64]*api.Job) {
 
 // positions yields the positions in order of the jobs in any of states, ascending.
 func (x *jobIndex) positions(states ...api.JobState) func(yield func(int) bool) {
+	return x.positionsFrom(0, states...)
+}
+
+// positionsFrom is positions from position start on.
+func (x *jobIndex) positionsFrom(start int, states ...api.JobState) func(yield func(int) bool) {
 	return func(yield func(int) bool) {
 		var sets [][]uint64
 		words := 0
@@ -88,12 +93,15 @@ func (x *jobIndex) positions(states ...api.JobState) func(yield func(int) bool) 
 				words = max(words, len(w))
 			}
 		}
-		for w := range words {
+		for w := start / 64; w < words; w++ {
 			var word uint64
 			for _, set := range sets {
 				if w < len(set) {
 					word |= set[w]
 				}
+			}
+			if w == start/64 {
+				word &^= 1<<(start%64) - 1
 			}
 			for word != 0 {
 				pos := w*64 + bits.TrailingZeros64(word)

@@ -37,6 +37,25 @@ func (s *State) Snapshot(now time.Time, keep func(id int64) bool) *sched.Snapsho
 // parts' Build, which needs no lock, then copies the jobs' entries into the snapshot.
 // Copying 100,000 jobs' entries was most of the time a cycle held the server's lock.
 func (s *State) SnapshotParts(now time.Time, keep func(id int64) bool) *SnapshotParts {
+	parts, _ := s.SnapshotPartsPausing(now, keep, 0, nil)
+	return parts
+}
+
+// SnapshotPartsPausing is SnapshotParts for a caller whose lock others wait on. Every
+// chunk jobs it calls pause, which may let go of the lock and take it again; it then
+// goes on from the job after the last one it read, found again by ID, since the jobs
+// may have moved meanwhile. When pause returns false the walk stops, and it returns no
+// parts and false. A chunk of 0, or a nil pause, never pauses.
+//
+// At 104,000 jobs the walk held the server's lock for 20 to 90 ms a cycle, and up to
+// 430 ms while many jobs changed, and every submit and heartbeat arriving meanwhile
+// waited for it. With pauses, a job that changes during the walk may be read as it was
+// before the change or after it, or, if it moved between the running and the pending
+// lists, in both or in neither; the nodes and the queues, teams and reservations are read
+// before the first pause. So the caller must treat every job and node changed since the
+// walk began (the state's Seq then: JobChangedSince, NodeChangedSince) as unknown to the
+// plan, as it must for changes made while the plan is made.
+func (s *State) SnapshotPartsPausing(now time.Time, keep func(id int64) bool, chunk int, pause func() bool) (*SnapshotParts, bool) {
 	snap := &sched.Snapshot{Queues: map[string]sched.Queue{}, Teams: map[string]sched.Team{}}
 	usage := s.TeamUsage(now)
 	for _, t := range s.teams {
@@ -70,31 +89,28 @@ func (s *State) SnapshotParts(now time.Time, keep func(id int64) bool) *Snapshot
 			Pools: q.Pools, UserGPULimit: q.UserGPULimit}
 	}
 	x := &s.jobIdx
-	parts := &SnapshotParts{snap: snap, now: now, running: make([]snapRef, 0, len(s.active))}
+	parts := &SnapshotParts{snap: snap, now: now, running: make([]snapRef, 0, len(s.active)), pending: make([]snapRef, 0, len(s.pending))}
 	// Per job, only its entry is read, from the index it is walked in: the rest of what
 	// it says was read from the job and its attempts when the entry was made, which any
 	// change to them drops. The service each has received is worked out by Build,
 	// outside the lock, unless its attempts need reading.
-	for pos := range x.positions(api.StateAssigned, api.StateRunning) {
+	w := snapWalk{s: s, chunk: chunk, pause: pause}
+	ok := w.walk([]api.JobState{api.StateAssigned, api.StateRunning}, func(pos int, id int64) {
 		e := x.entry(pos)
-		id := x.order[pos]
 		if e == nil || e.running == nil {
 			j := s.jobs[id]
 			a, ok := s.CurrentAttempt(id)
 			if !ok {
-				continue
+				return
 			}
 			r := runningOf(j, &a)
 			e = &snapJob{running: &r, sv: s.servicePartsOf(id)}
 			x.setEntry(pos, e)
 		}
 		parts.running = append(parts.running, s.refOf(id, e, now))
-	}
-	parts.pending = make([]snapRef, 0, len(s.pending))
-	for pos := range x.positions(api.StatePending) {
-		id := x.order[pos]
+	}) && w.walk([]api.JobState{api.StatePending}, func(pos int, id int64) {
 		if keep != nil && !keep(id) {
-			continue
+			return
 		}
 		e := x.entry(pos)
 		if e == nil || e.pending == nil {
@@ -103,8 +119,50 @@ func (s *State) SnapshotParts(now time.Time, keep func(id int64) bool) *Snapshot
 			x.setEntry(pos, e)
 		}
 		parts.pending = append(parts.pending, s.refOf(id, e, now))
+	})
+	if !ok {
+		return nil, false
 	}
-	return parts
+	return parts, true
+}
+
+// snapWalk walks the job index for SnapshotPartsPausing, pausing every chunk jobs.
+type snapWalk struct {
+	s     *State
+	chunk int
+	pause func() bool
+	n     int // jobs read since the last pause
+}
+
+// walk calls read with the position and ID of each job in any of states, ascending by
+// ID, pausing as its chunk says. It reports false when a pause said to stop.
+func (w *snapWalk) walk(states []api.JobState, read func(pos int, id int64)) bool {
+	x := &w.s.jobIdx
+	start := 0
+	for {
+		var last int64
+		paused := false
+		for pos := range x.positionsFrom(start, states...) {
+			last = x.order[pos]
+			read(pos, last)
+			if w.n++; w.pause != nil && w.chunk > 0 && w.n >= w.chunk {
+				paused = true
+				break
+			}
+		}
+		if !paused {
+			return true
+		}
+		w.n = 0
+		if !w.pause() {
+			return false
+		}
+		// Jobs may have been loaded or evicted meanwhile: positions move, IDs do not.
+		var found bool
+		if start, found = slices.BinarySearch(x.order, last); found {
+			start++
+		}
+	}
 }
 
 // refOf is job id's entry e for Build, with the service the job has received at now

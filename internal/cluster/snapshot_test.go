@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -170,5 +171,143 @@ func TestNodesVersionIsUniqueAcrossStates(t *testing.T) {
 	}
 	if again := a.Snapshot(now, nil).NodesVersion; again != va {
 		t.Fatalf("unchanged nodes moved NodesVersion from %d to %d", va, again)
+	}
+}
+
+// pausingState is ten nodes of eight GPUs and 300 jobs: odd IDs pending, even IDs
+// running on one GPU each, so that a walk pauses in both lists.
+func pausingState() *State {
+	var nodes []api.Node
+	for i := range 10 {
+		nodes = append(nodes, eightGPUs(fmt.Sprintf("n%d", i)))
+	}
+	s := newSnapState(nodes...)
+	b := &batch.Batch{}
+	for id := int64(2); id <= 300; id++ {
+		if id%2 == 1 {
+			b.Jobs = append(b.Jobs, pendingJob(id, 1+int(id%3), ""))
+			continue
+		}
+		j := pendingJob(id, 1, "")
+		j.State, j.Attempts = api.StateRunning, 1
+		b.Jobs = append(b.Jobs, j)
+		b.Attempts = append(b.Attempts, api.Attempt{JobID: id, N: 1, AssignTime: snapT0.Add(-time.Duration(id) * time.Minute),
+			Placements: []api.Placement{{Node: fmt.Sprintf("n%d", id%10), GPUIndices: []int{int(id/10) % 8}, CPUs: 1, MemoryMB: 1024}}})
+	}
+	s.Apply(b)
+	return s
+}
+
+// TestSnapshotPausesAndGoesOn walks the jobs in chunks, with pauses in which the state
+// changes: a snapshot read so must hold every job that did not change during the walk
+// exactly as a snapshot read after it does, each job at most once, and no job that is
+// in neither.
+func TestSnapshotPausesAndGoesOn(t *testing.T) {
+	keep := func(id int64) bool { return id%7 != 0 } // the server's admission leaves some out
+	for _, chunk := range []int{1, 3, 64, 1000} {
+		s := pausingState()
+		pauses := 0
+		parts, ok := s.SnapshotPartsPausing(snapT0, keep, chunk, func() bool { pauses++; return true })
+		if !ok {
+			t.Fatalf("chunk %d: a walk whose pauses all said go on stopped", chunk)
+		}
+		if got, want := parts.Build(), s.Snapshot(snapT0, keep); !reflect.DeepEqual(got, want) {
+			t.Fatalf("chunk %d: pausing with nothing changed read another snapshot than one walk does", chunk)
+		}
+		// 150 running jobs, then 128 pending ones kept of 150 (keep reads them all).
+		if want := 300 / chunk; chunk < 300 && pauses != want && pauses != want-1 {
+			t.Errorf("chunk %d: %d pauses over 300 jobs; want about %d", chunk, pauses, want)
+		}
+	}
+
+	// Each pause changes the state: a job submitted, one cancelled, one ended, one
+	// requeued from running to pending, and, every fifth pause, the ended jobs evicted,
+	// which moves every job's position in the index.
+	s := pausingState()
+	seq := s.Seq()
+	touched := map[int64]bool{} // the jobs the pauses changed
+	next, step := int64(301), 0
+	pause := func() bool {
+		step++
+		at := snapT0.Add(time.Duration(step) * time.Second)
+		b := &batch.Batch{}
+		b.Jobs = append(b.Jobs, pendingJob(next, 1, ""))
+		next++
+		if j, ok := s.Job(int64(300 - 2*step + 1)); ok && j.State == api.StatePending {
+			j.State, j.EndTime = api.StateCancelled, &at
+			b.Jobs = append(b.Jobs, j)
+		}
+		if j, ok := s.Job(int64(4 * step)); ok && j.State == api.StateRunning {
+			j.State, j.EndTime = api.StateSucceeded, &at
+			b.Jobs = append(b.Jobs, j)
+		}
+		if j, ok := s.Job(int64(298 - 4*step)); ok && j.State == api.StateRunning {
+			j.State = api.StatePending
+			b.Jobs = append(b.Jobs, j)
+		}
+		s.Apply(b)
+		for _, j := range b.Jobs {
+			touched[j.ID] = true
+		}
+		if step%5 == 0 {
+			s.Evict(at.Add(time.Second))
+		}
+		return true
+	}
+	parts, ok := s.SnapshotPartsPausing(snapT0, keep, 7, pause)
+	if !ok || step < 30 {
+		t.Fatalf("the walk stopped (%v) or paused only %d times", !ok, step)
+	}
+	got, want := parts.Build(), s.Snapshot(snapT0, keep)
+	// An evicted job's changes are forgotten with it: the jobs each pause touched say
+	// what changed. The server's plans ask the state (JobChangedSince), and no job is
+	// evicted during a cycle's walk: only the cycle evicts.
+	unchanged := func(id int64) bool {
+		if _, ok := s.Job(id); ok && s.JobChangedSince(id, seq) != touched[id] {
+			t.Fatalf("job %d: changed since the walk began %v, touched by a pause %v", id, s.JobChangedSince(id, seq), touched[id])
+		}
+		return !touched[id]
+	}
+	checkPausedList(t, "running", got.Running, want.Running, func(r sched.Running) int64 { return r.ID }, unchanged)
+	checkPausedList(t, "pending", got.Pending, want.Pending, func(j sched.Job) int64 { return j.ID }, unchanged)
+
+	// A pause that says stop ends the walk with nothing.
+	calls := 0
+	if parts, ok := pausingState().SnapshotPartsPausing(snapT0, nil, 10, func() bool { calls++; return calls < 2 }); ok || parts != nil || calls != 2 {
+		t.Errorf("a walk told to stop at its second pause: ok %v, parts %v, %d pauses", ok, parts != nil, calls)
+	}
+}
+
+// checkPausedList holds one list of a snapshot read with pauses to the same list read
+// after them: each job once; every job that did not change during the walk in both, the
+// same; and none in got that is in neither.
+func checkPausedList[T any](t *testing.T, what string, got, want []T, id func(T) int64, unchanged func(int64) bool) {
+	t.Helper()
+	seen := map[int64]bool{}
+	for _, g := range got {
+		if seen[id(g)] {
+			t.Fatalf("%s: job %d read twice", what, id(g))
+		}
+		seen[id(g)] = true
+	}
+	wanted := map[int64]T{}
+	for _, w := range want {
+		wanted[id(w)] = w
+		if !unchanged(id(w)) {
+			continue
+		}
+		if !seen[id(w)] {
+			t.Errorf("%s: job %d, unchanged during the walk, was not read", what, id(w))
+		}
+	}
+	for _, g := range got {
+		w, ok := wanted[id(g)]
+		switch {
+		case !unchanged(id(g)):
+		case !ok:
+			t.Errorf("%s: job %d was read, unchanged, but is not in the list", what, id(g))
+		case !reflect.DeepEqual(g, w):
+			t.Errorf("%s: job %d, unchanged, was read as %+v; it is %+v", what, id(g), g, w)
+		}
 	}
 }

@@ -145,66 +145,79 @@ func BenchmarkSubmitIntoLargeStore(b *testing.B) {
 // (10,000 full nodes of 8 GPUs, 69,000 jobs waiting) with cycles running as often as a
 // stream of submits makes the server's loop run them (each long one followed by as long a
 // rest): what submits wait for is the lock the cycles take, and the CPU. It reports the
-// submits' p99 latency and the cycles run per second too. With 8 clients as well.
+// submits' p99 latency and the cycles run per second too. walk=whole reads the snapshot's
+// jobs in one hold of the lock, as cycles did before the walk could pause
+// (walk=pausing, the server's settings).
 func BenchmarkSubmitWhileCycling(b *testing.B) {
 	env := benchServer(b)
 	benchFill(b, env, 10_000, 8, 69_000)
-	for _, clients := range []int{8, 64} {
-		b.Run(fmt.Sprintf("clients=%d", clients), func(b *testing.B) {
-			ctx, cancel := context.WithCancel(context.Background())
-			cycled := make(chan int)
-			go func() {
-				n := 0
-				for ctx.Err() == nil {
-					t0 := time.Now()
-					if err := env.srv.Cycle(ctx); err != nil && ctx.Err() == nil {
-						b.Error(err)
-					}
-					n++
-					// The server's loop rests as long as a long cycle took (loopCycle).
-					if took := time.Since(t0); took >= cycleRestAfter {
-						select {
-						case <-ctx.Done():
-						case <-time.After(took):
-						}
-					}
-				}
-				cycled <- n
-			}()
-			body, _ := json.Marshal(api.JobSpec{Command: []string{"true"}, User: "bench", GPUs: 1})
-			var mu sync.Mutex
-			var lat []time.Duration
-			b.SetParallelism(max(1, clients/runtime.GOMAXPROCS(0)))
-			b.ResetTimer()
-			start := time.Now()
-			b.RunParallel(func(pb *testing.PB) {
-				client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1}}
-				var mine []time.Duration
-				for pb.Next() {
-					t0 := time.Now()
-					req, _ := http.NewRequest("POST", env.hs.URL+"/api/v1/jobs", bytes.NewReader(body))
-					req.Header.Set("Content-Type", "application/json")
-					req.Header.Set("Authorization", "Bearer "+env.token)
-					if status, err := doDrained(client, req); err != nil || status != http.StatusCreated {
-						b.Errorf("submit: status %d, %v", status, err)
-						return
-					}
-					mine = append(mine, time.Since(t0))
-				}
-				mu.Lock()
-				lat = append(lat, mine...)
-				mu.Unlock()
+	for _, walk := range []struct {
+		name  string
+		chunk int
+	}{{"whole", 1 << 30}, {"pausing", snapshotChunk}} {
+		for _, clients := range []int{8, 64} {
+			b.Run(fmt.Sprintf("walk=%s/clients=%d", walk.name, clients), func(b *testing.B) {
+				defer func(c int) { snapshotChunk = c }(snapshotChunk)
+				snapshotChunk = walk.chunk
+				benchSubmitsWhileCycling(b, env, clients)
 			})
-			took := time.Since(start)
-			b.StopTimer()
-			cancel()
-			cycles := <-cycled
-			slices.Sort(lat)
-			b.ReportMetric(float64(b.N)/took.Seconds(), "submits/s")
-			b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "p99-ms")
-			b.ReportMetric(float64(cycles)/took.Seconds(), "cycles/s")
-		})
+		}
 	}
+}
+
+func benchSubmitsWhileCycling(b *testing.B, env *benchEnv, clients int) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cycled := make(chan int)
+	go func() {
+		n := 0
+		for ctx.Err() == nil {
+			t0 := time.Now()
+			if err := env.srv.Cycle(ctx); err != nil && ctx.Err() == nil {
+				b.Error(err)
+			}
+			n++
+			// The server's loop rests as long as a long cycle took (loopCycle).
+			if took := time.Since(t0); took >= cycleRestAfter {
+				select {
+				case <-ctx.Done():
+				case <-time.After(took):
+				}
+			}
+		}
+		cycled <- n
+	}()
+	body, _ := json.Marshal(api.JobSpec{Command: []string{"true"}, User: "bench", GPUs: 1})
+	var mu sync.Mutex
+	var lat []time.Duration
+	b.SetParallelism(max(1, clients/runtime.GOMAXPROCS(0)))
+	b.ResetTimer()
+	start := time.Now()
+	b.RunParallel(func(pb *testing.PB) {
+		client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1}}
+		var mine []time.Duration
+		for pb.Next() {
+			t0 := time.Now()
+			req, _ := http.NewRequest("POST", env.hs.URL+"/api/v1/jobs", bytes.NewReader(body))
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Authorization", "Bearer "+env.token)
+			if status, err := doDrained(client, req); err != nil || status != http.StatusCreated {
+				b.Errorf("submit: status %d, %v", status, err)
+				return
+			}
+			mine = append(mine, time.Since(t0))
+		}
+		mu.Lock()
+		lat = append(lat, mine...)
+		mu.Unlock()
+	})
+	took := time.Since(start)
+	b.StopTimer()
+	cancel()
+	cycles := <-cycled
+	slices.Sort(lat)
+	b.ReportMetric(float64(b.N)/took.Seconds(), "submits/s")
+	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "p99-ms")
+	b.ReportMetric(float64(cycles)/took.Seconds(), "cycles/s")
 }
 
 // benchSubmits times b.N submits of spec from clients concurrent clients, each with its
@@ -525,14 +538,19 @@ func BenchmarkCycle10k(b *testing.B) { benchCycle(b, 10_000, 69_000) }
 func benchCycle(b *testing.B, nodes, pending int) {
 	env := benchServer(b)
 	benchFill(b, env, nodes, 8, pending)
-	var start, planned time.Time
-	var before, after time.Duration
-	env.srv.planning = func() { before += time.Since(start) }
+	var start, planned, resumed time.Time
+	var before, after, longest time.Duration
+	// longest is the longest the lock was held at once before planning: the snapshot's
+	// walk lets go of it between chunks of jobs.
+	held := func() { longest = max(longest, time.Since(resumed)) }
+	env.srv.snapshotPaused = func() { held(); resumed = time.Now() }
+	env.srv.planning = func() { held(); before += time.Since(start) }
 	env.srv.planned = func() { planned = time.Now() }
 	cpu0 := processCPU(b)
 	b.ResetTimer()
 	for range b.N {
 		start = time.Now()
+		resumed = start
 		if err := env.srv.Cycle(context.Background()); err != nil {
 			b.Fatal(err)
 		}
@@ -544,6 +562,7 @@ func benchCycle(b *testing.B, nodes, pending int) {
 	b.ReportMetric(float64((processCPU(b)-cpu0).Microseconds())/1000/float64(b.N), "cpu-ms/op")
 	b.ReportMetric(float64(before.Microseconds())/1000/float64(b.N), "locked-before-ms/op")
 	b.ReportMetric(float64(after.Microseconds())/1000/float64(b.N), "locked-after-ms/op")
+	b.ReportMetric(float64(longest.Microseconds())/1000, "longest-hold-before-ms")
 }
 
 // processCPU is the CPU time the process has used, user and system, every thread.

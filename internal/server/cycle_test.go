@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -334,6 +336,104 @@ func TestCycleGivesEveryWaitingJobItsReason(t *testing.T) {
 		j, _ := h.srv.state.Job(id)
 		if j.State != api.StatePending || j.Reason == "" || j.Priority == nil {
 			t.Fatalf("job %d of %d after a cycle: state %s, reason %q, priority %v", id, n, j.State, j.Reason, j.Priority)
+		}
+	}
+}
+
+// snapshotPause makes the cycles' snapshots let go of the lock after every job and run
+// during the first pause, without the lock.
+func (h *harness) snapshotPause(during func()) {
+	chunk, hold := snapshotChunk, snapshotHold
+	snapshotChunk, snapshotHold = 1, 0
+	once := false
+	h.srv.snapshotPaused = func() {
+		if !once {
+			once = true
+			during()
+		}
+	}
+	h.t.Cleanup(func() { snapshotChunk, snapshotHold, h.srv.snapshotPaused = chunk, hold, nil })
+}
+
+// A cycle's snapshot lets go of the lock between chunks of jobs. What changes in a pause
+// is left to the next cycle: a job cancelled then is not placed, no job goes to a node
+// drained then, and a job submitted then is planned by the next cycle, which the change
+// asks for.
+func TestChangesDuringTheSnapshotWalk(t *testing.T) {
+	h := newHarness(t)
+	h.beat("n1", 8)
+	h.beat("n2", 8)
+	running := h.submit(api.JobSpec{GPUs: 1, Command: []string{"running"}})
+	h.cycle()
+	h.beat("n1", 8, api.TaskStatus{JobID: running.ID, Attempt: 1, State: api.StateRunning, PID: 10})
+	h.beat("n2", 8, api.TaskStatus{JobID: running.ID, Attempt: 1, State: api.StateRunning, PID: 10})
+	a := h.submit(api.JobSpec{GPUs: 7, Command: []string{"a"}})
+	b := h.submit(api.JobSpec{GPUs: 7, Command: []string{"b"}})
+	var late api.Job
+	h.snapshotPause(func() {
+		if code := h.do("POST", fmt.Sprintf("/api/v1/jobs/%d/cancel", a.ID), nil, nil); code != http.StatusOK {
+			t.Errorf("cancel during the walk: %d", code)
+		}
+		if code := h.do("POST", "/api/v1/nodes/n1/drain", nil, nil); code != http.StatusOK {
+			t.Errorf("drain during the walk: %d", code)
+		}
+		late = h.submit(api.JobSpec{GPUs: 1, Command: []string{"late"}})
+	})
+	h.cycle()
+	if got := h.job(a.ID); got.State != api.StateCancelled || got.Attempts != 0 {
+		t.Fatalf("job a, cancelled during the walk, is %s with %d attempts; want CANCELLED with none", got.State, got.Attempts)
+	}
+	for _, id := range []int64{b.ID, late.ID} {
+		if got := h.job(id); slices.Contains(got.Nodes, "n1") {
+			t.Fatalf("job %d went to n1, drained during the walk", id)
+		}
+	}
+	h.srv.mu.Lock()
+	again := h.srv.state.Seq() != h.srv.cycled
+	h.srv.mu.Unlock()
+	if !again {
+		t.Fatalf("the changes made during the walk do not ask for another cycle")
+	}
+	h.cycle()
+	h.cycle()
+	if got := h.job(b.ID); got.State != api.StateAssigned || !slices.Equal(got.Nodes, []string{"n2"}) {
+		t.Fatalf("job b is %s on %v; want ASSIGNED on n2", got.State, got.Nodes)
+	}
+	// Job late fits beside b on n2 unless the running job is there too.
+	got := h.job(late.ID)
+	if onN2 := slices.Contains(h.job(running.ID).Nodes, "n2"); onN2 && (got.State != api.StatePending || !strings.Contains(got.Message, "free")) {
+		t.Fatalf("job late is %s (%q); want PENDING for want of a free GPU, n1 drained and n2 full", got.State, got.Message)
+	} else if !onN2 && (got.State != api.StateAssigned || !slices.Equal(got.Nodes, []string{"n2"})) {
+		t.Fatalf("job late is %s on %v; want ASSIGNED on n2 beside job b", got.State, got.Nodes)
+	}
+}
+
+// A state read again from the store during the walk ends the cycle with no plan: the
+// snapshot would mix two states. The next cycle plans from the new one.
+func TestSnapshotWalkStopsWhenTheStateIsReadAgain(t *testing.T) {
+	h := newHarness(t)
+	h.beat("n1", 8)
+	for range 3 {
+		h.submit(api.JobSpec{GPUs: 1, Command: []string{"x"}})
+	}
+	h.snapshotPause(func() {
+		h.srv.mu.Lock()
+		defer h.srv.mu.Unlock()
+		h.srv.suspect = true
+		if err := h.srv.resync(context.Background()); err != nil {
+			t.Errorf("resync: %v", err)
+		}
+	})
+	h.cycle()
+	for id := int64(1); id <= 3; id++ {
+		if st := h.job(id).State; st != api.StatePending {
+			t.Fatalf("job %d is %s after a cycle whose walk saw the state read again; want PENDING", id, st)
+		}
+	}
+	h.cycle()
+	for id := int64(1); id <= 3; id++ {
+		if st := h.job(id).State; st != api.StateAssigned {
+			t.Fatalf("job %d is %s after the next cycle; want ASSIGNED", id, st)
 		}
 	}
 }

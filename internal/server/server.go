@@ -219,6 +219,9 @@ type Server struct {
 	// planning and planned, if set (by tests and benchmarks), run while a cycle plans,
 	// without s.mu: before the plan is made and after.
 	planning, planned func()
+	// snapshotPaused, if set (by tests and benchmarks), runs each time a cycle's snapshot
+	// lets go of the lock between chunks of jobs.
+	snapshotPaused func()
 	// planner plans every cycle (made by the first); cycleMu guards it.
 	planner *sched.Planner
 	// betweenReads, if set (by tests), runs where a listing has read memory and released
