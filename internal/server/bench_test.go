@@ -120,25 +120,7 @@ func BenchmarkSubmitIntoLargeStore(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	body, _ := json.Marshal(api.JobSpec{Command: []string{"true"}, User: "bench", GPUs: 1})
-	var n atomic.Int64
-	b.SetParallelism(max(1, 64/runtime.GOMAXPROCS(0)))
-	b.ResetTimer()
-	start := time.Now()
-	b.RunParallel(func(pb *testing.PB) {
-		client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1}}
-		for pb.Next() {
-			req, _ := http.NewRequest("POST", env.hs.URL+"/api/v1/jobs", bytes.NewReader(body))
-			req.Header.Set("Content-Type", "application/json")
-			req.Header.Set("Authorization", "Bearer "+env.token)
-			req.Header.Set("Idempotency-Key", fmt.Sprintf("large-%d", n.Add(1)))
-			if status, err := doDrained(client, req); err != nil || status != http.StatusCreated {
-				b.Errorf("submit: status %d, %v", status, err)
-				return
-			}
-		}
-	})
-	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "submits/s")
+	benchKeyedSubmits(b, env, api.JobSpec{Command: []string{"true"}, User: "bench", GPUs: 1}, "large")
 }
 
 // BenchmarkSubmitWhileCycling is BenchmarkSubmit's clients at the scale suite's size
@@ -254,7 +236,14 @@ func BenchmarkSubmitWithKeys(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	body, _ := json.Marshal(api.JobSpec{Command: []string{"true"}, User: "bench"})
+	benchKeyedSubmits(b, env, api.JobSpec{Command: []string{"true"}, User: "bench"}, "new")
+}
+
+// benchKeyedSubmits times b.N submits of spec from 64 concurrent clients, each with its
+// own connection, each submit with an Idempotency-Key of its own (prefix-N), as rota
+// submit sends, and reports submits per second.
+func benchKeyedSubmits(b *testing.B, env *benchEnv, spec api.JobSpec, prefix string) {
+	body, _ := json.Marshal(spec)
 	var n atomic.Int64
 	b.SetParallelism(max(1, 64/runtime.GOMAXPROCS(0)))
 	b.ResetTimer()
@@ -265,7 +254,7 @@ func BenchmarkSubmitWithKeys(b *testing.B) {
 			req, _ := http.NewRequest("POST", env.hs.URL+"/api/v1/jobs", bytes.NewReader(body))
 			req.Header.Set("Content-Type", "application/json")
 			req.Header.Set("Authorization", "Bearer "+env.token)
-			req.Header.Set("Idempotency-Key", fmt.Sprintf("new-%d", n.Add(1)))
+			req.Header.Set("Idempotency-Key", fmt.Sprintf("%s-%d", prefix, n.Add(1)))
 			if status, err := doDrained(client, req); err != nil || status != http.StatusCreated && status != http.StatusOK {
 				b.Errorf("submit: status %d, %v", status, err)
 				return
