@@ -2,6 +2,7 @@ package server
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/url"
 	"reflect"
@@ -22,13 +23,7 @@ var jobQuerySeeds = []string{"", "limit=2", "limit=2&after=3", "limit=2&before=9
 
 // jobListTarget is a server with single jobs and arrays, some running, some waiting, one
 // held, one cancelled.
-type jobListTarget struct{ env *submitEnv }
-
-func (jt *jobListTarget) close() {
-	if jt.env != nil {
-		jt.env.close()
-	}
-}
+type jobListTarget struct{ queryTarget }
 
 // FuzzJobList asks GET /api/v1/jobs with fuzzed query strings. Oracle: never a 5xx; a 400
 // names a parameter of the route; a 200 of jobs not ended is, in order, a run of the whole
@@ -46,26 +41,17 @@ func FuzzJobList(f *testing.F) {
 }
 
 func (jt *jobListTarget) check(t *testing.T, query string) {
-	if jt.env == nil {
-		env, err := newSubmitEnv()
-		if err != nil {
-			t.Fatal(err)
-		}
-		jt.env = env
-		for _, spec := range []string{`{"command":["x"],"gpus":1}`, `{"command":["x"],"gpus":1,"array":"0-6"}`, `{"command":["x"],"hold":true}`,
-			`{"command":["x"],"gpus":2,"array":"3-5"}`, `{"command":["x"]}`, `{"command":["x"],"array":"0-2","hold":true}`, `{"command":["x"],"array":"9"}`} {
-			if code, body := env.post("/api/v1/jobs", spec); code != http.StatusCreated {
-				t.Fatalf("submit %s: %d %s", spec, code, body)
-			}
+	env := jt.ready(t, func(env *submitEnv) error {
+		if err := env.submitAll(`{"command":["x"],"gpus":1}`, `{"command":["x"],"gpus":1,"array":"0-6"}`, `{"command":["x"],"hold":true}`,
+			`{"command":["x"],"gpus":2,"array":"3-5"}`, `{"command":["x"]}`, `{"command":["x"],"array":"0-2","hold":true}`, `{"command":["x"],"array":"9"}`); err != nil {
+			return err
 		}
 		if code, body := env.post("/api/v1/jobs/5/cancel", ""); code != http.StatusOK {
-			t.Fatalf("cancel: %d %s", code, body)
+			return fmt.Errorf("cancel: %d %s", code, body)
 		}
-		if err := env.srv.Cycle(t.Context()); err != nil {
-			t.Fatal(err)
-		}
-	}
-	code, body := jt.env.get("/api/v1/jobs", query)
+		return env.srv.Cycle(t.Context())
+	})
+	code, body := env.get("/api/v1/jobs", query)
 	switch code {
 	case http.StatusBadRequest:
 		var e api.Error
@@ -93,13 +79,13 @@ func (jt *jobListTarget) check(t *testing.T, query string) {
 			whole[k] = v
 		}
 	}
-	code, body = jt.env.get("/api/v1/jobs", whole.Encode())
+	code, body = env.get("/api/v1/jobs", whole.Encode())
 	var all api.JobList
 	if code != http.StatusOK || json.Unmarshal(body, &all) != nil || all.Next != "" {
 		t.Fatalf("?%s: the same filters unpaged: %d %s", whole.Encode(), code, body)
 	}
 	// The entries the whole listing makes, and the jobs of each.
-	now := jt.env.clock.Now()
+	now := env.clock.Now()
 	var entries []api.Job
 	var members [][]int64
 	collapse := q.Get("arrays") == "collapse"

@@ -2,6 +2,7 @@ package server
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/url"
 	"slices"
@@ -21,13 +22,7 @@ var nodeQuerySeeds = []string{"", "limit=2", "limit=2&after=node-a", "limit=2&be
 	"free=2&limit=1", "free=1&state=READY&jobs=true&limit=5", "free=0", "free=99999999999999999999"}
 
 // nodeListTarget is a server with six nodes of two pools, one drained, jobs on some.
-type nodeListTarget struct{ env *submitEnv }
-
-func (nt *nodeListTarget) close() {
-	if nt.env != nil {
-		nt.env.close()
-	}
-}
+type nodeListTarget struct{ queryTarget }
 
 // FuzzNodeList asks GET /api/v1/nodes with fuzzed query strings. Oracle: never a 5xx; a
 // 400 names a parameter of the route; a 200 is, in order, the slice of the filtered list
@@ -44,31 +39,22 @@ func FuzzNodeList(f *testing.F) {
 }
 
 func (nt *nodeListTarget) check(t *testing.T, query string) {
-	if nt.env == nil {
-		env, err := newSubmitEnv()
-		if err != nil {
-			t.Fatal(err)
-		}
-		nt.env = env
+	env := nt.ready(t, func(env *submitEnv) error {
 		for _, n := range []string{"rack-1", "rack-2", "rack-3", "spare"} {
 			pool := map[bool]string{true: "train", false: "serve"}[strings.HasPrefix(n, "rack")]
 			if err := env.beat(n, "NVIDIA H100 80GB HBM3", 2, map[string]string{"pool": pool}); err != nil {
-				t.Fatal(err)
+				return err
 			}
 		}
 		if code, body := env.post("/api/v1/nodes/rack-2/drain", `{"reason":"fuzz"}`); code != http.StatusOK {
-			t.Fatalf("drain: %d %s", code, body)
+			return fmt.Errorf("drain: %d %s", code, body)
 		}
-		for _, spec := range []string{`{"command":["x"],"gpus":8}`, `{"command":["x"],"gpus":2}`, `{"command":["x"],"gpus":1,"hold":true}`} {
-			if code, body := env.post("/api/v1/jobs", spec); code != http.StatusCreated {
-				t.Fatalf("submit %s: %d %s", spec, code, body)
-			}
+		if err := env.submitAll(`{"command":["x"],"gpus":8}`, `{"command":["x"],"gpus":2}`, `{"command":["x"],"gpus":1,"hold":true}`); err != nil {
+			return err
 		}
-		if err := env.srv.Cycle(t.Context()); err != nil {
-			t.Fatal(err)
-		}
-	}
-	code, body := nt.env.get("/api/v1/nodes", query)
+		return env.srv.Cycle(t.Context())
+	})
+	code, body := env.get("/api/v1/nodes", query)
 	switch code {
 	case http.StatusBadRequest:
 		var e api.Error
@@ -92,7 +78,7 @@ func (nt *nodeListTarget) check(t *testing.T, query string) {
 			whole[k] = v
 		}
 	}
-	code, body = nt.env.get("/api/v1/nodes", whole.Encode())
+	code, body = env.get("/api/v1/nodes", whole.Encode())
 	var all api.NodeList
 	if code != http.StatusOK || json.Unmarshal(body, &all) != nil {
 		t.Fatalf("?%s: the same filters unpaged: %d %s", whole.Encode(), code, body)

@@ -37,6 +37,42 @@ type submitEnv struct {
 // array of ten thousand costs one refusal rather than ten thousand rows.
 const maxPendingFuzz = 100
 
+// queryTarget is the server of a fuzz target that only reads: made, with setup, on the
+// first input, and kept for the rest.
+type queryTarget struct{ env *submitEnv }
+
+func (q *queryTarget) close() {
+	if q.env != nil {
+		q.env.close()
+	}
+}
+
+// ready returns the target's server, making it with setup on the first call.
+func (q *queryTarget) ready(t *testing.T, setup func(*submitEnv) error) *submitEnv {
+	t.Helper()
+	if q.env == nil {
+		env, err := newSubmitEnv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		q.env = env
+		if err := setup(env); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return q.env
+}
+
+// submitAll submits each JSON spec as the admin.
+func (e *submitEnv) submitAll(specs ...string) error {
+	for _, spec := range specs {
+		if code, body := e.post("/api/v1/jobs", spec); code != http.StatusCreated {
+			return fmt.Errorf("submit %s: %d %s", spec, code, body)
+		}
+	}
+	return nil
+}
+
 func newSubmitEnv() (*submitEnv, error) {
 	dir, err := os.MkdirTemp("", "rota-fuzz-")
 	if err != nil {

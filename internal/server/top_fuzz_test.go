@@ -16,13 +16,7 @@ var topQuerySeeds = []string{"", "nodes=all", "nodes=0&jobs=0", "nodes=1&jobs=10
 	"nodes=1&nodes=2", "nodes=%zz", "jobs=", "nodes=99999999999999999999", "x=1&nodes=3", "nodes=ALL", "jobs=1e2"}
 
 // topTarget is a server with two nodes and jobs running, waiting and held.
-type topTarget struct{ env *submitEnv }
-
-func (tt *topTarget) close() {
-	if tt.env != nil {
-		tt.env.close()
-	}
-}
+type topTarget struct{ queryTarget }
 
 // FuzzTopQuery asks GET /api/v1/top with fuzzed query strings. Oracle: never a 5xx; a
 // 400 names nodes or jobs; a 200 lists no more nodes and jobs than asked for (or the
@@ -37,22 +31,13 @@ func FuzzTopQuery(f *testing.F) {
 }
 
 func (tt *topTarget) check(t *testing.T, query string) {
-	if tt.env == nil {
-		env, err := newSubmitEnv()
-		if err != nil {
-			t.Fatal(err)
+	env := tt.ready(t, func(env *submitEnv) error {
+		if err := env.submitAll(`{"command":["x"],"gpus":4}`, `{"command":["x"],"gpus":8}`, `{"command":["x"],"gpus":8}`, `{"command":["x"],"gpus":1,"hold":true}`); err != nil {
+			return err
 		}
-		tt.env = env
-		for _, spec := range []string{`{"command":["x"],"gpus":4}`, `{"command":["x"],"gpus":8}`, `{"command":["x"],"gpus":8}`, `{"command":["x"],"gpus":1,"hold":true}`} {
-			if code, body := env.post("/api/v1/jobs", spec); code != http.StatusCreated {
-				t.Fatalf("submit %s: %d %s", spec, code, body)
-			}
-		}
-		if err := env.srv.Cycle(t.Context()); err != nil {
-			t.Fatal(err)
-		}
-	}
-	code, body := tt.env.get("/api/v1/top", query)
+		return env.srv.Cycle(t.Context())
+	})
+	code, body := env.get("/api/v1/top", query)
 	switch code {
 	case http.StatusBadRequest:
 		var e api.Error
