@@ -127,7 +127,9 @@ func (v *authView) setLimits(state *cluster.State) {
 // applyState applies a batch the store holds (or, for agent reports, will hold: see
 // writequeue.go) to memory: the state and what follows it. Callers hold s.mu.
 func (s *Server) applyState(b *store.Batch) {
+	s.noteBatch(b)
 	s.state.Apply(b)
+	s.followBatch()
 	s.view.follow(s.state, b)
 	if len(b.DeleteTokens) > 0 {
 		s.lastUsed.forget(b.DeleteTokens)

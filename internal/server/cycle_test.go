@@ -262,7 +262,9 @@ func TestCyclesAreCoalesced(t *testing.T) {
 func TestLongCyclesAreFollowedByRest(t *testing.T) {
 	h := newHarness(t)
 	h.beat("n1", 8)
-	h.submit(api.JobSpec{GPUs: 8, Command: []string{"train"}})
+	// The node keeps room, so that each cycle places a job and none leaves the next
+	// submit to the recompute (stall.go).
+	h.submit(api.JobSpec{GPUs: 4, Command: []string{"train"}})
 	h.srv.loopCycle(context.Background())
 	h.submit(api.JobSpec{GPUs: 1, Command: []string{"train"}})
 	if !h.srv.cycleDue() {
@@ -277,6 +279,9 @@ func TestLongCyclesAreFollowedByRest(t *testing.T) {
 	h.srv.planning = nil
 	h.submit(api.JobSpec{GPUs: 1, Command: []string{"train"}})
 	for !h.srv.cycleDue() {
+		if time.Since(ended) > 10*time.Second {
+			t.Fatal("no cycle due 10 s after a submit that fits")
+		}
 		time.Sleep(10 * time.Millisecond)
 	}
 	// The rest is as long as the cycle, counted from its end (less the moments between

@@ -27,11 +27,13 @@ import (
 func (s *Server) Cycle(ctx context.Context) error {
 	s.cycleMu.Lock()
 	defer s.cycleMu.Unlock()
+	cycleStart := time.Now()
 	if err := s.refreshBudgets(ctx, s.cfg.Clock.Now()); err != nil {
 		// Budgets then count from memory alone until the store answers again.
 		s.log.Warn("budgets", "err", err)
 	}
 	s.mu.Lock()
+	s.stall = stall{}
 	heldSince := time.Now()
 	locked := true
 	defer func() {
@@ -66,6 +68,7 @@ func (s *Server) Cycle(ctx context.Context) error {
 	// plans them.
 	state, seq := s.state, s.state.Seq()
 	s.cycled = seq
+	s.armStall()
 	parts, current := s.state.SnapshotPartsPausing(now, func(id int64) bool { _, out := held[id]; return !out }, snapshotChunk, func() bool {
 		if time.Since(heldSince) < snapshotHold {
 			return true
@@ -121,6 +124,14 @@ func (s *Server) Cycle(ctx context.Context) error {
 		ests[i] = p.EstimatedStart
 		pr := p.Priority
 		prios[i] = api.Priority{Tier: pr.Tier, Score: pr.Score, FairShare: pr.FairShare, Age: pr.Age, Size: pr.Size, Deadline: pr.Deadline, Nice: pr.Nice}
+	}
+	// A plan that places and stops nothing, made by a long cycle, may let the arrivals
+	// that follow wait for the recompute (stall.go).
+	fruitless := err == nil && len(plan.Placements) == 0 && len(plan.Preemptions) == 0
+	var maxFree int
+	var victims bool
+	if fruitless && time.Since(cycleStart) >= stallAfter {
+		maxFree, victims = stallFacts(snap)
 	}
 	if s.planned != nil {
 		s.planned()
@@ -231,6 +242,9 @@ func (s *Server) Cycle(ctx context.Context) error {
 	}
 	for id, r := range held {
 		s.state.SetPendingReason(id, r[0], r[1], nil, nil)
+	}
+	if fruitless {
+		s.holdStall(time.Since(cycleStart), maxFree, victims)
 	}
 	if len(plan.Placements) > 0 || len(plan.Preemptions) > 0 {
 		s.log.Info("scheduling cycle", "placed", len(plan.Placements), "preempting", len(plan.Preemptions), "pending", len(plan.Pending)+len(held))

@@ -205,6 +205,9 @@ type Server struct {
 	// earliest time a job held back by a timer (a retry's backoff) may start: the loop
 	// runs a cycle only when one of them says something may have changed (cycleDue).
 	cycleMu sync.Mutex
+	// stall says whether what changed since the last cycle can let no job start
+	// (stall.go). Guarded by mu.
+	stall stall
 	// ledger is the evicted jobs' use that budgets count; cycleMu guards it.
 	ledger    budgetLedger
 	cycled    uint64
@@ -610,7 +613,8 @@ func (s *Server) loopCycle(ctx context.Context) {
 }
 
 // cycleDue reports whether a cycle may decide anything the last one did not: the state
-// changed since, a timer it noted is due, or RecomputeInterval has passed. Cycles are thus
+// changed since (beyond arrivals that cannot start: stall.go), a timer it noted is due,
+// or RecomputeInterval has passed. Cycles are thus
 // coalesced: any number of changes between two ticks make one cycle, and an idle cluster
 // makes none beyond the bounded recompute. After a cycle that took longer than
 // cycleRestAfter, the loop rests as long as it took before the next one: on a large
@@ -627,7 +631,8 @@ func (s *Server) cycleDue() bool {
 	defer s.mu.Unlock()
 	now := s.cfg.Clock.Now()
 	recompute := max(s.cfg.RecomputeInterval, recomputeStretch*time.Duration(s.lastTook.Load()))
-	return s.state.Seq() != s.cycled || now.Sub(s.lastCycle) >= recompute ||
+	changed := s.state.Seq() != s.cycled && !s.stalled()
+	return changed || now.Sub(s.lastCycle) >= recompute ||
 		(!s.wakeAt.IsZero() && !now.Before(s.wakeAt))
 }
 

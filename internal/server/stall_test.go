@@ -1,0 +1,292 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rotahq/rota/internal/api"
+)
+
+// stallHarness is a harness whose cycles all count as long (stallAfter), with the
+// recompute an hour away, so that only a change makes a cycle due.
+func stallHarness(t *testing.T) *harness {
+	t.Helper()
+	old := stallAfter
+	t.Cleanup(func() { stallAfter = old })
+	stallAfter = 0
+	h := &harness{t: t, clock: &fakeClock{t: time.Date(2026, 11, 1, 9, 0, 0, 0, time.UTC)}, dir: t.TempDir(),
+		cfg: func(c *Config) { c.RecomputeInterval = time.Hour }}
+	h.open()
+	return h
+}
+
+// fullNode makes node full with one running job of gpus GPUs and one waiting for as many,
+// and runs the cycle that places nothing. It returns the running and the waiting job.
+func (h *harness) fullNode(node string, gpus int, spec api.JobSpec) (running, waiting api.Job) {
+	h.t.Helper()
+	h.beat(node, gpus)
+	spec.GPUs = gpus
+	running = h.startJob(node, gpus, spec)
+	waiting = h.submit(spec)
+	h.cycle()
+	if st := h.job(waiting.ID).State; st != api.StatePending {
+		h.t.Fatalf("second job is %s; want PENDING on a full node", st)
+	}
+	return running, waiting
+}
+
+// runningOK is the task report of a job running on its first attempt.
+func runningOK(id int64) api.TaskStatus {
+	return api.TaskStatus{JobID: id, Attempt: 1, State: api.StateRunning}
+}
+
+// On a full cluster, after a cycle that placed nothing, jobs that cannot fit anywhere
+// make no cycle due: each is told at once why it waits. The first job that might fit, or
+// any other change, makes one due again, and the cycle then decides as before.
+func TestArrivalsThatCannotStartMakeNoCycleDue(t *testing.T) {
+	h := stallHarness(t)
+	run, wait := h.fullNode("n1", 8, api.JobSpec{Command: []string{"train"}})
+	if h.srv.cycleDue() {
+		t.Fatal("a cycle is due right after one, with nothing changed")
+	}
+	for _, gpus := range []int{8, 1} {
+		j := h.submit(api.JobSpec{GPUs: gpus, Command: []string{"train"}})
+		if h.srv.cycleDue() {
+			t.Fatalf("a %d-GPU job on a full cluster made a cycle due", gpus)
+		}
+		got := h.job(j.ID)
+		want := fmt.Sprintf("no node has %d GPU", gpus)
+		if got.State != api.StatePending || got.Reason != "Resources" || !strings.HasPrefix(got.Message, want) || !strings.Contains(got.Message, "at most 0 on one node") {
+			t.Fatalf("arrival of %d GPUs: %s %q %q; want PENDING, Resources, %q…", gpus, got.State, got.Reason, got.Message, want)
+		}
+	}
+	// An array of 100 such jobs changes nothing either.
+	arr := h.submit(api.JobSpec{GPUs: 2, Command: []string{"train"}, Array: "0-99"})
+	if h.srv.cycleDue() {
+		t.Fatal("an array that cannot start made a cycle due")
+	}
+	if got := h.job(arr.ID + 99); got.Reason != "Resources" {
+		t.Fatalf("last array member: reason %q %q; want Resources", got.Reason, got.Message)
+	}
+	// A job held for its dependency needs nothing now.
+	h.submit(api.JobSpec{GPUs: 1, Command: []string{"eval"}, After: []int64{run.ID}})
+	if h.srv.cycleDue() {
+		t.Fatal("a held job made a cycle due")
+	}
+	// A job without GPUs may start on a full node: the next cycle must look.
+	cpu := h.submit(api.JobSpec{CPUs: 1, Command: []string{"prep"}})
+	if !h.srv.cycleDue() {
+		t.Fatal("no cycle due after a job that needs no GPU")
+	}
+	h.cycle()
+	if st := h.job(cpu.ID).State; st != api.StateAssigned {
+		t.Fatalf("CPU job is %s; want ASSIGNED", st)
+	}
+	// The cycle that placed it was fruitful: nothing is deferred after it.
+	h.beat("n1", 8, runningOK(run.ID), runningOK(cpu.ID))
+	h.cycle()
+	// The running job ends: its GPUs are free, and the first waiting job takes them.
+	code := 0
+	h.beat("n1", 8, api.TaskStatus{JobID: run.ID, Attempt: 1, State: api.StateSucceeded, ExitCode: &code}, runningOK(cpu.ID))
+	if !h.srv.cycleDue() {
+		t.Fatal("no cycle due after a job ended on a full cluster")
+	}
+	h.cycle()
+	if st := h.job(wait.ID).State; st != api.StateAssigned {
+		t.Fatalf("the first waiting job is %s once GPUs freed; want ASSIGNED", st)
+	}
+}
+
+// Each kind of change other than an arrival that cannot start makes a cycle due while
+// the stall holds.
+func TestChangesEndTheStall(t *testing.T) {
+	cases := []struct {
+		name   string
+		change func(h *harness, run, wait api.Job)
+	}{
+		{"a waiting job cancelled", func(h *harness, _, wait api.Job) {
+			if code := h.do("POST", fmt.Sprintf("/api/v1/jobs/%d/cancel", wait.ID), nil, nil); code != http.StatusOK {
+				h.t.Fatalf("cancel: %d", code)
+			}
+		}},
+		{"a running job cancelled", func(h *harness, run, _ api.Job) {
+			if code := h.do("POST", fmt.Sprintf("/api/v1/jobs/%d/cancel", run.ID), nil, nil); code != http.StatusOK {
+				h.t.Fatalf("cancel: %d", code)
+			}
+		}},
+		{"a node joins", func(h *harness, _, _ api.Job) { h.beat("n2", 8) }},
+		{"a node drained", func(h *harness, _, _ api.Job) {
+			if code := h.do("POST", "/api/v1/nodes/n1/drain", api.DrainRequest{Reason: "bios"}, nil); code != http.StatusOK {
+				h.t.Fatalf("drain: %d", code)
+			}
+		}},
+		{"a queue added", func(h *harness, _, _ api.Job) {
+			if code, e := h.putConfig("queues:\n  - name: gold\n    tier: 10\n"); code != http.StatusOK {
+				h.t.Fatalf("config: %d %s", code, e.Message)
+			}
+		}},
+		{"a GPU turns unhealthy", func(h *harness, run, _ api.Job) {
+			inv := api.Inventory{CPUs: 64, MemoryMB: 512 << 10, DeviceSource: "fake"}
+			for i := range 4 {
+				inv.GPUs = append(inv.GPUs, api.GPU{Index: i, UUID: fmt.Sprintf("GPU-n1-%d", i), Model: "H100", MemoryMB: 81559, Healthy: i != 3})
+			}
+			h.heartbeat("n1", inv, []api.TaskStatus{runningOK(run.ID)})
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			h := stallHarness(t)
+			run, wait := h.fullNode("n1", 4, api.JobSpec{Command: []string{"train"}})
+			h.submit(api.JobSpec{GPUs: 4, Command: []string{"train"}})
+			if h.srv.cycleDue() {
+				t.Fatal("an arrival that cannot start made a cycle due")
+			}
+			c.change(h, run, wait)
+			if !h.srv.cycleDue() {
+				t.Fatalf("no cycle due after %s", c.name)
+			}
+		})
+	}
+}
+
+// Time still counts while the stall holds: the recompute, and a retried job's backoff.
+func TestTheStallKeepsTheRecompute(t *testing.T) {
+	h := stallHarness(t)
+	h.fullNode("n1", 8, api.JobSpec{Command: []string{"train"}})
+	h.submit(api.JobSpec{GPUs: 8, Command: []string{"train"}})
+	if h.srv.cycleDue() {
+		t.Fatal("an arrival that cannot start made a cycle due")
+	}
+	h.clock.Add(time.Hour)
+	if !h.srv.cycleDue() {
+		t.Fatal("no cycle due after RecomputeInterval while the stall holds")
+	}
+}
+
+// GPUs that leftover processes held and let go are room, though no batch says so.
+func TestLeftoverGoneEndsTheStall(t *testing.T) {
+	h := stallHarness(t)
+	h.beat("n1", 2)
+	run := h.startJob("n1", 2, api.JobSpec{GPUs: 1, Command: []string{"x"}})
+	own := h.job(run.ID).AttemptList[0].Placements[0].GPUIndices[0]
+	stray := api.GPUProcess{GPU: 1 - own, PID: 4242, MemoryMB: 300, Command: "python leak.py"}
+	ownProc := api.GPUProcess{GPU: own, PID: 10, MemoryMB: 900, JobID: run.ID, Attempt: 1}
+	for range 3 {
+		h.clock.Add(5 * time.Second)
+		h.beatFull("n1", 2, withProcesses(h.clock.Now(), ownProc, stray), runningOK(run.ID))
+	}
+	wait := h.submit(api.JobSpec{GPUs: 1, Command: []string{"y"}})
+	h.cycle()
+	if st := h.job(wait.ID).State; st != api.StatePending {
+		t.Fatalf("job is %s beside a held GPU; want PENDING", st)
+	}
+	h.submit(api.JobSpec{GPUs: 1, Command: []string{"z"}})
+	if h.srv.cycleDue() {
+		t.Fatal("an arrival that cannot start made a cycle due")
+	}
+	h.clock.Add(5 * time.Second)
+	h.beatFull("n1", 2, withProcesses(h.clock.Now(), ownProc), runningOK(run.ID))
+	if !h.srv.cycleDue() {
+		t.Fatal("no cycle due after the leftover process went")
+	}
+	h.cycle()
+	if st := h.job(wait.ID).State; st != api.StateAssigned {
+		t.Fatalf("job is %s once the held GPU was let go; want ASSIGNED", st)
+	}
+}
+
+// Where the stall must not begin: a short cycle, a running job some right may preempt,
+// room for an arrival, and an arrival during the cycle that might fit.
+func TestWhenTheStallDoesNotBegin(t *testing.T) {
+	t.Run("short cycle", func(t *testing.T) {
+		h := stallHarness(t)
+		stallAfter = time.Hour
+		h.fullNode("n1", 8, api.JobSpec{Command: []string{"train"}})
+		h.submit(api.JobSpec{GPUs: 8, Command: []string{"train"}})
+		if !h.srv.cycleDue() {
+			t.Fatal("no cycle due after a submit that followed a short cycle")
+		}
+	})
+	t.Run("preemptible running job", func(t *testing.T) {
+		h := stallHarness(t)
+		if code, e := h.putConfig("queues:\n  - name: default\n  - name: spot\n    preemptible: true\n"); code != http.StatusOK {
+			t.Fatalf("config: %d %s", code, e.Message)
+		}
+		h.fullNode("n1", 8, api.JobSpec{Command: []string{"train"}, Queue: "spot"})
+		h.submit(api.JobSpec{GPUs: 8, Command: []string{"train"}})
+		if !h.srv.cycleDue() {
+			t.Fatal("no cycle due after a submit while a preemptible job runs")
+		}
+	})
+	t.Run("room for the arrival", func(t *testing.T) {
+		h := stallHarness(t)
+		h.beat("n1", 8)
+		h.startJob("n1", 8, api.JobSpec{GPUs: 6, Command: []string{"train"}})
+		h.submit(api.JobSpec{GPUs: 4, Command: []string{"train"}})
+		h.cycle()
+		if h.srv.cycleDue() {
+			t.Fatal("a cycle is due right after one, with nothing changed")
+		}
+		h.submit(api.JobSpec{GPUs: 3, Command: []string{"train"}})
+		if h.srv.cycleDue() {
+			t.Fatal("a 3-GPU arrival with 2 free made a cycle due")
+		}
+		two := h.submit(api.JobSpec{GPUs: 2, Command: []string{"train"}})
+		if !h.srv.cycleDue() {
+			t.Fatal("no cycle due after a 2-GPU arrival with 2 free")
+		}
+		h.cycle()
+		if st := h.job(two.ID).State; st != api.StateAssigned {
+			t.Fatalf("2-GPU job is %s; want ASSIGNED", st)
+		}
+	})
+	t.Run("arrivals while the cycle plans", func(t *testing.T) {
+		for _, c := range []struct {
+			gpus int
+			due  bool
+		}{{8, false}, {0, true}} {
+			h := stallHarness(t)
+			h.fullNode("n1", 8, api.JobSpec{Command: []string{"train"}})
+			h.submit(api.JobSpec{GPUs: 8, Command: []string{"train"}})
+			planning, resume, done := h.planPause()
+			<-planning
+			j := h.submit(api.JobSpec{GPUs: c.gpus, CPUs: 1, Command: []string{"train"}})
+			resume()
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+			if due := h.srv.cycleDue(); due != c.due {
+				t.Fatalf("a %d-GPU arrival while the cycle planned: cycle due %v; want %v", c.gpus, due, c.due)
+			}
+			if !c.due {
+				if got := h.job(j.ID); got.Reason != "Resources" {
+					t.Fatalf("arrival while the cycle planned: reason %q %q; want Resources", got.Reason, got.Message)
+				}
+			}
+		}
+	})
+}
+
+// A state read again from the store ends the stall.
+func TestResyncEndsTheStall(t *testing.T) {
+	h := stallHarness(t)
+	h.fullNode("n1", 8, api.JobSpec{Command: []string{"train"}})
+	h.submit(api.JobSpec{GPUs: 8, Command: []string{"train"}})
+	if h.srv.cycleDue() {
+		t.Fatal("an arrival that cannot start made a cycle due")
+	}
+	h.srv.mu.Lock()
+	h.srv.suspect = true
+	err := h.srv.resync(context.Background())
+	h.srv.mu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !h.srv.cycleDue() {
+		t.Fatal("no cycle due after the state was read again")
+	}
+}
