@@ -63,7 +63,9 @@ func (s *Server) stalled() bool { return s.stall.holds && s.stall.current(s.stat
 
 // current reports whether the state is the one the stall was armed on, changed since only
 // by the batches it noted.
-func (st *stall) current(state *cluster.State) bool { return st.state == state && state.Seq() == st.seq }
+func (st *stall) current(state *cluster.State) bool {
+	return st.state == state && state.Seq() == st.seq
+}
 
 // noteBatch is told every batch before the state applies it. A batch that is not
 // arrivals alone, or an arrival that might fit, ends the stall. Callers hold s.mu.
