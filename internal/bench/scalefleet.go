@@ -89,6 +89,9 @@ type fleet struct {
 	// interval is the heartbeat interval the server asks for, in nanoseconds.
 	interval atomic.Int64
 
+	// roundStart and roundEnd are when the last round began and ended (Unix nanoseconds).
+	roundStart, roundEnd atomic.Int64
+
 	beats   latencies
 	running atomic.Int64 // tasks the agents have reported RUNNING and still hold
 	beaten  atomic.Int64 // agents that have had at least one answer
@@ -112,6 +115,9 @@ type simAgent struct {
 	inv      api.Inventory
 	invHash  string // api.InventoryHash(inv)
 	wake     chan struct{}
+	// lastBeat is when its last heartbeat was sent (Unix nanoseconds), by itself or by
+	// the round.
+	lastBeat atomic.Int64
 
 	mu       sync.Mutex // guards the fields below
 	tasks    map[api.TaskRef]*api.TaskStatus
@@ -266,41 +272,66 @@ func (f *fleet) err() error {
 }
 
 // loop is one agent's heartbeats, until the fleet stops.
+//
+// Each agent keeps its place in the interval: its beats fall at delay plus whole
+// intervals, and a beat the round sent for it (fleet.round) stands for the one that fell
+// due meanwhile. An agent held back by the round otherwise sent the moment it ended, all
+// of them at once, and they kept beating together from then on: every 2 s a second of
+// 10,000 heartbeats and then none, through the submit measurements that follow the round,
+// rather than the steady 5,000 a second a fleet that started at different times sends.
 func (a *simAgent) loop(delay time.Duration) {
 	ctx := a.f.ctx
-	if !sleepCtx(ctx, delay) {
-		return
-	}
+	next := time.Now().Add(delay)
+	again := false // the last answer gave new work: beat again at once
 	for ctx.Err() == nil {
-		a.f.gate.RLock()
-		newWork, err := a.beat(ctx)
-		a.f.gate.RUnlock()
+		woke := again
+		if !again {
+			t := time.NewTimer(time.Until(next))
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-a.wake:
+				woke = true
+			case <-t.C:
+			}
+			t.Stop()
+		}
 		wait := time.Duration(a.f.interval.Load())
-		switch {
-		case ctx.Err() != nil:
-			return
-		case err != nil:
-			// The real agent retries at its interval; so does this one.
-		case newWork:
-			// The tasks are "started": say so at once, as the agent does when a
-			// process starts.
+		a.f.gate.RLock()
+		if !woke && a.f.beatInRound(a, next) {
+			a.f.gate.RUnlock()
+			for now := time.Now(); !next.After(now); {
+				next = next.Add(wait)
+			}
 			continue
 		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return
-		case <-a.wake:
-		case <-t.C:
+		newWork, err := a.beat(ctx)
+		a.f.gate.RUnlock()
+		// The real agent retries at its interval after an error; so does this one. New
+		// tasks are "started": it says so at once, as the agent does when a process
+		// starts.
+		again = err == nil && newWork && ctx.Err() == nil
+		if woke {
+			next = time.Now().Add(wait)
 		}
-		t.Stop()
+		for now := time.Now(); !next.After(now); {
+			next = next.Add(wait)
+		}
 	}
+}
+
+// beatInRound reports whether the last round sent a's beat due at slot: the slot fell due
+// before the round ended, and the round beat a.
+func (f *fleet) beatInRound(a *simAgent, slot time.Time) bool {
+	start := f.roundStart.Load()
+	return start != 0 && a.lastBeat.Load() >= start && slot.UnixNano() <= f.roundEnd.Load()
 }
 
 // beat sends one heartbeat and applies the answer; it reports whether the answer gave
 // the node new tasks. A refusal (4xx) is recorded for the fleet: the suite fails on it.
 func (a *simAgent) beat(ctx context.Context) (newWork bool, err error) {
+	a.lastBeat.Store(time.Now().UnixNano())
 	a.mu.Lock()
 	hb := api.Heartbeat{Node: a.name, Inventory: a.inv, Tasks: make([]api.TaskStatus, 0, len(a.tasks)), AgentTime: time.Now().UTC(),
 		ClusterID: a.f.clusterID, Instance: a.instance, PID: 1, Version: "bench", Synced: true, SyncEpoch: a.epoch}
@@ -463,6 +494,8 @@ func (a *simAgent) watchOnce(ctx context.Context, version uint64) (uint64, error
 func (f *fleet) round(ctx context.Context, concurrency int) (time.Duration, []time.Duration, int, error) {
 	f.gate.Lock()
 	defer f.gate.Unlock()
+	f.roundStart.Store(time.Now().UnixNano())
+	defer func() { f.roundEnd.Store(time.Now().UnixNano()) }()
 	f.beats.take() // what the agents sent before the round is not the round's
 	var next atomic.Int64
 	var wg sync.WaitGroup
