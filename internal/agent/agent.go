@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net/http"
 	"net/url"
 	"os"
@@ -551,7 +552,7 @@ func (a *Agent) loop(ctx context.Context) error {
 			}
 		}
 
-		t := time.NewTimer(wait)
+		t := time.NewTimer(jittered(wait))
 		wake := a.wake
 		if backoff > 0 {
 			// A refused agent waits out its backoff; early heartbeats would be refused too.
@@ -567,6 +568,12 @@ func (a *Agent) loop(ctx context.Context) error {
 		t.Stop()
 	}
 }
+
+// jittered is d give or take a tenth, at random. A fleet whose heartbeats came to fall
+// together (a server that answered all of them at once after a stall) then spreads out
+// again over the next minutes, where with a fixed wait it would beat together for ever:
+// every interval a burst the server must take all at once, and then nothing.
+func jittered(d time.Duration) time.Duration { return d - d/10 + rand.N(d/5+1) }
 
 // outageKind sorts a failed heartbeat: "tls" when the server could not be verified, "net"
 // for everything else.
