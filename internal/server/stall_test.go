@@ -165,6 +165,33 @@ func TestTheStallKeepsTheRecompute(t *testing.T) {
 	if !h.srv.cycleDue() {
 		t.Fatal("no cycle due after RecomputeInterval while the stall holds")
 	}
+
+	// A job that failed waits out its backoff on the GPU it freed; arrivals that need
+	// more make no cycle due, but the backoff's end does.
+	h = stallHarness(t)
+	h.beat("n1", 8)
+	big := h.startJob("n1", 8, api.JobSpec{GPUs: 7, Command: []string{"train"}})
+	r := h.submit(api.JobSpec{GPUs: 1, Command: []string{"flaky"}, Retries: intp(1)})
+	h.cycle()
+	one := 1
+	h.beat("n1", 8, runningOK(big.ID), api.TaskStatus{JobID: r.ID, Attempt: 1, State: api.StateFailed, ExitCode: &one})
+	h.cycle()
+	d := h.job(r.ID)
+	if d.State != api.StatePending || d.NotBefore == nil {
+		t.Fatalf("retried job is %s, not before %v; want PENDING with a backoff", d.State, d.NotBefore)
+	}
+	h.submit(api.JobSpec{GPUs: 2, Command: []string{"train"}})
+	if h.srv.cycleDue() {
+		t.Fatal("a 2-GPU arrival with 1 GPU free made a cycle due during the backoff")
+	}
+	h.clock.Add(d.NotBefore.Sub(h.clock.Now()))
+	if !h.srv.cycleDue() {
+		t.Fatal("no cycle due once the backoff ended, while the stall holds")
+	}
+	h.cycle()
+	if st := h.job(r.ID).State; st != api.StateAssigned {
+		t.Fatalf("retried job is %s after its backoff; want ASSIGNED", st)
+	}
 }
 
 // GPUs that leftover processes held and let go are room, though no batch says so.
