@@ -614,9 +614,9 @@ func (s *Server) loopCycle(ctx context.Context) {
 
 // cycleDue reports whether a cycle may decide anything the last one did not: the state
 // changed since (beyond arrivals that cannot start: stall.go), a timer it noted is due,
-// or RecomputeInterval has passed. Cycles are thus
-// coalesced: any number of changes between two ticks make one cycle, and an idle cluster
-// makes none beyond the bounded recompute. After a cycle that took longer than
+// or RecomputeInterval has passed. Cycles are thus coalesced: any number of changes
+// between two ticks make one cycle, and an idle cluster makes none beyond the bounded
+// recompute. After a cycle that took longer than
 // cycleRestAfter, the loop rests as long as it took before the next one: on a large
 // cluster with a steady stream of submits, planning takes at most half of one core and
 // leaves the rest to heartbeats and requests, as Slurm's minimum scheduling interval does.
