@@ -44,6 +44,9 @@ type serverMetrics struct {
 	wait   *prometheus.HistogramVec // by queue
 	ended  *prometheus.CounterVec   // by state and reason
 
+	// deferred counts the arrivals left to the recompute rather than a cycle (stall.go).
+	deferred prometheus.Counter
+
 	webhookDeliveries, webhookRetries, webhookDrops prometheus.Counter
 }
 
@@ -75,11 +78,15 @@ func newServerMetrics(s *Server) *serverMetrics {
 		ended: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "rota_attempts_ended_total", Help: "Attempts that ended, by final state and reason.",
 		}, []string{"state", "reason"}),
+		deferred: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "rota_scheduler_arrivals_deferred_total",
+			Help: "Jobs that arrived needing more GPUs on one node than any had free, after a long cycle that placed nothing, and so made no cycle due.",
+		}),
 		webhookDeliveries: prometheus.NewCounter(prometheus.CounterOpts{Name: "rota_webhook_deliveries_total", Help: "Webhook notifications delivered."}),
 		webhookRetries:    prometheus.NewCounter(prometheus.CounterOpts{Name: "rota_webhook_retries_total", Help: "Webhook delivery attempts that failed and were retried."}),
 		webhookDrops:      prometheus.NewCounter(prometheus.CounterOpts{Name: "rota_webhook_drops_total", Help: "Webhook notifications dropped: queue full, or retries exhausted."}),
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.commits, m.cycles, m.groups, m.wait, m.ended,
+	for _, c := range []prometheus.Collector{m.requests, m.commits, m.cycles, m.groups, m.wait, m.ended, m.deferred,
 		m.webhookDeliveries, m.webhookRetries, m.webhookDrops, stateCollector{s}} {
 		if err := reg.Register(c); err != nil {
 			s.log.Error("metrics: cannot register a collector", "err", err)
@@ -98,6 +105,12 @@ func newServerMetrics(s *Server) *serverMetrics {
 func (m *serverMetrics) observeGroup(submits int) {
 	if m != nil {
 		m.groups.Observe(float64(submits))
+	}
+}
+
+func (m *serverMetrics) arrivalsDeferred(n int) {
+	if m != nil {
+		m.deferred.Add(float64(n))
 	}
 }
 

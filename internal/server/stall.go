@@ -119,6 +119,7 @@ func (s *Server) explainArrivals() {
 			s.state.SetPendingReason(id, string(sched.ReasonResources), noRoomMessage(gpusPerNode(&j.Spec), st.maxFree), nil, nil)
 		}
 	}
+	s.metrics.arrivalsDeferred(len(st.arrived))
 	st.arrived = st.arrived[:0]
 }
 

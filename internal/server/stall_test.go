@@ -77,6 +77,11 @@ func TestArrivalsThatCannotStartMakeNoCycleDue(t *testing.T) {
 	if h.srv.cycleDue() {
 		t.Fatal("a held job made a cycle due")
 	}
+	// The two jobs and the array's 100 were left to the recompute; the held one waits for
+	// its dependency, not for GPUs.
+	if m := h.scrape(); !strings.Contains(m, "\nrota_scheduler_arrivals_deferred_total 102\n") {
+		t.Fatalf("metrics: want rota_scheduler_arrivals_deferred_total 102 in\n%s", grepLines(m, "arrivals_deferred"))
+	}
 	// A job without GPUs may start on a full node: the next cycle must look.
 	cpu := h.submit(api.JobSpec{CPUs: 1, Command: []string{"prep"}})
 	if !h.srv.cycleDue() {
@@ -316,4 +321,15 @@ func TestResyncEndsTheStall(t *testing.T) {
 	if !h.srv.cycleDue() {
 		t.Fatal("no cycle due after the state was read again")
 	}
+}
+
+// grepLines returns the lines of text that hold sub.
+func grepLines(text, sub string) string {
+	var out []string
+	for _, l := range strings.Split(text, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }
