@@ -294,14 +294,26 @@ func runScale(ctx context.Context, opts Options) (results []Result, err error) {
 	})
 
 	// 6. Submits with the full queue, the agents heartbeating meanwhile.
+	// How many cycles ran meanwhile, and how many submits made none due (arrivals that
+	// cannot start on the full cluster: see docs/scheduling.md), come from /metrics.
 	for _, c := range []struct{ clients, n int }{{64, k64}, {8, k8}} {
 		say("%d submits from %d clients", c.n, c.clients)
+		before, err := srv.scrape(ctx)
+		if err != nil {
+			return nil, err
+		}
 		took, lat, err := measureSubmits(ctx, srv, c.clients, c.n)
 		if err != nil {
 			return nil, err
 		}
+		after, err := srv.scrape(ctx)
+		if err != nil {
+			return nil, err
+		}
+		cyc := after.histogram("rota_scheduler_cycle_duration_seconds").since(before.histogram("rota_scheduler_cycle_duration_seconds"))
 		add(fmt.Sprintf("submit-%dclients", c.clients), len(lat), took, map[string]float64{
 			"submits/s": float64(len(lat)) / took.Seconds(), "p50-ms": percentileMS(lat, .5), "p99-ms": percentileMS(lat, .99),
+			"cycles": cyc.n, "deferred": after.sum("rota_scheduler_arrivals_deferred_total") - before.sum("rota_scheduler_arrivals_deferred_total"),
 		})
 	}
 
