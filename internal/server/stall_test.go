@@ -39,6 +39,23 @@ func (h *harness) fullNode(node string, gpus int, spec api.JobSpec) (running, wa
 	return running, waiting
 }
 
+// wantDue fails the test unless a cycle is due exactly when due says; what says why not.
+func (h *harness) wantDue(due bool, what string) {
+	h.t.Helper()
+	if h.srv.cycleDue() != due {
+		h.t.Fatal(what)
+	}
+}
+
+// cyclePlaces runs a cycle and fails the test unless it assigned job id, named by what.
+func (h *harness) cyclePlaces(id int64, what string) {
+	h.t.Helper()
+	h.cycle()
+	if st := h.job(id).State; st != api.StateAssigned {
+		h.t.Fatalf("%s is %s after a cycle; want ASSIGNED", what, st)
+	}
+}
+
 // runningOK is the task report of a job running on its first attempt.
 func runningOK(id int64) api.TaskStatus {
 	return api.TaskStatus{JobID: id, Attempt: 1, State: api.StateRunning}
@@ -50,14 +67,10 @@ func runningOK(id int64) api.TaskStatus {
 func TestArrivalsThatCannotStartMakeNoCycleDue(t *testing.T) {
 	h := stallHarness(t)
 	run, wait := h.fullNode("n1", 8, api.JobSpec{Command: []string{"train"}})
-	if h.srv.cycleDue() {
-		t.Fatal("a cycle is due right after one, with nothing changed")
-	}
+	h.wantDue(false, "a cycle is due right after one, with nothing changed")
 	for _, gpus := range []int{8, 1} {
 		j := h.submit(api.JobSpec{GPUs: gpus, Command: []string{"train"}})
-		if h.srv.cycleDue() {
-			t.Fatalf("a %d-GPU job on a full cluster made a cycle due", gpus)
-		}
+		h.wantDue(false, fmt.Sprintf("a %d-GPU job on a full cluster made a cycle due", gpus))
 		got := h.job(j.ID)
 		want := fmt.Sprintf("no node has %d GPU", gpus)
 		if got.State != api.StatePending || got.Reason != "Resources" || !strings.HasPrefix(got.Message, want) || !strings.Contains(got.Message, "at most 0 on one node") {
@@ -66,17 +79,13 @@ func TestArrivalsThatCannotStartMakeNoCycleDue(t *testing.T) {
 	}
 	// An array of 100 such jobs changes nothing either.
 	arr := h.submit(api.JobSpec{GPUs: 2, Command: []string{"train"}, Array: "0-99"})
-	if h.srv.cycleDue() {
-		t.Fatal("an array that cannot start made a cycle due")
-	}
+	h.wantDue(false, "an array that cannot start made a cycle due")
 	if got := h.job(arr.ID + 99); got.Reason != "Resources" {
 		t.Fatalf("last array member: reason %q %q; want Resources", got.Reason, got.Message)
 	}
 	// A job held for its dependency needs nothing now.
 	h.submit(api.JobSpec{GPUs: 1, Command: []string{"eval"}, After: []int64{run.ID}})
-	if h.srv.cycleDue() {
-		t.Fatal("a held job made a cycle due")
-	}
+	h.wantDue(false, "a held job made a cycle due")
 	// The two jobs and the array's 100 were left to the recompute; the held one waits for
 	// its dependency, not for GPUs.
 	if m := h.scrape(); !strings.Contains(m, "\nrota_scheduler_arrivals_deferred_total 102\n") {
@@ -84,26 +93,16 @@ func TestArrivalsThatCannotStartMakeNoCycleDue(t *testing.T) {
 	}
 	// A job without GPUs may start on a full node: the next cycle must look.
 	cpu := h.submit(api.JobSpec{CPUs: 1, Command: []string{"prep"}})
-	if !h.srv.cycleDue() {
-		t.Fatal("no cycle due after a job that needs no GPU")
-	}
-	h.cycle()
-	if st := h.job(cpu.ID).State; st != api.StateAssigned {
-		t.Fatalf("CPU job is %s; want ASSIGNED", st)
-	}
+	h.wantDue(true, "no cycle due after a job that needs no GPU")
+	h.cyclePlaces(cpu.ID, "CPU job")
 	// The cycle that placed it was fruitful: nothing is deferred after it.
 	h.beat("n1", 8, runningOK(run.ID), runningOK(cpu.ID))
 	h.cycle()
 	// The running job ends: its GPUs are free, and the first waiting job takes them.
 	code := 0
 	h.beat("n1", 8, api.TaskStatus{JobID: run.ID, Attempt: 1, State: api.StateSucceeded, ExitCode: &code}, runningOK(cpu.ID))
-	if !h.srv.cycleDue() {
-		t.Fatal("no cycle due after a job ended on a full cluster")
-	}
-	h.cycle()
-	if st := h.job(wait.ID).State; st != api.StateAssigned {
-		t.Fatalf("the first waiting job is %s once GPUs freed; want ASSIGNED", st)
-	}
+	h.wantDue(true, "no cycle due after a job ended on a full cluster")
+	h.cyclePlaces(wait.ID, "the first waiting job")
 }
 
 // Each kind of change other than an arrival that cannot start makes a cycle due while
@@ -147,13 +146,9 @@ func TestChangesEndTheStall(t *testing.T) {
 			h := stallHarness(t)
 			run, wait := h.fullNode("n1", 4, api.JobSpec{Command: []string{"train"}})
 			h.submit(api.JobSpec{GPUs: 4, Command: []string{"train"}})
-			if h.srv.cycleDue() {
-				t.Fatal("an arrival that cannot start made a cycle due")
-			}
+			h.wantDue(false, "an arrival that cannot start made a cycle due")
 			c.change(h, run, wait)
-			if !h.srv.cycleDue() {
-				t.Fatalf("no cycle due after %s", c.name)
-			}
+			h.wantDue(true, fmt.Sprintf("no cycle due after %s", c.name))
 		})
 	}
 }
@@ -163,13 +158,9 @@ func TestTheStallKeepsTheRecompute(t *testing.T) {
 	h := stallHarness(t)
 	h.fullNode("n1", 8, api.JobSpec{Command: []string{"train"}})
 	h.submit(api.JobSpec{GPUs: 8, Command: []string{"train"}})
-	if h.srv.cycleDue() {
-		t.Fatal("an arrival that cannot start made a cycle due")
-	}
+	h.wantDue(false, "an arrival that cannot start made a cycle due")
 	h.clock.Add(time.Hour)
-	if !h.srv.cycleDue() {
-		t.Fatal("no cycle due after RecomputeInterval while the stall holds")
-	}
+	h.wantDue(true, "no cycle due after RecomputeInterval while the stall holds")
 
 	// A job that failed waits out its backoff on the GPU it freed; arrivals that need
 	// more make no cycle due, but the backoff's end does.
@@ -186,17 +177,10 @@ func TestTheStallKeepsTheRecompute(t *testing.T) {
 		t.Fatalf("retried job is %s, not before %v; want PENDING with a backoff", d.State, d.NotBefore)
 	}
 	h.submit(api.JobSpec{GPUs: 2, Command: []string{"train"}})
-	if h.srv.cycleDue() {
-		t.Fatal("a 2-GPU arrival with 1 GPU free made a cycle due during the backoff")
-	}
+	h.wantDue(false, "a 2-GPU arrival with 1 GPU free made a cycle due during the backoff")
 	h.clock.Add(d.NotBefore.Sub(h.clock.Now()))
-	if !h.srv.cycleDue() {
-		t.Fatal("no cycle due once the backoff ended, while the stall holds")
-	}
-	h.cycle()
-	if st := h.job(r.ID).State; st != api.StateAssigned {
-		t.Fatalf("retried job is %s after its backoff; want ASSIGNED", st)
-	}
+	h.wantDue(true, "no cycle due once the backoff ended, while the stall holds")
+	h.cyclePlaces(r.ID, "retried job")
 }
 
 // GPUs that leftover processes held and let go are room, though no batch says so.
@@ -217,18 +201,11 @@ func TestLeftoverGoneEndsTheStall(t *testing.T) {
 		t.Fatalf("job is %s beside a held GPU; want PENDING", st)
 	}
 	h.submit(api.JobSpec{GPUs: 1, Command: []string{"z"}})
-	if h.srv.cycleDue() {
-		t.Fatal("an arrival that cannot start made a cycle due")
-	}
+	h.wantDue(false, "an arrival that cannot start made a cycle due")
 	h.clock.Add(5 * time.Second)
 	h.beatFull("n1", 2, withProcesses(h.clock.Now(), ownProc), runningOK(run.ID))
-	if !h.srv.cycleDue() {
-		t.Fatal("no cycle due after the leftover process went")
-	}
-	h.cycle()
-	if st := h.job(wait.ID).State; st != api.StateAssigned {
-		t.Fatalf("job is %s once the held GPU was let go; want ASSIGNED", st)
-	}
+	h.wantDue(true, "no cycle due after the leftover process went")
+	h.cyclePlaces(wait.ID, "job")
 }
 
 // Where the stall must not begin: a short cycle, a running job some right may preempt,
@@ -239,9 +216,7 @@ func TestWhenTheStallDoesNotBegin(t *testing.T) {
 		stallAfter = time.Hour
 		h.fullNode("n1", 8, api.JobSpec{Command: []string{"train"}})
 		h.submit(api.JobSpec{GPUs: 8, Command: []string{"train"}})
-		if !h.srv.cycleDue() {
-			t.Fatal("no cycle due after a submit that followed a short cycle")
-		}
+		h.wantDue(true, "no cycle due after a submit that followed a short cycle")
 	})
 	t.Run("preemptible running job", func(t *testing.T) {
 		h := stallHarness(t)
@@ -250,9 +225,7 @@ func TestWhenTheStallDoesNotBegin(t *testing.T) {
 		}
 		h.fullNode("n1", 8, api.JobSpec{Command: []string{"train"}, Queue: "spot"})
 		h.submit(api.JobSpec{GPUs: 8, Command: []string{"train"}})
-		if !h.srv.cycleDue() {
-			t.Fatal("no cycle due after a submit while a preemptible job runs")
-		}
+		h.wantDue(true, "no cycle due after a submit while a preemptible job runs")
 	})
 	t.Run("room for the arrival", func(t *testing.T) {
 		h := stallHarness(t)
@@ -260,21 +233,12 @@ func TestWhenTheStallDoesNotBegin(t *testing.T) {
 		h.startJob("n1", 8, api.JobSpec{GPUs: 6, Command: []string{"train"}})
 		h.submit(api.JobSpec{GPUs: 4, Command: []string{"train"}})
 		h.cycle()
-		if h.srv.cycleDue() {
-			t.Fatal("a cycle is due right after one, with nothing changed")
-		}
+		h.wantDue(false, "a cycle is due right after one, with nothing changed")
 		h.submit(api.JobSpec{GPUs: 3, Command: []string{"train"}})
-		if h.srv.cycleDue() {
-			t.Fatal("a 3-GPU arrival with 2 free made a cycle due")
-		}
+		h.wantDue(false, "a 3-GPU arrival with 2 free made a cycle due")
 		two := h.submit(api.JobSpec{GPUs: 2, Command: []string{"train"}})
-		if !h.srv.cycleDue() {
-			t.Fatal("no cycle due after a 2-GPU arrival with 2 free")
-		}
-		h.cycle()
-		if st := h.job(two.ID).State; st != api.StateAssigned {
-			t.Fatalf("2-GPU job is %s; want ASSIGNED", st)
-		}
+		h.wantDue(true, "no cycle due after a 2-GPU arrival with 2 free")
+		h.cyclePlaces(two.ID, "2-GPU job")
 	})
 	t.Run("arrivals while the cycle plans", func(t *testing.T) {
 		for _, c := range []struct {
@@ -308,9 +272,7 @@ func TestResyncEndsTheStall(t *testing.T) {
 	h := stallHarness(t)
 	h.fullNode("n1", 8, api.JobSpec{Command: []string{"train"}})
 	h.submit(api.JobSpec{GPUs: 8, Command: []string{"train"}})
-	if h.srv.cycleDue() {
-		t.Fatal("an arrival that cannot start made a cycle due")
-	}
+	h.wantDue(false, "an arrival that cannot start made a cycle due")
 	h.srv.mu.Lock()
 	h.srv.suspect = true
 	err := h.srv.resync(context.Background())
@@ -318,9 +280,7 @@ func TestResyncEndsTheStall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !h.srv.cycleDue() {
-		t.Fatal("no cycle due after the state was read again")
-	}
+	h.wantDue(true, "no cycle due after the state was read again")
 }
 
 // grepLines returns the lines of text that hold sub.
