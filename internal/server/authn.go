@@ -38,6 +38,31 @@ type connInfo struct {
 	unix    bool
 	uid     int
 	credErr error
+	// cert is set for TLS connections: the node their client certificate names.
+	cert *certNode
+}
+
+// certNode is what a TLS connection's client certificate says, read at the first request
+// that needs it. A connection keeps the certificate it was opened with, so reading it
+// again at every request, as 5,000 heartbeats a second did, found the same answer each
+// time. Whether the certificate is still the node's current one is asked at every
+// request (nodeIdentity): a renewal, a new join or the node's removal ends it at once,
+// on open connections too.
+type certNode struct {
+	once   sync.Once
+	node   string
+	serial string
+	ok     bool
+	user   string // "node:" and the node
+}
+
+// read is auth.NodeFromState of cs, worked out once per connection.
+func (c *certNode) read(cs *tls.ConnectionState, clusterID string) *certNode {
+	c.once.Do(func() {
+		c.node, c.serial, c.ok = auth.NodeFromState(*cs, clusterID)
+		c.user = "node:" + c.node
+	})
+	return c
 }
 
 // ConnContext records what a connection says about its caller; set it as the
@@ -49,6 +74,8 @@ func (s *Server) ConnContext(ctx context.Context, c net.Conn) context.Context {
 	case *net.UnixConn:
 		uid, _, _, err := auth.PeerCred(c)
 		return context.WithValue(ctx, connKey{}, connInfo{unix: true, uid: uid, credErr: err})
+	case *tls.Conn:
+		return context.WithValue(ctx, connKey{}, connInfo{cert: &certNode{}})
 	}
 	return ctx
 }
@@ -66,7 +93,13 @@ func (s *Server) authenticate(r *http.Request) (auth.Identity, *api.Error) {
 		return s.tokenIdentity(h, id.Source)
 	}
 	if r.TLS != nil && len(r.TLS.PeerCertificates) > 0 {
-		return s.nodeIdentity(r.TLS, id.Source)
+		cert := info.cert
+		if cert == nil {
+			// A TLS connection the server did not accept itself (a test's, or one
+			// whose ConnContext was not set): read the certificate for this request.
+			cert = &certNode{}
+		}
+		return s.nodeIdentity(cert.read(r.TLS, s.clusterID), id.Source)
 	}
 	switch {
 	case info.local:
@@ -109,11 +142,11 @@ func (s *Server) tokenIdentity(header, source string) (auth.Identity, *api.Error
 
 // nodeIdentity accepts a client certificate only if it is the one the node may use now: a
 // later join or renewal, or the node's removal, ends the old one at once.
-func (s *Server) nodeIdentity(cs *tls.ConnectionState, source string) (auth.Identity, *api.Error) {
-	node, serial, ok := auth.NodeFromState(*cs, s.clusterID)
-	if !ok {
+func (s *Server) nodeIdentity(cert *certNode, source string) (auth.Identity, *api.Error) {
+	if !cert.ok {
 		return auth.Identity{}, unauthorized("the client certificate is not a node certificate of this cluster (%s)", s.clusterID)
 	}
+	node, serial := cert.node, cert.serial
 	current, found := s.view.serial(node)
 	switch {
 	case !found:
@@ -121,7 +154,7 @@ func (s *Server) nodeIdentity(cs *tls.ConnectionState, source string) (auth.Iden
 	case current != serial:
 		return auth.Identity{}, unauthorized("this certificate of node %s (serial %s) was superseded by a later join or renewal (serial %s)", node, serial, current)
 	}
-	return auth.Identity{User: "node:" + node, Kind: auth.KindNode, Node: node, Source: source}, nil
+	return auth.Identity{User: cert.user, Kind: auth.KindNode, Node: node, Source: source}, nil
 }
 
 func (s *Server) unixIdentity(info connInfo, source string) (auth.Identity, *api.Error) {

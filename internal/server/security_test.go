@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httptrace"
 	"os"
 	"os/user"
 	"path/filepath"
@@ -762,6 +763,26 @@ func TestJoinFlow(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != 200 || renewed.Certificate == "" || renewed.Certificate == jr.Certificate {
 		t.Fatalf("renew: %d", resp.StatusCode)
+	}
+	// The connection the renewal came on still carries the old certificate, which the
+	// server read when the connection was opened: it is refused there at once, and on a
+	// new connection.
+	{
+		var reused bool
+		trace := &httptrace.ClientTrace{GotConn: func(c httptrace.GotConnInfo) { reused = c.Reused }}
+		body, _ := json.Marshal(api.Heartbeat{Node: "gpu-01", Instance: "i1", ClusterID: h.srv.ClusterID(), Inventory: api.Inventory{DeviceSource: "fake"}})
+		req, _ := http.NewRequestWithContext(httptrace.WithClientTrace(context.Background(), trace), "POST", ts.URL+"/api/v1/agents/gpu-01/heartbeat", bytes.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := node.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var e api.Error
+		json.NewDecoder(resp.Body).Decode(&e)
+		resp.Body.Close()
+		if !reused || resp.StatusCode != 401 || !strings.Contains(e.Message, "superseded") {
+			t.Fatalf("the certificate before the renewal, on its open connection (reused %v): %d %q", reused, resp.StatusCode, e.Message)
+		}
 	}
 	node.CloseIdleConnections()
 	if code, e := beat(node, "gpu-01", "i1"); code != 401 || !strings.Contains(e.Message, "superseded") {
