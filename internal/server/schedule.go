@@ -129,7 +129,7 @@ func (s *Server) Cycle(ctx context.Context) error {
 	// that follow wait for the recompute (stall.go).
 	fruitless := err == nil && len(plan.Placements) == 0 && len(plan.Preemptions) == 0
 	var maxFree int
-	var victims bool
+	var victims stallVictims
 	if fruitless && time.Since(cycleStart) >= stallAfter {
 		maxFree, victims = stallFacts(snap)
 	}

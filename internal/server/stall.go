@@ -16,9 +16,10 @@ import (
 // place none: a stream of submits kept planning at half of one core, which the submits
 // themselves then lacked. Yet a job that arrives cannot let any other job start (it only
 // adds demand), and it cannot start itself where no node has the GPUs it needs free and
-// no running job may be preempted for it. So when a long cycle placed nothing and stopped
-// nothing, and everything that has happened since its snapshot is the arrival of such
-// jobs, the next cycle would decide nothing new: the loop leaves it to the recompute that
+// no running job may be preempted for it: none that borrows or is being stopped, and none
+// in a preemptible queue of a lower tier (or, under the "las" order, of its own). So when
+// a long cycle placed nothing and stopped nothing, and everything that has happened since
+// its snapshot is the arrival of such jobs, the next cycle would decide nothing new: the loop leaves it to the recompute that
 // time asks for (cycleDue), as it would with nothing changed, and each arrival is told at
 // once why it waits. Anything else that happens meanwhile (a job ends or is cancelled,
 // a node or the configuration changes, an arrival that might fit) makes a cycle due as
@@ -33,13 +34,19 @@ type stall struct {
 	seq   uint64
 	// armed: from the cycle's snapshot on, every batch applied was arrivals alone.
 	armed bool
-	// holds: the cycle ended having planned nothing, after long enough, with no running
-	// job that any right could preempt and no arrival since its snapshot that might fit.
+	// holds: the cycle ended having planned nothing, after long enough, with no arrival
+	// since its snapshot that might fit or preempt.
 	holds bool
 	// need is the fewest GPUs on one node any arrival since the snapshot needs (0 for one
 	// that needs none, or a share of one); maxFree, once the stall holds, the most whole
 	// GPUs free on one node that takes work.
 	need, maxFree int
+	// tier is the highest tier of an arrival since the snapshot, and las whether one is
+	// in a queue the "las" order lets preempt its own tier; victims, once the stall holds,
+	// what the running jobs offer a preemptor.
+	tier    int
+	las     bool
+	victims stallVictims
 	// arrived are the arrivals since the snapshot, told why they wait if the stall holds.
 	arrived []int64
 }
@@ -54,7 +61,7 @@ var stallAfter = cycleRestAfter
 // armStall starts watching, from a cycle's snapshot on, what the state is told. Callers
 // hold s.mu.
 func (s *Server) armStall() {
-	s.stall = stall{state: s.state, seq: s.state.Seq(), armed: true, need: math.MaxInt}
+	s.stall = stall{state: s.state, seq: s.state.Seq(), armed: true, need: math.MaxInt, tier: math.MinInt}
 }
 
 // stalled reports whether the changes since the last cycle are arrivals that cannot
@@ -84,8 +91,9 @@ func (s *Server) noteBatch(b *store.Batch) {
 			continue // held: it waits for its dependencies or its user, not for GPUs
 		}
 		need := gpusPerNode(&j.Spec)
-		st.need = min(st.need, need)
-		if st.holds && need <= st.maxFree {
+		tier, las := s.arrivalTier(j.Spec.Queue)
+		st.need, st.tier, st.las = min(st.need, need), max(st.tier, tier), st.las || las
+		if st.holds && (need <= st.maxFree || s.mayPreempt(st.victims, tier, las)) {
 			*st = stall{}
 			return
 		}
@@ -123,17 +131,52 @@ func (s *Server) explainArrivals() {
 	st.arrived = st.arrived[:0]
 }
 
-// holdStall ends a cycle that planned nothing: if it took at least stallAfter, no
-// running job may be preempted (victims) and every arrival since its snapshot needs more
-// GPUs on one node than any has free (maxFree), the stall holds. Callers hold s.mu.
-func (s *Server) holdStall(took time.Duration, maxFree int, victims bool) {
+// holdStall ends a cycle that planned nothing: if it took at least stallAfter, and every
+// arrival since its snapshot needs more GPUs on one node than any has free (maxFree) and
+// may preempt none of the running jobs (victims), the stall holds. Callers hold s.mu.
+func (s *Server) holdStall(took time.Duration, maxFree int, victims stallVictims) {
 	st := &s.stall
-	if !st.armed || !st.current(s.state) || took < stallAfter || victims || st.need <= maxFree {
+	if !st.armed || !st.current(s.state) || took < stallAfter || st.need <= maxFree || s.mayPreempt(victims, st.tier, st.las) {
 		*st = stall{}
 		return
 	}
-	st.holds, st.maxFree = true, maxFree
+	st.holds, st.maxFree, st.victims = true, maxFree, victims
 	s.explainArrivals()
+}
+
+// stallVictims is what a cycle's snapshot says of the running jobs a preemptor might stop.
+type stallVictims struct {
+	// others: some running job borrows beyond a quota or is being stopped already. Who
+	// may take from those depends on quotas, which the stall does not weigh: with any,
+	// every arrival may preempt.
+	others bool
+	// lowestTier is the lowest tier of a running job in a queue that may be preempted
+	// (math.MaxInt with none): only an arrival of a higher tier may stop it, or under the
+	// "las" order one of its own tier in such a queue.
+	lowestTier int
+}
+
+// arrivalTier is the tier of queue, and whether the "las" order lets its jobs preempt
+// jobs of their own tier; a queue the state does not know counts as the highest tier.
+// Callers hold s.mu.
+func (s *Server) arrivalTier(queue string) (tier int, las bool) {
+	q, ok := s.state.Queue(queue)
+	if !ok {
+		return math.MaxInt, true
+	}
+	return q.Tier, q.Preemptible && !q.NeverPreempt
+}
+
+// mayPreempt reports whether an arrival of tier (in a queue the "las" order lets preempt
+// its own tier, if las) might stop one of victims under the server's policy. Like the
+// core (sched's preempt), it counts no preemption under NoPreemption; unlike it, it does
+// not leave out jobs the minimum runtime protects, or that hold a share of a GPU: more
+// victims, so fewer stalls.
+func (s *Server) mayPreempt(v stallVictims, tier int, las bool) bool {
+	if s.cfg.Policy.NoPreemption {
+		return false
+	}
+	return v.others || tier > v.lowestTier || (s.cfg.Policy.Order == sched.OrderLAS && las && tier >= v.lowestTier)
 }
 
 // arrivalsOnly reports whether b does nothing but add waiting jobs the state does not
@@ -178,11 +221,13 @@ func noRoomMessage(need, maxFree int) string {
 }
 
 // stallFacts reads from a cycle's snapshot the most whole GPUs free on one node that
-// takes work, and whether any running job may be preempted by some right: in a queue
-// that may be preempted, borrowing beyond a quota, or being stopped already. Both err
-// towards a cycle: pools, models, reservations and CPUs are not counted against the free
-// GPUs, and the policy's rules on who may preempt whom are not weighed.
-func stallFacts(snap *sched.Snapshot) (maxFree int, victims bool) {
+// takes work, and what the running jobs offer a preemptor: the lowest tier of those in a
+// queue that may be preempted, and whether any borrows beyond a quota, is being stopped
+// already or is in a queue the snapshot does not know. Both err towards a cycle: pools,
+// models, reservations and CPUs are not counted against the free GPUs, and quotas are
+// not weighed.
+func stallFacts(snap *sched.Snapshot) (maxFree int, victims stallVictims) {
+	victims.lowestTier = math.MaxInt
 	at := make(map[string]int, len(snap.Nodes))
 	used := make([][]bool, len(snap.Nodes))
 	for i := range snap.Nodes {
@@ -191,8 +236,12 @@ func stallFacts(snap *sched.Snapshot) (maxFree int, victims bool) {
 	}
 	for i := range snap.Running {
 		r := &snap.Running[i]
-		if q := snap.Queues[r.Queue]; (q.Preemptible && !q.NeverPreempt) || r.Borrowing || r.BorrowingInTeam || r.Preempting {
-			victims = true
+		q, ok := snap.Queues[r.Queue]
+		switch {
+		case r.Borrowing || r.BorrowingInTeam || r.Preempting || !ok:
+			victims.others = true
+		case q.Preemptible && !q.NeverPreempt:
+			victims.lowestTier = min(victims.lowestTier, q.Tier)
 		}
 		for _, a := range r.Allocs {
 			ni, ok := at[a.Node]

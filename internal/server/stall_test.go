@@ -9,17 +9,23 @@ import (
 	"time"
 
 	"github.com/rotahq/rota/internal/api"
+	"github.com/rotahq/rota/internal/sched"
 )
 
 // stallHarness is a harness whose cycles all count as long (stallAfter), with the
 // recompute an hour away, so that only a change makes a cycle due.
-func stallHarness(t *testing.T) *harness {
+func stallHarness(t *testing.T, policy ...sched.Options) *harness {
 	t.Helper()
 	old := stallAfter
 	t.Cleanup(func() { stallAfter = old })
 	stallAfter = 0
 	h := &harness{t: t, clock: &fakeClock{t: time.Date(2026, 11, 1, 9, 0, 0, 0, time.UTC)}, dir: t.TempDir(),
-		cfg: func(c *Config) { c.RecomputeInterval = time.Hour }}
+		cfg: func(c *Config) {
+			c.RecomputeInterval = time.Hour
+			for _, p := range policy {
+				c.Policy = p
+			}
+		}}
 	h.open()
 	return h
 }
@@ -225,7 +231,7 @@ func TestWhenTheStallDoesNotBegin(t *testing.T) {
 		}
 		h.fullNode("n1", 8, api.JobSpec{Command: []string{"train"}, Queue: "spot"})
 		h.submit(api.JobSpec{GPUs: 8, Command: []string{"train"}})
-		h.wantDue(true, "no cycle due after a submit while a preemptible job runs")
+		h.wantDue(true, "no cycle due after a submit of a higher tier while a preemptible job runs")
 	})
 	t.Run("room for the arrival", func(t *testing.T) {
 		h := stallHarness(t)
@@ -268,6 +274,88 @@ func TestWhenTheStallDoesNotBegin(t *testing.T) {
 }
 
 // A state read again from the store ends the stall.
+// A running job of a preemptible queue keeps the stall from beginning, or ends it, only
+// for an arrival that may preempt it under the policy: one of a higher tier, or of its own
+// tier in a preemptible queue under the "las" order; none without preemption.
+func TestTheStallWeighsTiers(t *testing.T) {
+	const queues = "queues:\n  - name: default\n    tier: 1\n  - name: spot\n    tier: 0\n    preemptible: true\n" +
+		"  - name: batch\n    tier: 0\n"
+	for _, c := range []struct {
+		name   string
+		policy sched.Options
+		queue  string
+		due    bool
+	}{
+		{"same tier", sched.Options{}, "spot", false},
+		{"same tier, a queue that is not preemptible", sched.Options{}, "batch", false},
+		{"higher tier", sched.Options{}, "default", true},
+		{"same tier under las", sched.Options{Order: sched.OrderLAS}, "spot", true},
+		{"same tier under las, a queue that is not preemptible", sched.Options{Order: sched.OrderLAS}, "batch", false},
+		{"higher tier under las", sched.Options{Order: sched.OrderLAS}, "default", true},
+		{"higher tier without preemption", sched.Options{NoPreemption: true}, "default", false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			h := stallHarness(t, c.policy)
+			if code, e := h.putConfig(queues); code != http.StatusOK {
+				t.Fatalf("config: %d %s", code, e.Message)
+			}
+			running, _ := h.fullNode("n1", 8, api.JobSpec{Command: []string{"train"}, Queue: "spot"})
+			// A first arrival the spot job cannot be stopped for lets the stall hold, so
+			// that the arrival under test meets it holding.
+			h.submit(api.JobSpec{GPUs: 8, Command: []string{"train"}, Queue: "batch"})
+			h.wantDue(false, "a batch arrival made a cycle due while only spot work runs")
+			h.submit(api.JobSpec{GPUs: 8, Command: []string{"train"}, Queue: c.queue})
+			h.wantDue(c.due, fmt.Sprintf("a %s arrival: cycle due %v; want %v", c.queue, !c.due, c.due))
+			if c.name == "higher tier" {
+				// And the cycle it makes due stops the spot job for it, once the job has
+				// run past the minimum runtime that protects it.
+				h.clock.Add(sched.DefaultMinRuntime)
+				h.beat("n1", 8, runningOK(running.ID))
+				h.cycle()
+				if !h.job(running.ID).PreemptRequested {
+					t.Fatalf("the higher-tier arrival did not preempt the spot job: %+v", h.job(running.ID).Job)
+				}
+			}
+		})
+	}
+	t.Run("borrowing running job", func(t *testing.T) {
+		// Who may take GPUs a job borrows depends on quotas, which the stall does not
+		// weigh: any arrival may.
+		h := stallHarness(t)
+		if code, e := h.putConfig(queues + "teams:\n  - name: default\n    quotas: {\"*\": {guaranteed: 0, limit: 16}}\n"); code != http.StatusOK {
+			t.Fatalf("config: %d %s", code, e.Message)
+		}
+		running, _ := h.fullNode("n1", 8, api.JobSpec{Command: []string{"train"}, Queue: "batch"})
+		if !h.job(running.ID).Borrowing {
+			t.Fatal("the running job does not borrow beyond its team's guarantee of 0")
+		}
+		h.submit(api.JobSpec{GPUs: 8, Command: []string{"train"}, Queue: "batch"})
+		h.wantDue(true, "no cycle due after a submit while a borrowing job runs")
+	})
+	t.Run("cycle before the arrivals", func(t *testing.T) {
+		// Arrivals between a cycle's snapshot and its end are weighed when it ends.
+		for _, c := range []struct {
+			queue string
+			due   bool
+		}{{"spot", false}, {"default", true}} {
+			h := stallHarness(t)
+			if code, e := h.putConfig(queues); code != http.StatusOK {
+				t.Fatalf("config: %d %s", code, e.Message)
+			}
+			h.fullNode("n1", 8, api.JobSpec{Command: []string{"train"}, Queue: "spot"})
+			h.submit(api.JobSpec{GPUs: 8, Command: []string{"train"}, Queue: "spot"})
+			planning, resume, done := h.planPause()
+			<-planning
+			h.submit(api.JobSpec{GPUs: 8, Command: []string{"train"}, Queue: c.queue})
+			resume()
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+			h.wantDue(c.due, fmt.Sprintf("a %s arrival while the cycle planned: cycle due %v; want %v", c.queue, !c.due, c.due))
+		}
+	})
+}
+
 func TestResyncEndsTheStall(t *testing.T) {
 	h := stallHarness(t)
 	h.fullNode("n1", 8, api.JobSpec{Command: []string{"train"}})
