@@ -138,7 +138,9 @@ type Agent struct {
 	name     string
 	dataDir  string
 	interval time.Duration
-	logger   *slog.Logger
+	// jitter turns the interval into the next heartbeat's wait (jittered; tests set it).
+	jitter func(time.Duration) time.Duration
+	logger *slog.Logger
 	// inventory is read and changed under mu. When a GPU turns unhealthy its GPU list is
 	// replaced, never changed in place: a heartbeat encodes its copy after letting go.
 	inventory api.Inventory
@@ -306,6 +308,7 @@ func New(cfg Config, logger *slog.Logger) (*Agent, error) {
 		name:             name,
 		dataDir:          dataDir,
 		interval:         interval,
+		jitter:           jittered,
 		logger:           logger,
 		inventory:        inv,
 		creds:            creds,
@@ -493,6 +496,7 @@ func (a *Agent) loop(ctx context.Context) error {
 	var backoff time.Duration
 	everAnswered := false
 	for {
+		sent := time.Now()
 		resp, err := a.beat(ctx)
 		if ctx.Err() != nil {
 			return nil
@@ -552,12 +556,15 @@ func (a *Agent) loop(ctx context.Context) error {
 			}
 		}
 
-		t := time.NewTimer(jittered(wait))
+		wait = a.jitter(wait)
 		wake := a.wake
 		if backoff > 0 {
 			// A refused agent waits out its backoff; early heartbeats would be refused too.
 			wake = nil
+		} else {
+			wait = keepPhase(wait, time.Since(sent))
 		}
+		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 			t.Stop()
@@ -574,6 +581,25 @@ func (a *Agent) loop(ctx context.Context) error {
 // again over the next minutes, where with a fixed wait it would beat together for ever:
 // every interval a burst the server must take all at once, and then nothing.
 func jittered(d time.Duration) time.Duration { return d - d/10 + rand.N(d/5+1) }
+
+// keepPhase is how long to wait for the next heartbeat, due every wait since the last
+// was sent, elapsed ago: what is left of the wait, or, when the answer took longer, until
+// the first time due after now that is at least half a wait away. Counting the wait from
+// the answer instead let a server that stalled bunch its fleet: every agent whose
+// heartbeat it held got its answer at the same moment and, waiting a whole interval from
+// then, beat with all the others ever after. Counted from the send, each agent keeps its
+// own place in the interval. The half wait keeps a slow server's load down: an agent
+// never beats again sooner than that after an answer.
+func keepPhase(wait, elapsed time.Duration) time.Duration {
+	if wait <= 0 || elapsed < 0 {
+		return wait
+	}
+	d := wait - elapsed%wait
+	if d < wait/2 {
+		d += wait
+	}
+	return d
+}
 
 // outageKind sorts a failed heartbeat: "tls" when the server could not be verified, "net"
 // for everything else.

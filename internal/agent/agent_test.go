@@ -38,7 +38,12 @@ type fakeServer struct {
 	// withholdAcks is how many end reports of a task go unacknowledged first.
 	withholdAcks int
 	beats        []api.Heartbeat
-	refused      int
+	// beatAt is when each heartbeat came, slow the delay before the next one is read
+	// and answered, and interval the heartbeat interval the answers give (0: 50 ms).
+	beatAt   []time.Time
+	slow     time.Duration
+	interval time.Duration
+	refused  int
 	// keepHashes makes the server answer with the hash of the inventory it holds, as a
 	// rota server does; held is that inventory, and full counts the heartbeats that
 	// carried one.
@@ -150,6 +155,12 @@ func (s *fakeServer) unlessDown(h http.Handler) http.Handler {
 }
 
 func (s *fakeServer) heartbeat(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	s.beatAt = append(s.beatAt, time.Now())
+	slow := s.slow
+	s.slow = 0
+	s.mu.Unlock()
+	time.Sleep(slow)
 	var hb api.Heartbeat
 	if err := json.NewDecoder(r.Body).Decode(&hb); err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
@@ -176,7 +187,7 @@ func (s *fakeServer) heartbeat(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.beats = append(s.beats, hb)
-	resp := api.HeartbeatResponse{Tasks: append([]api.Task(nil), s.desired...), HeartbeatSeconds: 0.05, ClusterID: s.clusterID}
+	resp := api.HeartbeatResponse{Tasks: append([]api.Task(nil), s.desired...), HeartbeatSeconds: cmp(s.interval, 50*time.Millisecond).Seconds(), ClusterID: s.clusterID}
 	if !reflect.ValueOf(hb.Inventory).IsZero() {
 		s.held = hb.Inventory
 		s.full++
