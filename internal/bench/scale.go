@@ -11,7 +11,6 @@ import (
 	"maps"
 	"net/http"
 	"net/url"
-	"runtime"
 	"runtime/debug"
 	"slices"
 	"sync"
@@ -136,14 +135,6 @@ const stallTimeout = 3 * time.Minute
 
 // generatorGCPercent is the load generator's GOGC while the scale suite runs.
 const generatorGCPercent = 400
-
-// collectGenerator collects the load generator's garbage before a timed window. Its
-// heap is the 10,000 agents' connections: with GODEBUG=gctrace=1 a collection took 0.5 s
-// and 0.7 to 0.9 s of CPU, every 20 to 25 s. One fell inside the 3 s window of the
-// 64-client submits, which then measured 1,371 submits/s against 2,800 to 3,700 in runs
-// without: the CPU went from the server the window measures, whose agents would run on
-// machines of their own. Collected just before, the next one is about 20 s off.
-func collectGenerator() { runtime.GC() }
 
 // runScale runs the scale suite: a real server process under a simulated fleet. See
 // doc.go for what it measures and docs/scale.md for how to read it.
@@ -279,7 +270,6 @@ func runScale(ctx context.Context, opts Options) (results []Result, err error) {
 
 	// 4. Heartbeats as they come: every agent at its interval, nothing else.
 	say("heartbeats for %s", o.Window)
-	collectGenerator()
 	steady, err := measureSteady(ctx, srv, fl, o.Window)
 	if err != nil {
 		return nil, err
@@ -291,7 +281,6 @@ func runScale(ctx context.Context, opts Options) (results []Result, err error) {
 
 	// 5. One heartbeat from every node, as fast as the server takes them.
 	say("one round of %d heartbeats, 64 at a time", o.Nodes)
-	collectGenerator()
 	took, lat, errs, err := fl.round(ctx, 64)
 	if err != nil {
 		return nil, err
@@ -313,7 +302,6 @@ func runScale(ctx context.Context, opts Options) (results []Result, err error) {
 		if err != nil {
 			return nil, err
 		}
-		collectGenerator()
 		took, lat, err := measureSubmits(ctx, srv, c.clients, c.n)
 		if err != nil {
 			return nil, err
@@ -331,7 +319,6 @@ func runScale(ctx context.Context, opts Options) (results []Result, err error) {
 
 	// 7. What `rota queue` asks for: the first page, then every page.
 	say("listing the queue")
-	collectGenerator()
 	q, err := measureQueue(ctx, srv, opts.Quick)
 	if err != nil {
 		return nil, err
