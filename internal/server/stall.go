@@ -19,11 +19,11 @@ import (
 // no running job may be preempted for it: none that borrows or is being stopped, and none
 // in a preemptible queue of a lower tier (or, under the "las" order, of its own). So when
 // a long cycle placed nothing and stopped nothing, and everything that has happened since
-// its snapshot is the arrival of such jobs, the next cycle would decide nothing new: the loop leaves it to the recompute that
-// time asks for (cycleDue), as it would with nothing changed, and each arrival is told at
-// once why it waits. Anything else that happens meanwhile (a job ends or is cancelled,
-// a node or the configuration changes, an arrival that might fit) makes a cycle due as
-// before.
+// its snapshot is the arrival of such jobs, the next cycle would decide nothing new: the
+// loop leaves it to the recompute that time asks for (cycleDue), as it would with nothing
+// changed, and each arrival is told at once why it waits. Anything else that happens
+// meanwhile (a job ends or is cancelled, a node or the configuration changes, an arrival
+// that might fit or preempt) makes a cycle due as before.
 
 // stall is what the loop knows of the last cycle for this. Guarded by s.mu.
 type stall struct {
