@@ -62,6 +62,20 @@ func (h *harness) cyclePlaces(id int64, what string) {
 	}
 }
 
+// submitWhilePlanning runs a cycle, submits spec while it plans, and returns the job
+// once the cycle has ended.
+func (h *harness) submitWhilePlanning(spec api.JobSpec) api.Job {
+	h.t.Helper()
+	planning, resume, done := h.planPause()
+	<-planning
+	j := h.submit(spec)
+	resume()
+	if err := <-done; err != nil {
+		h.t.Fatal(err)
+	}
+	return j
+}
+
 // runningOK is the task report of a job running on its first attempt.
 func runningOK(id int64) api.TaskStatus {
 	return api.TaskStatus{JobID: id, Attempt: 1, State: api.StateRunning}
@@ -254,13 +268,7 @@ func TestWhenTheStallDoesNotBegin(t *testing.T) {
 			h := stallHarness(t)
 			h.fullNode("n1", 8, api.JobSpec{Command: []string{"train"}})
 			h.submit(api.JobSpec{GPUs: 8, Command: []string{"train"}})
-			planning, resume, done := h.planPause()
-			<-planning
-			j := h.submit(api.JobSpec{GPUs: c.gpus, CPUs: 1, Command: []string{"train"}})
-			resume()
-			if err := <-done; err != nil {
-				t.Fatal(err)
-			}
+			j := h.submitWhilePlanning(api.JobSpec{GPUs: c.gpus, CPUs: 1, Command: []string{"train"}})
 			if due := h.srv.cycleDue(); due != c.due {
 				t.Fatalf("a %d-GPU arrival while the cycle planned: cycle due %v; want %v", c.gpus, due, c.due)
 			}
@@ -344,13 +352,7 @@ func TestTheStallWeighsTiers(t *testing.T) {
 			}
 			h.fullNode("n1", 8, api.JobSpec{Command: []string{"train"}, Queue: "spot"})
 			h.submit(api.JobSpec{GPUs: 8, Command: []string{"train"}, Queue: "spot"})
-			planning, resume, done := h.planPause()
-			<-planning
-			h.submit(api.JobSpec{GPUs: 8, Command: []string{"train"}, Queue: c.queue})
-			resume()
-			if err := <-done; err != nil {
-				t.Fatal(err)
-			}
+			h.submitWhilePlanning(api.JobSpec{GPUs: 8, Command: []string{"train"}, Queue: c.queue})
 			h.wantDue(c.due, fmt.Sprintf("a %s arrival while the cycle planned: cycle due %v; want %v", c.queue, !c.due, c.due))
 		}
 	})
