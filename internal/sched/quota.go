@@ -435,3 +435,48 @@ func (c *cycle) userLimit(j *Job, q *Queue, milli int) (Reason, bool) {
 	}
 	return r, true
 }
+
+// Guarantees tells, from a snapshot's running jobs, which teams and projects have part of
+// a GPU guarantee unused. Only their jobs can run within a guarantee, the right a job needs
+// to reclaim GPUs another team borrows, or, inside its team, another project borrows.
+type Guarantees struct{ q *quotas }
+
+// NewGuarantees counts what the snapshot's running jobs hold against its teams' quotas.
+func NewGuarantees(s *Snapshot) Guarantees {
+	st := &state{allNodes: make(map[string]int, len(s.Nodes))}
+	for i := range s.Nodes {
+		st.allNodes[s.Nodes[i].Name] = i
+	}
+	return Guarantees{newQuotas(s, st)}
+}
+
+// MayRunInQuota reports whether a job of team and project ("" for none) might run within
+// a guarantee: its project's, or its team's, leaves some GPU of some model unused. It errs
+// towards yes: it weighs neither the job's size nor its model.
+func (g Guarantees) MayRunInQuota(team, project string) bool {
+	if g.q == nil {
+		return false
+	}
+	t, ok := g.q.teams[team]
+	if !ok {
+		return false // a team without quotas is never in quota
+	}
+	if p, ok := t.Projects[project]; ok && project != "" && unusedGuarantee(p.Quota, g.q.used[scopeOf(team, project)]) {
+		return true
+	}
+	return unusedGuarantee(t.Quota, g.q.used[team])
+}
+
+// unusedGuarantee reports whether some entry of quota guarantees more than used holds of
+// it, by the rule admission applies (level).
+func unusedGuarantee(quota map[string]Quota, used map[string]int) bool {
+	for key, qt := range quota {
+		if qt.Guaranteed <= 0 {
+			continue
+		}
+		if v := level(quota, used, key, 1); v.limited && !v.borrowing {
+			return true
+		}
+	}
+	return false
+}

@@ -146,6 +146,41 @@ func BenchmarkSubmitWhileCycling(b *testing.B) {
 	}
 }
 
+// BenchmarkSubmitWhileBorrowing is BenchmarkSubmitWhileCycling's 64 clients on a cluster
+// whose running jobs all borrow: they belong to 25 teams with no guarantee, each within
+// its limit. The arrivals, of a team with no guarantee either, can take nothing back:
+// with the stall on they make no cycle due, as on a cluster where nothing borrows; with
+// it off, each makes one due, as every arrival did while any job borrowed before the
+// stall weighed guarantees.
+func BenchmarkSubmitWhileBorrowing(b *testing.B) {
+	env := benchServer(b)
+	const teams = 25
+	config := "limits: {submits_per_second: 1000000, submit_burst: 10000000, max_pending_per_user: 10000000}\nteams:\n" +
+		"  - name: default\n    quotas: {\"*\": {guaranteed: 0, limit: 4096}}\n"
+	for t := range teams {
+		config += fmt.Sprintf("  - name: t%02d\n    quotas: {\"*\": {guaranteed: 0, limit: 4096}}\n", t)
+	}
+	env.srv.mu.Lock()
+	_, e := env.srv.applyConfig(context.Background(), []byte(config), api.Event{Actor: "bench"})
+	env.srv.mu.Unlock()
+	if e != nil {
+		b.Fatal(e.Message)
+	}
+	benchFillWith(b, env, 10_000, 8, 69_000, func(j *api.Job) {
+		j.Spec.Team = fmt.Sprintf("t%02d", j.ID%teams)
+		j.Borrowing = j.State == api.StateRunning
+	})
+	for _, stall := range []string{"off", "on"} {
+		b.Run("stall="+stall, func(b *testing.B) {
+			defer func(d time.Duration) { stallAfter = d }(stallAfter)
+			if stall == "off" {
+				stallAfter = time.Duration(1 << 62)
+			}
+			benchSubmitsWhileCycling(b, env, 64)
+		})
+	}
+}
+
 func benchSubmitsWhileCycling(b *testing.B, env *benchEnv, clients int) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cycled := make(chan int)
@@ -394,6 +429,12 @@ func simulatedAgent(ctx context.Context, env *benchEnv, name string) {
 // The agents' instance is "bench-NAME", as benchBeat sends it.
 func benchFill(b *testing.B, env *benchEnv, nodes, perNode, pending int) {
 	b.Helper()
+	benchFillWith(b, env, nodes, perNode, pending, nil)
+}
+
+// benchFillWith is benchFill with each job passed to edit, if not nil, before the commit.
+func benchFillWith(b *testing.B, env *benchEnv, nodes, perNode, pending int, edit func(*api.Job)) {
+	b.Helper()
 	now := time.Now()
 	batch := &store.Batch{}
 	var id int64
@@ -419,6 +460,11 @@ func benchFill(b *testing.B, env *benchEnv, nodes, perNode, pending int) {
 		id++
 		batch.Jobs = append(batch.Jobs, api.Job{ID: id, Spec: api.JobSpec{Command: []string{"x"}, User: "bench", Team: "default", Queue: "train", GPUs: 1, CPUs: 1},
 			State: api.StatePending, SubmitTime: now})
+	}
+	if edit != nil {
+		for i := range batch.Jobs {
+			edit(&batch.Jobs[i])
+		}
 	}
 	env.srv.mu.Lock()
 	err := env.srv.commit(context.Background(), batch)

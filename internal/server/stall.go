@@ -16,14 +16,17 @@ import (
 // place none: a stream of submits kept planning at half of one core, which the submits
 // themselves then lacked. Yet a job that arrives cannot let any other job start (it only
 // adds demand), and it cannot start itself where no node has the GPUs it needs free and
-// no running job may be preempted for it: none that borrows or is being stopped, and none
-// in a preemptible queue of a lower tier (or, under the "las" order, of its own). So when
-// a long cycle placed nothing and stopped nothing, and everything that has happened since
-// its snapshot is the arrival of such jobs, the next cycle would decide nothing new: the
-// loop leaves it to the recompute that time asks for (cycleDue), as it would with nothing
-// changed, and each arrival is told at once why it waits. Anything else that happens
-// meanwhile (a job ends or is cancelled, a node or the configuration changes, an arrival
-// that might fit or preempt) makes a cycle due as before.
+// no running job may be preempted for it: none is being stopped, none in a preemptible
+// queue has a lower tier (or, under the "las" order, its own), and none borrows GPUs the
+// arrival's team could take back (another team's beyond that team's guarantee, or
+// another project's of its own team inside it, while its team or project has some of
+// its guarantee unused). So when a long cycle placed nothing and stopped nothing, and
+// everything that has happened since its snapshot is the arrival of such jobs, the next
+// cycle would decide nothing new: the loop leaves it to the recompute that time asks for
+// (cycleDue), as it would with nothing changed, and each arrival is told at once why it
+// waits. Anything else that happens meanwhile (a job ends or is cancelled, a node or the
+// configuration changes, an arrival that might fit or preempt) makes a cycle due as
+// before.
 
 // stall is what the loop knows of the last cycle for this. Guarded by s.mu.
 type stall struct {
@@ -47,6 +50,9 @@ type stall struct {
 	tier    int
 	las     bool
 	victims stallVictims
+	// scopes are the teams and projects of the arrivals since the snapshot: with running
+	// jobs that borrow, whether one may reclaim depends on its team's guarantees.
+	scopes map[teamScope]bool
 	// arrived are the arrivals since the snapshot, told why they wait if the stall holds.
 	arrived []int64
 }
@@ -92,11 +98,16 @@ func (s *Server) noteBatch(b *store.Batch) {
 		}
 		need := gpusPerNode(&j.Spec)
 		tier, las := s.arrivalTier(j.Spec.Queue)
+		sc := teamScope{j.Spec.Team, j.Spec.Project}
 		st.need, st.tier, st.las = min(st.need, need), max(st.tier, tier), st.las || las
-		if st.holds && (need <= st.maxFree || s.mayPreempt(st.victims, tier, las)) {
+		if st.holds && (need <= st.maxFree || s.mayPreempt(st.victims, tier, las) || s.mayReclaim(&st.victims, sc)) {
 			*st = stall{}
 			return
 		}
+		if st.scopes == nil {
+			st.scopes = map[teamScope]bool{}
+		}
+		st.scopes[sc] = true
 		if len(st.arrived) >= maxStallArrivals {
 			*st = stall{} // a cycle is due; the list stays bounded
 			return
@@ -140,20 +151,44 @@ func (s *Server) holdStall(took time.Duration, maxFree int, victims stallVictims
 		*st = stall{}
 		return
 	}
+	for sc := range st.scopes {
+		if s.mayReclaim(&victims, sc) {
+			*st = stall{}
+			return
+		}
+	}
 	st.holds, st.maxFree, st.victims = true, maxFree, victims
 	s.explainArrivals()
 }
 
 // stallVictims is what a cycle's snapshot says of the running jobs a preemptor might stop.
 type stallVictims struct {
-	// others: some running job borrows beyond a quota or is being stopped already. Who
-	// may take from those depends on quotas, which the stall does not weigh: with any,
-	// every arrival may preempt.
+	// others: some running job is being stopped already, or is in a queue the snapshot
+	// does not know: every arrival may take its GPUs.
 	others bool
 	// lowestTier is the lowest tier of a running job in a queue that may be preempted
 	// (math.MaxInt with none): only an arrival of a higher tier may stop it, or under the
 	// "las" order one of its own tier in such a queue.
 	lowestTier int
+	// borrowers are the teams of running jobs that borrow beyond their team's guarantee,
+	// and inTeam those of jobs that borrow beyond their project's, inside their team. An
+	// arrival that may run within a guarantee (guarantees) may reclaim GPUs from the first
+	// of another team, and from the second of its own.
+	borrowers, inTeam map[string]bool
+	guarantees        sched.Guarantees
+}
+
+// teamScope is the team and project of an arrival, which quotas weigh.
+type teamScope struct{ team, project string }
+
+// mayReclaim reports whether an arrival of sc may reclaim GPUs a running job borrows.
+// Callers hold s.mu.
+func (s *Server) mayReclaim(v *stallVictims, sc teamScope) bool {
+	if s.cfg.Policy.NoPreemption {
+		return false
+	}
+	fromOthers := len(v.borrowers) > 1 || (len(v.borrowers) == 1 && !v.borrowers[sc.team])
+	return (fromOthers || v.inTeam[sc.team]) && v.guarantees.MayRunInQuota(sc.team, sc.project)
 }
 
 // arrivalTier is the tier of queue, and whether the "las" order lets its jobs preempt
@@ -222,10 +257,11 @@ func noRoomMessage(need, maxFree int) string {
 
 // stallFacts reads from a cycle's snapshot the most whole GPUs free on one node that
 // takes work, and what the running jobs offer a preemptor: the lowest tier of those in a
-// queue that may be preempted, and whether any borrows beyond a quota, is being stopped
-// already or is in a queue the snapshot does not know. Both err towards a cycle: pools,
-// models, reservations and CPUs are not counted against the free GPUs, and quotas are
-// not weighed.
+// queue that may be preempted; the teams of those that borrow, and which teams and
+// projects have guarantees unused; and whether any is being stopped already or is in a
+// queue the snapshot does not know. Both err towards a cycle: pools, models,
+// reservations and CPUs are not counted against the free GPUs, nor an arrival's size and
+// model against the guarantees, nor the minimum runtime that protects a victim.
 func stallFacts(snap *sched.Snapshot) (maxFree int, victims stallVictims) {
 	victims.lowestTier = math.MaxInt
 	at := make(map[string]int, len(snap.Nodes))
@@ -237,11 +273,18 @@ func stallFacts(snap *sched.Snapshot) (maxFree int, victims stallVictims) {
 	for i := range snap.Running {
 		r := &snap.Running[i]
 		q, ok := snap.Queues[r.Queue]
-		switch {
-		case r.Borrowing || r.BorrowingInTeam || r.Preempting || !ok:
+		if r.Preempting || !ok {
 			victims.others = true
-		case q.Preemptible && !q.NeverPreempt:
-			victims.lowestTier = min(victims.lowestTier, q.Tier)
+		} else {
+			switch {
+			case r.Borrowing:
+				victims.borrowers = addTeam(victims.borrowers, r.Team)
+			case r.BorrowingInTeam:
+				victims.inTeam = addTeam(victims.inTeam, r.Team)
+			}
+			if q.Preemptible && !q.NeverPreempt {
+				victims.lowestTier = min(victims.lowestTier, q.Tier)
+			}
 		}
 		for _, a := range r.Allocs {
 			ni, ok := at[a.Node]
@@ -257,6 +300,9 @@ func stallFacts(snap *sched.Snapshot) (maxFree int, victims stallVictims) {
 			}
 		}
 	}
+	if victims.borrowers != nil || victims.inTeam != nil {
+		victims.guarantees = sched.NewGuarantees(snap)
+	}
 	for i := range snap.Nodes {
 		n := &snap.Nodes[i]
 		if !n.Schedulable {
@@ -271,4 +317,13 @@ func stallFacts(snap *sched.Snapshot) (maxFree int, victims stallVictims) {
 		maxFree = max(maxFree, free)
 	}
 	return maxFree, victims
+}
+
+// addTeam adds team to the set teams, made if nil.
+func addTeam(teams map[string]bool, team string) map[string]bool {
+	if teams == nil {
+		teams = map[string]bool{}
+	}
+	teams[team] = true
+	return teams
 }

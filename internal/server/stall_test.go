@@ -326,20 +326,6 @@ func TestTheStallWeighsTiers(t *testing.T) {
 			}
 		})
 	}
-	t.Run("borrowing running job", func(t *testing.T) {
-		// Who may take GPUs a job borrows depends on quotas, which the stall does not
-		// weigh: any arrival may.
-		h := stallHarness(t)
-		if code, e := h.putConfig(queues + "teams:\n  - name: default\n    quotas: {\"*\": {guaranteed: 0, limit: 16}}\n"); code != http.StatusOK {
-			t.Fatalf("config: %d %s", code, e.Message)
-		}
-		running, _ := h.fullNode("n1", 8, api.JobSpec{Command: []string{"train"}, Queue: "batch"})
-		if !h.job(running.ID).Borrowing {
-			t.Fatal("the running job does not borrow beyond its team's guarantee of 0")
-		}
-		h.submit(api.JobSpec{GPUs: 8, Command: []string{"train"}, Queue: "batch"})
-		h.wantDue(true, "no cycle due after a submit while a borrowing job runs")
-	})
 	t.Run("cycle before the arrivals", func(t *testing.T) {
 		// Arrivals between a cycle's snapshot and its end are weighed when it ends.
 		for _, c := range []struct {
@@ -354,6 +340,117 @@ func TestTheStallWeighsTiers(t *testing.T) {
 			h.submit(api.JobSpec{GPUs: 8, Command: []string{"train"}, Queue: "spot"})
 			h.submitWhilePlanning(api.JobSpec{GPUs: 8, Command: []string{"train"}, Queue: c.queue})
 			h.wantDue(c.due, fmt.Sprintf("a %s arrival while the cycle planned: cycle due %v; want %v", c.queue, !c.due, c.due))
+		}
+	})
+}
+
+// fullNodes gives each spec a node of its own of 8 GPUs (n1, n2, ...), running it on all
+// of them, then submits waiting and runs the cycle that places nothing. It returns the
+// running jobs, in the order of specs.
+func (h *harness) fullNodes(waiting api.JobSpec, specs ...api.JobSpec) []api.Job {
+	h.t.Helper()
+	for i := range specs {
+		h.beat(fmt.Sprintf("n%d", i+1), 8)
+	}
+	var jobs []api.Job
+	for _, spec := range specs {
+		spec.GPUs = 8
+		j := h.submit(spec)
+		h.cycle()
+		d := h.job(j.ID)
+		if d.State != api.StateAssigned || len(d.Nodes) != 1 {
+			h.t.Fatalf("job %d of team %s is %s on %v; want ASSIGNED to a node of its own", j.ID, spec.Team, d.State, d.Nodes)
+		}
+		h.beat(d.Nodes[0], 8, runningOK(j.ID))
+		jobs = append(jobs, j)
+	}
+	w := h.submit(waiting)
+	h.cycle()
+	if st := h.job(w.ID).State; st != api.StatePending {
+		h.t.Fatalf("a job waiting on the full nodes is %s; want PENDING", st)
+	}
+	return jobs
+}
+
+// Running jobs that borrow stop the stall only for arrivals that could take their GPUs
+// back: of another team with some of its guarantee unused, or, for GPUs borrowed inside
+// a team, of the team's project with some of its guarantee unused.
+func TestTheStallWeighsGuarantees(t *testing.T) {
+	// Every queue on one tier and none preemptible: only quotas give a right to preempt.
+	const teams = "queues:\n  - name: default\n    tier: 1\n" +
+		"teams:\n" +
+		"  - name: lender\n    quotas: {\"*\": {guaranteed: 8, limit: 16}}\n" +
+		"  - name: borrower\n    quotas: {\"*\": {guaranteed: 0, limit: 16}}\n" +
+		"  - name: capped\n    quotas: {\"*\": {limit: 16}}\n" +
+		"  - name: vision\n    quotas: {\"*\": {guaranteed: 16, limit: 32}}\n    projects:\n" +
+		"      - name: det\n        quotas: {\"*\": {guaranteed: 8, limit: 24}}\n" +
+		"      - name: seg\n        quotas: {\"*\": {guaranteed: 8, limit: 24}}\n"
+	spec := func(team, project string) api.JobSpec {
+		return api.JobSpec{GPUs: 8, Command: []string{"train"}, Team: team, Project: project}
+	}
+	setup := func(t *testing.T, policy []sched.Options, running ...api.JobSpec) (*harness, []api.Job) {
+		h := stallHarness(t, policy...)
+		if code, e := h.putConfig(teams); code != http.StatusOK {
+			t.Fatalf("config: %d %s", code, e.Message)
+		}
+		// A job that waits for a whole node and, last in the queue, has no right to
+		// preempt: no reservation it holds stands in an arrival's way.
+		return h, h.fullNodes(api.JobSpec{GPUs: 8, Command: []string{"train"}, Team: "capped", Nice: 10000}, running...)
+	}
+	borrowed := []api.JobSpec{spec("borrower", "")}
+	for _, c := range []struct {
+		name    string
+		policy  []sched.Options
+		running []api.JobSpec
+		arrival api.JobSpec
+		due     bool
+	}{
+		{"its own team borrows", nil, borrowed, spec("borrower", ""), false},
+		{"a team with a limit and no guarantee", nil, borrowed, spec("capped", ""), false},
+		// A project's unused guarantee gives no right over its own team's borrowing.
+		{"its own team borrows, a project with its guarantee unused", nil, []api.JobSpec{spec("vision", ""), spec("vision", ""), spec("vision", "")}, spec("vision", "seg"), false},
+		{"a team with its guarantee unused", nil, borrowed, spec("lender", ""), true},
+		{"a team with its guarantee unused, without preemption", []sched.Options{{NoPreemption: true}}, borrowed, spec("lender", ""), false},
+		{"a team with its guarantee in use", nil, []api.JobSpec{spec("borrower", ""), spec("lender", "")}, spec("lender", ""), false},
+		{"inside the team, a project with its guarantee unused", nil, []api.JobSpec{spec("vision", "det"), spec("vision", "det")}, spec("vision", "seg"), true},
+		{"inside the team, the project that borrows", nil, []api.JobSpec{spec("vision", "det"), spec("vision", "det")}, spec("vision", "det"), false},
+		{"another team than the one that borrows inside itself", nil, []api.JobSpec{spec("vision", "det"), spec("vision", "det")}, spec("lender", ""), false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			h, jobs := setup(t, c.policy, c.running...)
+			// The first job of a team runs first: the last borrows, unless its team is
+			// another.
+			last := h.job(jobs[len(jobs)-1].ID)
+			if borrows := last.Borrowing || last.BorrowingInTeam; borrows != (last.Spec.Team == jobs[0].Spec.Team) {
+				t.Fatalf("the last running job (team %s) borrows: %v", last.Spec.Team, borrows)
+			}
+			h.wantDue(false, "a cycle is due on full nodes with nothing changed")
+			h.submit(c.arrival)
+			h.wantDue(c.due, fmt.Sprintf("an arrival of %s/%s: cycle due %v; want %v", c.arrival.Team, c.arrival.Project, !c.due, c.due))
+			// A cycle, once the borrowing job has run past the minimum runtime that
+			// protects it, takes the borrowed GPUs back for the arrival exactly when the
+			// stall let one be due: the stall never holds where the scheduler would act.
+			h.clock.Add(sched.DefaultMinRuntime)
+			for _, j := range jobs {
+				h.beat(h.job(j.ID).Nodes[0], 8, runningOK(j.ID))
+			}
+			h.cycle()
+			for _, j := range jobs {
+				if got, want := h.job(j.ID).PreemptRequested, c.due && j.ID == last.ID; got != want {
+					t.Fatalf("after the cycle, job %d (team %s) is being preempted: %v; want %v", j.ID, j.Spec.Team, got, want)
+				}
+			}
+		})
+	}
+	t.Run("cycle before the arrivals", func(t *testing.T) {
+		// Arrivals between a cycle's snapshot and its end are weighed when it ends.
+		for _, c := range []struct {
+			team string
+			due  bool
+		}{{"borrower", false}, {"lender", true}} {
+			h, _ := setup(t, nil, borrowed...)
+			h.submitWhilePlanning(spec(c.team, ""))
+			h.wantDue(c.due, fmt.Sprintf("an arrival of %s while the cycle planned: cycle due %v; want %v", c.team, !c.due, c.due))
 		}
 	})
 }
