@@ -52,8 +52,8 @@ func TestScaleQuick(t *testing.T) {
 		"fill":             {positive: []string{"running", "pending", "fill-s"}},
 		"heartbeat-steady": {positive: append([]string{"heartbeats/s", "target-heartbeats/s", "server-cpu-s/s", "generator-cpu-s/s"}, latency...), present: []string{"errors", "commits/s", "commit-mean-ms", "cycles/s", "cycle-mean-ms", "cycle-p99-bound-ms"}},
 		"heartbeat-round":  {positive: append([]string{"round-s", "heartbeats/s"}, latency...), present: []string{"errors"}},
-		"submit-64clients": {positive: append([]string{"submits/s"}, latency...), present: []string{"cycles", "deferred"}},
-		"submit-8clients":  {positive: append([]string{"submits/s"}, latency...), present: []string{"cycles", "deferred"}},
+		"submit-64clients": {positive: append([]string{"submits/s", "submits/s-min", "submits/s-max"}, latency...), present: []string{"cycles", "deferred"}},
+		"submit-8clients":  {positive: append([]string{"submits/s", "submits/s-min", "submits/s-max"}, latency...), present: []string{"cycles", "deferred"}},
 		"queue":            {positive: []string{"first-page-p50-ms", "first-page-p99-ms", "jobs/page", "all-pages-s", "pages", "cli-first-jobs-p50-ms", "cli-first-jobs-p99-ms", "cli-all-s", "cli-jobs"}},
 		"top":              {positive: append([]string{"nodes", "running", "pending"}, latency...)},
 		"server":           {positive: []string{"rss-mb", "hwm-mb", "nodes", "running", "pending", "cycles", "cycle-mean-ms", "cycle-p99-bound-ms", "heap-inuse-mb", "heap-goal-mb", "stacks-mb", "goroutines"}},
@@ -89,6 +89,14 @@ func TestScaleQuick(t *testing.T) {
 		}
 		if r.Metrics["errors"] != 0 {
 			t.Errorf("%s: %v requests failed", r.Name, r.Metrics["errors"])
+		}
+	}
+	// Each submit measurement sent all its submits, over three windows whose median rate
+	// lies between the slowest and the fastest.
+	for name, n := range map[string]int{"submit-64clients": 320, "submit-8clients": 80} {
+		m := got[name].Metrics
+		if got[name].N != n || !(m["submits/s-min"] <= m["submits/s"] && m["submits/s"] <= m["submits/s-max"]) {
+			t.Errorf("%s: %d submits, rates %v; want %d submits and min <= median <= max", name, got[name].N, m, n)
 		}
 	}
 	if len(got) != len(wants) {
