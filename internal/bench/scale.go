@@ -302,7 +302,7 @@ func runScale(ctx context.Context, opts Options) (results []Result, err error) {
 		if err != nil {
 			return nil, err
 		}
-		took, rates, lat, err := measureSubmits(ctx, srv, c.clients, c.n)
+		took, lat, rates, err := measureSubmits(ctx, srv, c.clients, c.n)
 		if err != nil {
 			return nil, err
 		}
@@ -312,7 +312,8 @@ func runScale(ctx context.Context, opts Options) (results []Result, err error) {
 		}
 		cyc := after.histogram("rota_scheduler_cycle_duration_seconds").since(before.histogram("rota_scheduler_cycle_duration_seconds"))
 		add(fmt.Sprintf("submit-%dclients", c.clients), len(lat), took, map[string]float64{
-			"submits/s": rates[len(rates)/2], "submits/s-min": rates[0], "submits/s-max": rates[len(rates)-1],
+			"submits/s":      float64(len(lat)) / took.Seconds(),
+			"median-third/s": rates[len(rates)/2], "slowest-third/s": rates[0], "fastest-third/s": rates[len(rates)-1],
 			"p50-ms": percentileMS(lat, .5), "p99-ms": percentileMS(lat, .99),
 			"cycles": cyc.n, "deferred": after.sum("rota_scheduler_arrivals_deferred_total") - before.sum("rota_scheduler_arrivals_deferred_total"),
 		})
@@ -543,18 +544,20 @@ func waitFor(ctx context.Context, srv *serverProc, fl *fleet, what string, cond 
 	}
 }
 
-// submitWindows is how many windows measureSubmits splits its submits into. A window of
-// a few seconds on a 2-core machine halves its rate when a collection of either process
-// falls in it; the median of three does not move with one.
-const submitWindows = 3
+// submitParts is how many parts measureSubmits splits its stream of submits into, by
+// the order they completed in, to give the rate of each: a stream of a few seconds on a
+// 2-core machine halves its rate when a collection of either process falls in it, and
+// the median of three parts does not move with one.
+const submitParts = 3
 
 // measureSubmits sends n submits from clients clients at once, each over its own
 // connection with the admin token and an idempotency key, as `rota submit` does; each
-// answer comes after the job's commit. It sends them in submitWindows windows of equal
-// shares, one after the other, and returns the time all took, each window's rate,
-// sorted, and every submit's latency, sorted. Each client makes its connection before
-// the first window, as a client that keeps submitting holds one.
-func measureSubmits(ctx context.Context, srv *serverProc, clients, n int) (time.Duration, []float64, []time.Duration, error) {
+// answer comes after the job's commit. Each client makes its connection before the
+// stream starts, as a client that keeps submitting holds one. It returns the time the
+// stream took, every submit's latency, sorted, and the rates of its submitParts parts,
+// sorted: part k runs from the completion of the (k*n/3)-th submit to that of the
+// ((k+1)*n/3)-th, so one stream, not windows that each wait for their slowest submit.
+func measureSubmits(ctx context.Context, srv *serverProc, clients, n int) (time.Duration, []time.Duration, []float64, error) {
 	cs := make([]*http.Client, clients)
 	for i := range cs {
 		c, err := srv.newClient()
@@ -568,34 +571,9 @@ func measureSubmits(ctx context.Context, srv *serverProc, clients, n int) (time.
 		cs[i] = c
 	}
 	var (
-		lat   latencies
-		rates []float64
-		all   []time.Duration
-		took  time.Duration
-	)
-	for w := range submitWindows {
-		share := n / submitWindows
-		if w == submitWindows-1 {
-			share = n - share*(submitWindows-1) // the last takes what does not divide
-		}
-		d, err := submitWindow(ctx, srv, cs, share, &lat)
-		if err != nil {
-			return 0, nil, nil, err
-		}
-		took += d
-		rates = append(rates, float64(share)/d.Seconds())
-		got, _ := lat.take()
-		all = append(all, got...)
-	}
-	slices.Sort(rates)
-	slices.Sort(all)
-	return took, rates, all, nil
-}
-
-// submitWindow sends n submits over the clients at once and returns the time they took.
-func submitWindow(ctx context.Context, srv *serverProc, cs []*http.Client, n int, lat *latencies) (time.Duration, error) {
-	var (
 		next  atomic.Int64
+		lat   latencies
+		done  latencies // when each submit completed, from the start
 		wg    sync.WaitGroup
 		mu    sync.Mutex
 		first error
@@ -613,11 +591,36 @@ func submitWindow(ctx context.Context, srv *serverProc, cs []*http.Client, n int
 					return
 				}
 				lat.add(time.Since(t0))
+				done.add(time.Since(start))
 			}
 		})
 	}
 	wg.Wait()
-	return time.Since(start), first
+	took := time.Since(start)
+	if first != nil {
+		return 0, nil, nil, first
+	}
+	d, _ := lat.take()
+	at, _ := done.take()
+	return took, d, partRates(at, n), nil
+}
+
+// partRates is the rate of each of submitParts parts of a stream of n submits, given when
+// each completed (from the stream's start), sorted; the rates come sorted too.
+func partRates(at []time.Duration, n int) []float64 {
+	rates := make([]float64, 0, submitParts)
+	var from time.Duration
+	for k := range submitParts {
+		lo, hi := k*n/submitParts, (k+1)*n/submitParts
+		if hi == lo {
+			continue
+		}
+		to := at[hi-1]
+		rates = append(rates, float64(hi-lo)/max(to-from, time.Microsecond).Seconds())
+		from = to
+	}
+	slices.Sort(rates)
+	return rates
 }
 
 // timeGets times GET path samples times (50, or 10 when quick), decoding each answer into

@@ -52,8 +52,8 @@ func TestScaleQuick(t *testing.T) {
 		"fill":             {positive: []string{"running", "pending", "fill-s"}},
 		"heartbeat-steady": {positive: append([]string{"heartbeats/s", "target-heartbeats/s", "server-cpu-s/s", "generator-cpu-s/s"}, latency...), present: []string{"errors", "commits/s", "commit-mean-ms", "cycles/s", "cycle-mean-ms", "cycle-p99-bound-ms"}},
 		"heartbeat-round":  {positive: append([]string{"round-s", "heartbeats/s"}, latency...), present: []string{"errors"}},
-		"submit-64clients": {positive: append([]string{"submits/s", "submits/s-min", "submits/s-max"}, latency...), present: []string{"cycles", "deferred"}},
-		"submit-8clients":  {positive: append([]string{"submits/s", "submits/s-min", "submits/s-max"}, latency...), present: []string{"cycles", "deferred"}},
+		"submit-64clients": {positive: append([]string{"submits/s", "median-third/s", "slowest-third/s", "fastest-third/s"}, latency...), present: []string{"cycles", "deferred"}},
+		"submit-8clients":  {positive: append([]string{"submits/s", "median-third/s", "slowest-third/s", "fastest-third/s"}, latency...), present: []string{"cycles", "deferred"}},
 		"queue":            {positive: []string{"first-page-p50-ms", "first-page-p99-ms", "jobs/page", "all-pages-s", "pages", "cli-first-jobs-p50-ms", "cli-first-jobs-p99-ms", "cli-all-s", "cli-jobs"}},
 		"top":              {positive: append([]string{"nodes", "running", "pending"}, latency...)},
 		"server":           {positive: []string{"rss-mb", "hwm-mb", "nodes", "running", "pending", "cycles", "cycle-mean-ms", "cycle-p99-bound-ms", "heap-inuse-mb", "heap-goal-mb", "stacks-mb", "goroutines"}},
@@ -91,12 +91,12 @@ func TestScaleQuick(t *testing.T) {
 			t.Errorf("%s: %v requests failed", r.Name, r.Metrics["errors"])
 		}
 	}
-	// Each submit measurement sent all its submits, over three windows whose median rate
-	// lies between the slowest and the fastest.
+	// Each submit measurement sent all its submits; the median third's rate lies between
+	// the slowest's and the fastest's.
 	for name, n := range map[string]int{"submit-64clients": 320, "submit-8clients": 80} {
 		m := got[name].Metrics
-		if got[name].N != n || !(m["submits/s-min"] <= m["submits/s"] && m["submits/s"] <= m["submits/s-max"]) {
-			t.Errorf("%s: %d submits, rates %v; want %d submits and min <= median <= max", name, got[name].N, m, n)
+		if got[name].N != n || !(m["slowest-third/s"] <= m["median-third/s"] && m["median-third/s"] <= m["fastest-third/s"]) {
+			t.Errorf("%s: %d submits, rates %v; want %d submits and slowest <= median <= fastest third", name, got[name].N, m, n)
 		}
 	}
 	if len(got) != len(wants) {
@@ -289,5 +289,39 @@ func TestBeatAnswerDecodes(t *testing.T) {
 	}
 	if err := decodeAnswer([]byte(`{"tasks":[{"job_id":"seven"}]}`), &got); err == nil {
 		t.Error("an answer that breaks the protocol decoded without error")
+	}
+}
+
+// The rate of each third of a stream of submits runs from the completion that ends the
+// third before it, so a stall in one third shows in that third alone.
+func TestPartRates(t *testing.T) {
+	sec := func(v ...float64) []time.Duration {
+		var d []time.Duration
+		for _, x := range v {
+			d = append(d, time.Duration(x*float64(time.Second)))
+		}
+		return d
+	}
+	for _, c := range []struct {
+		at   []time.Duration
+		n    int
+		want []float64
+	}{
+		// Thirds of 2: 0 to 2 s, 2 to 4 s, 4 to 11 s.
+		{sec(1, 2, 3, 4, 10, 11), 6, []float64{2.0 / 7, 1, 1}},
+		// 7 submits: thirds of 2, 2 and 3.
+		{sec(0.5, 1, 1.5, 2, 2.5, 3, 3.5), 7, []float64{2, 2, 2}},
+		// Fewer submits than thirds: the empty ones are left out.
+		{sec(1, 3), 2, []float64{0.5, 1}},
+	} {
+		got := partRates(c.at, c.n)
+		if len(got) != len(c.want) {
+			t.Fatalf("partRates(%v, %d) = %v; want %v", c.at, c.n, got, c.want)
+		}
+		for i := range got {
+			if math.Abs(got[i]-c.want[i]) > 1e-9 {
+				t.Fatalf("partRates(%v, %d) = %v; want %v", c.at, c.n, got, c.want)
+			}
+		}
 	}
 }
