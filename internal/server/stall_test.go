@@ -3,7 +3,9 @@ package server
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -479,4 +481,79 @@ func grepLines(text, sub string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// Whatever the queues, quotas, policy and running work, an arrival the stall lets wait
+// for the recompute is one the cycle would neither place nor preempt for: random
+// clusters of full nodes, each case checked by running the cycle anyway.
+func TestTheStallNeverHoldsWhereACycleWouldAct(t *testing.T) {
+	const config = "queues:\n  - name: default\n    tier: 1\n  - name: spot\n    tier: 0\n    preemptible: true\n  - name: batch\n    tier: 0\n" +
+		"teams:\n" +
+		"  - name: capped\n    quotas: {\"*\": {limit: 32}}\n" +
+		"  - name: a\n    quotas: {\"*\": {guaranteed: %d, limit: 32}}\n" +
+		"  - name: b\n    quotas: {\"*\": {guaranteed: %d, limit: 32}}\n" +
+		"  - name: vision\n    quotas: {\"*\": {guaranteed: 16, limit: 32}}\n    projects:\n" +
+		"      - name: det\n        quotas: {\"*\": {guaranteed: %d, limit: 32}}\n" +
+		"      - name: seg\n        quotas: {\"*\": {guaranteed: 8, limit: 32}}\n"
+	scopes := [][2]string{{"capped", ""}, {"a", ""}, {"b", ""}, {"vision", ""}, {"vision", "det"}, {"vision", "seg"}}
+	queues := []string{"default", "spot", "batch"}
+	policies := []sched.Options{{}, {Order: sched.OrderLAS}, {NoPreemption: true}}
+	held, due, acted := 0, 0, 0
+	for seed := range uint64(40) {
+		r := rand.New(rand.NewPCG(seed, 11))
+		pick := func(n int) int { return r.IntN(n) }
+		spec := func() api.JobSpec {
+			sc := scopes[pick(len(scopes))]
+			return api.JobSpec{GPUs: 8, Command: []string{"train"}, Team: sc[0], Project: sc[1], Queue: queues[pick(len(queues))]}
+		}
+		h := stallHarness(t, policies[pick(len(policies))])
+		if code, e := h.putConfig(fmt.Sprintf(config, []int{0, 8, 16}[pick(3)], []int{0, 8}[pick(2)], []int{0, 8}[pick(2)])); code != http.StatusOK {
+			t.Fatalf("seed %d: config: %d %s", seed, code, e.Message)
+		}
+		running := make([]api.JobSpec, 2+pick(2))
+		for i := range running {
+			running[i] = spec()
+		}
+		// The waiting job can preempt nothing: the lowest tier, a queue that is not
+		// preemptible, a team without a guarantee, last in its tier.
+		jobs := h.fullNodes(api.JobSpec{GPUs: 8, Command: []string{"train"}, Team: "capped", Queue: "batch", Nice: 10000}, running...)
+		// Past the minimum runtime, so that the cycle may stop any of them.
+		h.clock.Add(sched.DefaultMinRuntime)
+		for _, j := range jobs {
+			h.beat(h.job(j.ID).Nodes[0], 8, runningOK(j.ID))
+		}
+		h.cycle()
+		for _, j := range jobs {
+			if h.job(j.ID).PreemptRequested {
+				t.Fatalf("seed %d: the cycle before any arrival preempts job %d", seed, j.ID)
+			}
+		}
+		arrival := spec()
+		a := h.submit(arrival)
+		if h.srv.cycleDue() {
+			// The cycle may act or not: the stall errs only this way. How often it acts
+			// says how close the stall's rules come to the scheduler's.
+			due++
+			h.cycle()
+			if h.job(a.ID).State != api.StatePending || slices.ContainsFunc(jobs, func(j api.Job) bool { return h.job(j.ID).PreemptRequested }) {
+				acted++
+			}
+			continue
+		}
+		held++
+		h.cycle()
+		if st := h.job(a.ID).State; st != api.StatePending {
+			t.Fatalf("seed %d: the stall held for an arrival (%+v) the cycle then made %s", seed, arrival, st)
+		}
+		for _, j := range jobs {
+			if d := h.job(j.ID); d.PreemptRequested {
+				t.Fatalf("seed %d: the stall held for an arrival (%s/%s in %s) the cycle then preempted job %d (%s/%s in %s, borrowing %v, inside its team %v) for",
+					seed, arrival.Team, arrival.Project, arrival.Queue, j.ID, d.Spec.Team, d.Spec.Project, d.Spec.Queue, d.Borrowing, d.BorrowingInTeam)
+			}
+		}
+	}
+	t.Logf("the stall held for %d arrivals; a cycle was due for %d, and acted for %d of them", held, due, acted)
+	if held == 0 || due == 0 {
+		t.Fatalf("the stall held for %d arrivals and let a cycle be due for %d: both must happen for this to test anything", held, due)
+	}
 }
