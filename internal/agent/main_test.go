@@ -2,6 +2,8 @@ package agent
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -20,8 +22,15 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// testCluster is the cluster the fake server serves, an ID as the server makes them.
-const testCluster = "0123456789abcdef"
+// testCluster is the cluster the fake server serves, an ID as the server makes them. It
+// is this process's own: the attempts' containers and cgroups are named after it, and two
+// test processes at once must not meet each other's (with one ID for all, one process's
+// check that its container was removed saw the other's).
+var testCluster = func() string {
+	b := make([]byte, 8)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}()
 
 func testSupervisor(t *testing.T) []string {
 	t.Helper()
