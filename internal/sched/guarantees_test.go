@@ -33,21 +33,31 @@ func TestGuaranteesUnused(t *testing.T) {
 		{"nobody", "", false},      // no such team
 		{"nlp", "anything", false}, // a project nlp does not have counts as nlp's
 	} {
-		if got := g.MayRunInQuota(c.team, c.project); got != c.want {
+		if got := g.MayRunInQuota(c.team, c.project, 1); got != c.want {
 			t.Errorf("%s/%s: may run in quota %v; want %v", c.team, c.project, got, c.want)
 		}
 	}
-	if (Guarantees{}).MayRunInQuota("vision", "") {
+	// The size counts: vision has 2 of its 8 unused, seg 4 of its 4.
+	for _, c := range []struct {
+		project string
+		gpus    int
+		want    bool
+	}{{"", 2, true}, {"", 3, false}, {"seg", 4, true}, {"seg", 5, false}, {"", 0, true}} {
+		if got := g.MayRunInQuota("vision", c.project, c.gpus); got != c.want {
+			t.Errorf("vision/%s, %d GPUs: may run in quota %v; want %v", c.project, c.gpus, got, c.want)
+		}
+	}
+	if (Guarantees{}).MayRunInQuota("vision", "", 1) {
 		t.Error("the zero Guarantees says a job may run in quota")
 	}
 
 	// With det's and the team's guarantees both used up, det's jobs cannot, seg's still can.
 	s.Running = append(s.Running, run(4, "vision", "seg", 6, 7))
 	g = NewGuarantees(s)
-	if g.MayRunInQuota("vision", "det") || g.MayRunInQuota("vision", "") {
+	if g.MayRunInQuota("vision", "det", 1) || g.MayRunInQuota("vision", "", 1) {
 		t.Error("a job of det, or of the team alone, may run in quota with the team's 8 in use")
 	}
-	if !g.MayRunInQuota("vision", "seg") {
+	if !g.MayRunInQuota("vision", "seg", 1) {
 		t.Error("seg uses 2 of its 4; its job may not run in quota")
 	}
 }
@@ -108,22 +118,25 @@ func TestGuaranteesCoverAdmission(t *testing.T) {
 		g := NewGuarantees(s)
 		for _, team := range []string{"vision", "nlp", "other"} {
 			for _, project := range []string{"", "det", "seg", "nope"} {
-				may := g.MayRunInQuota(team, project)
-				if may {
-					yes++
-				} else {
-					no++
-				}
-				for _, m := range models {
-					for _, milli := range sizes {
+				for _, milli := range sizes {
+					// The stall asks with the whole GPUs a job needs on one node, never more
+					// than admission counts.
+					gpus := milli / MilliGPU
+					may := g.MayRunInQuota(team, project, gpus)
+					if may {
+						yes++
+					} else {
+						no++
+					}
+					for _, m := range models {
 						v := g.q.admit(team, project, m, milli)
 						if !v.inQuota() {
 							continue
 						}
 						inQuota++
 						if !may {
-							t.Fatalf("seed %d: admission runs %d milli-GPU of %s for %s/%s in quota (%+v), but MayRunInQuota says no\nteams %+v\nused %v",
-								seed, milli, m, team, project, v, teams, g.q.used)
+							t.Fatalf("seed %d: admission runs %d milli-GPU of %s for %s/%s in quota (%+v), but MayRunInQuota says no for %d GPUs\nteams %+v\nused %v",
+								seed, milli, m, team, project, v, gpus, teams, g.q.used)
 						}
 					}
 				}

@@ -450,10 +450,11 @@ func NewGuarantees(s *Snapshot) Guarantees {
 	return Guarantees{newQuotas(s, st)}
 }
 
-// MayRunInQuota reports whether a job of team and project ("" for none) might run within
-// a guarantee: its project's, or its team's, leaves some GPU of some model unused. It errs
-// towards yes: it weighs neither the job's size nor its model.
-func (g Guarantees) MayRunInQuota(team, project string) bool {
+// MayRunInQuota reports whether a job of team and project ("" for none) that needs gpus
+// GPUs might run within a guarantee: its project's, or its team's, leaves that many
+// unused for some model. It errs towards yes: it does not weigh the job's model, and a
+// gang's GPUs on one node stand for all of them.
+func (g Guarantees) MayRunInQuota(team, project string, gpus int) bool {
 	if g.q == nil {
 		return false
 	}
@@ -461,20 +462,21 @@ func (g Guarantees) MayRunInQuota(team, project string) bool {
 	if !ok {
 		return false // a team without quotas is never in quota
 	}
-	if p, ok := t.Projects[project]; ok && project != "" && unusedGuarantee(p.Quota, g.q.used[scopeOf(team, project)]) {
+	milli := max(gpus*MilliGPU, 1)
+	if p, ok := t.Projects[project]; ok && project != "" && unusedGuarantee(p.Quota, g.q.used[scopeOf(team, project)], milli) {
 		return true
 	}
-	return unusedGuarantee(t.Quota, g.q.used[team])
+	return unusedGuarantee(t.Quota, g.q.used[team], milli)
 }
 
-// unusedGuarantee reports whether some entry of quota guarantees more than used holds of
-// it, by the rule admission applies (level).
-func unusedGuarantee(quota map[string]Quota, used map[string]int) bool {
+// unusedGuarantee reports whether some entry of quota guarantees milli more than used
+// holds of it, by the rule admission applies (level).
+func unusedGuarantee(quota map[string]Quota, used map[string]int, milli int) bool {
 	for key, qt := range quota {
 		if qt.Guaranteed <= 0 {
 			continue
 		}
-		if v := level(quota, used, key, 1); v.limited && !v.borrowing {
+		if v := level(quota, used, key, milli); v.limited && !v.borrowing {
 			return true
 		}
 	}

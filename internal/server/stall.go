@@ -50,9 +50,10 @@ type stall struct {
 	tier    int
 	las     bool
 	victims stallVictims
-	// scopes are the teams and projects of the arrivals since the snapshot: with running
-	// jobs that borrow, whether one may reclaim depends on its team's guarantees.
-	scopes map[teamScope]bool
+	// scopes are the teams and projects of the arrivals since the snapshot, with the
+	// fewest GPUs on one node any of each needs: with running jobs that borrow, whether
+	// one may reclaim depends on its team's guarantees.
+	scopes map[teamScope]int
 	// arrived are the arrivals since the snapshot, told why they wait if the stall holds.
 	arrived []int64
 }
@@ -100,14 +101,16 @@ func (s *Server) noteBatch(b *store.Batch) {
 		tier, las := s.arrivalTier(j.Spec.Queue)
 		sc := teamScope{j.Spec.Team, j.Spec.Project}
 		st.need, st.tier, st.las = min(st.need, need), max(st.tier, tier), st.las || las
-		if st.holds && (need <= st.maxFree || s.mayPreempt(st.victims, tier, las) || s.mayReclaim(&st.victims, sc)) {
+		if st.holds && (need <= st.maxFree || s.mayPreempt(st.victims, tier, las) || s.mayReclaim(&st.victims, sc, need)) {
 			*st = stall{}
 			return
 		}
 		if st.scopes == nil {
-			st.scopes = map[teamScope]bool{}
+			st.scopes = map[teamScope]int{}
 		}
-		st.scopes[sc] = true
+		if n, ok := st.scopes[sc]; !ok || need < n {
+			st.scopes[sc] = need
+		}
 		if len(st.arrived) >= maxStallArrivals {
 			*st = stall{} // a cycle is due; the list stays bounded
 			return
@@ -151,8 +154,8 @@ func (s *Server) holdStall(took time.Duration, maxFree int, victims stallVictims
 		*st = stall{}
 		return
 	}
-	for sc := range st.scopes {
-		if s.mayReclaim(&victims, sc) {
+	for sc, need := range st.scopes {
+		if s.mayReclaim(&victims, sc, need) {
 			*st = stall{}
 			return
 		}
@@ -181,14 +184,14 @@ type stallVictims struct {
 // teamScope is the team and project of an arrival, which quotas weigh.
 type teamScope struct{ team, project string }
 
-// mayReclaim reports whether an arrival of sc may reclaim GPUs a running job borrows.
-// Callers hold s.mu.
-func (s *Server) mayReclaim(v *stallVictims, sc teamScope) bool {
+// mayReclaim reports whether an arrival of sc that needs need GPUs on one node may
+// reclaim GPUs a running job borrows. Callers hold s.mu.
+func (s *Server) mayReclaim(v *stallVictims, sc teamScope, need int) bool {
 	if s.cfg.Policy.NoPreemption {
 		return false
 	}
 	fromOthers := len(v.borrowers) > 1 || (len(v.borrowers) == 1 && !v.borrowers[sc.team])
-	return (fromOthers || v.inTeam[sc.team]) && v.guarantees.MayRunInQuota(sc.team, sc.project)
+	return (fromOthers || v.inTeam[sc.team]) && v.guarantees.MayRunInQuota(sc.team, sc.project, need)
 }
 
 // arrivalTier is the tier of queue, and whether the "las" order lets its jobs preempt
@@ -260,8 +263,8 @@ func noRoomMessage(need, maxFree int) string {
 // queue that may be preempted; the teams of those that borrow, and which teams and
 // projects have guarantees unused; and whether any is being stopped already or is in a
 // queue the snapshot does not know. Both err towards a cycle: pools, models,
-// reservations and CPUs are not counted against the free GPUs, nor an arrival's size and
-// model against the guarantees, nor the minimum runtime that protects a victim.
+// reservations and CPUs are not counted against the free GPUs, nor an arrival's model
+// against the guarantees, nor the minimum runtime that protects a victim.
 func stallFacts(snap *sched.Snapshot) (maxFree int, victims stallVictims) {
 	victims.lowestTier = math.MaxInt
 	at := make(map[string]int, len(snap.Nodes))

@@ -384,6 +384,7 @@ func TestTheStallWeighsGuarantees(t *testing.T) {
 		"  - name: lender\n    quotas: {\"*\": {guaranteed: 8, limit: 16}}\n" +
 		"  - name: borrower\n    quotas: {\"*\": {guaranteed: 0, limit: 16}}\n" +
 		"  - name: capped\n    quotas: {\"*\": {limit: 16}}\n" +
+		"  - name: partial\n    quotas: {\"*\": {guaranteed: 12, limit: 32}}\n" +
 		"  - name: vision\n    quotas: {\"*\": {guaranteed: 16, limit: 32}}\n    projects:\n" +
 		"      - name: det\n        quotas: {\"*\": {guaranteed: 8, limit: 24}}\n" +
 		"      - name: seg\n        quotas: {\"*\": {guaranteed: 8, limit: 24}}\n"
@@ -417,14 +418,21 @@ func TestTheStallWeighsGuarantees(t *testing.T) {
 		{"inside the team, a project with its guarantee unused", nil, []api.JobSpec{spec("vision", "det"), spec("vision", "det")}, spec("vision", "seg"), true},
 		{"inside the team, the project that borrows", nil, []api.JobSpec{spec("vision", "det"), spec("vision", "det")}, spec("vision", "det"), false},
 		{"another team than the one that borrows inside itself", nil, []api.JobSpec{spec("vision", "det"), spec("vision", "det")}, spec("lender", ""), false},
+		// partial runs 8 of its 12: room in its guarantee for 4 GPUs, not for 8.
+		{"a team with too little of its guarantee unused", nil, []api.JobSpec{spec("borrower", ""), spec("partial", "")}, spec("partial", ""), false},
+		{"a team with enough of its guarantee unused", nil, []api.JobSpec{spec("borrower", ""), spec("partial", "")}, api.JobSpec{GPUs: 4, Command: []string{"train"}, Team: "partial"}, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			h, jobs := setup(t, c.policy, c.running...)
-			// The first job of a team runs first: the last borrows, unless its team is
-			// another.
-			last := h.job(jobs[len(jobs)-1].ID)
-			if borrows := last.Borrowing || last.BorrowingInTeam; borrows != (last.Spec.Team == jobs[0].Spec.Team) {
-				t.Fatalf("the last running job (team %s) borrows: %v", last.Spec.Team, borrows)
+			// One running job borrows: the one a cycle that acts takes the GPUs of.
+			var borrowing []int64
+			for _, j := range jobs {
+				if d := h.job(j.ID); d.Borrowing || d.BorrowingInTeam {
+					borrowing = append(borrowing, j.ID)
+				}
+			}
+			if len(borrowing) != 1 {
+				t.Fatalf("running jobs that borrow: %v; want one", borrowing)
 			}
 			h.wantDue(false, "a cycle is due on full nodes with nothing changed")
 			h.submit(c.arrival)
@@ -438,7 +446,7 @@ func TestTheStallWeighsGuarantees(t *testing.T) {
 			}
 			h.cycle()
 			for _, j := range jobs {
-				if got, want := h.job(j.ID).PreemptRequested, c.due && j.ID == last.ID; got != want {
+				if got, want := h.job(j.ID).PreemptRequested, c.due && j.ID == borrowing[0]; got != want {
 					t.Fatalf("after the cycle, job %d (team %s) is being preempted: %v; want %v", j.ID, j.Spec.Team, got, want)
 				}
 			}
@@ -507,7 +515,7 @@ func TestTheStallNeverHoldsWhereACycleWouldAct(t *testing.T) {
 			return api.JobSpec{GPUs: 8, Command: []string{"train"}, Team: sc[0], Project: sc[1], Queue: queues[pick(len(queues))]}
 		}
 		h := stallHarness(t, policies[pick(len(policies))])
-		if code, e := h.putConfig(fmt.Sprintf(config, []int{0, 8, 16}[pick(3)], []int{0, 8}[pick(2)], []int{0, 8}[pick(2)])); code != http.StatusOK {
+		if code, e := h.putConfig(fmt.Sprintf(config, []int{0, 8, 12, 16}[pick(4)], []int{0, 4, 8}[pick(3)], []int{0, 8}[pick(2)])); code != http.StatusOK {
 			t.Fatalf("seed %d: config: %d %s", seed, code, e.Message)
 		}
 		running := make([]api.JobSpec, 2+pick(2))
@@ -529,6 +537,7 @@ func TestTheStallNeverHoldsWhereACycleWouldAct(t *testing.T) {
 			}
 		}
 		arrival := spec()
+		arrival.GPUs = []int{4, 8}[pick(2)]
 		a := h.submit(arrival)
 		if h.srv.cycleDue() {
 			// The cycle may act or not: the stall errs only this way. How often it acts
