@@ -436,9 +436,10 @@ func (c *cycle) userLimit(j *Job, q *Queue, milli int) (Reason, bool) {
 	return r, true
 }
 
-// Guarantees tells, from a snapshot's running jobs, which teams and projects have part of
-// a GPU guarantee unused. Only their jobs can run within a guarantee, the right a job needs
-// to reclaim GPUs another team borrows, or, inside its team, another project borrows.
+// Guarantees tells, from a snapshot's running jobs, how much of its GPU guarantee each
+// team and project leaves unused. Only a job that fits in what is left runs within a
+// guarantee, the right a job needs to reclaim GPUs another team borrows, or, inside its
+// team, another project borrows.
 type Guarantees struct{ q *quotas }
 
 // NewGuarantees counts what the snapshot's running jobs hold against its teams' quotas.

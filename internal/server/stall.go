@@ -18,15 +18,15 @@ import (
 // adds demand), and it cannot start itself where no node has the GPUs it needs free and
 // no running job may be preempted for it: none is being stopped, none in a preemptible
 // queue has a lower tier (or, under the "las" order, its own), and none borrows GPUs the
-// arrival's team could take back (another team's beyond that team's guarantee, or
-// another project's of its own team inside it, while its team or project has some of
-// its guarantee unused). So when a long cycle placed nothing and stopped nothing, and
-// everything that has happened since its snapshot is the arrival of such jobs, the next
-// cycle would decide nothing new: the loop leaves it to the recompute that time asks for
-// (cycleDue), as it would with nothing changed, and each arrival is told at once why it
-// waits. Anything else that happens meanwhile (a job ends or is cancelled, a node or the
-// configuration changes, an arrival that might fit or preempt) makes a cycle due as
-// before.
+// arrival's team could take back (another team's beyond that team's guarantee, or another
+// project's of its own team inside it, while its team or project has as many GPUs of its
+// guarantee unused as the arrival needs on one node). So when a long cycle placed nothing
+// and stopped nothing, and everything that has happened since its snapshot is the arrival
+// of such jobs, the next cycle would decide nothing new: the loop leaves it to the
+// recompute that time asks for (cycleDue), as it would with nothing changed, and each
+// arrival is told at once why it waits. Anything else that happens meanwhile (a job ends
+// or is cancelled, a node or the configuration changes, an arrival that might fit or
+// preempt) makes a cycle due as before.
 
 // stall is what the loop knows of the last cycle for this. Guarded by s.mu.
 type stall struct {
