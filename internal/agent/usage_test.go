@@ -20,8 +20,12 @@ func TestAttemptResourceUse(t *testing.T) {
 			r := newTestRunner(t)
 			r.noCgroup = !cgroup
 			pidFile := filepath.Join(t.TempDir(), "child.pid")
-			// A child holding 30 MB, and a busy leader.
-			script := `(x=$(head -c 30000000 /dev/zero | tr '\0' a); sleep 600) & echo $! > "$1"; while :; do :; done`
+			// A child holding 30 MB, and a busy leader. The child's last command is the
+			// builtin `:`, not sleep: a shell (dash, bash) runs the last command of a
+			// subshell in place of the subshell, so sleep would take the child's PID and
+			// drop the 30 MB moments after they were read, and the test would see them only
+			// if it looked in that moment.
+			script := `(x=$(head -c 30000000 /dev/zero | tr '\0' a); sleep 600; :) & echo $! > "$1"; while :; do :; done`
 			task := shTask(1, script, pidFile)
 			task.GraceSeconds = 5
 			a := startTask(t, r, task)
@@ -50,8 +54,7 @@ func TestAttemptResourceUse(t *testing.T) {
 				pids := a.pids()
 				return st.PID != 0 && slices.Contains(pids, st.PID) && slices.Contains(pids, child)
 			})
-			// 30 s: on a loaded 2-core machine under -race, one CI run saw neither within 10 s,
-			// and what it saw was not said; now it is.
+			// What the last reading saw is said if none sees both.
 			var cpu float64
 			var mem int64
 			var read bool
