@@ -8,15 +8,18 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"os"
 	"os/user"
 	"path/filepath"
+	"runtime/debug"
 	"runtime/pprof"
 	"strings"
 	"time"
 
+	"github.com/KimMachineGun/automemlimit/memlimit"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
@@ -47,7 +50,7 @@ type serverFlags struct {
 	assignTimeout, leaseInterval                    time.Duration
 	attachGrace, keepEnded                          time.Duration
 	tls, insecureHTTP, metricsPublic                bool
-	tlsSANs                                         string
+	tlsSANs, memoryLimit                            string
 }
 
 func (f *serverFlags) register(fs *flag.FlagSet) {
@@ -65,6 +68,7 @@ func (f *serverFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.leaseInterval, "lease-interval", time.Second, "with a postgres:// store: how often the leader checks its lease and a standby tries to take it (see docs/ha.md)")
 	fs.DurationVar(&f.attachGrace, "attach-grace", time.Minute, "how long an interactive job (rota run) may run with no terminal attached before it is cancelled")
 	fs.DurationVar(&f.keepEnded, "keep-ended", 24*time.Hour, "how long the server keeps an ended job in memory; older ones are read from the store when asked for (see docs/operations.md)")
+	fs.StringVar(&f.memoryLimit, "memory-limit", "auto", "soft limit on the server's memory, which the Go runtime keeps to by collecting more often: a size (900M, 1.5G), auto (90% of the memory limit of the server's cgroup, such as systemd's MemoryMax; none without one) or off; GOMEMLIMIT in the environment wins (see docs/operations.md)")
 	fs.BoolVar(&f.metricsPublic, "metrics-public", false, "serve /metrics without credentials (else a token of any role, or the local socket)")
 	fs.BoolVar(&f.tls, "tls", false, "serve TLS on --listen with a certificate from the cluster CA (agents need it; clients pin the CA fingerprint)")
 	fs.StringVar(&f.tlsSANs, "tls-san", "", "extra host names and IPs for the server's certificate, comma-separated (it always has localhost, the host name and the --listen address)")
@@ -342,6 +346,18 @@ func serve(ctx context.Context, sf serverFlags, scfg server.Config, log *slog.Lo
 	policy, err := sched.OptionsFor(sf.policy)
 	if err != nil {
 		return fmt.Errorf("--policy: %w", err)
+	}
+	memLimit, memFrom, err := memoryLimit(sf.memoryLimit, os.Getenv("GOMEMLIMIT"), memlimit.FromCgroup)
+	if err != nil {
+		return err
+	}
+	if memLimit > 0 {
+		debug.SetMemoryLimit(memLimit)
+	}
+	if cur := debug.SetMemoryLimit(-1); cur < math.MaxInt64 {
+		log.Info("memory limit", "limit", mib(cur), "from", memFrom)
+	} else {
+		log.Debug("no memory limit", "why", memFrom)
 	}
 	// The listener comes first: with a PostgreSQL store its address is what the lease
 	// records, for standbys to send callers to.

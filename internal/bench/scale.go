@@ -51,6 +51,10 @@ type ScaleOptions struct {
 	// ServerMemProfile, if set, is a file the server writes a heap profile to as it is
 	// stopped (rota server --mem-profile).
 	ServerMemProfile string
+	// ServerMemoryLimit, if set, is the server's --memory-limit (its default, auto, where
+	// not): a soft limit the Go runtime keeps the server's memory under by collecting
+	// more often, at a cost in CPU the steady figures show.
+	ServerMemoryLimit string
 }
 
 // Sized fills in the defaults, the quick ones with quick, and checks that the sizes make
@@ -171,7 +175,7 @@ func runScale(ctx context.Context, opts Options) (results []Result, err error) {
 	}
 
 	say("starting %s server (heartbeat interval %s, watches %v)", o.Binary, o.Heartbeat, !o.NoWatch)
-	srv, err := startServerProc(ctx, o.Binary, o.Heartbeat, o.ServerCPUProfile, o.ServerMemProfile)
+	srv, err := startServerProc(ctx, o)
 	if err != nil {
 		return nil, err
 	}

@@ -44,8 +44,9 @@ type serverProc struct {
 // serverStartTimeout bounds the wait for a started server to answer.
 const serverStartTimeout = time.Minute
 
-// startServerProc starts binary as `rota server` and waits until it answers.
-func startServerProc(ctx context.Context, binary string, heartbeat time.Duration, cpuProfile, memProfile string) (*serverProc, error) {
+// startServerProc starts o.Binary as `rota server`, with the options' heartbeat
+// interval, profiles and memory limit, and waits until it answers.
+func startServerProc(ctx context.Context, o ScaleOptions) (*serverProc, error) {
 	dir, err := os.MkdirTemp("", "rota-scale-")
 	if err != nil {
 		return nil, err
@@ -65,11 +66,14 @@ func startServerProc(ctx context.Context, binary string, heartbeat time.Duration
 	// The server's defaults allow 7.5 heartbeats of silence (2s, 15s) before a node takes
 	// no new work; a longer interval keeps that margin, else every late answer would flip
 	// nodes to NOT_READY and back, each flip a commit, which is not the load to measure.
-	notReady := max(15*time.Second, heartbeat*15/2)
-	p.cmd = exec.Command(binary, "server", "--data-dir", filepath.Join(dir, "data"), "--listen", addr, "--tls",
-		"--heartbeat-interval", heartbeat.String(), "--node-not-ready-after", notReady.String(),
+	notReady := max(15*time.Second, o.Heartbeat*15/2)
+	p.cmd = exec.Command(o.Binary, "server", "--data-dir", filepath.Join(dir, "data"), "--listen", addr, "--tls",
+		"--heartbeat-interval", o.Heartbeat.String(), "--node-not-ready-after", notReady.String(),
 		"--node-lost-after", max(5*time.Minute, 2*notReady).String())
-	for flag, file := range map[string]string{"--cpu-profile": cpuProfile, "--mem-profile": memProfile} {
+	if o.ServerMemoryLimit != "" {
+		p.cmd.Args = append(p.cmd.Args, "--memory-limit", o.ServerMemoryLimit)
+	}
+	for flag, file := range map[string]string{"--cpu-profile": o.ServerCPUProfile, "--mem-profile": o.ServerMemProfile} {
 		if file == "" {
 			continue
 		}
@@ -87,7 +91,7 @@ func startServerProc(ctx context.Context, binary string, heartbeat time.Duration
 	}
 	if err := p.cmd.Start(); err != nil {
 		os.RemoveAll(dir)
-		return nil, fmt.Errorf("start %s server: %w", binary, err)
+		return nil, fmt.Errorf("start %s server: %w", o.Binary, err)
 	}
 	go func() { p.cmd.Wait(); close(p.done) }()
 	if err := p.waitReady(ctx); err != nil {
