@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math"
 	"net/http"
 	"net/url"
 	"runtime/debug"
@@ -373,6 +374,9 @@ func runScale(ctx context.Context, opts Options) (results []Result, err error) {
 		// hold them (about one per open connection).
 		"heap-inuse-mb": m.sum("go_memstats_heap_inuse_bytes") / mb, "heap-goal-mb": m.sum("go_memstats_next_gc_bytes") / mb,
 		"stacks-mb": m.sum("go_memstats_stack_inuse_bytes") / mb, "goroutines": m.sum("go_goroutines"),
+		// The soft memory limit the server runs under (--server-memory-limit, or its
+		// cgroup's), 0 for none.
+		"memory-limit-mb": memoryLimitMB(m.sum("go_gc_gomemlimit_bytes")),
 	})
 
 	// 9. The loaded server with no request at all: the agents gone (for less time than a
@@ -695,4 +699,13 @@ func measureQueue(ctx context.Context, srv *serverProc, quick bool) (map[string]
 		"first-page-p50-ms": percentileMS(sorted, .5), "first-page-p99-ms": percentileMS(sorted, .99), "jobs/page": float64(perPage),
 		"all-pages-s": time.Since(start).Seconds(), "pages": float64(pages),
 	}, nil
+}
+
+// memoryLimitMB is the Go runtime's memory limit in MB, 0 for none (math.MaxInt64 bytes,
+// which the gauge shows for none).
+func memoryLimitMB(bytes float64) float64 {
+	if bytes <= 0 || bytes >= math.MaxInt64 {
+		return 0
+	}
+	return bytes / mb
 }

@@ -36,7 +36,7 @@ func TestScaleQuick(t *testing.T) {
 	}
 	bin := buildRota(t)
 	var progress bytes.Buffer
-	results, err := Run(context.Background(), Options{Suites: []string{"scale"}, Quick: true, Progress: &progress, Scale: ScaleOptions{Binary: bin}})
+	results, err := Run(context.Background(), Options{Suites: []string{"scale"}, Quick: true, Progress: &progress, Scale: ScaleOptions{Binary: bin, ServerMemoryLimit: "500M"}})
 	if err != nil {
 		t.Fatalf("%v\nprogress:\n%s", err, progress.String())
 	}
@@ -56,7 +56,7 @@ func TestScaleQuick(t *testing.T) {
 		"submit-8clients":  {positive: append([]string{"submits/s", "median-third/s", "slowest-third/s", "fastest-third/s"}, latency...), present: []string{"cycles", "deferred"}},
 		"queue":            {positive: []string{"first-page-p50-ms", "first-page-p99-ms", "jobs/page", "all-pages-s", "pages", "cli-first-jobs-p50-ms", "cli-first-jobs-p99-ms", "cli-all-s", "cli-jobs"}},
 		"top":              {positive: append([]string{"nodes", "running", "pending"}, latency...)},
-		"server":           {positive: []string{"rss-mb", "hwm-mb", "nodes", "running", "pending", "cycles", "cycle-mean-ms", "cycle-p99-bound-ms", "heap-inuse-mb", "heap-goal-mb", "stacks-mb", "goroutines"}},
+		"server":           {positive: []string{"rss-mb", "hwm-mb", "nodes", "running", "pending", "cycles", "cycle-mean-ms", "cycle-p99-bound-ms", "heap-inuse-mb", "heap-goal-mb", "stacks-mb", "goroutines", "memory-limit-mb"}},
 		"idle-loaded":      {present: []string{"cycles/s", "cycle-mean-ms", "server-cpu-s/s", "commits/s", "commit-mean-ms"}},
 	}
 	got := map[string]Result{}
@@ -108,6 +108,10 @@ func TestScaleQuick(t *testing.T) {
 	}
 	if n := got["server"].Metrics["nodes"]; n != 200 {
 		t.Errorf("the server knows %v nodes, want 200", n)
+	}
+	// The server ran under the limit the suite passed on.
+	if l := got["server"].Metrics["memory-limit-mb"]; l != 500 {
+		t.Errorf("the server's memory limit was %v MB, want 500 MiB", l)
 	}
 	// 2,000 jobs in all: 700 running, the rest pending.
 	if p := got["server"].Metrics["pending"]; p != 1300 {
