@@ -38,7 +38,7 @@ func memoryLimit(flag, env string, cgroup func() (uint64, error)) (limit int64, 
 	case "off":
 		return 0, "--memory-limit off", nil
 	case "auto", "":
-		max, err := cgroup()
+		cgMax, err := cgroup()
 		switch {
 		case errors.Is(err, memlimit.ErrNoLimit):
 			return 0, "--memory-limit auto: the server's cgroup has no memory limit", nil
@@ -47,8 +47,8 @@ func memoryLimit(flag, env string, cgroup func() (uint64, error)) (limit int64, 
 			// nothing limits the server, so nothing needs to keep it under a limit.
 			return 0, "--memory-limit auto: no cgroup memory limit could be read (" + err.Error() + ")", nil
 		}
-		limit = int64(float64(max) * cgroupShare)
-		return limit, fmt.Sprintf("--memory-limit auto: 90%% of the cgroup's memory limit of %s", mib(int64(max))), nil
+		limit = int64(float64(cgMax) * cgroupShare)
+		return limit, fmt.Sprintf("--memory-limit auto: 90%% of the cgroup's memory limit of %s", mib(int64(cgMax))), nil
 	default:
 		mb, err := cli.ParseSize(v)
 		if err != nil {
