@@ -147,7 +147,8 @@ func (s *Server) heartbeatLocked(r *http.Request, name string, hb *api.Heartbeat
 		hb.Inventory = held.Inventory
 	}
 	id := caller(r)
-	b := &store.Batch{}
+	b := heartbeatBatches.Get().(*store.Batch)
+	defer putHeartbeatBatch(b)
 	node := s.refreshNode(b, name, hb, sameInventory, id, now)
 	// Tasks are of the cluster the agent names; another cluster's attempts mean nothing
 	// here, and the agent stops them once it learns this cluster from the answer. The
@@ -163,7 +164,9 @@ func (s *Server) heartbeatLocked(r *http.Request, name string, hb *api.Heartbeat
 		s.recordReading(b, node, rd, now)
 	}
 	// Applied to memory now, written behind the lock; the caller waits for it.
-	if w := s.commitLater(b); isDone(w) && w.err != nil {
+	if b.Empty() {
+		// Most heartbeats change nothing that is stored.
+	} else if w := s.commitLater(b); isDone(w) && w.err != nil {
 		s.log.Error("heartbeat: commit failed", "node", name, "err", w.err)
 		status, e := commitErrorOf("could not record the heartbeat", w.err)
 		return heartbeatAnswer{}, nil, status, e
@@ -210,6 +213,18 @@ func putTaskBuf(buf *[]api.TaskStatus, hb *api.Heartbeat) {
 	clear(t[:cap(t)])
 	*buf = t[:0]
 	taskBufs.Put(buf)
+}
+
+// heartbeatBatches lends heartbeatLocked its batch. Most heartbeats change nothing that
+// is stored, and their batch, empty, goes back for the next one; a batch with writes in
+// it goes to the write queue, which keeps it, and is never given back.
+var heartbeatBatches = sync.Pool{New: func() any { return new(store.Batch) }}
+
+func putHeartbeatBatch(b *store.Batch) {
+	if b.Empty() {
+		*b = store.Batch{}
+		heartbeatBatches.Put(b)
+	}
 }
 
 // isSHA256Hex reports whether h is a SHA-256 sum in lowercase hex.
