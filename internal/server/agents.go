@@ -48,9 +48,6 @@ var (
 func (s *Server) handleHeartbeat(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("node")
 	var hb api.Heartbeat
-	tasks := taskBufs.Get().(*[]api.TaskStatus)
-	hb.Tasks = *tasks
-	defer putTaskBuf(tasks, &hb)
 	if status, e := s.decodeJSON(w, r, &hb); e != nil {
 		writeError(w, status, e)
 		return
@@ -147,8 +144,7 @@ func (s *Server) heartbeatLocked(r *http.Request, name string, hb *api.Heartbeat
 		hb.Inventory = held.Inventory
 	}
 	id := caller(r)
-	b := heartbeatBatches.Get().(*store.Batch)
-	defer putHeartbeatBatch(b)
+	b := &store.Batch{}
 	node := s.refreshNode(b, name, hb, sameInventory, id, now)
 	// Tasks are of the cluster the agent names; another cluster's attempts mean nothing
 	// here, and the agent stops them once it learns this cluster from the answer. The
@@ -164,9 +160,7 @@ func (s *Server) heartbeatLocked(r *http.Request, name string, hb *api.Heartbeat
 		s.recordReading(b, node, rd, now)
 	}
 	// Applied to memory now, written behind the lock; the caller waits for it.
-	if b.Empty() {
-		// Most heartbeats change nothing that is stored.
-	} else if w := s.commitLater(b); isDone(w) && w.err != nil {
+	if w := s.commitLater(b); isDone(w) && w.err != nil {
 		s.log.Error("heartbeat: commit failed", "node", name, "err", w.err)
 		status, e := commitErrorOf("could not record the heartbeat", w.err)
 		return heartbeatAnswer{}, nil, status, e
@@ -187,44 +181,6 @@ func (s *Server) heartbeatLocked(r *http.Request, name string, hb *api.Heartbeat
 		HeartbeatSeconds: s.cfg.HeartbeatInterval.Seconds(), SyncEpoch: node.SyncEpoch,
 		InventoryHash: s.inventoryHash(name, node.Inventory, sameInventory),
 	}}, s.lastWrite(), 0, nil
-}
-
-// taskBufs lends handleHeartbeat the slices it decodes a heartbeat's tasks into. A node
-// reports the same few tasks at every heartbeat, and growing a new slice for them each
-// time was the largest single allocation of a heartbeat. What the state keeps of a task
-// is copied out of the slice (the values its pointers point to, never the slice), so
-// once the heartbeat is answered the slice is cleared and lent again. It is cleared
-// whole, so that a slice waiting in the pool keeps nothing of a heartbeat alive (its
-// messages, its events), and a decoding that merged into an element found nothing there.
-var taskBufs = sync.Pool{New: func() any { return new([]api.TaskStatus) }}
-
-// maxKeptTasks bounds the slices taskBufs keeps: a larger one, from a node running many
-// shares of its GPUs, goes to the collector.
-const maxKeptTasks = 64
-
-// putTaskBuf gives back to taskBufs the slice hb's tasks were decoded into: the one lent,
-// or the larger one decoding grew it into.
-func putTaskBuf(buf *[]api.TaskStatus, hb *api.Heartbeat) {
-	t := hb.Tasks
-	hb.Tasks = nil
-	if cap(t) > maxKeptTasks {
-		return
-	}
-	clear(t[:cap(t)])
-	*buf = t[:0]
-	taskBufs.Put(buf)
-}
-
-// heartbeatBatches lends heartbeatLocked its batch. Most heartbeats change nothing that
-// is stored, and their batch, empty, goes back for the next one; a batch with writes in
-// it goes to the write queue, which keeps it, and is never given back.
-var heartbeatBatches = sync.Pool{New: func() any { return new(store.Batch) }}
-
-func putHeartbeatBatch(b *store.Batch) {
-	if b.Empty() {
-		*b = store.Batch{}
-		heartbeatBatches.Put(b)
-	}
 }
 
 // isSHA256Hex reports whether h is a SHA-256 sum in lowercase hex.
