@@ -48,7 +48,7 @@ func memoryLimit(flag, env string, cgroup func() (uint64, error)) (limit int64, 
 			return 0, "--memory-limit auto: no cgroup memory limit could be read (" + err.Error() + ")", nil
 		}
 		limit = int64(float64(cgMax) * cgroupShare)
-		return limit, fmt.Sprintf("--memory-limit auto: 90%% of the cgroup's memory limit of %s", mib(int64(cgMax))), nil
+		return limit, fmt.Sprintf("--memory-limit auto: %.0f%% of the cgroup's memory limit of %s", cgroupShare*100, mib(int64(cgMax))), nil
 	default:
 		mb, err := cli.ParseSize(v)
 		if err != nil {
