@@ -48,7 +48,7 @@ type serverFlags struct {
 	dataDir, listen, storeURL, config, policy       string
 	heartbeat, notReady, lost, halfLife, minRuntime time.Duration
 	assignTimeout, leaseInterval                    time.Duration
-	attachGrace, keepEnded                          time.Duration
+	attachGrace, keepEnded, memoryLimitRefresh      time.Duration
 	tls, insecureHTTP, metricsPublic                bool
 	tlsSANs, memoryLimit                            string
 }
@@ -69,6 +69,7 @@ func (f *serverFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.attachGrace, "attach-grace", time.Minute, "how long an interactive job (rota run) may run with no terminal attached before it is cancelled")
 	fs.DurationVar(&f.keepEnded, "keep-ended", 24*time.Hour, "how long the server keeps an ended job in memory; older ones are read from the store when asked for (see docs/operations.md)")
 	fs.StringVar(&f.memoryLimit, "memory-limit", "auto", "soft limit on the server's memory, which the Go runtime keeps to by collecting more often: a size (900M, 1.5G), auto (90% of the memory limit of the server's cgroup, such as systemd's MemoryMax; none without one) or off; GOMEMLIMIT in the environment wins (see docs/operations.md)")
+	fs.DurationVar(&f.memoryLimitRefresh, "memory-limit-refresh", time.Minute, "with --memory-limit auto: how often the server reads its cgroup's memory limit again, to follow a change made while it runs (0: only at start)")
 	fs.BoolVar(&f.metricsPublic, "metrics-public", false, "serve /metrics without credentials (else a token of any role, or the local socket)")
 	fs.BoolVar(&f.tls, "tls", false, "serve TLS on --listen with a certificate from the cluster CA (agents need it; clients pin the CA fingerprint)")
 	fs.StringVar(&f.tlsSANs, "tls-san", "", "extra host names and IPs for the server's certificate, comma-separated (it always has localhost, the host name and the --listen address)")
@@ -347,9 +348,12 @@ func serve(ctx context.Context, sf serverFlags, scfg server.Config, log *slog.Lo
 	if err != nil {
 		return fmt.Errorf("--policy: %w", err)
 	}
-	memLimit, memFrom, err := memoryLimit(sf.memoryLimit, os.Getenv("GOMEMLIMIT"), memlimit.FromCgroup)
+	memLimit, memFrom, followCgroup, err := memoryLimit(sf.memoryLimit, os.Getenv("GOMEMLIMIT"), memlimit.FromCgroup)
 	if err != nil {
 		return err
+	}
+	if sf.memoryLimitRefresh < 0 {
+		return fmt.Errorf("--memory-limit-refresh: must be 0 (read the cgroup only at start) or more, such as 1m, got %v", sf.memoryLimitRefresh)
 	}
 	if memLimit > 0 {
 		debug.SetMemoryLimit(memLimit)
@@ -358,6 +362,11 @@ func serve(ctx context.Context, sf serverFlags, scfg server.Config, log *slog.Lo
 		log.Info("memory limit", "limit", mib(cur), "from", memFrom)
 	} else {
 		log.Debug("no memory limit", "why", memFrom)
+	}
+	if followCgroup && sf.memoryLimitRefresh > 0 {
+		followCtx, stopFollowing := context.WithCancel(ctx)
+		defer stopFollowing()
+		go followCgroupLimit(followCtx, sf.memoryLimitRefresh, memlimit.FromCgroup, debug.SetMemoryLimit, log)
 	}
 	// The listener comes first: with a PostgreSQL store its address is what the lease
 	// records, for standbys to send callers to.
