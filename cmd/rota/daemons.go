@@ -51,6 +51,7 @@ type serverFlags struct {
 	attachGrace, keepEnded, memoryLimitRefresh      time.Duration
 	tls, insecureHTTP, metricsPublic                bool
 	tlsSANs, memoryLimit                            string
+	maxHeartbeats                                   float64
 }
 
 func (f *serverFlags) register(fs *flag.FlagSet) {
@@ -61,9 +62,10 @@ func (f *serverFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.halfLife, "fairshare-half-life", 7*24*time.Hour, "how fast past usage stops counting against a team's fair share")
 	fs.StringVar(&f.policy, "policy", "default", "scheduling policy: "+strings.Join(sched.PolicyNames(), ", ")+" (combine with +)")
 	fs.DurationVar(&f.minRuntime, "min-runtime", sched.DefaultMinRuntime, "how long a job runs before it may be preempted (0: no protection)")
-	fs.DurationVar(&f.heartbeat, "heartbeat-interval", 2*time.Second, "how often agents report")
-	fs.DurationVar(&f.notReady, "node-not-ready-after", 15*time.Second, "silence after which a node takes no new work")
-	fs.DurationVar(&f.lost, "node-lost-after", 5*time.Minute, "silence after which a node's jobs are requeued")
+	fs.DurationVar(&f.heartbeat, "heartbeat-interval", 2*time.Second, "how often agents report, in a cluster small enough for --max-heartbeats-per-second")
+	fs.Float64Var(&f.maxHeartbeats, "max-heartbeats-per-second", 1000, "the most heartbeats a second all agents together are asked for: a larger cluster is asked for a longer interval than --heartbeat-interval, and the silences below grow with it (0: no bound; see docs/operations.md)")
+	fs.DurationVar(&f.notReady, "node-not-ready-after", 15*time.Second, "silence after which a node takes no new work (at --heartbeat-interval; longer in proportion where the interval is)")
+	fs.DurationVar(&f.lost, "node-lost-after", 5*time.Minute, "silence after which a node's jobs are requeued (longer by as much as the not-ready silence, where the interval is)")
 	fs.DurationVar(&f.assignTimeout, "assign-timeout", 2*time.Minute, "how long a live node's agent may take to start an attempt before it is requeued")
 	fs.DurationVar(&f.leaseInterval, "lease-interval", time.Second, "with a postgres:// store: how often the leader checks its lease and a standby tries to take it (see docs/ha.md)")
 	fs.DurationVar(&f.attachGrace, "attach-grace", time.Minute, "how long an interactive job (rota run) may run with no terminal attached before it is cancelled")
@@ -341,6 +343,9 @@ func serve(ctx context.Context, sf serverFlags, scfg server.Config, log *slog.Lo
 	if sf.leaseInterval <= 0 {
 		return fmt.Errorf("--lease-interval: must be more than 0, got %v", sf.leaseInterval)
 	}
+	if sf.maxHeartbeats < 0 || math.IsNaN(sf.maxHeartbeats) || math.IsInf(sf.maxHeartbeats, 0) {
+		return fmt.Errorf("--max-heartbeats-per-second: must be 0 (no bound) or more, such as 1000, got %v", sf.maxHeartbeats)
+	}
 	if sf.keepEnded <= 0 {
 		return fmt.Errorf("--keep-ended: must be more than 0, such as 24h, got %v", sf.keepEnded)
 	}
@@ -400,6 +405,10 @@ func serve(ctx context.Context, sf serverFlags, scfg server.Config, log *slog.Lo
 	}
 	scfg.Policy, scfg.DataDir, scfg.ConfigFile = policy, sf.dataDir, sf.config
 	scfg.HeartbeatInterval, scfg.NotReadyAfter, scfg.LostAfter = sf.heartbeat, sf.notReady, sf.lost
+	scfg.MaxHeartbeatsPerSecond = sf.maxHeartbeats
+	if sf.maxHeartbeats == 0 {
+		scfg.MaxHeartbeatsPerSecond = -1 // the server's Config takes 0 for its default
+	}
 	scfg.HalfLife, scfg.AssignTimeout = sf.halfLife, sf.assignTimeout
 	scfg.AttachGrace, scfg.KeepEnded = sf.attachGrace, sf.keepEnded
 	scfg.MetricsPublic = sf.metricsPublic

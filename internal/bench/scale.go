@@ -56,6 +56,9 @@ type ScaleOptions struct {
 	// not): a soft limit the Go runtime keeps the server's memory under by collecting
 	// more often, at a cost in CPU the steady figures show.
 	ServerMemoryLimit string
+	// ServerMaxHeartbeats, if set, is the server's --max-heartbeats-per-second (its
+	// default where not): 0 has every agent heartbeat at Heartbeat however many there are.
+	ServerMaxHeartbeats string
 }
 
 // Sized fills in the defaults, the quick ones with quick, and checks that the sizes make
@@ -279,7 +282,11 @@ func runScale(ctx context.Context, opts Options) (results []Result, err error) {
 	if err != nil {
 		return nil, err
 	}
-	steady["target-heartbeats/s"] = float64(o.Nodes) / o.Heartbeat.Seconds()
+	// The agents beat at the interval the server names, which is longer than Heartbeat
+	// where the nodes would send more than its --max-heartbeats-per-second.
+	every := time.Duration(fl.interval.Load())
+	steady["interval-s"] = every.Seconds()
+	steady["target-heartbeats/s"] = float64(o.Nodes) / every.Seconds()
 	beats := int(steady["n"])
 	delete(steady, "n")
 	add("heartbeat-steady", beats, o.Window, steady)

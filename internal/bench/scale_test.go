@@ -36,7 +36,7 @@ func TestScaleQuick(t *testing.T) {
 	}
 	bin := buildRota(t)
 	var progress bytes.Buffer
-	results, err := Run(context.Background(), Options{Suites: []string{"scale"}, Quick: true, Progress: &progress, Scale: ScaleOptions{Binary: bin, ServerMemoryLimit: "500M"}})
+	results, err := Run(context.Background(), Options{Suites: []string{"scale"}, Quick: true, Progress: &progress, Scale: ScaleOptions{Binary: bin, ServerMemoryLimit: "500M", ServerMaxHeartbeats: "50"}})
 	if err != nil {
 		t.Fatalf("%v\nprogress:\n%s", err, progress.String())
 	}
@@ -50,7 +50,7 @@ func TestScaleQuick(t *testing.T) {
 		"idle-empty":       {present: []string{"server-cpu-s/s"}},
 		"join":             {positive: append([]string{"joins/s", "join-s", "register-s"}, latency...)},
 		"fill":             {positive: []string{"running", "pending", "fill-s"}},
-		"heartbeat-steady": {positive: append([]string{"heartbeats/s", "target-heartbeats/s", "server-cpu-s/s", "generator-cpu-s/s"}, latency...), present: []string{"errors", "commits/s", "commit-mean-ms", "cycles/s", "cycle-mean-ms", "cycle-p99-bound-ms"}},
+		"heartbeat-steady": {positive: append([]string{"heartbeats/s", "target-heartbeats/s", "interval-s", "server-cpu-s/s", "generator-cpu-s/s"}, latency...), present: []string{"errors", "commits/s", "commit-mean-ms", "cycles/s", "cycle-mean-ms", "cycle-p99-bound-ms"}},
 		"heartbeat-round":  {positive: append([]string{"round-s", "heartbeats/s"}, latency...), present: []string{"errors"}},
 		"submit-64clients": {positive: append([]string{"submits/s", "median-third/s", "slowest-third/s", "fastest-third/s"}, latency...), present: []string{"cycles", "deferred"}},
 		"submit-8clients":  {positive: append([]string{"submits/s", "median-third/s", "slowest-third/s", "fastest-third/s"}, latency...), present: []string{"cycles", "deferred"}},
@@ -108,6 +108,11 @@ func TestScaleQuick(t *testing.T) {
 	}
 	if n := got["server"].Metrics["nodes"]; n != 200 {
 		t.Errorf("the server knows %v nodes, want 200", n)
+	}
+	// 200 nodes at 2 s would send 100 heartbeats a second: the server, bounded to 50,
+	// asked for one every 4 s, and the agents kept to it.
+	if m := got["heartbeat-steady"].Metrics; m["interval-s"] != 4 || m["target-heartbeats/s"] != 50 {
+		t.Errorf("heartbeat-steady at --max-heartbeats-per-second 50: interval %vs for a target of %v/s, want 4s and 50/s", m["interval-s"], m["target-heartbeats/s"])
 	}
 	// The server ran under the limit the suite passed on.
 	if l := got["server"].Metrics["memory-limit-mb"]; l != 500 {

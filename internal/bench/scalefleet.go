@@ -86,8 +86,10 @@ type fleet struct {
 
 	// gate lets a phase stop the agents' own heartbeats: each beat holds it for reading.
 	gate sync.RWMutex
-	// interval is the heartbeat interval the server asks for, in nanoseconds.
+	// interval is the heartbeat interval the server asks for, in nanoseconds; started is
+	// when the agents were set going, from which each keeps its phase (simAgent.slot).
 	interval atomic.Int64
+	started  time.Time
 
 	// roundStart and roundEnd are when the last round began and ended (Unix nanoseconds).
 	roundStart, roundEnd atomic.Int64
@@ -115,6 +117,9 @@ type simAgent struct {
 	inv      api.Inventory
 	invHash  string // api.InventoryHash(inv)
 	wake     chan struct{}
+	// phase is where in every interval its heartbeats fall, as a fraction of it: agents
+	// that start at different times spread their beats over the interval, whatever it is.
+	phase float64
 	// lastBeat is when its last heartbeat was sent (Unix nanoseconds), by itself or by
 	// the round.
 	lastBeat atomic.Int64
@@ -243,9 +248,10 @@ func randomInstance() string {
 func (f *fleet) start(ctx context.Context, interval time.Duration, watch bool) {
 	f.interval.Store(int64(interval))
 	f.ctx, f.cancel = context.WithCancel(ctx)
+	f.started = time.Now()
 	for i, a := range f.agents {
-		delay := time.Duration(int64(interval) * int64(i) / int64(len(f.agents)))
-		f.wg.Go(func() { a.loop(delay) })
+		a.phase = float64(i) / float64(len(f.agents))
+		f.wg.Go(a.loop)
 		if watch {
 			f.wg.Go(a.watch)
 		}
@@ -273,15 +279,18 @@ func (f *fleet) err() error {
 
 // loop is one agent's heartbeats, until the fleet stops.
 //
-// Each agent keeps its place in the interval: its beats fall at delay plus whole
-// intervals, and a beat the round sent for it (fleet.round) stands for the one that fell
-// due meanwhile. An agent held back by the round otherwise sent the moment it ended, all
-// of them at once, and they kept beating together from then on: every 2 s a second of
-// 10,000 heartbeats and then none, through the submit measurements that follow the round,
-// rather than the steady 5,000 a second a fleet that started at different times sends.
-func (a *simAgent) loop(delay time.Duration) {
+// Each agent keeps its place in the interval: its beats fall at its phase plus whole
+// intervals (slot), and a beat the round sent for it (fleet.round) stands for the one that
+// fell due meanwhile. An agent held back by the round otherwise sent the moment it ended,
+// all of them at once, and they kept beating together from then on: every 2 s a second
+// of 10,000 heartbeats and then none, through the submit measurements that follow the
+// round, rather than the steady 5,000 a second a fleet that started at different times
+// sends. When the server names another interval, each agent takes its place in that one:
+// beats spread over 2 s would otherwise stay bunched in 2 s of every 10.
+func (a *simAgent) loop() {
 	ctx := a.f.ctx
-	next := time.Now().Add(delay)
+	last := time.Duration(a.f.interval.Load())
+	next := a.slot(time.Now(), last)
 	again := false // the last answer gave new work: beat again at once
 	for ctx.Err() == nil {
 		woke := again
@@ -312,6 +321,11 @@ func (a *simAgent) loop(delay time.Duration) {
 		// tasks are "started": it says so at once, as the agent does when a process
 		// starts.
 		again = err == nil && newWork && ctx.Err() == nil
+		if cur := time.Duration(a.f.interval.Load()); cur != last {
+			last = cur
+			next = a.slot(time.Now(), cur)
+			continue
+		}
 		if woke {
 			next = time.Now().Add(wait)
 		}
@@ -319,6 +333,16 @@ func (a *simAgent) loop(delay time.Duration) {
 			next = next.Add(wait)
 		}
 	}
+}
+
+// slot is the first time after now the agent's beats fall at with interval every: its
+// phase of the interval, plus whole intervals from when the fleet started.
+func (a *simAgent) slot(now time.Time, every time.Duration) time.Time {
+	first := a.f.started.Add(time.Duration(a.phase * float64(every)))
+	if first.After(now) {
+		return first
+	}
+	return first.Add((now.Sub(first)/every + 1) * every)
 }
 
 // beatInRound reports whether the last round sent a's beat due at slot: the slot fell due

@@ -73,6 +73,9 @@ func startServerProc(ctx context.Context, o ScaleOptions) (*serverProc, error) {
 	if o.ServerMemoryLimit != "" {
 		p.cmd.Args = append(p.cmd.Args, "--memory-limit", o.ServerMemoryLimit)
 	}
+	if o.ServerMaxHeartbeats != "" {
+		p.cmd.Args = append(p.cmd.Args, "--max-heartbeats-per-second", o.ServerMaxHeartbeats)
+	}
 	for flag, file := range map[string]string{"--cpu-profile": o.ServerCPUProfile, "--mem-profile": o.ServerMemProfile} {
 		if file == "" {
 			continue

@@ -178,7 +178,7 @@ func (s *Server) heartbeatLocked(r *http.Request, name string, hb *api.Heartbeat
 	}
 	return heartbeatAnswer{Tasks: s.desiredAnswer(name), answerRest: answerRest{
 		Acked: acked, StoppedAcked: stoppedAcked, ClusterID: s.clusterID,
-		HeartbeatSeconds: s.cfg.HeartbeatInterval.Seconds(), SyncEpoch: node.SyncEpoch,
+		HeartbeatSeconds: s.toldInterval(name).Seconds(), SyncEpoch: node.SyncEpoch,
 		InventoryHash: s.inventoryHash(name, node.Inventory, sameInventory),
 	}}, s.lastWrite(), 0, nil
 }

@@ -589,12 +589,13 @@ func (s *Server) nodeTaken(name, instance string, now time.Time) *api.Error {
 		return nil
 	}
 	silent := now.Sub(n.LastHeartbeat)
-	if silent >= s.cfg.NotReadyAfter {
+	notReady, _ := s.silenceLimits(name)
+	if silent >= notReady {
 		return nil
 	}
 	return &api.Error{Code: api.CodeConflict, Field: "node", Message: fmt.Sprintf(
 		"node %s is already served by a live agent (instance %s, pid %d, from %s, host %s, heard %s ago); stop that agent, give this one another --name, or, if that machine is gone, wait %s for it to go quiet",
-		name, n.Agent.Instance, n.Agent.PID, n.Agent.Address, orDash(n.Hostname), silent.Round(time.Millisecond), (s.cfg.NotReadyAfter - silent).Round(time.Second))}
+		name, n.Agent.Instance, n.Agent.PID, n.Agent.Address, orDash(n.Hostname), silent.Round(time.Millisecond), (notReady - silent).Round(time.Second))}
 }
 
 func orDash(s string) string {
@@ -646,6 +647,7 @@ func (s *Server) handleDeleteNode(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.pruneTelemetry(now)
+	delete(s.told, name)
 	s.wake()
 	w.WriteHeader(http.StatusNoContent)
 }

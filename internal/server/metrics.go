@@ -290,6 +290,8 @@ var (
 		"Jobs that have not ended, by queue and state.", []string{"queue", "state"}, nil)
 	descPending = prometheus.NewDesc("rota_pending_jobs",
 		"Jobs waiting for the scheduler to place them.", nil, nil)
+	descBeatInterval = prometheus.NewDesc("rota_heartbeat_interval_seconds",
+		"The heartbeat interval the server asks of agents now: --heartbeat-interval, or longer where the nodes would send more than --max-heartbeats-per-second.", nil, nil)
 	descUtil = prometheus.NewDesc("rota_gpu_utilization_ratio",
 		"A GPU's utilisation (0 to 1) in its node's latest reading.", gpuLabels, nil)
 	descMemory = prometheus.NewDesc("rota_gpu_memory_used_bytes",
@@ -332,7 +334,7 @@ var (
 type stateCollector struct{ s *Server }
 
 func (stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descGPUs, descNodes, descJobs, descPending, descUtil, descMemory,
+	for _, d := range []*prometheus.Desc{descGPUs, descNodes, descJobs, descPending, descBeatInterval, descUtil, descMemory,
 		descPower, descTemp, descTeamUsed, descTeamGuaranteed, descTeamLimit, descDrift, descBudgetUsed, descBudgetLimit} {
 		ch <- d
 	}
@@ -368,6 +370,7 @@ type stateCounts struct {
 	nodes    map[string][]int // by pool
 	jobs     map[string][]int // by queue
 	pending  int
+	beat     time.Duration // the heartbeat interval answers name
 	readings []gpuReading
 	teamUsed map[teamModel]int
 	quotas   map[teamModel]api.Quota
@@ -423,6 +426,7 @@ func (s *Server) stateMetrics() *stateCounts {
 		c.countDrift(&n, pools)
 	}
 	c.budgets = slices.Clone(s.budgets)
+	c.beat = s.beatEvery
 	for _, t := range s.state.Teams() {
 		for model, q := range t.Quotas {
 			// Admission lets a team hold the larger of the two.
@@ -536,6 +540,7 @@ func (c *stateCounts) emit(ch chan<- prometheus.Metric) {
 		}
 	}
 	gauge(descPending, float64(c.pending))
+	gauge(descBeatInterval, c.beat.Seconds())
 	for _, r := range c.readings {
 		gpu := strconv.Itoa(r.index)
 		if !r.utilUnknown {

@@ -609,10 +609,13 @@ func (s *Server) checkNodes(ctx context.Context) {
 	// (those on lost nodes, and those with a rank not yet started), not every active one.
 	newly := map[string]api.NodeState{}
 	var lostNodes []string
+	reporting := 0
 	for _, n := range s.state.NodesWhere(func(n *api.Node) bool {
 		to := s.silenceMoves(n, now)
 		if to == api.NodeLost {
 			lostNodes = append(lostNodes, n.Name)
+		} else {
+			reporting++
 		}
 		return to != n.State
 	}) {
@@ -633,7 +636,8 @@ func (s *Server) checkNodes(ctx context.Context) {
 	}
 	live := func(name string) bool {
 		n := s.state.PeekNode(name)
-		return n != nil && now.Sub(n.LastHeartbeat) < s.cfg.NotReadyAfter && !lost(name)
+		notReady, _ := s.silenceLimits(name)
+		return n != nil && now.Sub(n.LastHeartbeat) < notReady && !lost(name)
 	}
 	ids := s.state.UnstartedIDs()
 	for _, name := range lostNodes {
@@ -691,6 +695,7 @@ func (s *Server) checkNodes(ctx context.Context) {
 		s.log.Error("node liveness: commit failed", "err", err)
 		return
 	}
+	s.paceHeartbeats(reporting)
 	s.pruneTelemetry(now)
 	for _, ev := range b.Events {
 		if ev.Kind == api.EventNode {
@@ -703,10 +708,11 @@ func (s *Server) checkNodes(ctx context.Context) {
 // LOST, or the state it is in.
 func (s *Server) silenceMoves(n *api.Node, now time.Time) api.NodeState {
 	silent := now.Sub(n.LastHeartbeat)
+	notReady, lost := s.silenceLimits(n.Name)
 	switch {
-	case silent >= s.cfg.LostAfter && n.State != api.NodeLost:
+	case silent >= lost && n.State != api.NodeLost:
 		return api.NodeLost
-	case silent >= s.cfg.NotReadyAfter && n.State == api.NodeReady:
+	case silent >= notReady && n.State == api.NodeReady:
 		return api.NodeNotReady
 	}
 	return n.State

@@ -45,6 +45,11 @@ type Config struct {
 	NotReadyAfter time.Duration
 	// LostAfter is the silence after which a node's jobs are requeued or failed (default 5m).
 	LostAfter time.Duration
+	// MaxHeartbeatsPerSecond bounds the heartbeats all agents together are asked for
+	// (default 1,000; negative: no bound). Where the nodes at HeartbeatInterval would send
+	// more, agents are asked for a longer interval, and NotReadyAfter and LostAfter grow
+	// with it (pace.go).
+	MaxHeartbeatsPerSecond float64
 	// CycleInterval is the longest time between two scheduling cycles (default 1s); a cycle
 	// also runs right after any change that may let a job start.
 	CycleInterval time.Duration
@@ -112,6 +117,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.LostAfter <= 0 {
 		c.LostAfter = 5 * time.Minute
+	}
+	if c.MaxHeartbeatsPerSecond == 0 {
+		c.MaxHeartbeatsPerSecond = defaultMaxHeartbeatsPerSecond
 	}
 	if c.CycleInterval <= 0 {
 		c.CycleInterval = time.Second
@@ -236,6 +244,10 @@ type Server struct {
 	// tasks holds, per node, the tasks of its last heartbeat answer, encoded (see
 	// desiredAnswer). Guarded by mu.
 	tasks map[string][]cachedTask
+	// beatEvery is the heartbeat interval answers name now, and told, per node, the one
+	// its last answer named (pace.go). Guarded by mu.
+	beatEvery time.Duration
+	told      map[string]time.Duration
 	// attached, if set (by tests), runs as a terminal attaches to a job: after it has
 	// joined the job's session, before the output it is owed is written to it.
 	attached func(job int64)
@@ -422,7 +434,9 @@ func (s *Server) load(ctx context.Context) error {
 	s.state = state
 	s.invHashes = nil // of the records just replaced
 	s.tasks = nil     // made from the state just replaced
+	s.told = nil      // what this server told no node yet
 	s.state.Apply(b)
+	s.paceHeartbeats(s.reportingNodes())
 	s.view.reset(s.state)
 	s.evictedAt = now
 	s.log.Info("state loaded", "jobs", len(jobs), "ended_in_store", len(ended), "nodes", len(nodes), "pending", len(s.state.PendingIDs()), "active", len(s.state.ActiveIDs()))
