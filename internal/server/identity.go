@@ -581,7 +581,7 @@ func (s *Server) handleRenew(w http.ResponseWriter, r *http.Request) {
 }
 
 // nodeTaken refuses a second agent for a node whose agent is live: heard from within
-// NotReadyAfter. instance is the claimant's agent instance ("" for a join). A node that is
+// NotReadyAfter, or longer where the heartbeat interval is (silenceLimits). instance is the claimant's agent instance ("" for a join). A node that is
 // not live may be taken over: its old agent is gone, or will be refused when it returns.
 func (s *Server) nodeTaken(name, instance string, now time.Time) *api.Error {
 	n, ok := s.state.Node(name)
