@@ -209,6 +209,7 @@ type clusterOpts struct {
 	assignTimeout string // --assign-timeout
 	store         string // --store; default SQLite in the data dir
 	attachGrace   string // --attach-grace
+	maxHeartbeats string // --max-heartbeats-per-second
 	// shared makes the cluster's directory traversable by every account, for jobs that
 	// run as another user than the test's.
 	shared bool
@@ -293,6 +294,7 @@ func (c *testCluster) serverArgs() []string {
 	for _, f := range []struct{ flag, v string }{
 		{"--node-not-ready-after", c.opts.notReady}, {"--node-lost-after", c.opts.lost},
 		{"--assign-timeout", c.opts.assignTimeout}, {"--store", c.opts.store}, {"--attach-grace", c.opts.attachGrace},
+		{"--max-heartbeats-per-second", c.opts.maxHeartbeats},
 	} {
 		if f.v != "" {
 			args = append(args, f.flag, f.v)
