@@ -206,11 +206,17 @@ func startServer(ctx context.Context) (*loopbackServer, error) {
 }
 
 // close stops the loop and the agents, then the HTTP server, then the store, and removes
-// the directory.
+// the directory. The HTTP server is shut down, not closed: a request whose client gave
+// up as the agents stopped may still be in its handler, and the server and the store
+// must not close under it (Close does not wait for handlers; Shutdown does).
 func (ls *loopbackServer) close() {
 	ls.cancel()
 	ls.wg.Wait()
-	ls.hs.Close()
+	shutdown, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if ls.hs.Shutdown(shutdown) != nil {
+		ls.hs.Close()
+	}
 	ls.client.CloseIdleConnections()
 	ls.agents.CloseIdleConnections()
 	ls.srv.Close()
