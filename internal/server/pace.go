@@ -34,9 +34,19 @@ func beatInterval(base time.Duration, rate float64, nodes int) time.Duration {
 }
 
 // paceHeartbeats sets the interval answers name from the nodes that may report: those
-// not lost. Callers hold s.mu.
+// not lost. It logs the interval when it has moved by a second or more since it last
+// did, or is back at the base: a cluster that grows by a node at a time moves it by a
+// tenth of a second at a time. Callers hold s.mu.
 func (s *Server) paceHeartbeats(nodes int) {
 	s.beatEvery = beatInterval(s.cfg.HeartbeatInterval, s.cfg.MaxHeartbeatsPerSecond, nodes)
+	moved := s.beatEvery - s.beatLogged
+	if moved.Abs() < time.Second && (s.beatEvery != s.cfg.HeartbeatInterval || moved == 0) {
+		return
+	}
+	s.beatLogged = s.beatEvery
+	notReady, lost := s.silenceLimits("")
+	s.log.Info("heartbeat interval", "every", s.beatEvery, "nodes", nodes, "max_per_second", s.cfg.MaxHeartbeatsPerSecond,
+		"not_ready_after", notReady, "lost_after", lost)
 }
 
 // reportingNodes counts the nodes not lost. Callers hold s.mu.

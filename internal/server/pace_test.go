@@ -2,7 +2,9 @@ package server
 
 import (
 	"context"
+	"log/slog"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -41,6 +43,8 @@ func TestHeartbeatsPaced(t *testing.T) {
 	h := &harness{t: t, clock: &fakeClock{t: time.Date(2026, 11, 1, 9, 0, 0, 0, time.UTC)}, dir: t.TempDir(),
 		cfg: func(c *Config) { c.MaxHeartbeatsPerSecond = 1 }} // 2 s interval, not ready after 10 s, lost after 1m
 	h.open()
+	var logs syncBuffer
+	h.srv.log = slog.New(slog.NewTextHandler(&logs, nil))
 	ctx := context.Background()
 	interval := func(resp api.HeartbeatResponse) time.Duration {
 		return time.Duration(resp.HeartbeatSeconds * float64(time.Second))
@@ -63,6 +67,10 @@ func TestHeartbeatsPaced(t *testing.T) {
 	}
 	if out := h.scrape(); !strings.Contains(out, "\nrota_heartbeat_interval_seconds 4\n") {
 		t.Errorf("/metrics does not show the 4 s interval:\n%s", grepLines(out, "rota_heartbeat_interval"))
+	}
+	if got := grepLines(logs.String(), "heartbeat interval"); strings.Count(got, "\n") != 0 ||
+		!strings.Contains(got, "every=4s nodes=4 max_per_second=1 not_ready_after=20s lost_after=1m10s") {
+		t.Errorf("the log says of the interval %q; want one line with 4s and its silences", got)
 	}
 
 	// At twice the interval, the silences are twice as long: not ready after 20 s, not 10.
@@ -88,6 +96,9 @@ func TestHeartbeatsPaced(t *testing.T) {
 	h.srv.checkNodes(ctx)
 	if out := h.scrape(); !strings.Contains(out, "\nrota_heartbeat_interval_seconds 2\n") {
 		t.Errorf("/metrics does not show the 2 s interval:\n%s", grepLines(out, "rota_heartbeat_interval"))
+	}
+	if got := grepLines(logs.String(), "heartbeat interval"); !strings.Contains(got, "every=2s nodes=2") {
+		t.Errorf("the log says of the interval %q; want a line with 2s, back at the base", got)
 	}
 	h.clock.Add(15 * time.Second)
 	h.srv.checkNodes(ctx)
@@ -148,5 +159,33 @@ func TestHeartbeatsUnpaced(t *testing.T) {
 	h.srv.checkNodes(context.Background())
 	if got := h.beat("n1", 1).HeartbeatSeconds; got != 1 {
 		t.Errorf("five nodes with no bound: the answer names %vs, want 1s", got)
+	}
+}
+
+// TestPaceLogsWholeSteps: as a cluster grows a node at a time, the interval moves by a
+// tenth of a second at a time; the log says it only once it has moved a second, and when
+// it is back at the base.
+func TestPaceLogsWholeSteps(t *testing.T) {
+	h := newHarness(t) // 2 s base, 1,000 heartbeats a second
+	var logs syncBuffer
+	h.srv.log = slog.New(slog.NewTextHandler(&logs, nil))
+	h.srv.mu.Lock()
+	defer h.srv.mu.Unlock()
+	for _, step := range []struct {
+		nodes int
+		log   string // the interval the log says, or "" for no line
+	}{
+		{nodes: 1500}, {nodes: 2001}, {nodes: 2900}, {nodes: 3000, log: "3s"}, {nodes: 3500},
+		{nodes: 10000, log: "10s"}, {nodes: 9050}, {nodes: 2500, log: "2.5s"}, {nodes: 1900, log: "2s"}, {nodes: 10},
+	} {
+		before := logs.String()
+		h.srv.paceHeartbeats(step.nodes)
+		line := strings.TrimPrefix(logs.String(), before)
+		switch {
+		case step.log == "" && line != "":
+			t.Errorf("%d nodes (%v): the log says %q; want nothing, the interval moved less than a second", step.nodes, h.srv.beatEvery, line)
+		case step.log != "" && !strings.Contains(line, "every="+step.log+" nodes="+strconv.Itoa(step.nodes)+" "):
+			t.Errorf("%d nodes (%v): the log says %q; want the interval %s", step.nodes, h.srv.beatEvery, line, step.log)
+		}
 	}
 }

@@ -248,6 +248,8 @@ type Server struct {
 	// its last answer named (pace.go). Guarded by mu.
 	beatEvery time.Duration
 	told      map[string]time.Duration
+	// beatLogged is the interval the log last said answers name (pace.go). Guarded by mu.
+	beatLogged time.Duration
 	// attached, if set (by tests), runs as a terminal attaches to a job: after it has
 	// joined the job's session, before the output it is owed is written to it.
 	attached func(job int64)
@@ -304,7 +306,7 @@ func New(ctx context.Context, cfg Config, st store.Store, logger *slog.Logger) (
 		return nil, fmt.Errorf("server: open log dir: %w", err)
 	}
 	s := &Server{cfg: cfg, log: logger, store: st, kick: make(chan struct{}, 1), wedged: make(chan struct{}), state: cluster.New(), logs: logs, tel: newTelemetry(), ui: newUILinkStore(),
-		started: time.Now().UTC(), leaseKick: make(chan struct{}, 1)}
+		started: time.Now().UTC(), leaseKick: make(chan struct{}, 1), beatLogged: cfg.HeartbeatInterval}
 	s.state.HalfLife = cfg.HalfLife
 	s.view.reset(s.state)
 	if cfg.Lease != nil {
