@@ -40,15 +40,21 @@ func TestAgentsKeepThePacedInterval(t *testing.T) {
 	t.Logf("a job ran and its end was recorded %v after it was submitted, at a 1 s heartbeat interval", time.Since(start).Round(time.Millisecond))
 }
 
-// metric is the value of the unlabelled metric name on the server's /metrics (-1 when
-// it is not there).
-func (c *testCluster) metric(name string) float64 {
+// metricsText is the server's /metrics, as the admin reads it.
+func (c *testCluster) metricsText() string {
 	c.t.Helper()
 	status, body := c.request(http.MethodGet, "/metrics", c.token, nil)
 	if status != http.StatusOK {
 		c.t.Fatalf("GET /metrics: %d", status)
 	}
-	for line := range strings.Lines(string(body)) {
+	return string(body)
+}
+
+// metric is the value of the unlabelled metric name on the server's /metrics (-1 when
+// it is not there).
+func (c *testCluster) metric(name string) float64 {
+	c.t.Helper()
+	for line := range strings.Lines(c.metricsText()) {
 		if v, ok := strings.CutPrefix(line, name+" "); ok {
 			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
 			if err != nil {
@@ -63,12 +69,8 @@ func (c *testCluster) metric(name string) float64 {
 // heartbeatsServed is how many heartbeats the server has answered, by its /metrics.
 func (c *testCluster) heartbeatsServed() float64 {
 	c.t.Helper()
-	status, body := c.request(http.MethodGet, "/metrics", c.token, nil)
-	if status != http.StatusOK {
-		c.t.Fatalf("GET /metrics: %d", status)
-	}
 	n := 0.0
-	for line := range strings.Lines(string(body)) {
+	for line := range strings.Lines(c.metricsText()) {
 		if strings.HasPrefix(line, "rota_api_request_duration_seconds_count{") && strings.Contains(line, `route="/api/v1/agents/{node}/heartbeat"`) {
 			f := strings.Fields(line)
 			v, err := strconv.ParseFloat(f[len(f)-1], 64)

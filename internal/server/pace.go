@@ -44,7 +44,7 @@ func (s *Server) paceHeartbeats(nodes int) {
 		return
 	}
 	s.beatLogged = s.beatEvery
-	notReady, lost := s.silenceLimits("")
+	notReady, lost := s.silencesAt(s.beatEvery)
 	s.log.Info("heartbeat interval", "every", s.beatEvery, "nodes", nodes, "max_per_second", s.cfg.MaxHeartbeatsPerSecond,
 		"not_ready_after", notReady, "lost_after", lost)
 }
@@ -64,24 +64,27 @@ func (s *Server) reportingNodes() int {
 // toldInterval notes the interval node name's answer names, and returns it. Callers
 // hold s.mu.
 func (s *Server) toldInterval(name string) time.Duration {
-	every := max(s.beatEvery, s.cfg.HeartbeatInterval) // the base before any pacing
-	if s.told[name] != every {
+	if s.told[name] != s.beatEvery {
 		if s.told == nil {
 			s.told = map[string]time.Duration{}
 		}
-		s.told[name] = every
+		s.told[name] = s.beatEvery
 	}
-	return every
+	return s.beatEvery
 }
 
 // silenceLimits is how long node name may be silent before it takes no new work
-// (notReady) and before its jobs are given up (lost). Both are the server's settings at
-// HeartbeatInterval; at a longer interval, the one now named or the one its last answer
-// named, whichever is longer, notReady grows in proportion (NotReadyAfter is 7.5
-// intervals by default) and lost by as much. Callers hold s.mu.
+// (notReady) and before its jobs are given up (lost): silencesAt the interval now named
+// or the one its last answer named, whichever is longer. Callers hold s.mu.
 func (s *Server) silenceLimits(name string) (notReady, lost time.Duration) {
+	return s.silencesAt(max(s.beatEvery, s.told[name]))
+}
+
+// silencesAt is the not-ready and lost silences of a node told to report every every.
+// Both are the server's settings at HeartbeatInterval; at a longer interval, notReady
+// grows in proportion (NotReadyAfter is 7.5 intervals by default) and lost by as much.
+func (s *Server) silencesAt(every time.Duration) (notReady, lost time.Duration) {
 	notReady, lost = s.cfg.NotReadyAfter, s.cfg.LostAfter
-	every := max(s.beatEvery, s.told[name])
 	if every <= s.cfg.HeartbeatInterval {
 		return notReady, lost
 	}

@@ -306,7 +306,8 @@ func New(ctx context.Context, cfg Config, st store.Store, logger *slog.Logger) (
 		return nil, fmt.Errorf("server: open log dir: %w", err)
 	}
 	s := &Server{cfg: cfg, log: logger, store: st, kick: make(chan struct{}, 1), wedged: make(chan struct{}), state: cluster.New(), logs: logs, tel: newTelemetry(), ui: newUILinkStore(),
-		started: time.Now().UTC(), leaseKick: make(chan struct{}, 1), beatLogged: cfg.HeartbeatInterval}
+		started: time.Now().UTC(), leaseKick: make(chan struct{}, 1),
+		beatEvery: cfg.HeartbeatInterval, beatLogged: cfg.HeartbeatInterval}
 	s.state.HalfLife = cfg.HalfLife
 	s.view.reset(s.state)
 	if cfg.Lease != nil {
