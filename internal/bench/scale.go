@@ -314,7 +314,17 @@ func runScale(ctx context.Context, opts Options) (results []Result, err error) {
 		if err != nil {
 			return nil, err
 		}
+		server, err := startCPU(pid)
+		if err != nil {
+			return nil, err
+		}
+		self := ownCPU()
 		took, lat, rates, err := measureSubmits(ctx, srv, c.clients, c.n)
+		if err != nil {
+			return nil, err
+		}
+		gen := ownCPU() - self
+		cpu, err := server.rate()
 		if err != nil {
 			return nil, err
 		}
@@ -328,6 +338,11 @@ func runScale(ctx context.Context, opts Options) (results []Result, err error) {
 			"median-third/s": rates[len(rates)/2], "slowest-third/s": rates[0], "fastest-third/s": rates[len(rates)-1],
 			"p50-ms": percentileMS(lat, .5), "p99-ms": percentileMS(lat, .99),
 			"cycles": cyc.n, "deferred": after.sum("rota_scheduler_arrivals_deferred_total") - before.sum("rota_scheduler_arrivals_deferred_total"),
+			// What each submit cost the two processes that share the machine: the
+			// server (its heartbeats meanwhile included) and this one, the clients and
+			// the agents together.
+			"server-cpu-s/s": cpu, "generator-cpu-s/s": gen / took.Seconds(),
+			"server-cpu-us/submit": cpu * took.Seconds() / float64(len(lat)) * 1e6, "generator-cpu-us/submit": gen / float64(len(lat)) * 1e6,
 		})
 	}
 
