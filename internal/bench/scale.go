@@ -3,8 +3,6 @@ package bench
 import (
 	"cmp"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -513,9 +511,7 @@ func submitArrays(ctx context.Context, srv *serverProc, n, gpus int, name string
 }
 
 func idempotent() http.Header {
-	b := make([]byte, 12)
-	rand.Read(b)
-	return http.Header{"Idempotency-Key": {hex.EncodeToString(b)}}
+	return http.Header{"Idempotency-Key": {api.NewIdempotencyKey(time.Now())}}
 }
 
 // waitSettled waits until the scheduler has placed what it can and the agents run it: no

@@ -253,8 +253,8 @@ func TestSubmitRetriesOnceAfterLostAnswer(t *testing.T) {
 				mu.Unlock()
 				t.Fatalf("exit %d, stdout %q, stderr %q", code, out, errOut)
 			}
-			if len(keys) != 2 || keys[0] != keys[1] || !regexp.MustCompile(`^[0-9a-f]{24}$`).MatchString(keys[0]) || bodies[0] != bodies[1] {
-				t.Errorf("requests with keys %q and bodies %q; want two alike, with a key of 24 hex digits", keys, bodies)
+			if len(keys) != 2 || keys[0] != keys[1] || !regexp.MustCompile(`^[0-9a-f]{32}$`).MatchString(keys[0]) || bodies[0] != bodies[1] {
+				t.Errorf("requests with keys %q and bodies %q; want two alike, with a key of 32 hex digits", keys, bodies)
 			}
 			mu.Unlock()
 

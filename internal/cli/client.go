@@ -3,8 +3,6 @@ package cli
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -320,7 +318,7 @@ func (c *Client) Submit(ctx context.Context, spec api.JobSpec) (api.Job, error) 
 		return api.Job{}, err
 	}
 	r := request{method: http.MethodPost, path: "/api/v1/jobs", body: body,
-		header: http.Header{"Idempotency-Key": {newIdempotencyKey()}}}
+		header: http.Header{"Idempotency-Key": {api.NewIdempotencyKey(time.Now())}}}
 	var job api.Job
 	err = c.doRequest(ctx, r, &job)
 	var lost *lostAnswer
@@ -329,13 +327,6 @@ func (c *Client) Submit(ctx context.Context, spec api.JobSpec) (api.Job, error) 
 		err = c.doRequest(ctx, r, &job)
 	}
 	return job, err
-}
-
-// newIdempotencyKey is 96 random bits in hex: no two submits share one.
-func newIdempotencyKey() string {
-	b := make([]byte, 12)
-	rand.Read(b) // never fails; see its documentation
-	return hex.EncodeToString(b)
 }
 
 // ListJobs returns one page of jobs; follow the list's Next with opts.After for the rest.

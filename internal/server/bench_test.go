@@ -3,6 +3,8 @@ package server
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -109,18 +111,47 @@ func BenchmarkSubmit(b *testing.B) {
 }
 
 // BenchmarkSubmitIntoLargeStore is BenchmarkSubmit's 64 clients sending idempotency keys,
-// as rota submit does, into a store that already holds 100,000 jobs: the scale suite's
-// queue, without its fleet. The store's indexes and pages are then larger than SQLite's
-// page cache, as on a cluster that has run for a while.
+// as rota submit does, into a store that already holds 100,000 jobs and their keys: the
+// scale suite's queue, without its fleet. The store's indexes and pages are then larger
+// than SQLite's page cache, as on a cluster that has run for a while. keys=cli sends the
+// keys rota submit makes, which grow with time; keys=random sends random ones, as the
+// CLI did before and an API client may, each of which lands on its own page of the
+// index of keys.
 func BenchmarkSubmitIntoLargeStore(b *testing.B) {
-	env := benchServer(b)
-	for range 10 {
-		spec := api.JobSpec{Command: []string{"true"}, User: "bench", Array: "0-9999", Hold: true, Name: "backlog"}
-		if err := post(http.DefaultClient, env.hs.URL+"/api/v1/jobs", env.token, spec, nil); err != nil {
-			b.Fatal(err)
-		}
+	for _, keys := range []struct {
+		name string
+		make func() string
+	}{{"cli", func() string { return api.NewIdempotencyKey(time.Now()) }}, {"random", randomKey}} {
+		b.Run("keys="+keys.name, func(b *testing.B) {
+			env := benchServer(b)
+			for range 10 {
+				spec := api.JobSpec{Command: []string{"true"}, User: "bench", Array: "0-9999", Hold: true, Name: "backlog"}
+				if err := post(http.DefaultClient, env.hs.URL+"/api/v1/jobs", env.token, spec, nil); err != nil {
+					b.Fatal(err)
+				}
+			}
+			// A day's keys, as a busy cluster remembers.
+			now := env.srv.cfg.Clock.Now()
+			recs := make([]store.IdempotencyRecord, 100_000)
+			for i := range recs {
+				recs[i] = store.IdempotencyRecord{User: "admin", Key: keys.make(), Hash: "h", JobID: int64(i + 1), Created: now}
+			}
+			env.srv.mu.Lock()
+			err := env.srv.commit(context.Background(), &store.Batch{Idempotency: recs})
+			env.srv.mu.Unlock()
+			if err != nil {
+				b.Fatal(err)
+			}
+			benchKeyedSubmits(b, env, api.JobSpec{Command: []string{"true"}, User: "bench", GPUs: 1}, keys.make)
+		})
 	}
-	benchKeyedSubmits(b, env, api.JobSpec{Command: []string{"true"}, User: "bench", GPUs: 1}, "large")
+}
+
+// randomKey is 96 random bits in hex.
+func randomKey() string {
+	k := make([]byte, 12)
+	rand.Read(k)
+	return hex.EncodeToString(k)
 }
 
 // BenchmarkSubmitWhileCycling is BenchmarkSubmit's clients at the scale suite's size
@@ -274,15 +305,15 @@ func BenchmarkSubmitWithKeys(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	benchKeyedSubmits(b, env, api.JobSpec{Command: []string{"true"}, User: "bench"}, "new")
+	var n atomic.Int64
+	benchKeyedSubmits(b, env, api.JobSpec{Command: []string{"true"}, User: "bench"}, func() string { return fmt.Sprintf("new-%d", n.Add(1)) })
 }
 
 // benchKeyedSubmits times b.N submits of spec from 64 concurrent clients, each with its
-// own connection, each submit with an Idempotency-Key of its own (prefix-N), as rota
+// own connection, each submit with an Idempotency-Key of its own (from key), as rota
 // submit sends, and reports submits per second.
-func benchKeyedSubmits(b *testing.B, env *benchEnv, spec api.JobSpec, prefix string) {
+func benchKeyedSubmits(b *testing.B, env *benchEnv, spec api.JobSpec, key func() string) {
 	body, _ := json.Marshal(spec)
-	var n atomic.Int64
 	b.SetParallelism(max(1, 64/runtime.GOMAXPROCS(0)))
 	b.ResetTimer()
 	start := time.Now()
@@ -292,7 +323,7 @@ func benchKeyedSubmits(b *testing.B, env *benchEnv, spec api.JobSpec, prefix str
 			req, _ := http.NewRequest("POST", env.hs.URL+"/api/v1/jobs", bytes.NewReader(body))
 			req.Header.Set("Content-Type", "application/json")
 			req.Header.Set("Authorization", "Bearer "+env.token)
-			req.Header.Set("Idempotency-Key", fmt.Sprintf("%s-%d", prefix, n.Add(1)))
+			req.Header.Set("Idempotency-Key", key())
 			if status, err := doDrained(client, req); err != nil || status != http.StatusCreated && status != http.StatusOK {
 				b.Errorf("submit: status %d, %v", status, err)
 				return
