@@ -126,6 +126,7 @@ func TestSQLiteSettings(t *testing.T) {
 		{"synchronous", "2"}, // FULL
 		{"foreign_keys", "1"},
 		{"busy_timeout", sqliteBusyTimeoutMS},
+		{"temp_store", "2"}, // MEMORY
 	} {
 		var got string
 		if err := s.write.QueryRowContext(context.Background(), "PRAGMA "+tc.pragma).Scan(&got); err != nil {
