@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/rotahq/rota/internal/api"
 	"github.com/rotahq/rota/internal/store"
 )
 
@@ -23,10 +24,33 @@ import (
 
 // submitGroup is the batches of the submits waiting for one transaction.
 type submitGroup struct {
-	b    store.Batch
-	n    int // submits in the group
-	done chan struct{}
-	err  error // set before done is closed
+	parts []*store.Batch // one per submit, until merge
+	b     store.Batch    // all of them, once merged
+	n     int            // submits in the group
+	done  chan struct{}
+	err   error // set before done is closed
+}
+
+// merge gathers the group's batches into b, once no submit can join it: each job is
+// copied once, into a slice of the right size, rather than again each time a slice
+// that grew with the group had to move (jobs are about 800 bytes each).
+func (g *submitGroup) merge() {
+	var jobs, events, keys int
+	for _, p := range g.parts {
+		jobs, events, keys = jobs+len(p.Jobs), events+len(p.Events), keys+len(p.Idempotency)
+	}
+	g.b.Jobs = make([]api.Job, 0, jobs)
+	g.b.Events = make([]api.Event, 0, events)
+	g.b.Idempotency = make([]store.IdempotencyRecord, 0, keys)
+	for _, p := range g.parts {
+		g.b.Jobs = append(g.b.Jobs, p.Jobs...)
+		g.b.Events = append(g.b.Events, p.Events...)
+		g.b.Idempotency = append(g.b.Idempotency, p.Idempotency...)
+		if p.PruneIdempotency.After(g.b.PruneIdempotency) {
+			g.b.PruneIdempotency = p.PruneIdempotency
+		}
+	}
+	g.parts = nil
 }
 
 func (g *submitGroup) wait() error {
@@ -79,12 +103,7 @@ func (s *Server) enqueueSubmit(b *store.Batch, user, key string) (*submitGroup, 
 		gc.open = &submitGroup{done: make(chan struct{})}
 	}
 	g := gc.open
-	g.b.Jobs = append(g.b.Jobs, b.Jobs...)
-	g.b.Events = append(g.b.Events, b.Events...)
-	g.b.Idempotency = append(g.b.Idempotency, b.Idempotency...)
-	if b.PruneIdempotency.After(g.b.PruneIdempotency) {
-		g.b.PruneIdempotency = b.PruneIdempotency
-	}
+	g.parts = append(g.parts, b)
 	g.n++
 	gc.jobs += len(b.Jobs)
 	if gc.waiting == nil {
@@ -122,6 +141,7 @@ func (s *Server) commitGroups() {
 		}
 		s.groups.open = nil
 		s.mu.Unlock()
+		g.merge()
 		start := time.Now()
 		ctx, cancel := context.WithTimeout(context.Background(), commitTimeout)
 		err := s.store.Commit(ctx, &g.b)

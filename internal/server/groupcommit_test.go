@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -114,11 +115,17 @@ func TestSubmitsShareOneCommit(t *testing.T) {
 	}()
 	<-gs.entered // the first submit's commit is being written, and held there
 
+	// Half of them send an Idempotency-Key: the group's transaction stores those keys,
+	// and every submit's event, along with the jobs.
 	const n = 20
 	answers := make(chan answer, n)
 	for i := range n {
+		key := ""
+		if i%2 == 0 {
+			key = "key-" + string(rune('a'+i))
+		}
 		go func() {
-			code, j, _ := h.postSubmit(api.JobSpec{Command: []string{"train"}, Name: "job-" + string(rune('a'+i))}, "")
+			code, j, _ := h.postSubmit(api.JobSpec{Command: []string{"train"}, Name: "job-" + string(rune('a'+i))}, key)
 			answers <- answer{code, j}
 		}()
 	}
@@ -160,6 +167,19 @@ func TestSubmitsShareOneCommit(t *testing.T) {
 	for _, j := range stored {
 		if j.ID != 1 && ids[j.ID] != j.Spec.Name {
 			t.Fatalf("stored job %d is %q; its submitter was told %q", j.ID, j.Spec.Name, ids[j.ID])
+		}
+		events, err := h.st.Events(context.Background(), store.EventFilter{JobID: j.ID, Kind: string(api.EventSubmit)})
+		if err != nil || len(events) != 1 {
+			t.Fatalf("job %d: %d submit events stored, %v; want 1", j.ID, len(events), err)
+		}
+	}
+	keys, err := h.st.LoadIdempotency(context.Background(), time.Time{})
+	if err != nil || len(keys) != n/2 {
+		t.Fatalf("stored %d idempotency keys, %v; want %d", len(keys), err, n/2)
+	}
+	for _, k := range keys {
+		if want := "job-" + k.Key[len("key-"):]; ids[k.JobID] != want {
+			t.Fatalf("key %s stored for job %d (%q); want it for the job named %q", k.Key, k.JobID, ids[k.JobID], want)
 		}
 	}
 	// After a restart the next job takes the next ID.
@@ -302,4 +322,42 @@ func TestWaitingLimitCountsInflight(t *testing.T) {
 	close(gs.gate)
 	<-done
 	<-done
+}
+
+// A submit made when the oldest key is more than an hour past the window deletes the
+// keys older than the window, in its group's transaction, whichever of the group's
+// submits asked for it; the keys of the window stay.
+func TestSubmitsPruneOldKeys(t *testing.T) {
+	gs := newGateStore()
+	h := gatedHarness(t, gs, nil)
+	close(gs.gate)
+	if code, _, _ := h.postSubmit(api.JobSpec{Command: []string{"old"}}, "old-key"); code != http.StatusCreated {
+		t.Fatalf("first submit: %d", code)
+	}
+	h.clock.Add(2 * time.Hour)
+	if code, _, _ := h.postSubmit(api.JobSpec{Command: []string{"kept"}}, "kept-key"); code != http.StatusCreated {
+		t.Fatalf("second submit: %d", code)
+	}
+	h.clock.Add(idempotencyWindow - 30*time.Minute) // old-key is 25.5 h old, kept-key 23.5 h
+	var wg sync.WaitGroup
+	for i, key := range []string{"new-a", "", "new-b"} {
+		wg.Go(func() {
+			if code, _, _ := h.postSubmit(api.JobSpec{Command: []string{"new", string(rune('a' + i))}}, key); code != http.StatusCreated {
+				t.Errorf("submit with key %q: %d", key, code)
+			}
+		})
+	}
+	wg.Wait()
+	recs, err := h.st.LoadIdempotency(context.Background(), time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	for _, r := range recs {
+		keys = append(keys, r.Key)
+	}
+	slices.Sort(keys)
+	if want := []string{"kept-key", "new-a", "new-b"}; !slices.Equal(keys, want) {
+		t.Fatalf("stored keys %q; want %q: the key past the window deleted, the others kept", keys, want)
+	}
 }

@@ -195,7 +195,7 @@ func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request) {
 	s.log.Info("job submitted", "job", job.ID, "jobs", len(b.Jobs), "user", spec.User, "queue", spec.Queue, "gpus", spec.GPUs)
 	s.wake()
 	redactEnv(id, &job)
-	writeJSON(w, http.StatusCreated, job)
+	writeJSON(w, http.StatusCreated, &job)
 }
 
 // replaySubmit answers a retried submit with the job the first one created, or 409 when

@@ -144,3 +144,22 @@ func TestSQLiteSettings(t *testing.T) {
 		t.Errorf("read connections are not query_only")
 	}
 }
+
+// TestLastByKey checks the deduplication every commit runs: a batch with each key once is
+// written as it is, not copied; with a key twice, the last row wins, in the place of the
+// first.
+func TestLastByKey(t *testing.T) {
+	key := func(j *api.Job) int64 { return j.ID }
+	rows := []api.Job{{ID: 1}, {ID: 2}, {ID: 3}}
+	if got := lastByKey(rows, key); len(got) != 3 || &got[0] != &rows[0] {
+		t.Errorf("unique keys: got %d rows at %p, want the 3 rows given, at %p", len(got), &got[0], &rows[0])
+	}
+	rows = []api.Job{{ID: 1, Message: "a"}, {ID: 2}, {ID: 1, Message: "b"}, {ID: 3}}
+	got := lastByKey(rows, key)
+	if len(got) != 3 || got[0].ID != 1 || got[0].Message != "b" || got[1].ID != 2 || got[2].ID != 3 {
+		t.Errorf("key 1 twice: got %+v, want job 1 (b), 2, 3", got)
+	}
+	if rows[0].Message != "a" {
+		t.Errorf("the rows given were changed: %+v", rows[0])
+	}
+}
