@@ -68,28 +68,31 @@ func openSQLite(ctx context.Context, path string, logger *slog.Logger) (Store, e
 			lock.Close()
 		}
 	}()
-	write, err := openSQLitePool(path, url.Values{
+	params := url.Values{
 		"_txlock":       {"immediate"},
 		"_journal_mode": {"WAL"},
 		"_synchronous":  {"FULL"},
 		"_foreign_keys": {"1"},
 		"_busy_timeout": {sqliteBusyTimeoutMS},
-		"_pragma":       {"temp_store=MEMORY"},
-	})
+	}
+	// Migrations run first, on a connection of their own that keeps statement journals
+	// in a file: one statement of a migration may rewrite a whole table, whose every
+	// page would otherwise be journaled in memory. The server's own statements are
+	// small (an insert of at most rowsPerStatement rows; the largest, the prune of an
+	// hour's submit keys), so its connection keeps them in memory.
+	if err := migrateSQLite(ctx, path, params, logger); err != nil {
+		return nil, err
+	}
+	params.Set("_pragma", "temp_store=MEMORY")
+	write, err := openSQLitePool(path, params)
 	if err != nil {
 		return nil, fmt.Errorf("store: open sqlite %s: %w", path, err)
 	}
 	write.SetMaxOpenConns(1)
 	write.SetMaxIdleConns(1)
-
-	// Pinging creates the file and switches it to WAL before any reader opens it.
 	if err := write.PingContext(ctx); err != nil {
 		write.Close()
 		return nil, fmt.Errorf("store: open sqlite %s: %w", path, err)
-	}
-	if err := migrate(ctx, write, sqliteDialect, logger); err != nil {
-		write.Close()
-		return nil, fmt.Errorf("store: migrate sqlite %s: %w", path, err)
 	}
 
 	read, err := openSQLitePool(path, url.Values{
@@ -108,6 +111,25 @@ func openSQLite(ctx context.Context, path string, logger *slog.Logger) (Store, e
 	s.lock = lock
 	opened = true
 	return s, nil
+}
+
+// migrateSQLite brings the schema of the database at path up to date on a connection
+// opened with params. Its ping creates the file and switches it to WAL before any reader
+// opens it.
+func migrateSQLite(ctx context.Context, path string, params url.Values, logger *slog.Logger) error {
+	db, err := openSQLitePool(path, params)
+	if err != nil {
+		return fmt.Errorf("store: open sqlite %s: %w", path, err)
+	}
+	defer db.Close()
+	db.SetMaxOpenConns(1)
+	if err := db.PingContext(ctx); err != nil {
+		return fmt.Errorf("store: open sqlite %s: %w", path, err)
+	}
+	if err := migrate(ctx, db, sqliteDialect, logger); err != nil {
+		return fmt.Errorf("store: migrate sqlite %s: %w", path, err)
+	}
+	return nil
 }
 
 // lockSQLite takes an exclusive lock on PATH.lock, held until the store closes: two
