@@ -36,6 +36,7 @@ var waitBuckets = []float64{1, 2, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 2 * 
 // serverMetrics holds the server's event metrics and the handler that serves them all.
 type serverMetrics struct {
 	handler  http.Handler
+	reg      *prometheus.Registry     // the events' (and cfg.Registry's) series, without the state's
 	requests *prometheus.HistogramVec // by method, route pattern and status code
 	commits  prometheus.Histogram
 	cycles   prometheus.Histogram
@@ -87,12 +88,17 @@ func newServerMetrics(s *Server) *serverMetrics {
 		webhookDrops:      prometheus.NewCounter(prometheus.CounterOpts{Name: "rota_webhook_drops_total", Help: "Webhook notifications dropped: queue full, or retries exhausted."}),
 	}
 	for _, c := range []prometheus.Collector{m.requests, m.commits, m.cycles, m.groups, m.wait, m.ended, m.deferred,
-		m.webhookDeliveries, m.webhookRetries, m.webhookDrops, stateCollector{s}} {
+		m.webhookDeliveries, m.webhookRetries, m.webhookDrops} {
 		if err := reg.Register(c); err != nil {
 			s.log.Error("metrics: cannot register a collector", "err", err)
 		}
 	}
-	m.handler = promhttp.HandlerFor(reg, promhttp.HandlerOpts{
+	// The state's series have a registry of their own, so that the text answer can take
+	// the per-node ones out of it (metricstext.go).
+	state := prometheus.NewRegistry()
+	state.MustRegister(stateCollector{s})
+	m.reg = reg
+	m.handler = promhttp.HandlerFor(prometheus.Gatherers{reg, state}, promhttp.HandlerOpts{
 		ErrorLog:      slog.NewLogLogger(s.log.Handler(), slog.LevelError),
 		ErrorHandling: promhttp.ContinueOnError,
 	})
@@ -170,7 +176,7 @@ func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) {
 		}
 		defer paid()
 	}
-	s.metrics.handler.ServeHTTP(w, r)
+	s.serveMetrics(w, r)
 }
 
 // metricsPublic reports whether /metrics needs no credentials.
@@ -292,21 +298,15 @@ var (
 		"Jobs waiting for the scheduler to place them.", nil, nil)
 	descBeatInterval = prometheus.NewDesc("rota_heartbeat_interval_seconds",
 		"The heartbeat interval the server asks of agents now: --heartbeat-interval, or longer where the nodes would send more than --max-heartbeats-per-second.", nil, nil)
-	descUtil = prometheus.NewDesc("rota_gpu_utilization_ratio",
-		"A GPU's utilisation (0 to 1) in its node's latest reading.", gpuLabels, nil)
-	descMemory = prometheus.NewDesc("rota_gpu_memory_used_bytes",
-		"A GPU's memory in use in its node's latest reading.", gpuLabels, nil)
-	descPower = prometheus.NewDesc("rota_gpu_power_watts",
-		"A GPU's power draw in its node's latest reading.", gpuLabels, nil)
-	descTemp = prometheus.NewDesc("rota_gpu_temperature_celsius",
-		"A GPU's temperature in its node's latest reading.", gpuLabels, nil)
+	descUtil     = prometheus.NewDesc(famUtil.name, famUtil.help, gpuLabels, nil)
+	descMemory   = prometheus.NewDesc(famMemory.name, famMemory.help, gpuLabels, nil)
+	descPower    = prometheus.NewDesc(famPower.name, famPower.help, gpuLabels, nil)
+	descTemp     = prometheus.NewDesc(famTemp.name, famTemp.help, gpuLabels, nil)
 	descTeamUsed = prometheus.NewDesc("rota_team_gpus_in_use",
 		"GPUs a team's jobs hold, by GPU model.", []string{"team", "model"}, nil)
 	descTeamGuaranteed = prometheus.NewDesc("rota_team_gpu_quota_guaranteed",
 		"A team's guaranteed GPUs by quota entry (model \"*\": any model the quota does not name).", []string{"team", "model"}, nil)
-	descDrift = prometheus.NewDesc("rota_node_version_drift",
-		"1 while a node's driver or CUDA version (component) is outside the range its pool wants, else 0; "+
-			"only for the components a node's pool wants a range for.", []string{"pool", "node", "component"}, nil)
+	descDrift     = prometheus.NewDesc(famDrift.name, famDrift.help, []string{"pool", "node", "component"}, nil)
 	descTeamLimit = prometheus.NewDesc("rota_team_gpu_quota_limit",
 		"A team's GPU limit by quota entry (model \"*\": any model the quota does not name).", []string{"team", "model"}, nil)
 
@@ -382,6 +382,14 @@ type stateCounts struct {
 type driftReading struct {
 	pool, node, component string
 	drifts                bool
+}
+
+// value is the gauge's value: 1 while the component drifts.
+func (d driftReading) value() float64 {
+	if d.drifts {
+		return 1
+	}
+	return 0
 }
 
 // bump counts one thing of key k in state i, of n states.
@@ -519,8 +527,35 @@ func (c *stateCounts) countDrift(n *api.Node, pools map[string]api.Pool) {
 	}
 }
 
-// emit writes the counts as metrics.
+// emit writes the counts and the per-node series as metrics.
 func (c *stateCounts) emit(ch chan<- prometheus.Metric) {
+	c.emitCounts(ch)
+	c.emitNodes(ch)
+}
+
+// emitNodes writes the series that grow with the cluster: each GPU's readings and each
+// node's drift. writeNodeSeries writes the same as text.
+func (c *stateCounts) emitNodes(ch chan<- prometheus.Metric) {
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	for _, r := range c.readings {
+		gpu := strconv.Itoa(r.index)
+		if !r.utilUnknown {
+			gauge(descUtil, r.util, r.pool, r.node, gpu, r.uuid, r.model)
+		}
+		gauge(descMemory, r.memBytes, r.pool, r.node, gpu, r.uuid, r.model)
+		gauge(descPower, r.power, r.pool, r.node, gpu, r.uuid, r.model)
+		gauge(descTemp, r.tc, r.pool, r.node, gpu, r.uuid, r.model)
+	}
+	for _, d := range c.drift {
+		gauge(descDrift, d.value(), d.pool, d.node, d.component)
+	}
+}
+
+// emitCounts writes the counts: series by pool, model, queue and team, few whatever the
+// cluster's size.
+func (c *stateCounts) emitCounts(ch chan<- prometheus.Metric) {
 	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 	}
@@ -541,15 +576,6 @@ func (c *stateCounts) emit(ch chan<- prometheus.Metric) {
 	}
 	gauge(descPending, float64(c.pending))
 	gauge(descBeatInterval, c.beat.Seconds())
-	for _, r := range c.readings {
-		gpu := strconv.Itoa(r.index)
-		if !r.utilUnknown {
-			gauge(descUtil, r.util, r.pool, r.node, gpu, r.uuid, r.model)
-		}
-		gauge(descMemory, r.memBytes, r.pool, r.node, gpu, r.uuid, r.model)
-		gauge(descPower, r.power, r.pool, r.node, gpu, r.uuid, r.model)
-		gauge(descTemp, r.tc, r.pool, r.node, gpu, r.uuid, r.model)
-	}
 	for k, n := range c.teamUsed {
 		gauge(descTeamUsed, float64(n), k.team, k.model)
 	}
@@ -565,12 +591,5 @@ func (c *stateCounts) emit(ch chan<- prometheus.Metric) {
 		if b.budget.Hard > 0 {
 			gauge(descBudgetLimit, b.budget.Hard, b.team, b.project, b.period, "hard")
 		}
-	}
-	for _, d := range c.drift {
-		v := 0.0
-		if d.drifts {
-			v = 1
-		}
-		gauge(descDrift, v, d.pool, d.node, d.component)
 	}
 }
