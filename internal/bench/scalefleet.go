@@ -286,7 +286,8 @@ func (f *fleet) err() error {
 // of 10,000 heartbeats and then none, through the submit measurements that follow the
 // round, rather than the steady 5,000 a second a fleet that started at different times
 // sends. When the server names another interval, each agent takes its place in that one:
-// beats spread over 2 s would otherwise stay bunched in 2 s of every 10.
+// beats spread over 2 s would otherwise stay bunched in 2 s of every 10. An agent woken
+// to report new work at once goes back to its place after.
 func (a *simAgent) loop() {
 	ctx := a.f.ctx
 	last := time.Duration(a.f.interval.Load())
@@ -327,7 +328,10 @@ func (a *simAgent) loop() {
 			continue
 		}
 		if woke {
-			next = time.Now().Add(wait)
+			// Back to its place, not an interval after the wake: the agents woken
+			// together for new work would otherwise beat together from then on, and a
+			// window shorter than the interval could see none of them.
+			next = a.slot(time.Now(), wait)
 		}
 		for now := time.Now(); !next.After(now); {
 			next = next.Add(wait)
