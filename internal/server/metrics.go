@@ -536,9 +536,7 @@ func (c *stateCounts) emit(ch chan<- prometheus.Metric) {
 // emitNodes writes the series that grow with the cluster: each GPU's readings and each
 // node's drift. writeNodeSeries writes the same as text.
 func (c *stateCounts) emitNodes(ch chan<- prometheus.Metric) {
-	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
-	}
+	gauge := gaugeTo(ch)
 	for _, r := range c.readings {
 		gpu := strconv.Itoa(r.index)
 		if !r.utilUnknown {
@@ -553,12 +551,17 @@ func (c *stateCounts) emitNodes(ch chan<- prometheus.Metric) {
 	}
 }
 
+// gaugeTo returns a function that sends a gauge of d with value v and labels to ch.
+func gaugeTo(ch chan<- prometheus.Metric) func(d *prometheus.Desc, v float64, labels ...string) {
+	return func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+}
+
 // emitCounts writes the counts: series by pool, model, queue and team, few whatever the
 // cluster's size.
 func (c *stateCounts) emitCounts(ch chan<- prometheus.Metric) {
-	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
-	}
+	gauge := gaugeTo(ch)
 	for k, row := range c.gpus {
 		for i, n := range row {
 			gauge(descGPUs, float64(n), k.pool, k.model, gpuStates[i])

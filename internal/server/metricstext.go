@@ -77,14 +77,20 @@ func (s *Server) serveMetrics(w http.ResponseWriter, r *http.Request) {
 	st.writeNodeSeries(bw)
 }
 
-// acceptsGzip reports whether the request's Accept-Encoding takes gzip.
+// acceptsGzip reports whether the request's Accept-Encoding takes gzip: named, with a
+// weight that is not zero.
 func acceptsGzip(r *http.Request) bool {
 	for part := range strings.SplitSeq(r.Header.Get("Accept-Encoding"), ",") {
-		coding, params, _ := strings.Cut(strings.TrimSpace(part), ";")
-		if strings.EqualFold(strings.TrimSpace(coding), "gzip") {
-			q := strings.ReplaceAll(params, " ", "")
-			return q != "q=0" && q != "q=0.0" && q != "q=0.00" && q != "q=0.000"
+		coding, params, _ := strings.Cut(part, ";")
+		if !strings.EqualFold(strings.TrimSpace(coding), "gzip") {
+			continue
 		}
+		name, value, ok := strings.Cut(strings.TrimSpace(params), "=")
+		if !ok || strings.TrimSpace(name) != "q" {
+			return true
+		}
+		q, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
+		return err != nil || q > 0
 	}
 	return false
 }

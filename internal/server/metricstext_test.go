@@ -159,3 +159,16 @@ func seriesOf(f *dto.MetricFamily) []string {
 	slices.Sort(out)
 	return out
 }
+
+func TestAcceptsGzip(t *testing.T) {
+	for header, want := range map[string]bool{
+		"": false, "identity": false, "gzip": true, "GZIP": true, "br, gzip;q=0.5": true,
+		"gzip;q=0": false, "gzip; q=0.0": false, "gzip;q=0.001": true, "deflate, br": false,
+	} {
+		r, _ := http.NewRequest("GET", "/metrics", nil)
+		r.Header.Set("Accept-Encoding", header)
+		if got := acceptsGzip(r); got != want {
+			t.Errorf("Accept-Encoding %q: gzip %v; want %v", header, got, want)
+		}
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -320,24 +321,28 @@ func lastByKey[T any, K comparable](rows []T, key func(*T) K) []T {
 	if len(rows) < 2 {
 		return rows
 	}
-	// Most batches carry each key once: they are written as they are, not copied.
-	seen := make(map[K]struct{}, len(rows))
-	for i := range rows {
-		seen[key(&rows[i])] = struct{}{}
-	}
-	if len(seen) == len(rows) {
-		return rows
-	}
+	// Most batches carry each key once: they are written as they are, not copied. out
+	// is made at the first key seen twice; until then, a row's place is its index.
 	index := make(map[K]int, len(rows))
-	out := make([]T, 0, len(rows))
+	var out []T
 	for i := range rows {
 		k := key(&rows[i])
 		if j, ok := index[k]; ok {
+			if out == nil {
+				out = slices.Clone(rows[:i])
+			}
 			out[j] = rows[i]
+			continue
+		}
+		if out == nil {
+			index[k] = i
 			continue
 		}
 		index[k] = len(out)
 		out = append(out, rows[i])
+	}
+	if out == nil {
+		return rows
 	}
 	return out
 }
