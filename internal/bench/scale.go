@@ -3,6 +3,7 @@ package bench
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -584,17 +585,22 @@ const submitParts = 3
 // sorted: part k runs from the completion of the (k*n/3)-th submit to that of the
 // ((k+1)*n/3)-th, so one stream, not windows that each wait for their slowest submit.
 func measureSubmits(ctx context.Context, srv *serverProc, clients, n int) (time.Duration, []time.Duration, []float64, error) {
-	cs := make([]*http.Client, clients)
+	bearer := "Bearer " + srv.token
+	cs := make([]*leanConn, clients)
 	for i := range cs {
-		c, err := srv.newClient()
+		c, err := srv.newLeanConn()
 		if err != nil {
 			return 0, nil, nil, err
 		}
-		defer c.CloseIdleConnections()
-		if err := srv.doWith(ctx, c, http.MethodGet, "/healthz", nil, nil, nil); err != nil {
-			return 0, nil, nil, err
+		defer c.Close()
+		if status, data, err := c.do(ctx, http.MethodGet, "/healthz", nil); err != nil || status != http.StatusOK {
+			return 0, nil, nil, cmp.Or(err, answerError(status, data))
 		}
 		cs[i] = c
+	}
+	body, err := json.Marshal(api.JobSpec{Name: "scale-submit", User: "bench", Command: []string{"bench-task"}, GPUs: 1})
+	if err != nil {
+		return 0, nil, nil, err
 	}
 	var (
 		next  atomic.Int64
@@ -604,13 +610,17 @@ func measureSubmits(ctx context.Context, srv *serverProc, clients, n int) (time.
 		mu    sync.Mutex
 		first error
 	)
-	spec := api.JobSpec{Name: "scale-submit", User: "bench", Command: []string{"bench-task"}, GPUs: 1}
 	start := time.Now()
 	for _, c := range cs {
 		wg.Go(func() {
 			for next.Add(1) <= int64(n) {
 				t0 := time.Now()
-				if err := srv.doWith(ctx, c, http.MethodPost, "/api/v1/jobs", idempotent(), spec, nil); err != nil {
+				status, data, err := c.do(ctx, http.MethodPost, "/api/v1/jobs", body,
+					"Authorization", bearer, "Idempotency-Key", api.NewIdempotencyKey(t0))
+				if err == nil && status/100 != 2 {
+					err = fmt.Errorf("submit: %w", answerError(status, data))
+				}
+				if err != nil {
 					mu.Lock()
 					first = cmp.Or(first, err)
 					mu.Unlock()

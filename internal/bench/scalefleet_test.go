@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -20,7 +21,7 @@ func TestAgentsKeepTheirPlaceAfterTheRound(t *testing.T) {
 	const agents, interval = 100, 300 * time.Millisecond
 	var mu sync.Mutex
 	var arrived []time.Time
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		mu.Lock()
 		arrived = append(arrived, time.Now())
 		mu.Unlock()
@@ -32,7 +33,12 @@ func TestAgentsKeepTheirPlaceAfterTheRound(t *testing.T) {
 	defer srv.Close()
 	f := &fleet{srv: &serverProc{url: srv.URL}, agents: make([]*simAgent, agents)}
 	for i := range f.agents {
-		f.agents[i] = &simAgent{f: f, name: fmt.Sprintf("n%d", i), client: srv.Client(), wake: make(chan struct{}, 1), tasks: map[api.TaskRef]*api.TaskStatus{}}
+		conn, err := newLeanConn(srv.URL, &tls.Config{RootCAs: srv.Client().Transport.(*http.Transport).TLSClientConfig.RootCAs})
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.agents[i] = &simAgent{f: f, name: fmt.Sprintf("n%d", i), client: srv.Client(), conn: conn, beatPath: "/heartbeat",
+			wake: make(chan struct{}, 1), tasks: map[api.TaskRef]*api.TaskStatus{}}
 	}
 	f.start(context.Background(), interval, false)
 	defer f.stop()

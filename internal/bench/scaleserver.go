@@ -157,6 +157,15 @@ func (p *serverProc) newClient() (*http.Client, error) {
 	return &http.Client{Transport: &http.Transport{TLSClientConfig: cfg, MaxIdleConnsPerHost: 4}, Timeout: 5 * time.Minute}, nil
 }
 
+// newLeanConn is newClient as one leanConn.
+func (p *serverProc) newLeanConn() (*leanConn, error) {
+	cfg, err := auth.ClientTLSConfig(p.pin, nil)
+	if err != nil {
+		return nil, err
+	}
+	return newLeanConn(p.url, cfg)
+}
+
 // do sends one request with the admin token; body, if not nil, is sent as JSON (or as
 // YAML when it is a string), and the answer is decoded into out when out is not nil.
 func (p *serverProc) do(ctx context.Context, method, path string, header http.Header, body, out any) error {
