@@ -332,11 +332,15 @@ func runScale(ctx context.Context, opts Options) (results []Result, err error) {
 			return nil, err
 		}
 		cyc := after.histogram("rota_scheduler_cycle_duration_seconds").since(before.histogram("rota_scheduler_cycle_duration_seconds"))
+		// How many submits each group commit carried: one transaction and one disk sync
+		// for all of them, so the fewer the commits, the less each submit costs.
+		groups := after.histogram("rota_submit_group_size").since(before.histogram("rota_submit_group_size"))
 		add(fmt.Sprintf("submit-%dclients", c.clients), len(lat), took, map[string]float64{
 			"submits/s":      float64(len(lat)) / took.Seconds(),
 			"median-third/s": rates[len(rates)/2], "slowest-third/s": rates[0], "fastest-third/s": rates[len(rates)-1],
 			"p50-ms": percentileMS(lat, .5), "p99-ms": percentileMS(lat, .99),
 			"cycles": cyc.n, "deferred": after.sum("rota_scheduler_arrivals_deferred_total") - before.sum("rota_scheduler_arrivals_deferred_total"),
+			"group-commits": groups.n, "submits/group": groups.mean(),
 			// What each submit cost the two processes that share the machine: the
 			// server (its heartbeats meanwhile included) and this one, the clients and
 			// the agents together.
