@@ -604,11 +604,8 @@ func postJSON(ctx context.Context, c *http.Client, u string, v, out any) error {
 	if err != nil {
 		return err
 	}
-	if resp.StatusCode/100 == 4 && resp.StatusCode != http.StatusRequestTimeout && resp.StatusCode != http.StatusTooManyRequests {
-		return &refusedError{status: resp.StatusCode, msg: string(bytes.TrimSpace(data[:min(len(data), 512)]))}
-	}
 	if resp.StatusCode/100 != 2 {
-		return fmt.Errorf("status %d: %s", resp.StatusCode, bytes.TrimSpace(data[:min(len(data), 512)]))
+		return answerError(resp.StatusCode, data)
 	}
 	if ans, ok := out.(*beatAnswer); ok {
 		return decodeAnswer(data, ans)
