@@ -169,10 +169,6 @@ func (p *serverProc) newLeanConn() (*leanConn, error) {
 // do sends one request with the admin token; body, if not nil, is sent as JSON (or as
 // YAML when it is a string), and the answer is decoded into out when out is not nil.
 func (p *serverProc) do(ctx context.Context, method, path string, header http.Header, body, out any) error {
-	return p.doWith(ctx, p.client, method, path, header, body, out)
-}
-
-func (p *serverProc) doWith(ctx context.Context, c *http.Client, method, path string, header http.Header, body, out any) error {
 	var rd io.Reader
 	ctype := ""
 	switch b := body.(type) {
@@ -197,7 +193,7 @@ func (p *serverProc) doWith(ctx context.Context, c *http.Client, method, path st
 		req.Header.Set("Content-Type", ctype)
 	}
 	req.Header.Set("Authorization", "Bearer "+p.token)
-	resp, err := c.Do(req)
+	resp, err := p.client.Do(req)
 	if err != nil {
 		return err
 	}
