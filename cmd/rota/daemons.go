@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/user"
 	"path/filepath"
+	"regexp"
 	"runtime/debug"
 	"runtime/pprof"
 	"strings"
@@ -415,9 +416,14 @@ func serve(ctx context.Context, sf serverFlags, scfg server.Config, log *slog.Lo
 	if sf.tls {
 		scfg.AdvertiseURL = "https://" + advertised(sf.listen)
 	}
-	// /metrics shows the Go runtime and the process (memory, CPU, open files) beside rota's own.
+	// /metrics shows the Go runtime and the process (memory, CPU, open files) beside rota's own,
+	// and the runtime's estimate of where the CPU went (go_cpu_classes_*: the collector's
+	// marking, its assists and pauses, returning memory, the rest), so that a busy server's
+	// CPU can be split between rota's work and the collector's.
 	scfg.Registry = prometheus.NewRegistry()
-	scfg.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	cpuClasses := collectors.GoRuntimeMetricsRule{Matcher: regexp.MustCompile(`^/cpu/classes/`)}
+	scfg.Registry.MustRegister(collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(cpuClasses)),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	srv, err := server.New(ctx, scfg, st, log)
 	if err != nil {
 		return err
