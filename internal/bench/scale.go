@@ -318,11 +318,19 @@ func runScale(ctx context.Context, opts Options) (results []Result, err error) {
 			return nil, err
 		}
 		self := ownCPU()
+		idleBefore, err := machineIdleSeconds()
+		if err != nil {
+			return nil, err
+		}
 		took, lat, rates, err := measureSubmits(ctx, srv, c.clients, c.n)
 		if err != nil {
 			return nil, err
 		}
 		gen := ownCPU() - self
+		idleAfter, err := machineIdleSeconds()
+		if err != nil {
+			return nil, err
+		}
 		cpu, err := server.rate()
 		if err != nil {
 			return nil, err
@@ -335,17 +343,27 @@ func runScale(ctx context.Context, opts Options) (results []Result, err error) {
 		// How many submits each group commit carried: one transaction and one disk sync
 		// for all of them, so the fewer the commits, the less each submit costs.
 		groups := after.histogram("rota_submit_group_size").since(before.histogram("rota_submit_group_size"))
+		// The store's commits meanwhile (the groups', and the few of the heartbeats and
+		// the cycles), each from its start until it is written and, for a group, the
+		// server's lock is taken again to bring memory up to date.
+		commits := after.histogram("rota_store_commit_duration_seconds").since(before.histogram("rota_store_commit_duration_seconds"))
 		add(fmt.Sprintf("submit-%dclients", c.clients), len(lat), took, map[string]float64{
 			"submits/s":      float64(len(lat)) / took.Seconds(),
 			"median-third/s": rates[len(rates)/2], "slowest-third/s": rates[0], "fastest-third/s": rates[len(rates)-1],
 			"p50-ms": percentileMS(lat, .5), "p99-ms": percentileMS(lat, .99),
 			"cycles": cyc.n, "deferred": after.sum("rota_scheduler_arrivals_deferred_total") - before.sum("rota_scheduler_arrivals_deferred_total"),
 			"group-commits": groups.n, "submits/group": groups.mean(),
+			// The share of the stream some commit was under way (group commits run one at
+			// a time): near 1 when the commits, not the requests, set the pace.
+			"commit-mean-ms": commits.mean() * 1000, "commit-busy-s/s": commits.n * commits.mean() / took.Seconds(),
 			// What each submit cost the two processes that share the machine: the
 			// server (its heartbeats meanwhile included) and this one, the clients and
 			// the agents together.
 			"server-cpu-s/s": cpu, "generator-cpu-s/s": gen / took.Seconds(),
 			"server-cpu-us/submit": cpu * took.Seconds() / float64(len(lat)) * 1e6, "generator-cpu-us/submit": gen / float64(len(lat)) * 1e6,
+			// The CPU no process used: near 0 when the stream is held back by the CPU,
+			// well above it when the submits wait on something else (a lock, the disk).
+			"machine-idle-s/s": (idleAfter - idleBefore) / took.Seconds(),
 		})
 	}
 
@@ -402,6 +420,13 @@ func runScale(ctx context.Context, opts Options) (results []Result, err error) {
 		// The soft memory limit the server runs under (--server-memory-limit, or its
 		// cgroup's), 0 for none.
 		"memory-limit-mb": memoryLimitMB(m.sum("go_gc_gomemlimit_bytes")),
+		// The collector over the whole run, from the runtime's own estimates of where
+		// its processors' time went (go_cpu_classes_*, updated at each collection): its
+		// share of the time they were busy, and the share of its marking done on
+		// processors that had nothing else to run.
+		"gc-cycles":          m.sum("go_gc_duration_seconds_count"),
+		"gc-cpu-share":       share(m.sum("go_cpu_classes_gc_total_cpu_seconds_total"), m.sum("go_cpu_classes_total_cpu_seconds_total")-m.sum("go_cpu_classes_idle_cpu_seconds_total")),
+		"gc-idle-mark-share": share(m.sum("go_cpu_classes_gc_mark_idle_cpu_seconds_total"), m.sum("go_cpu_classes_gc_total_cpu_seconds_total")),
 	})
 
 	// 9. The loaded server with no request at all: the agents gone (for less time than a
@@ -740,4 +765,12 @@ func memoryLimitMB(bytes float64) float64 {
 		return 0
 	}
 	return bytes / mb
+}
+
+// share is part/whole, or 0 where there is no whole (no collection yet).
+func share(part, whole float64) float64 {
+	if whole <= 0 {
+		return 0
+	}
+	return part / whole
 }

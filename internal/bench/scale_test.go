@@ -52,11 +52,11 @@ func TestScaleQuick(t *testing.T) {
 		"fill":             {positive: []string{"running", "pending", "fill-s"}},
 		"heartbeat-steady": {positive: append([]string{"heartbeats/s", "target-heartbeats/s", "interval-s", "server-cpu-s/s", "generator-cpu-s/s"}, latency...), present: []string{"errors", "commits/s", "commit-mean-ms", "cycles/s", "cycle-mean-ms", "cycle-p99-bound-ms"}},
 		"heartbeat-round":  {positive: append([]string{"round-s", "heartbeats/s"}, latency...), present: []string{"errors"}},
-		"submit-64clients": {positive: append([]string{"submits/s", "median-third/s", "slowest-third/s", "fastest-third/s", "server-cpu-s/s", "generator-cpu-s/s", "server-cpu-us/submit", "generator-cpu-us/submit", "group-commits", "submits/group"}, latency...), present: []string{"cycles", "deferred"}},
-		"submit-8clients":  {positive: append([]string{"submits/s", "median-third/s", "slowest-third/s", "fastest-third/s", "server-cpu-s/s", "generator-cpu-s/s", "server-cpu-us/submit", "generator-cpu-us/submit", "group-commits", "submits/group"}, latency...), present: []string{"cycles", "deferred"}},
+		"submit-64clients": {positive: append([]string{"submits/s", "median-third/s", "slowest-third/s", "fastest-third/s", "server-cpu-s/s", "generator-cpu-s/s", "server-cpu-us/submit", "generator-cpu-us/submit", "group-commits", "submits/group"}, latency...), present: []string{"cycles", "deferred", "machine-idle-s/s"}},
+		"submit-8clients":  {positive: append([]string{"submits/s", "median-third/s", "slowest-third/s", "fastest-third/s", "server-cpu-s/s", "generator-cpu-s/s", "server-cpu-us/submit", "generator-cpu-us/submit", "group-commits", "submits/group"}, latency...), present: []string{"cycles", "deferred", "machine-idle-s/s"}},
 		"queue":            {positive: []string{"first-page-p50-ms", "first-page-p99-ms", "jobs/page", "all-pages-s", "pages", "cli-first-jobs-p50-ms", "cli-first-jobs-p99-ms", "cli-all-s", "cli-jobs"}},
 		"top":              {positive: append([]string{"nodes", "running", "pending"}, latency...)},
-		"server":           {positive: []string{"rss-mb", "hwm-mb", "nodes", "running", "pending", "cycles", "cycle-mean-ms", "cycle-p99-bound-ms", "heap-inuse-mb", "heap-goal-mb", "stacks-mb", "goroutines", "memory-limit-mb"}},
+		"server":           {positive: []string{"rss-mb", "hwm-mb", "nodes", "running", "pending", "cycles", "cycle-mean-ms", "cycle-p99-bound-ms", "heap-inuse-mb", "heap-goal-mb", "stacks-mb", "goroutines", "memory-limit-mb", "gc-cycles", "gc-cpu-share"}, present: []string{"gc-idle-mark-share"}},
 		"idle-loaded":      {present: []string{"cycles/s", "cycle-mean-ms", "server-cpu-s/s", "commits/s", "commit-mean-ms"}},
 	}
 	got := map[string]Result{}

@@ -274,6 +274,31 @@ func cpuSeconds(pid int) (float64, error) {
 	return (utime + stime) / clockTicks, nil
 }
 
+// machineIdleSeconds is the time every CPU of the machine has spent idle (or idle waiting
+// for the disk), summed over CPUs, from the first line of /proc/stat.
+func machineIdleSeconds() (float64, error) {
+	f, err := os.Open("/proc/stat")
+	if err != nil {
+		return 0, fmt.Errorf("read the machine's idle time: %w", err)
+	}
+	defer f.Close()
+	line, err := bufio.NewReader(f).ReadString('\n')
+	if err != nil {
+		return 0, fmt.Errorf("/proc/stat: %w", err)
+	}
+	// cpu  user nice system idle iowait irq softirq …
+	fields := strings.Fields(line)
+	if len(fields) < 6 || fields[0] != "cpu" {
+		return 0, fmt.Errorf("/proc/stat: first line %q is not the CPUs' total", line)
+	}
+	idle, err1 := strconv.ParseFloat(fields[4], 64)
+	iowait, err2 := strconv.ParseFloat(fields[5], 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return 0, fmt.Errorf("/proc/stat: %w", err)
+	}
+	return (idle + iowait) / clockTicks, nil
+}
+
 // mb is a megabyte as the memory figures count it (a mebibyte, as /proc's kB are KiB).
 const mb = 1 << 20
 
