@@ -355,7 +355,7 @@ func runScale(ctx context.Context, opts Options) (results []Result, err error) {
 			"group-commits": groups.n, "submits/group": groups.mean(),
 			// The share of the stream some commit was under way (group commits run one at
 			// a time): near 1 when the commits, not the requests, set the pace.
-			"commit-mean-ms": commits.mean() * 1000, "commit-busy-s/s": commits.n * commits.mean() / took.Seconds(),
+			"commit-mean-ms": commits.mean() * 1000, "commit-busy-s/s": commits.sum / took.Seconds(),
 			// What each submit cost the two processes that share the machine: the
 			// server (its heartbeats meanwhile included) and this one, the clients and
 			// the agents together.
