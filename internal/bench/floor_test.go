@@ -3,16 +3,10 @@ package bench
 import (
 	"bufio"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/base64"
 	"fmt"
 	"io"
-	"math/big"
 	"net"
 	"net/http"
 	"os"
@@ -21,15 +15,21 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/rotahq/rota/internal/auth"
 )
 
-// floorServerEnv, set in its environment, makes this package's test binary the bare
-// HTTPS server of BenchmarkPacedServerFloor instead of running tests.
-const floorServerEnv = "ROTA_BENCH_FLOOR_SERVER"
+// floorServerEnv, set in its environment to a directory holding a CA (auth.LoadOrCreateCA),
+// makes this package's test binary the bare HTTPS server of BenchmarkPacedServerFloor
+// instead of running tests.
+const floorServerEnv = "ROTA_BENCH_FLOOR_CA"
 
 func TestMain(m *testing.M) {
-	if os.Getenv(floorServerEnv) != "" {
-		serveFloor()
+	if dir := os.Getenv(floorServerEnv); dir != "" {
+		if err := serveFloor(dir); err != nil {
+			fmt.Fprintln(os.Stderr, "floor server:", err)
+			os.Exit(1)
+		}
 		return
 	}
 	os.Exit(m.Run())
@@ -38,35 +38,32 @@ func TestMain(m *testing.M) {
 // floorAnswer is about the size of a heartbeat's answer.
 var floorAnswer = []byte(strings.Repeat(`{"job_id":1,"attempt":1},`, 60))
 
-// serveFloor serves HTTPS with net/http, as rota server does (TLS 1.3, an ECDSA P-256
-// certificate), and a handler that does nothing but read the request and write
-// floorAnswer. It prints its URL and certificate (base64 DER) on one line, and serves
-// until it is killed.
-func serveFloor() {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+// serveFloor serves HTTPS with net/http and a serving certificate from the CA in dir, as
+// rota server does, with a handler that does nothing but read the request and write
+// floorAnswer. It prints its URL on one line, and serves until it is killed.
+func serveFloor(dir string) error {
+	ca, _, err := auth.LoadOrCreateCA(dir, "")
 	if err != nil {
-		panic(err)
+		return err
 	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "floor"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour), IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	cert, err := ca.ServerCertificate([]string{"127.0.0.1"}, time.Hour)
 	if err != nil {
-		panic(err)
+		return err
 	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		panic(err)
+		return err
 	}
-	fmt.Println("https://"+l.Addr().String(), base64.StdEncoding.EncodeToString(der))
+	fmt.Println("https://" + l.Addr().String())
 	srv := &http.Server{
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			io.Copy(io.Discard, r.Body)
 			w.Header().Set("Content-Type", "application/json")
 			w.Write(floorAnswer)
 		}),
-		TLSConfig: &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}, MinVersion: tls.VersionTLS13},
+		TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS13},
 	}
-	panic(srv.ServeTLS(l, "", ""))
+	return srv.ServeTLS(l, "", "")
 }
 
 // BenchmarkPacedServerFloor is what any Go HTTPS server pays on this machine for the
@@ -93,8 +90,17 @@ func benchPacedServerFloor(b *testing.B, conns int) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	dir := b.TempDir()
+	ca, _, err := auth.LoadOrCreateCA(dir, "")
+	if err != nil {
+		b.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(ca.CertPEM()) {
+		b.Fatal("the CA's certificate does not parse")
+	}
 	cmd := exec.Command(exe)
-	cmd.Env = append(os.Environ(), floorServerEnv+"=1")
+	cmd.Env = append(os.Environ(), floorServerEnv+"="+dir)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		b.Fatal(err)
@@ -108,17 +114,7 @@ func benchPacedServerFloor(b *testing.B, conns int) {
 	if err != nil {
 		b.Fatalf("the floor server said nothing: %v", err)
 	}
-	url, der, _ := strings.Cut(strings.TrimSpace(line), " ")
-	raw, err := base64.StdEncoding.DecodeString(der)
-	if err != nil {
-		b.Fatalf("the floor server's certificate: %v", err)
-	}
-	cert, err := x509.ParseCertificate(raw)
-	if err != nil {
-		b.Fatal(err)
-	}
-	roots := x509.NewCertPool()
-	roots.AddCert(cert)
+	url := strings.TrimSpace(line)
 
 	ctx := context.Background()
 	body := []byte(`{"node":"n1","tasks":[` + strings.Repeat(`{"job_id":1,"attempt":1,"state":"RUNNING"},`, 6) + `{}]}`)
