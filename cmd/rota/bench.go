@@ -31,7 +31,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.StringVar(&scale.ServerMemoryLimit, "server-memory-limit", "", "scale suite: the server's --memory-limit, e.g. 900M (default: the server's own, auto)")
 	fs.StringVar(&scale.ServerMaxHeartbeats, "server-max-heartbeats-per-second", "", "scale suite: the server's --max-heartbeats-per-second; 0 keeps every agent at --heartbeat however many there are (default: the server's own, 1000)")
 	cpuProfile := fs.String("cpu-profile", "", "write a CPU profile (pprof format) of this process to `FILE`: the suites themselves, and in the scale suite the load generator, which shares the machine with the server")
-	watch := fs.Bool("watch", true, "scale suite: each simulated agent holds a watch long-poll open, as rota agent does (false halves the connections, where the open-file limit is too low)")
+	watch := fs.Bool("watch", true, "scale suite: each simulated agent holds a watch long-poll between its heartbeats, as rota agent does (false: new work reaches an agent with its next heartbeat)")
 	if code := parseFlags(fs, args); code >= 0 {
 		return code
 	}

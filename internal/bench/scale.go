@@ -41,9 +41,9 @@ type ScaleOptions struct {
 	Heartbeat time.Duration
 	// Window is how long each steady measurement lasts (default 20s; quick 2s).
 	Window time.Duration
-	// NoWatch leaves out the agents' watch long-polls, which halves the connections the
-	// run needs where the open-file limit is too low for two per agent. New work then
-	// reaches an agent with its next heartbeat.
+	// NoWatch leaves out the agents' watch long-polls, which they hold between heartbeats
+	// on the heartbeats' connection. New work then reaches an agent with its next
+	// heartbeat.
 	NoWatch bool
 	// ServerCPUProfile, if set, is a file the server writes a CPU profile of the whole
 	// run to (rota server --cpu-profile).
@@ -168,12 +168,8 @@ func runScale(ctx context.Context, opts Options) (results []Result, err error) {
 		results = append(results, r)
 		say("%s: %s", r.Name, formatMetrics(metrics))
 	}
-	// A connection per agent for heartbeats and one for its watch, on both ends.
-	conns, why := o.Nodes, fmt.Sprintf("%d simulated agents, each with a heartbeat connection, need", o.Nodes)
-	if !o.NoWatch {
-		conns, why = 2*o.Nodes, fmt.Sprintf("%d simulated agents, each with a heartbeat and a watch connection, need", o.Nodes)
-	}
-	if err := raiseFileLimit(uint64(conns+256), why); err != nil {
+	// A connection per agent, on both ends, for its heartbeats and its watch in turn.
+	if err := raiseFileLimit(uint64(o.Nodes+256), fmt.Sprintf("%d simulated agents, each with a connection, need", o.Nodes)); err != nil {
 		return nil, err
 	}
 

@@ -26,8 +26,8 @@ import (
 // The load generator: a fleet of simulated agents in this process, each speaking the real
 // agent protocol to the server process over its own mutual-TLS connections. Each one
 // joined with a join token and holds the certificate the server issued it; it heartbeats
-// at the interval the server asks for, holds a watch long-poll open and heartbeats at once
-// when it fires, and reports every task it is given as RUNNING in the heartbeat that
+// at the interval the server asks for, holds a watch long-poll between its heartbeats on
+// the same connection, as rota agent does, and heartbeats at once when it fires, and reports every task it is given as RUNNING in the heartbeat that
 // follows, as a real agent does once the task's process has started. It starts no process.
 
 // Timeouts of the simulated agents: as generous as the real agent's, so that a slow
@@ -35,6 +35,10 @@ import (
 const (
 	fleetHeartbeatTimeout = 60 * time.Second
 	fleetWatchWait        = 30 * time.Second
+	// fleetMinWatch is the shortest window between heartbeats a watch is sent for, and a
+	// tenth of the interval, at most a second, is left between a watch's end and the next
+	// heartbeat: rota agent's figures (minWatch, watchMargin).
+	fleetMinWatch = 500 * time.Millisecond
 	// joinConcurrency is how many agents join at once: enough to keep the server busy
 	// while it signs certificates and commits, as a fleet booting together would.
 	joinConcurrency = 16
@@ -84,7 +88,8 @@ type fleet struct {
 	clusterID string
 	agents    []*simAgent
 
-	// gate lets a phase stop the agents' own heartbeats: each beat holds it for reading.
+	// gate lets a phase stop the agents' own heartbeats and watches: each beat, and each
+	// watch while it is held, holds it for reading.
 	gate sync.RWMutex
 	// interval is the heartbeat interval the server asks for, in nanoseconds; started is
 	// when the agents were set going, from which each keeps its phase (simAgent.slot).
@@ -113,12 +118,18 @@ type simAgent struct {
 	f        *fleet
 	name     string
 	instance string
-	client   *http.Client // for the watch
-	conn     *leanConn    // for the heartbeats
+	conn     *leanConn // for the heartbeats and the watch, in turn
+	// connMu holds conn from a request until its answer is decoded: the answer is the
+	// connection's only until its next request, which the heartbeats' goroutine and the
+	// watch's may each send.
+	connMu   sync.Mutex
 	beatPath string
 	inv      api.Inventory
 	invHash  string // api.InventoryHash(inv)
 	wake     chan struct{}
+	// watchUntil gives the watch, after each heartbeat answered, the time by which it must
+	// end, as rota agent's (Agent.offerWatch).
+	watchUntil chan time.Time
 	// phase is where in every interval its heartbeats fall, as a fraction of it: agents
 	// that start at different times spread their beats over the interval, whatever it is.
 	phase float64
@@ -226,13 +237,12 @@ func (f *fleet) join(ctx context.Context, name, token string) (a *simAgent, clus
 	if err != nil {
 		return nil, "", err
 	}
-	a = &simAgent{f: f, name: name, instance: randomInstance(), wake: make(chan struct{}, 1), tasks: map[api.TaskRef]*api.TaskStatus{},
-		// As the real agent's, the heartbeats and the watch each hold a connection (the
-		// server speaks HTTP/1.1): the watch through http.Client, the heartbeats through
-		// a leanConn, which costs this process, on the server's machine, less CPU.
-		client: &http.Client{Transport: &http.Transport{TLSClientConfig: tlsCfg, MaxIdleConnsPerHost: 2, IdleConnTimeout: 90 * time.Second, ForceAttemptHTTP2: true}},
-		inv:    api.Inventory{CPUs: 128, MemoryMB: 1 << 20, DeviceSource: "fake", Hostname: name, DriverVersion: "550.54.15", CUDAVersion: "12.4"},
+	a = &simAgent{f: f, name: name, instance: randomInstance(), wake: make(chan struct{}, 1), watchUntil: make(chan time.Time, 1), tasks: map[api.TaskRef]*api.TaskStatus{},
+		inv: api.Inventory{CPUs: 128, MemoryMB: 1 << 20, DeviceSource: "fake", Hostname: name, DriverVersion: "550.54.15", CUDAVersion: "12.4"},
 	}
+	// One connection, as the real agent's heartbeats and watch take turns on one: a
+	// leanConn, which costs this process, on the server's machine, less CPU than
+	// http.Client.
 	if a.conn, err = newLeanConn(f.srv.url, tlsCfg); err != nil {
 		return nil, "", err
 	}
@@ -273,7 +283,6 @@ func (f *fleet) stop() {
 	f.cancel()
 	f.wg.Wait()
 	for _, a := range f.agents {
-		a.client.CloseIdleConnections()
 		a.conn.Close()
 	}
 }
@@ -343,6 +352,9 @@ func (a *simAgent) loop() {
 		}
 		for now := time.Now(); !next.After(now); {
 			next = next.Add(wait)
+		}
+		if err == nil && !again {
+			offerWatch(a.watchUntil, next.Add(-min(wait/10, time.Second)))
 		}
 	}
 }
@@ -465,6 +477,8 @@ func (a *simAgent) post(ctx context.Context, hb *api.Heartbeat, ans *beatAnswer)
 	if err := json.NewEncoder(buf).Encode(hb); err != nil {
 		return err
 	}
+	a.connMu.Lock()
+	defer a.connMu.Unlock()
 	status, data, err := a.conn.do(ctx, http.MethodPost, a.beatPath, buf.Bytes())
 	if err != nil {
 		return err
@@ -499,48 +513,66 @@ type beatTask struct {
 	StopReason string `json:"stop_reason"`
 }
 
-// watch holds the agent's long-poll open and asks for a heartbeat when the node's desired
-// state changes.
+// watch holds the agent's long-poll between its heartbeats, in the window each answered
+// heartbeat offers, and asks for a heartbeat when the node's desired state changes, as
+// rota agent's watch does. While a watch is held it holds the fleet's gate, so a round
+// waits for the watches to end and finds every connection free.
 func (a *simAgent) watch() {
 	ctx := a.f.ctx
 	var version uint64
-	for ctx.Err() == nil {
-		v, err := a.watchOnce(ctx, version)
-		switch {
-		case ctx.Err() != nil:
+	for {
+		var until time.Time
+		select {
+		case <-ctx.Done():
 			return
-		case err != nil:
-			if !sleepCtx(ctx, time.Duration(a.f.interval.Load())) {
-				return
+		case until = <-a.watchUntil:
+		}
+		for left := time.Until(until); left >= fleetMinWatch && ctx.Err() == nil; left = time.Until(until) {
+			a.f.gate.RLock()
+			v, err := a.watchOnce(ctx, version, min(left, fleetWatchWait))
+			a.f.gate.RUnlock()
+			if err != nil {
+				break
 			}
-		case v != version:
-			version = v
-			select {
-			case a.wake <- struct{}{}:
-			default:
+			if v != version {
+				version = v
+				select {
+				case a.wake <- struct{}{}:
+				default:
+				}
+				break
 			}
 		}
 	}
 }
 
-func (a *simAgent) watchOnce(ctx context.Context, version uint64) (uint64, error) {
-	ctx, cancel := context.WithTimeout(ctx, fleetWatchWait+fleetHeartbeatTimeout)
+// offerWatch puts until in ch in place of any window not taken yet.
+func offerWatch(ch chan time.Time, until time.Time) {
+	select {
+	case <-ch:
+	default:
+	}
+	select {
+	case ch <- until:
+	default:
+	}
+}
+
+func (a *simAgent) watchOnce(ctx context.Context, version uint64, wait time.Duration) (uint64, error) {
+	ctx, cancel := context.WithTimeout(ctx, wait+fleetHeartbeatTimeout)
 	defer cancel()
-	u := fmt.Sprintf("%s/api/v1/agents/%s/watch?version=%d&wait=%d", a.f.srv.url, url.PathEscape(a.name), version, int(fleetWatchWait/time.Second))
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	path := fmt.Sprintf("/api/v1/agents/%s/watch?version=%d&wait=%.3f", url.PathEscape(a.name), version, wait.Seconds())
+	a.connMu.Lock()
+	defer a.connMu.Unlock()
+	status, data, err := a.conn.do(ctx, http.MethodGet, path, nil)
 	if err != nil {
 		return 0, err
 	}
-	resp, err := a.client.Do(req)
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return 0, fmt.Errorf("watch: status %d", resp.StatusCode)
+	if status != http.StatusOK {
+		return 0, fmt.Errorf("watch: status %d", status)
 	}
 	var ans api.WatchAnswer
-	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<10)).Decode(&ans); err != nil {
+	if err := json.Unmarshal(data, &ans); err != nil {
 		return 0, fmt.Errorf("watch: %w", err)
 	}
 	return ans.Version, nil
