@@ -27,8 +27,9 @@ import (
 // agent protocol to the server process over its own mutual-TLS connections. Each one
 // joined with a join token and holds the certificate the server issued it; it heartbeats
 // at the interval the server asks for, holds a watch long-poll between its heartbeats on
-// the same connection, as rota agent does, and heartbeats at once when it fires, and reports every task it is given as RUNNING in the heartbeat that
-// follows, as a real agent does once the task's process has started. It starts no process.
+// the same connection, as rota agent does, and heartbeats at once when it fires; it
+// reports every task it is given as RUNNING in the heartbeat that follows, as a real
+// agent does once the task's process has started. It starts no process.
 
 // Timeouts of the simulated agents: as generous as the real agent's, so that a slow
 // server shows as latency rather than as failures.
