@@ -204,16 +204,7 @@ func benchPacedServerFloor(b *testing.B, conns int) {
 		})
 	}
 	wg.Wait()
-	b.StopTimer()
-	perSecond, err := start.rate()
-	if err != nil {
-		b.Fatal(err)
-	}
-	close(errs)
-	for err := range errs {
-		b.Fatal(err)
-	}
-	took := time.Since(start.start).Seconds()
+	perSecond, took := endPaced(b, start, errs)
 	b.ReportMetric(perSecond, "server-cpu-s/s")
 	b.ReportMetric(perSecond*took/float64(each*conns)*1e6, "server-cpu-us/req")
 	b.ReportMetric(float64(each*conns)/took, "req/s")
@@ -376,6 +367,17 @@ func benchAgentConnsFloor(b *testing.B, agents int, h2 bool, watch floorWatch) {
 	}
 	b.ResetTimer()
 	beats.Wait()
+	perSecond, took := endPaced(b, meter, errs)
+	b.ReportMetric(perSecond*took/float64(each*agents)*1e6, "server-cpu-us/beat")
+	b.ReportMetric(float64(st.Heap)/float64(agents)/1024, "server-heap-KiB/agent")
+	b.ReportMetric(float64(st.Stacks)/float64(agents)/1024, "server-stack-KiB/agent")
+	b.ReportMetric(float64(st.Goroutines)/float64(agents), "server-goroutines/agent")
+}
+
+// endPaced ends a paced floor benchmark whose senders have all returned: it stops the
+// timer, fails on the first error they sent on errs, and returns the server's CPU seconds
+// a second and the seconds since meter started.
+func endPaced(b *testing.B, meter cpuMeter, errs chan error) (perSecond, took float64) {
 	b.StopTimer()
 	perSecond, err := meter.rate()
 	if err != nil {
@@ -385,11 +387,7 @@ func benchAgentConnsFloor(b *testing.B, agents int, h2 bool, watch floorWatch) {
 	for err := range errs {
 		b.Fatal(err)
 	}
-	took := time.Since(meter.start).Seconds()
-	b.ReportMetric(perSecond*took/float64(each*agents)*1e6, "server-cpu-us/beat")
-	b.ReportMetric(float64(st.Heap)/float64(agents)/1024, "server-heap-KiB/agent")
-	b.ReportMetric(float64(st.Stacks)/float64(agents)/1024, "server-stack-KiB/agent")
-	b.ReportMetric(float64(st.Goroutines)/float64(agents), "server-goroutines/agent")
+	return perSecond, time.Since(meter.start).Seconds()
 }
 
 // getJSON decodes the answer to a GET of url into v.
