@@ -353,7 +353,7 @@ func New(cfg Config, logger *slog.Logger) (*Agent, error) {
 		// Jobs see their fake GPUs the way the fake layer says (its directory, say).
 		a.runner.jobEnv = fake.JobEnv()
 	}
-	a.shipper = &logShipper{client: a.httpClient, servers: servers, node: name, poll: min(interval, maxLogPoll)}
+	a.shipper = newLogShipper(a.httpClient, servers, name, logger, min(interval, maxLogPoll))
 	if cfg.HTTPClient != nil {
 		a.setClient(cfg.HTTPClient)
 	} else if !creds.joining() {
@@ -473,6 +473,8 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 	}
 
+	a.shipper.bg = &bg
+	bg.Go(func() { a.shipper.run(ctx) })
 	a.mu.Lock()
 	a.ctx, a.bg = ctx, &bg
 	err := a.adoptAll()
@@ -550,6 +552,7 @@ func (a *Agent) loop(ctx context.Context) error {
 				wait = interval
 			}
 			a.reconcile(resp.Tasks)
+			a.shipper.follow(resp.LogsFollowed)
 			// A node whose agent (re)connected takes no work until the server hears it is
 			// synced: say so at once rather than a heartbeat later.
 			a.mu.Lock()
@@ -568,13 +571,19 @@ func (a *Agent) loop(ctx context.Context) error {
 		} else {
 			wait = keepPhase(wait, time.Since(sent))
 		}
+		next := time.Now().Add(wait)
+		if err == nil {
+			// What the tasks printed since the last heartbeat goes next, on the
+			// connection the heartbeat left, before the watch takes it.
+			a.shipper.round(ctx, next.Add(-watchMargin(wait)))
+		}
 		if err == nil && len(a.wake) == 0 {
 			// The watch is held until shortly before the next heartbeat, unless that one
 			// is already asked for (the node just synced): it would find the connection
 			// taken and open another.
-			a.offerWatch(time.Now().Add(wait - watchMargin(wait)))
+			a.offerWatch(next.Add(-watchMargin(wait)))
 		}
-		t := time.NewTimer(wait)
+		t := time.NewTimer(time.Until(next))
 		select {
 		case <-ctx.Done():
 			t.Stop()
@@ -690,7 +699,7 @@ func (a *Agent) settle() {
 		if !att.shipping {
 			att.shipping = true
 			if cur && !exists(filepath.Join(att.dir, fileShipped)) {
-				a.bg.Go(func() { a.shipper.ship(a.ctx, att, func() bool { return a.stillCurrent(att.key) }) })
+				a.shipper.add(att, func() bool { return a.stillCurrent(att.key) })
 			} else {
 				att.markLogShipped()
 			}

@@ -59,6 +59,17 @@ type fakeServer struct {
 	// logSent counts the log bytes received, resent ones included.
 	logSent  map[taskKey]int
 	logAtEnd map[taskKey]string
+	// batches are the log batches received; oneByOne counts the one-task log requests.
+	// With noBatch the server has no batch route; refuseLogs answers a chunk of those
+	// attempts with 404.
+	batches    []api.LogBatch
+	batchBeat  []int // how many heartbeats had come when each batch came
+	finalSize  map[taskKey]int64
+	oneByOne   int
+	noBatch    bool
+	refuseLogs map[taskKey]bool
+	// followed is what answers say someone reads (LogsFollowed).
+	followed []api.TaskRef
 	events   map[taskKey][]map[string]any
 	// stops holds the first Stopped report of each attempt, stopReports how many came.
 	stops       map[api.TaskRef]api.StoppedTask
@@ -90,6 +101,8 @@ func newFakeState() *fakeServer {
 		logs:        map[taskKey][]byte{},
 		logSent:     map[taskKey]int{},
 		logAtEnd:    map[taskKey]string{},
+		finalSize:   map[taskKey]int64{},
+		refuseLogs:  map[taskKey]bool{},
 		events:      map[taskKey][]map[string]any{},
 		stops:       map[api.TaskRef]api.StoppedTask{},
 		stopReports: map[api.TaskRef]int{},
@@ -101,6 +114,7 @@ func (s *fakeServer) mux() *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /api/v1/agents/{node}/heartbeat", s.heartbeat)
 	mux.HandleFunc("POST /api/v1/agents/{node}/logs/{job}/{attempt}", s.log)
+	mux.HandleFunc("POST /api/v1/agents/{node}/logs", s.logBatch)
 	mux.HandleFunc("GET /api/v1/agents/{node}/attach/{job}/{attempt}", s.attach)
 	return mux
 }
@@ -187,7 +201,7 @@ func (s *fakeServer) heartbeat(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.beats = append(s.beats, hb)
-	resp := api.HeartbeatResponse{Tasks: append([]api.Task(nil), s.desired...), HeartbeatSeconds: cmp(s.interval, 50*time.Millisecond).Seconds(), ClusterID: s.clusterID}
+	resp := api.HeartbeatResponse{Tasks: append([]api.Task(nil), s.desired...), HeartbeatSeconds: cmp(s.interval, 50*time.Millisecond).Seconds(), ClusterID: s.clusterID, LogsFollowed: s.followed}
 	if !reflect.ValueOf(hb.Inventory).IsZero() {
 		s.held = hb.Inventory
 		s.full++
@@ -235,20 +249,60 @@ func (s *fakeServer) log(w http.ResponseWriter, r *http.Request) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	k := taskKey{job, attempt}
+	s.oneByOne++
+	size, past := s.writeLog(taskKey{job, attempt}, offset, data)
+	if past {
+		w.WriteHeader(http.StatusConflict)
+	}
+	json.NewEncoder(w).Encode(api.LogAck{Size: size})
+}
+
+// logBatch takes a batch of chunks as the server does; with noBatch set it has no such
+// route, as a server of an earlier release.
+func (s *fakeServer) logBatch(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.noBatch {
+		http.NotFound(w, r)
+		return
+	}
+	var b api.LogBatch
+	if err := json.NewDecoder(r.Body).Decode(&b); err != nil || len(b.Chunks) > api.MaxLogBatchChunks {
+		http.Error(w, "bad log batch", http.StatusBadRequest)
+		return
+	}
+	s.batches = append(s.batches, b)
+	s.batchBeat = append(s.batchBeat, len(s.beats))
+	ans := api.LogBatchAnswer{Chunks: []api.LogChunkAck{}}
+	for _, c := range b.Chunks {
+		ack := api.LogChunkAck{JobID: c.JobID, Attempt: c.Attempt}
+		if s.refuseLogs[taskKey{c.JobID, c.Attempt}] {
+			ack.Status, ack.Error = http.StatusNotFound, &api.Error{Code: api.CodeNotFound, Message: "no such attempt on this node"}
+		} else {
+			ack.Size, _ = s.writeLog(taskKey{c.JobID, c.Attempt}, int(c.Offset), c.Data)
+			if c.Final {
+				s.finalSize[taskKey{c.JobID, c.Attempt}] = ack.Size
+			}
+		}
+		ans.Chunks = append(ans.Chunks, ack)
+	}
+	json.NewEncoder(w).Encode(ans)
+}
+
+// writeLog writes data at offset of k's log, unless offset is past its end, and returns
+// the log's size and whether offset was past it. Callers hold s.mu.
+func (s *fakeServer) writeLog(k taskKey, offset int, data []byte) (int64, bool) {
 	s.logSent[k] += len(data)
 	have := s.logs[k]
 	if offset > len(have) {
-		w.WriteHeader(http.StatusConflict)
-		json.NewEncoder(w).Encode(api.LogAck{Size: int64(len(have))})
-		return
+		return int64(len(have)), true
 	}
 	if end := offset + len(data); end > len(have) {
 		have = append(have, make([]byte, end-len(have))...)
 	}
 	copy(have[offset:], data)
 	s.logs[k] = have
-	json.NewEncoder(w).Encode(api.LogAck{Size: int64(len(have))})
+	return int64(len(have)), false
 }
 
 func (s *fakeServer) setDesired(tasks ...api.Task) {

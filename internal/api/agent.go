@@ -164,6 +164,10 @@ type HeartbeatResponse struct {
 	// InventoryHash is InventoryHash of the node's inventory as the server holds it. An
 	// agent whose inventory has this hash may leave it out of its next heartbeats.
 	InventoryHash string `json:"inventory_hash,omitempty"`
+	// LogsFollowed lists the node's tasks whose logs someone reads now (`rota logs -f`, a
+	// job's page): the agent ships them every second, not only after each heartbeat. A
+	// reader's arrival wakes the node's watch, so the agent learns of it at once.
+	LogsFollowed []TaskRef `json:"logs_followed,omitempty"`
 }
 
 // InventoryHash is the hex SHA-256 of inv's JSON encoding. Agent and server each work it
@@ -186,12 +190,63 @@ type TaskRef struct {
 	ClusterID string `json:"cluster_id,omitempty"`
 }
 
-// Log shipping: the agent POSTs raw bytes of a task's combined stdout/stderr log to
-// /api/v1/agents/{node}/logs/{job}/{attempt}?offset=N. The server writes them at offset N of
-// its copy, so a resend after a lost answer is harmless. The answer is LogAck.
+// Log shipping, one task at a time: the agent POSTs raw bytes of a task's combined
+// stdout/stderr log to /api/v1/agents/{node}/logs/{job}/{attempt}?offset=N. The server
+// writes them at offset N of its copy, so a resend after a lost answer is harmless. The
+// answer is LogAck. Agents send a LogBatch instead, and this route only to a server
+// without that one.
 type LogAck struct {
 	// Size is the length of the server's copy after the write.
 	Size int64 `json:"size"`
+}
+
+// LogBatch is the body of POST /api/v1/agents/{node}/logs: pieces of the logs of the
+// node's tasks, one request for all of them. An agent sends one batch after each heartbeat
+// with what every task printed since the last, so a node costs the server one request per
+// interval however many tasks it runs and however much they print; a log someone reads
+// now (LogsFollowed) or of a task that ended ships at once.
+type LogBatch struct {
+	// Chunks are written in order, each at its Offset of its log. At most MaxLogBatchChunks.
+	Chunks []LogChunk `json:"chunks"`
+}
+
+// MaxLogBatchChunks and MaxLogBatchBytes bound a LogBatch: its chunks, and their data
+// together (before base64).
+const (
+	MaxLogBatchChunks = 1024
+	MaxLogBatchBytes  = 1 << 20
+)
+
+// LogChunk is the bytes of one task's log from Offset. With no data it writes nothing and
+// asks for the size of the server's copy: where an agent restarted mid-log resumes.
+type LogChunk struct {
+	JobID   int64  `json:"job_id"`
+	Attempt int    `json:"attempt"`
+	Offset  int64  `json:"offset"`
+	Data    []byte `json:"data,omitempty"`
+	// Final says the task has ended and this chunk reaches the end of its log: the
+	// server makes the copy durable before it answers, and the agent, seeing a size
+	// equal to its own, may forget the log. Other chunks are written without waiting for
+	// the disk; one a crash of the server's machine loses is sent again, since the next
+	// chunk's offset is then past the copy's end.
+	Final bool `json:"final,omitempty"`
+}
+
+// LogBatchAnswer answers a LogBatch: one LogChunkAck per chunk, in the batch's order.
+type LogBatchAnswer struct {
+	Chunks []LogChunkAck `json:"chunks"`
+}
+
+// LogChunkAck is the size of a chunk's log on the server after its write (the offset
+// to send from next), or why the chunk was refused. A refusal with status 404 (the node
+// holds no rank of that attempt) will not change; the others (a write that failed) may
+// be resent.
+type LogChunkAck struct {
+	JobID   int64  `json:"job_id"`
+	Attempt int    `json:"attempt"`
+	Size    int64  `json:"size"`
+	Status  int    `json:"status,omitempty"`
+	Error   *Error `json:"error,omitempty"`
 }
 
 // WatchAnswer is the answer to GET /api/v1/agents/{node}/watch?version=V&wait=S: the node's

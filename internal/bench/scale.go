@@ -286,6 +286,28 @@ func runScale(ctx context.Context, opts Options) (results []Result, err error) {
 	delete(steady, "n")
 	add("heartbeat-steady", beats, o.Window, steady)
 
+	// 4b. The same, with every running task printing a line or two each interval, which
+	// each agent ships after its heartbeat in one batch for all its tasks.
+	say("heartbeats with every running task's log for %s", o.Window)
+	line := []byte(benchLogLine)
+	fl.logs.take()
+	fl.logChunks.Store(0)
+	fl.logRefused.Store(0)
+	fl.logLine.Store(&line)
+	withLogs, err := measureSteady(ctx, srv, fl, o.Window)
+	fl.logLine.Store(nil)
+	if err != nil {
+		return nil, err
+	}
+	batches, batchErrs := fl.logs.take()
+	beats = int(withLogs["n"])
+	delete(withLogs, "n")
+	withLogs["log-batches/s"] = float64(len(batches)) / o.Window.Seconds()
+	withLogs["log-chunks/s"] = float64(fl.logChunks.Load()) / o.Window.Seconds()
+	withLogs["log-p50-ms"], withLogs["log-p99-ms"] = percentileMS(batches, .5), percentileMS(batches, .99)
+	withLogs["log-errors"], withLogs["log-refused"] = float64(batchErrs), float64(fl.logRefused.Load())
+	add("heartbeat-logs", beats, o.Window, withLogs)
+
 	// 5. One heartbeat from every node, as fast as the server takes them.
 	say("one round of %d heartbeats, 64 at a time", o.Nodes)
 	took, lat, errs, err := fl.round(ctx, 64)
@@ -453,6 +475,11 @@ func runScale(ctx context.Context, opts Options) (results []Result, err error) {
 	})
 	return results, srv.alive()
 }
+
+// benchLogLine is what each running task prints each heartbeat interval in the suite's
+// heartbeat-logs phase: a training loop's progress line or two.
+const benchLogLine = "step 12000 | loss 2.3141 | lr 3.00e-04 | grad_norm 0.871 | tokens/s 412345 | mfu 41.2%\n" +
+	"step 12010 | loss 2.3127 | lr 3.00e-04 | grad_norm 0.864 | tokens/s 412901 | mfu 41.3%\n"
 
 // measureCPU is the server's CPU seconds per wall second over d.
 func measureCPU(ctx context.Context, pid int, d time.Duration) (float64, error) {

@@ -51,6 +51,7 @@ func TestScaleQuick(t *testing.T) {
 		"join":             {positive: append([]string{"joins/s", "join-s", "register-s"}, latency...)},
 		"fill":             {positive: []string{"running", "pending", "fill-s"}},
 		"heartbeat-steady": {positive: append([]string{"heartbeats/s", "target-heartbeats/s", "interval-s", "server-cpu-s/s", "generator-cpu-s/s"}, latency...), present: []string{"errors", "commits/s", "commit-mean-ms", "cycles/s", "cycle-mean-ms", "cycle-p99-bound-ms"}},
+		"heartbeat-logs":   {positive: append([]string{"heartbeats/s", "server-cpu-s/s", "generator-cpu-s/s", "log-batches/s", "log-chunks/s", "log-p50-ms", "log-p99-ms"}, latency...), present: []string{"errors", "log-errors", "log-refused", "commits/s", "commit-mean-ms", "cycles/s", "cycle-mean-ms", "cycle-p99-bound-ms"}},
 		"heartbeat-round":  {positive: append([]string{"round-s", "heartbeats/s"}, latency...), present: []string{"errors"}},
 		"submit-64clients": {positive: append([]string{"submits/s", "median-third/s", "slowest-third/s", "fastest-third/s", "server-cpu-s/s", "generator-cpu-s/s", "server-cpu-us/submit", "generator-cpu-us/submit", "group-commits", "submits/group", "commit-mean-ms", "commit-busy-s/s"}, latency...), present: []string{"cycles", "deferred", "machine-idle-s/s"}},
 		"submit-8clients":  {positive: append([]string{"submits/s", "median-third/s", "slowest-third/s", "fastest-third/s", "server-cpu-s/s", "generator-cpu-s/s", "server-cpu-us/submit", "generator-cpu-us/submit", "group-commits", "submits/group", "commit-mean-ms", "commit-busy-s/s"}, latency...), present: []string{"cycles", "deferred", "machine-idle-s/s"}},
@@ -113,6 +114,11 @@ func TestScaleQuick(t *testing.T) {
 	// asked for one every 4 s, and the agents kept to it.
 	if m := got["heartbeat-steady"].Metrics; m["interval-s"] != 4 || m["target-heartbeats/s"] != 50 {
 		t.Errorf("heartbeat-steady at --max-heartbeats-per-second 50: interval %vs for a target of %v/s, want 4s and 50/s", m["interval-s"], m["target-heartbeats/s"])
+	}
+	// Every agent shipped its tasks' logs in one batch after its heartbeats, one chunk per
+	// task (a node runs 1 to 8), and the server took every chunk.
+	if m := got["heartbeat-logs"].Metrics; m["log-errors"] != 0 || m["log-refused"] != 0 || m["log-chunks/s"] < m["log-batches/s"] || m["log-chunks/s"] > 8*m["log-batches/s"] {
+		t.Errorf("heartbeat-logs: %v; want no errors or refusals and 1 to 8 chunks a batch", m)
 	}
 	// The server ran under the limit the suite passed on.
 	if l := got["server"].Metrics["memory-limit-mb"]; l != 500 {

@@ -102,7 +102,16 @@ type fleet struct {
 
 	beats   latencies
 	running atomic.Int64 // tasks the agents have reported RUNNING and still hold
-	beaten  atomic.Int64 // agents that have had at least one answer
+
+	// logLine, when set, is what every running task prints each interval: after each
+	// heartbeat its agent ships it for all of them in one batch, as rota agent does.
+	// logs are the batches' latencies, logChunks how many chunks they carried, and
+	// logRefused how many of those the server refused.
+	logLine    atomic.Pointer[[]byte]
+	logs       latencies
+	logChunks  atomic.Int64
+	logRefused atomic.Int64
+	beaten     atomic.Int64 // agents that have had at least one answer
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -125,6 +134,7 @@ type simAgent struct {
 	// watch's may each send.
 	connMu   sync.Mutex
 	beatPath string
+	logsPath string
 	inv      api.Inventory
 	invHash  string // api.InventoryHash(inv)
 	wake     chan struct{}
@@ -138,8 +148,10 @@ type simAgent struct {
 	// the round.
 	lastBeat atomic.Int64
 
-	mu       sync.Mutex // guards the fields below
-	tasks    map[api.TaskRef]*api.TaskStatus
+	mu    sync.Mutex // guards the fields below
+	tasks map[api.TaskRef]*api.TaskStatus
+	// logSize is the size of each task's log on the server, from the last batch's answer.
+	logSize  map[api.TaskRef]int64
 	epoch    uint64
 	answered bool // the server has answered at least once
 	// heldHash is the inventory hash of the server's last answer; "" after a failure.
@@ -248,6 +260,8 @@ func (f *fleet) join(ctx context.Context, name, token string) (a *simAgent, clus
 		return nil, "", err
 	}
 	a.beatPath = "/api/v1/agents/" + url.PathEscape(name) + "/heartbeat"
+	a.logsPath = "/api/v1/agents/" + url.PathEscape(name) + "/logs"
+	a.logSize = map[api.TaskRef]int64{}
 	for g := range 8 {
 		a.inv.GPUs = append(a.inv.GPUs, api.GPU{Index: g, UUID: fmt.Sprintf("GPU-%s-%d", name, g), Model: "H100", MemoryMB: 81559, Healthy: true})
 	}
@@ -335,6 +349,9 @@ func (a *simAgent) loop() {
 			continue
 		}
 		newWork, err := a.beat(ctx)
+		if err == nil && !newWork {
+			a.shipLogs(ctx)
+		}
 		a.f.gate.RUnlock()
 		// The real agent retries at its interval after an error; so does this one. New
 		// tasks are "started": it says so at once, as the agent does when a process
@@ -468,6 +485,70 @@ func (a *simAgent) beat(ctx context.Context) (newWork bool, err error) {
 		}
 	}
 	return newWork, nil
+}
+
+// shipLogs sends, when the fleet's tasks print, what each running task printed since the
+// last heartbeat, in one batch on the agent's connection, as rota agent does after each
+// heartbeat, and takes each chunk's answer as the size to send from next.
+func (a *simAgent) shipLogs(ctx context.Context) {
+	line := a.f.logLine.Load()
+	if line == nil {
+		return
+	}
+	a.mu.Lock()
+	batch := api.LogBatch{Chunks: make([]api.LogChunk, 0, len(a.tasks))}
+	for ref, st := range a.tasks {
+		if st.State == api.StateRunning {
+			batch.Chunks = append(batch.Chunks, api.LogChunk{JobID: ref.JobID, Attempt: ref.Attempt, Offset: a.logSize[ref], Data: *line})
+		}
+	}
+	a.mu.Unlock()
+	if len(batch.Chunks) == 0 {
+		return
+	}
+	body, err := json.Marshal(batch)
+	if err != nil {
+		a.f.logs.fail()
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, fleetHeartbeatTimeout)
+	defer cancel()
+	start := time.Now()
+	var ans api.LogBatchAnswer
+	a.connMu.Lock()
+	status, data, err := a.conn.do(ctx, http.MethodPost, a.logsPath, body)
+	if err == nil && status/100 != 2 {
+		err = answerError(status, data)
+	}
+	if err == nil && (jsonv2.Unmarshal(data, &ans) != nil || len(ans.Chunks) != len(batch.Chunks)) {
+		err = fmt.Errorf("log batch of %s: answer %.200s", a.name, data)
+	}
+	a.connMu.Unlock()
+	if err != nil {
+		if a.f.ctx.Err() == nil {
+			a.f.logs.fail()
+		}
+		return
+	}
+	a.f.logs.add(time.Since(start))
+	a.f.logChunks.Add(int64(len(ans.Chunks)))
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, ack := range ans.Chunks {
+		ref := api.TaskRef{JobID: ack.JobID, Attempt: ack.Attempt}
+		if ack.Status != 0 {
+			a.f.logRefused.Add(1)
+			continue
+		}
+		if _, ok := a.tasks[ref]; ok {
+			a.logSize[ref] = ack.Size
+		}
+	}
+	for ref := range a.logSize {
+		if _, ok := a.tasks[ref]; !ok {
+			delete(a.logSize, ref)
+		}
+	}
 }
 
 // post sends heartbeat hb on the agent's own connection and decodes the answer into ans.

@@ -180,6 +180,7 @@ func (s *Server) heartbeatLocked(r *http.Request, name string, hb *api.Heartbeat
 		Acked: acked, StoppedAcked: stoppedAcked, ClusterID: s.clusterID,
 		HeartbeatSeconds: s.toldInterval(name).Seconds(), SyncEpoch: node.SyncEpoch,
 		InventoryHash: s.inventoryHash(name, node.Inventory, sameInventory),
+		LogsFollowed:  s.follows.of(name, now),
 	}}, s.lastWrite(), 0, nil
 }
 

@@ -296,6 +296,8 @@ var requiredFields = map[reflect.Type][]string{
 	reflect.TypeFor[api.UISessionRequest](): {"code"},
 	reflect.TypeFor[api.Notify]():           {"url"},
 	reflect.TypeFor[api.Request]():          {"kind", "reason"},
+	reflect.TypeFor[api.LogBatch]():         {"chunks"},
+	reflect.TypeFor[api.LogChunk]():         {"job_id", "attempt", "offset"},
 }
 
 var unmarshalerType = reflect.TypeFor[json.Unmarshaler]()

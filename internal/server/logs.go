@@ -58,7 +58,7 @@ func (s *Server) handleShipLog(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusRequestEntityTooLarge, &api.Error{Code: api.CodeTooLarge, Message: fmt.Sprintf("log chunks are limited to %d bytes", maxLogChunk)})
 		return
 	}
-	size, err := s.writeLogAt(logName(jobID, attempt, node), offset, data)
+	size, err := s.writeLogAt(logName(jobID, attempt, node), offset, data, true)
 	if err != nil {
 		s.log.Error("log write failed", "job", jobID, "attempt", attempt, "err", err)
 		writeError(w, http.StatusInternalServerError, &api.Error{Code: api.CodeInternal, Message: "the log chunk could not be stored"})
@@ -67,29 +67,128 @@ func (s *Server) handleShipLog(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, api.LogAck{Size: size})
 }
 
-func (s *Server) writeLogAt(name string, offset int64, data []byte) (int64, error) {
+// writeLogAt writes data at offset of the named log, unless offset is past its end, and
+// returns the log's size. With durable the data is on disk when it returns. Writes are
+// one at a time, so that a log's size and what is written at it agree; a durable write
+// waits for the disk after letting the next write in.
+func (s *Server) writeLogAt(name string, offset int64, data []byte, durable bool) (int64, error) {
 	s.logMu.Lock()
-	defer s.logMu.Unlock()
+	f, size, err := s.writeLogLocked(name, offset, data)
+	s.logMu.Unlock()
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	if durable {
+		if err := f.Sync(); err != nil {
+			return 0, fmt.Errorf("sync log: %w", err)
+		}
+	}
+	return size, nil
+}
+
+// writeLogLocked is writeLogAt's part under s.logMu: it returns the log's file, open.
+func (s *Server) writeLogLocked(name string, offset int64, data []byte) (*os.File, int64, error) {
 	if err := s.logs.MkdirAll(path.Dir(name), 0o750); err != nil {
-		return 0, fmt.Errorf("create log dir: %w", err)
+		return nil, 0, fmt.Errorf("create log dir: %w", err)
 	}
 	f, err := s.logs.OpenFile(name, os.O_RDWR|os.O_CREATE, 0o640)
 	if err != nil {
-		return 0, fmt.Errorf("open log: %w", err)
+		return nil, 0, fmt.Errorf("open log: %w", err)
 	}
-	defer f.Close()
 	fi, err := f.Stat()
 	if err != nil {
-		return 0, fmt.Errorf("stat log: %w", err)
+		f.Close()
+		return nil, 0, fmt.Errorf("stat log: %w", err)
 	}
 	size := fi.Size()
 	if offset > size || len(data) == 0 {
-		return size, nil
+		return f, size, nil
 	}
 	if _, err := f.WriteAt(data, offset); err != nil {
-		return 0, fmt.Errorf("write log: %w", err)
+		f.Close()
+		return nil, 0, fmt.Errorf("write log: %w", err)
 	}
-	return max(size, offset+int64(len(data))), f.Sync()
+	return f, max(size, offset+int64(len(data))), nil
+}
+
+// handleShipLogBatch stores pieces of the logs of a node's tasks, each as handleShipLog
+// stores one, and answers each chunk apart: a chunk of an attempt the node holds no rank
+// of is refused (404) while the others are written. Only a chunk marked final waits for
+// the disk (api.LogChunk.Final).
+func (s *Server) handleShipLogBatch(w http.ResponseWriter, r *http.Request) {
+	node := r.PathValue("node")
+	var batch api.LogBatch
+	if status, e := decodeJSON(w, r, &batch, maxLogBatchBody); e != nil {
+		writeError(w, status, e)
+		return
+	}
+	if e := checkLogBatch(batch); e != nil {
+		writeError(w, http.StatusBadRequest, e)
+		return
+	}
+	placed := make([]bool, len(batch.Chunks))
+	s.mu.Lock()
+	e := s.validName("node", node)
+	if e == nil {
+		for i, c := range batch.Chunks {
+			atts := s.state.Attempts(c.JobID)
+			placed[i] = c.Attempt <= len(atts) && placedOn(atts[c.Attempt-1], node)
+		}
+	}
+	s.mu.Unlock()
+	if e != nil {
+		writeError(w, http.StatusBadRequest, e)
+		return
+	}
+	ans := api.LogBatchAnswer{Chunks: make([]api.LogChunkAck, len(batch.Chunks))}
+	for i, c := range batch.Chunks {
+		ack := &ans.Chunks[i]
+		ack.JobID, ack.Attempt = c.JobID, c.Attempt
+		if !placed[i] {
+			ack.Status, ack.Error = http.StatusNotFound, &api.Error{Code: api.CodeNotFound, Field: fmt.Sprintf("chunks[%d]", i),
+				Message: fmt.Sprintf("job %d has no attempt %d on node %s", c.JobID, c.Attempt, node)}
+			continue
+		}
+		size, err := s.writeLogAt(logName(c.JobID, c.Attempt, node), c.Offset, c.Data, c.Final)
+		if err != nil {
+			s.log.Error("log write failed", "job", c.JobID, "attempt", c.Attempt, "err", err)
+			ack.Status, ack.Error = http.StatusInternalServerError, &api.Error{Code: api.CodeInternal, Field: fmt.Sprintf("chunks[%d]", i),
+				Message: "the log chunk could not be stored"}
+			continue
+		}
+		ack.Size = size
+	}
+	writeJSON(w, http.StatusOK, ans)
+}
+
+// maxLogBatchBody bounds a LogBatch's body: its data in base64 and the chunks' fields.
+const maxLogBatchBody = api.MaxLogBatchBytes*4/3 + api.MaxLogBatchChunks*256
+
+// checkLogBatch refuses a batch the API does not allow, naming the chunk at fault.
+func checkLogBatch(b api.LogBatch) *api.Error {
+	if len(b.Chunks) > api.MaxLogBatchChunks {
+		return invalid("chunks", "holds %d chunks: at most %d", len(b.Chunks), api.MaxLogBatchChunks)
+	}
+	total := 0
+	for i, c := range b.Chunks {
+		field := func(name string) string { return fmt.Sprintf("chunks[%d].%s", i, name) }
+		switch {
+		case c.JobID < 1:
+			return invalid(field("job_id"), "must be 1 or more, not %d", c.JobID)
+		case c.Attempt < 1:
+			return invalid(field("attempt"), "must be 1 or more, not %d", c.Attempt)
+		case c.Offset < 0:
+			return invalid(field("offset"), "must be 0 or more, not %d", c.Offset)
+		case c.Offset > math.MaxInt64-int64(len(c.Data)):
+			return invalid(field("offset"), "%d is too large", c.Offset)
+		}
+		total += len(c.Data)
+	}
+	if total > api.MaxLogBatchBytes {
+		return invalid("chunks", "carry %d bytes of logs: at most %d in one batch", total, api.MaxLogBatchBytes)
+	}
+	return nil
 }
 
 // handleGetLogs returns one rank's output of a job's attempt from an offset. With wait it
@@ -171,6 +270,9 @@ func (s *Server) handleGetLogs(w http.ResponseWriter, r *http.Request) {
 				node = p.Node
 				name = logName(id, n, node)
 				ended = a.EndTime != nil || p.State.Terminal()
+				if !ended && s.follows.follow(node, id, n, s.cfg.Clock.Now()) {
+					s.watch.poke(node)
+				}
 			}
 		}
 		data, size := s.readLog(name, offset)

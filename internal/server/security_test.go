@@ -128,6 +128,7 @@ func TestAccessTable(t *testing.T) {
 		"POST /api/v1/join":                               "public",
 		"POST /api/v1/agents/{node}/heartbeat":            "agent",
 		"GET /api/v1/agents/{node}/watch":                 "agent",
+		"POST /api/v1/agents/{node}/logs":                 "agent",
 		"POST /api/v1/agents/{node}/logs/{job}/{attempt}": "agent",
 		"POST /api/v1/agents/{node}/renew":                "agent",
 

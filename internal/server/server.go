@@ -259,6 +259,7 @@ type Server struct {
 	logs *os.Root
 
 	watch    nodeWatch
+	follows  logFollows
 	attach   attachHub
 	lastUsed lastUse
 	// submits, writes and reads bound each user's submits, other changes and reads
@@ -729,6 +730,7 @@ var routes = []route{
 	{"POST", "/api/v1/join", rulePublic, jsonBody, (*Server).handleJoin},
 	{"POST", heartbeatPath, ruleAgent, jsonBody, (*Server).handleHeartbeat},
 	{"GET", "/api/v1/agents/{node}/watch", ruleAgent, noBody, (*Server).handleWatch},
+	{"POST", "/api/v1/agents/{node}/logs", ruleAgent, jsonBody, (*Server).handleShipLogBatch},
 	{"POST", "/api/v1/agents/{node}/logs/{job}/{attempt}", ruleAgent, bytesBody, (*Server).handleShipLog},
 	{"GET", "/api/v1/agents/{node}/attach/{job}/{attempt}", ruleAgent, noBody, (*Server).handleAgentAttach},
 	{"POST", "/api/v1/agents/{node}/renew", ruleAgent, jsonBody, (*Server).handleRenew},

@@ -88,6 +88,7 @@ type answerRest struct {
 	HeartbeatSeconds float64       `json:"heartbeat_s"`
 	SyncEpoch        uint64        `json:"sync_epoch,omitempty"`
 	InventoryHash    string        `json:"inventory_hash,omitempty"`
+	LogsFollowed     []api.TaskRef `json:"logs_followed,omitempty"`
 }
 
 // appendJSON appends the answer's JSON to buf, the bytes json.Marshal gives, but with

@@ -29,18 +29,31 @@ func (w *nodeWatch) bump(b *store.Batch) {
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	for _, j := range b.Jobs {
+		for _, n := range j.Nodes {
+			w.bumpLocked(n)
+		}
+	}
+}
+
+// bumpLocked moves node's version on and wakes its watch. Callers hold w.mu.
+func (w *nodeWatch) bumpLocked(node string) {
 	if w.version == nil {
 		w.version = map[string]uint64{}
 	}
-	for _, j := range b.Jobs {
-		for _, n := range j.Nodes {
-			w.version[n]++
-			if c := w.changed[n]; c != nil {
-				close(c)
-				delete(w.changed, n)
-			}
-		}
+	w.version[node]++
+	if c := w.changed[node]; c != nil {
+		close(c)
+		delete(w.changed, node)
 	}
+}
+
+// poke tells node's agent to heartbeat: its answer has something new that is not a job's
+// (a log someone reads, follow.go).
+func (w *nodeWatch) poke(node string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.bumpLocked(node)
 }
 
 // bumpAll tells every watching agent to heartbeat, after the state was read afresh.

@@ -1,0 +1,284 @@
+package agent
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rotahq/rota/internal/api"
+)
+
+// printer is a task that prints a numbered line every 50 ms until stopFile exists, then
+// "end" and exits.
+func printer(job int64, stopFile string) api.Task {
+	return api.Task{JobID: job, Attempt: 1, GraceSeconds: 5, Command: []string{"sh", "-c", `
+i=0; while [ ! -e "$1" ]; do i=$((i+1)); echo "line $i"; sleep 0.05; done; echo end`, "job", stopFile}}
+}
+
+// wellFormed reports whether log is what printer prints, up to some line: nothing lost,
+// repeated or out of order, whatever the requests it came in.
+func wellFormed(log string, ended bool) bool {
+	lines := strings.Split(strings.TrimSuffix(log, "\n"), "\n")
+	if log == "" || !strings.HasSuffix(log, "\n") {
+		return log == "" && !ended
+	}
+	for i, l := range lines {
+		if ended && i == len(lines)-1 {
+			return l == "end"
+		}
+		if l != fmt.Sprintf("line %d", i+1) {
+			return false
+		}
+	}
+	return !ended
+}
+
+// chunksOf counts, per batch, the chunks with data of each job.
+func (s *fakeServer) dataChunks() []map[int64]int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]map[int64]int, len(s.batches))
+	for i, b := range s.batches {
+		out[i] = map[int64]int{}
+		for _, c := range b.Chunks {
+			if len(c.Data) > 0 {
+				out[i][c.JobID]++
+			}
+		}
+	}
+	return out
+}
+
+// What a node's tasks print goes in one request after each heartbeat, for all of them,
+// not one request per task every second: a node costs the server the same whether it
+// runs one task or many.
+func TestLogsShipOnceAHeartbeatForAllTasks(t *testing.T) {
+	s := newFakeServer(t)
+	s.interval = time.Second
+	stop := filepath.Join(t.TempDir(), "stop")
+	s.setDesired(printer(1, stop), printer(2, stop), printer(3, stop))
+	cfg := agentConfig(t, s, t.TempDir())
+	cfg.HeartbeatInterval = 200 * time.Millisecond
+	startAgent2(t, cfg)
+	time.Sleep(3500 * time.Millisecond)
+
+	s.mu.Lock()
+	perBeat := map[int]int{}
+	for i, b := range s.batches {
+		for _, c := range b.Chunks {
+			if len(c.Data) > 0 {
+				perBeat[s.batchBeat[i]]++
+				break
+			}
+		}
+	}
+	oneByOne := s.oneByOne
+	logs := map[int64]string{}
+	for k, l := range s.logs {
+		logs[k.job] = string(l)
+	}
+	s.mu.Unlock()
+	if oneByOne != 0 {
+		t.Errorf("%d one-task log requests to a server that takes batches", oneByOne)
+	}
+	for beat, n := range perBeat {
+		if n > 1 {
+			t.Errorf("%d requests with log data after heartbeat %d; want one for all tasks", n, beat)
+		}
+	}
+	all := 0
+	for _, per := range s.dataChunks() {
+		if len(per) == 3 {
+			all++
+		}
+	}
+	if all < 2 {
+		t.Errorf("%d batches carried all three tasks' output; want every round's", all)
+	}
+	for job := int64(1); job <= 3; job++ {
+		if !wellFormed(logs[job], false) || strings.Count(logs[job], "\n") < 10 {
+			t.Errorf("job %d's log on the server is %q; want its lines so far, in order", job, logs[job])
+		}
+	}
+}
+
+// startAgent2 runs an agent with cfg until the test ends.
+func startAgent2(t *testing.T, cfg Config) *runningAgent {
+	t.Helper()
+	return launch(t, cfg, testLogger(t))
+}
+
+// A log someone reads ships every second, between heartbeats; the others wait for the
+// next heartbeat's round.
+func TestFollowedLogShipsBetweenHeartbeats(t *testing.T) {
+	s := newFakeServer(t)
+	s.interval = 4 * time.Second
+	s.followed = []api.TaskRef{{JobID: 1, Attempt: 1}}
+	stop := filepath.Join(t.TempDir(), "stop")
+	s.setDesired(printer(1, stop), printer(2, stop))
+	cfg := agentConfig(t, s, t.TempDir())
+	cfg.HeartbeatInterval = 200 * time.Millisecond
+	startAgent2(t, cfg)
+	eventually(t, 10*time.Second, "the tasks to start", func() bool {
+		st, ok := s.lastReported(taskKey{2, 1})
+		return ok && st.State == api.StateRunning
+	})
+	n := s.beatCount()
+	time.Sleep(1500 * time.Millisecond)
+	// A heartbeat may come early (a task's state to report): each gets its round.
+	s.mu.Lock()
+	followed, other := 0, map[int]int{}
+	for i, b := range s.batches {
+		if s.batchBeat[i] < n {
+			continue
+		}
+		for _, c := range b.Chunks {
+			if len(c.Data) > 0 && c.JobID == 1 {
+				followed++
+			}
+			if len(c.Data) > 0 && c.JobID == 2 {
+				other[s.batchBeat[i]]++
+			}
+		}
+	}
+	s.mu.Unlock()
+	for beat, n := range other {
+		if n > 1 {
+			t.Errorf("a log no one reads shipped %d times after heartbeat %d; want once, in the heartbeat's round", n, beat)
+		}
+	}
+	if followed < 4 {
+		t.Errorf("the followed log shipped %d times in 1.5 s between heartbeats; want about every 200 ms", followed)
+	}
+}
+
+// A task's end ships its log's last bytes at once, marked final, and is reported with its
+// whole log, long before the next heartbeat would have shipped it.
+func TestEndedLogShipsAtOnce(t *testing.T) {
+	s := newFakeServer(t)
+	s.interval = 5 * time.Second
+	stop := filepath.Join(t.TempDir(), "stop")
+	s.setDesired(printer(1, stop))
+	cfg := agentConfig(t, s, t.TempDir())
+	cfg.HeartbeatInterval = 200 * time.Millisecond
+	startAgent2(t, cfg)
+	k := taskKey{1, 1}
+	eventually(t, 10*time.Second, "the task to run", func() bool {
+		st, ok := s.lastReported(k)
+		return ok && st.State == api.StateRunning
+	})
+	time.Sleep(300 * time.Millisecond)
+	stopped := time.Now()
+	if err := os.WriteFile(stop, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "the end report", func() bool { _, ok := s.finalOf(k); return ok })
+	took := time.Since(stopped)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if took > 3*time.Second {
+		t.Errorf("the end was reported %s after the task ended; want at once, not after the log waited for a heartbeat", took)
+	}
+	if !wellFormed(s.logAtEnd[k], true) {
+		t.Errorf("log when the end was reported: %q; want every line and the end", s.logAtEnd[k])
+	}
+	if s.finalSize[k] != int64(len(s.logs[k])) || s.finalSize[k] == 0 {
+		t.Errorf("the final chunk left %d bytes; want the whole log, %d", s.finalSize[k], len(s.logs[k]))
+	}
+}
+
+// A server of an earlier release has no batch route: the agent ships each log on its own
+// and nothing is lost.
+func TestLogsShipOneByOneToAnOlderServer(t *testing.T) {
+	s := newFakeServer(t)
+	s.noBatch = true
+	stop := filepath.Join(t.TempDir(), "stop")
+	s.setDesired(printer(1, stop), printer(2, stop))
+	startAgent2(t, agentConfig(t, s, t.TempDir()))
+	time.Sleep(500 * time.Millisecond)
+	if err := os.WriteFile(stop, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []taskKey{{1, 1}, {2, 1}} {
+		eventually(t, 10*time.Second, "the end report", func() bool { _, ok := s.finalOf(k); return ok })
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, k := range []taskKey{{1, 1}, {2, 1}} {
+		if !wellFormed(s.logAtEnd[k], true) {
+			t.Errorf("job %d's log when its end was reported: %q", k.job, s.logAtEnd[k])
+		}
+	}
+	if s.oneByOne == 0 || len(s.batches) != 0 {
+		t.Errorf("%d one-task requests and %d batches taken; want only one-task requests", s.oneByOne, len(s.batches))
+	}
+}
+
+// A chunk the server refuses for good (the node holds no such attempt) stops that log
+// alone: the others ship, the refused one is not sent again, and its task's end is
+// still reported.
+func TestRefusedLogStopsAlone(t *testing.T) {
+	s := newFakeServer(t)
+	s.refuseLogs[taskKey{1, 1}] = true
+	stop := filepath.Join(t.TempDir(), "stop")
+	s.setDesired(printer(1, stop), printer(2, stop))
+	dir := t.TempDir()
+	startAgent2(t, agentConfig(t, s, dir))
+	time.Sleep(500 * time.Millisecond)
+	if err := os.WriteFile(stop, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []taskKey{{1, 1}, {2, 1}} {
+		eventually(t, 10*time.Second, "the end report", func() bool { _, ok := s.finalOf(k); return ok })
+	}
+	n := s.beatCount()
+	eventually(t, 10*time.Second, "more heartbeats", func() bool { return s.beatCount() > n+5 })
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	refused := 0
+	for _, b := range s.batches {
+		for _, c := range b.Chunks {
+			if c.JobID == 1 {
+				refused++
+			}
+		}
+	}
+	if refused != 1 {
+		t.Errorf("the refused log was sent %d times; want once", refused)
+	}
+	if !wellFormed(s.logAtEnd[taskKey{2, 1}], true) {
+		t.Errorf("the other log when its end was reported: %q", s.logAtEnd[taskKey{2, 1}])
+	}
+}
+
+// Chunks other than the last are not made durable by the server: a crash of its machine
+// can lose them. The next chunk's offset is then past the copy's end, the server says
+// where the copy ends, and the agent sends again from there: the log ends up whole.
+func TestLogLostByTheServerIsSentAgain(t *testing.T) {
+	s := newFakeServer(t)
+	stop := filepath.Join(t.TempDir(), "stop")
+	s.setDesired(printer(1, stop))
+	startAgent2(t, agentConfig(t, s, t.TempDir()))
+	k := taskKey{1, 1}
+	eventually(t, 10*time.Second, "some lines on the server", func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return strings.Count(string(s.logs[k]), "\n") >= 5
+	})
+	s.mu.Lock()
+	s.logs[k] = s.logs[k][:len("line 1\nline 2\n")]
+	s.mu.Unlock()
+	time.Sleep(300 * time.Millisecond)
+	if err := os.WriteFile(stop, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "the end report", func() bool { _, ok := s.finalOf(k); return ok })
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !wellFormed(s.logAtEnd[k], true) {
+		t.Errorf("log when the end was reported: %q; want every line once, in order", s.logAtEnd[k])
+	}
+}

@@ -1,0 +1,78 @@
+package server
+
+import (
+	"sync"
+	"time"
+
+	"github.com/rotahq/rota/internal/api"
+)
+
+// An agent ships what its tasks print once per heartbeat interval, in one request for all
+// of them: at 10,000 nodes the interval is 10 s. Someone reading a running task's log
+// (`rota logs -f`, `rota run`, the job's page) wants it within a second, so the server
+// notes each log read while its task runs, and names it in the node's heartbeat answers
+// (api.HeartbeatResponse.LogsFollowed) until no one has read it for followFor. The agent
+// ships the logs named every second. A log newly read wakes its node's watch, so the
+// agent hears of it at once rather than a heartbeat later.
+
+// followFor is how long a log stays followed after its last read: longer than the wait
+// of `rota logs -f`'s requests and the refresh of the job's page.
+const followFor = 30 * time.Second
+
+// logFollows is the logs read lately, per node, with when each was last read.
+type logFollows struct {
+	mu     sync.Mutex
+	byNode map[string]map[api.TaskRef]time.Time
+	swept  time.Time
+}
+
+// follow notes that the log of job's attempt on node was read at now, and reports
+// whether it was not followed before.
+func (f *logFollows) follow(node string, job int64, attempt int, now time.Time) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if now.Sub(f.swept) >= followFor {
+		// Readers of nodes that report no more, or no more read, leave nothing behind.
+		f.sweep(now)
+	}
+	if f.byNode == nil {
+		f.byNode = map[string]map[api.TaskRef]time.Time{}
+	}
+	m := f.byNode[node]
+	if m == nil {
+		m = map[api.TaskRef]time.Time{}
+		f.byNode[node] = m
+	}
+	ref := api.TaskRef{JobID: job, Attempt: attempt}
+	last, ok := m[ref]
+	m[ref] = now
+	return !ok || now.Sub(last) >= followFor
+}
+
+// of lists the logs of node read within followFor of now, in no order; nil for none.
+func (f *logFollows) of(node string, now time.Time) []api.TaskRef {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []api.TaskRef
+	for ref, last := range f.byNode[node] {
+		if now.Sub(last) < followFor {
+			out = append(out, ref)
+		}
+	}
+	return out
+}
+
+// sweep forgets the reads older than followFor. Callers hold f.mu.
+func (f *logFollows) sweep(now time.Time) {
+	for node, m := range f.byNode {
+		for ref, last := range m {
+			if now.Sub(last) >= followFor {
+				delete(m, ref)
+			}
+		}
+		if len(m) == 0 {
+			delete(f.byNode, node)
+		}
+	}
+	f.swept = now
+}

@@ -1,0 +1,211 @@
+package server
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rotahq/rota/internal/api"
+)
+
+// shipBatch posts a log batch as node's agent and returns the status and the answer.
+func (h *harness) shipBatch(node string, b api.LogBatch) (int, api.LogBatchAnswer, api.Error) {
+	h.t.Helper()
+	body, _ := json.Marshal(b)
+	req, _ := http.NewRequest("POST", "http://rota-up/api/v1/agents/"+node+"/logs", bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := h.agent.Do(req)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	var ans api.LogBatchAnswer
+	var e api.Error
+	if resp.StatusCode == http.StatusOK {
+		if err := json.Unmarshal(data, &ans); err != nil {
+			h.t.Fatalf("answer %s: %v", data, err)
+		}
+	} else {
+		json.Unmarshal(data, &e)
+	}
+	return resp.StatusCode, ans, e
+}
+
+// readLog reads job's log from offset as the job's owner, with wait seconds at most.
+func (h *harness) readLog(id int64, offset int, wait string) (string, http.Header) {
+	h.t.Helper()
+	req, _ := http.NewRequest("GET", fmt.Sprintf("%s/api/v1/jobs/%d/logs?offset=%d&wait=%s", h.http.URL, id, offset, wait), nil)
+	req.Header.Set("Authorization", "Bearer "+h.token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	return string(data), resp.Header
+}
+
+// One batch writes every task's chunk at its offset, each answered apart: a chunk of an
+// attempt the node holds no rank of is refused alone, and a resent or misplaced chunk
+// is answered as the one-task route answers it.
+func TestLogBatchWritesEachChunk(t *testing.T) {
+	h := newHarness(t)
+	h.beat("n1", 2)
+	a := h.submit(api.JobSpec{GPUs: 1, Command: []string{"a"}})
+	b := h.submit(api.JobSpec{GPUs: 1, Command: []string{"b"}})
+	h.cycle()
+	onN1 := func(id int64) bool { return h.job(id).Nodes[0] == "n1" }
+	if !onN1(a.ID) || !onN1(b.ID) {
+		t.Fatalf("jobs on %v and %v; want both on n1", h.job(a.ID).Nodes, h.job(b.ID).Nodes)
+	}
+	h.beat("n2", 1)
+	other := h.submit(api.JobSpec{GPUs: 1, Command: []string{"c"}})
+	h.cycle()
+	if got := h.job(other.ID).Nodes; len(got) != 1 || got[0] != "n2" {
+		t.Fatalf("third job on %v; want n2", got)
+	}
+
+	code, ans, _ := h.shipBatch("n1", api.LogBatch{Chunks: []api.LogChunk{
+		{JobID: a.ID, Attempt: 1, Offset: 0, Data: []byte("a1\n")},
+		{JobID: b.ID, Attempt: 1, Offset: 0},
+		{JobID: other.ID, Attempt: 1, Offset: 0, Data: []byte("intruder\n")},
+		{JobID: a.ID, Attempt: 1, Offset: 3, Data: []byte("a2\n"), Final: true},
+		{JobID: b.ID, Attempt: 1, Offset: 50, Data: []byte("gap")},
+		{JobID: a.ID, Attempt: 2, Offset: 0, Data: []byte("no such attempt")},
+	}})
+	if code != http.StatusOK || len(ans.Chunks) != 6 {
+		t.Fatalf("batch: %d with %d answers; want 200 with 6", code, len(ans.Chunks))
+	}
+	want := []struct {
+		size   int64
+		status int
+	}{{3, 0}, {0, 0}, {0, 404}, {6, 0}, {0, 0}, {0, 404}}
+	for i, w := range want {
+		got := ans.Chunks[i]
+		if got.Size != w.size || got.Status != w.status || (w.status != 0) != (got.Error != nil) {
+			t.Errorf("chunk %d answered size %d status %d error %v; want size %d status %d", i, got.Size, got.Status, got.Error, w.size, w.status)
+		}
+	}
+	if e := ans.Chunks[2].Error; e == nil || e.Field != "chunks[2]" || !strings.Contains(e.Message, "n1") {
+		t.Errorf("the refused chunk's error %+v; want it to name chunks[2] and the node", e)
+	}
+	if got, hdr := h.readLog(a.ID, 0, "0"); got != "a1\na2\n" || hdr.Get("X-Rota-Log-Size") != "6" {
+		t.Errorf("job a's log %q; want both chunks", got)
+	}
+	if got, _ := h.readLog(other.ID, 0, "0"); got != "" {
+		t.Errorf("n1 wrote %q into the log of a job on n2", got)
+	}
+	// The same chunk again changes nothing: a resend after a lost answer is harmless.
+	if _, ans, _ := h.shipBatch("n1", api.LogBatch{Chunks: []api.LogChunk{{JobID: a.ID, Attempt: 1, Offset: 3, Data: []byte("a2\n")}}}); ans.Chunks[0].Size != 6 {
+		t.Errorf("a resent chunk left the log at %d bytes; want 6", ans.Chunks[0].Size)
+	}
+}
+
+// A batch the API does not allow is refused whole, naming the chunk and field at fault,
+// and writes nothing.
+func TestLogBatchRefusesBadInput(t *testing.T) {
+	h := newHarness(t)
+	h.beat("n1", 1)
+	j := h.submit(api.JobSpec{GPUs: 1, Command: []string{"x"}})
+	h.cycle()
+	ok := api.LogChunk{JobID: j.ID, Attempt: 1, Data: []byte("kept out\n")}
+	many := make([]api.LogChunk, api.MaxLogBatchChunks+1)
+	for i := range many {
+		many[i] = api.LogChunk{JobID: j.ID, Attempt: 1}
+	}
+	big := bytes.Repeat([]byte("x"), api.MaxLogBatchBytes/2+1)
+	for _, c := range []struct {
+		name   string
+		batch  api.LogBatch
+		status int
+		field  string
+	}{
+		{"job 0", api.LogBatch{Chunks: []api.LogChunk{ok, {JobID: 0, Attempt: 1}}}, 400, "chunks[1].job_id"},
+		{"attempt 0", api.LogBatch{Chunks: []api.LogChunk{ok, {JobID: j.ID, Attempt: 0}}}, 400, "chunks[1].attempt"},
+		{"negative offset", api.LogBatch{Chunks: []api.LogChunk{ok, {JobID: j.ID, Attempt: 1, Offset: -1}}}, 400, "chunks[1].offset"},
+		{"too many chunks", api.LogBatch{Chunks: many}, 400, "chunks"},
+		{"too many bytes", api.LogBatch{Chunks: []api.LogChunk{ok, {JobID: j.ID, Attempt: 1, Data: big}, {JobID: j.ID, Attempt: 1, Data: big}}}, 400, "chunks"},
+	} {
+		code, _, e := h.shipBatch("n1", c.batch)
+		if code != c.status || e.Field != c.field {
+			t.Errorf("%s: %d naming %q (%s); want %d naming %q", c.name, code, e.Field, e.Message, c.status, c.field)
+		}
+	}
+	for _, body := range []string{`{}`, `{"chunks":[{"job_id":1,"attempt":1}]}`, `{"chunks":[{"job_id":1,"attempt":1,"offset":0,"data":"not base64!"}]}`, `[]`} {
+		code, e := h.call("local", "POST", "/api/v1/agents/n1/logs", "application/json", []byte(body))
+		if code != http.StatusBadRequest || e.Message == "" {
+			t.Errorf("body %s: %d %+v; want 400 saying why", body, code, e)
+		}
+	}
+	if code, _ := h.call("local", "POST", "/api/v1/agents/n1/logs", "application/octet-stream", []byte(`{"chunks":[]}`)); code != http.StatusUnsupportedMediaType {
+		t.Errorf("a batch not sent as JSON: %d; want 415", code)
+	}
+	if got, _ := h.readLog(j.ID, 0, "0"); got != "" {
+		t.Errorf("a refused batch wrote %q", got)
+	}
+}
+
+// Reading a running task's log makes its node's answers name it, and wakes the node's
+// watch so that the agent hears at once; 30 s after the last read it is named no more.
+func TestReadingALogFollowsIt(t *testing.T) {
+	h := newHarness(t)
+	h.beat("n1", 1)
+	j := h.submit(api.JobSpec{GPUs: 1, Command: []string{"x"}})
+	h.cycle()
+	start := h.clock.Now()
+	running := api.TaskStatus{JobID: j.ID, Attempt: 1, State: api.StateRunning, StartTime: &start}
+	if got := h.beat("n1", 1, running).LogsFollowed; len(got) != 0 {
+		t.Fatalf("followed %v before anyone read the log", got)
+	}
+	before, _ := h.srv.watch.current("n1")
+	h.readLog(j.ID, 0, "0")
+	after, _ := h.srv.watch.current("n1")
+	if after == before {
+		t.Error("the first read of a log did not wake the node's watch")
+	}
+	want := []api.TaskRef{{JobID: j.ID, Attempt: 1}}
+	if got := h.beat("n1", 1, running).LogsFollowed; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("after a read the answer names %v; want %v", got, want)
+	}
+	// Reads that keep coming keep it followed, and wake the watch no more.
+	h.clock.Add(20 * time.Second)
+	h.readLog(j.ID, 0, "0")
+	if again, _ := h.srv.watch.current("n1"); again != after {
+		t.Error("a log still followed woke the watch again")
+	}
+	h.clock.Add(20 * time.Second)
+	if got := h.beat("n1", 1, running).LogsFollowed; len(got) != 1 {
+		t.Errorf("20 s after the last read the answer names %v; want the log", got)
+	}
+	h.clock.Add(11 * time.Second)
+	if got := h.beat("n1", 1, running).LogsFollowed; len(got) != 0 {
+		t.Errorf("31 s after the last read the answer names %v; want none", got)
+	}
+	// The log of a task that has ended is followed by no one.
+	h.end("n1", j.ID, 1, api.StateSucceeded, 0)
+	h.readLog(j.ID, 0, "0")
+	if got := h.beat("n1", 1).LogsFollowed; len(got) != 0 {
+		t.Errorf("an ended task's log is followed: %v", got)
+	}
+}
+
+// A node's followed logs are forgotten when no one reads them, whichever node asks.
+func TestLogFollowsAreSwept(t *testing.T) {
+	var f logFollows
+	now := time.Unix(1000, 0)
+	for i := range 100 {
+		f.follow(fmt.Sprintf("n%d", i), 1, 1, now)
+	}
+	if !f.follow("n0", 1, 1, now.Add(followFor)) {
+		t.Error("a log last read followFor ago counted as still followed")
+	}
+	if len(f.byNode) != 1 {
+		t.Errorf("%d nodes kept after a sweep; want only the one read since", len(f.byNode))
+	}
+}
