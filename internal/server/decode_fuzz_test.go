@@ -22,6 +22,7 @@ var requestTypes = []func() any{
 	func() any { return &api.JoinTokenRequest{} }, func() any { return &api.JoinRequest{} },
 	func() any { return &api.RenewRequest{} }, func() any { return &api.UISessionRequest{} },
 	func() any { return &[]api.Notify{} }, func() any { return &api.Request{} }, func() any { return &api.Decision{} },
+	func() any { return &api.LogBatch{} },
 }
 
 // FuzzDecodeFast holds decodeJSON's fast path to encoding/json: a body the fast decoder
@@ -46,6 +47,9 @@ func FuzzDecodeFast(f *testing.F) {
 		`{"agent_time":"2026-11-30t09:00:00z"}`, `{"agent_time":"2026-11-30T09:00:00+24:00"}`, `{"env":{"A":"1","A":"2"}}`,
 		`{"tasks":[]}`, `{"tasks":null}`, `{"labels":{}}`, `{"deadline":null}`, `{"nice":9223372036854775808}`,
 		`{"share":1e-400}`, `{"gpu_share":0.5e1}`, `{"command":[]}{}`, `{"command":[]} x`,
+		`{"chunks":[{"job_id":1,"attempt":1,"offset":0,"data":"aGk="}]}`, `{"chunks":[{"data":"aGk"}]}`,
+		`{"chunks":[{"data":"aG\nk="}]}`, `{"chunks":[{"data":"aG\rk="}]}`, `{"chunks":[{"data":null}]}`,
+		`{"chunks":[{"data":"_-8="}]}`, `{"chunks":[{"data":""}]}`, `{"chunks":[{"final":true}]}`,
 	} {
 		for i := range requestTypes {
 			f.Add(uint8(i), []byte(body))
