@@ -730,7 +730,7 @@ var routes = []route{
 	{"POST", "/api/v1/join", rulePublic, jsonBody, (*Server).handleJoin},
 	{"POST", heartbeatPath, ruleAgent, jsonBody, (*Server).handleHeartbeat},
 	{"GET", "/api/v1/agents/{node}/watch", ruleAgent, noBody, (*Server).handleWatch},
-	{"POST", "/api/v1/agents/{node}/logs", ruleAgent, jsonBody, (*Server).handleShipLogBatch},
+	{"POST", logBatchPath, ruleAgent, jsonBody, (*Server).handleShipLogBatch},
 	{"POST", "/api/v1/agents/{node}/logs/{job}/{attempt}", ruleAgent, bytesBody, (*Server).handleShipLog},
 	{"GET", "/api/v1/agents/{node}/attach/{job}/{attempt}", ruleAgent, noBody, (*Server).handleAgentAttach},
 	{"POST", "/api/v1/agents/{node}/renew", ruleAgent, jsonBody, (*Server).handleRenew},
@@ -745,8 +745,12 @@ var routes = []route{
 // statusPath is the one route a standby serves (see ha.go).
 const statusPath = "/api/v1/status"
 
-// heartbeatPath is the route every agent calls every few seconds.
-const heartbeatPath = "/api/v1/agents/{node}/heartbeat"
+// heartbeatPath is the route every agent calls every few seconds, and logBatchPath the
+// one it calls after each heartbeat while its tasks print.
+const (
+	heartbeatPath = "/api/v1/agents/{node}/heartbeat"
+	logBatchPath  = "/api/v1/agents/{node}/logs"
+)
 
 // Handler returns the HTTP API. Serve it with ConnContext set, so that callers on the
 // local socket and the in-process agent are known.
@@ -755,13 +759,14 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
 	mux.HandleFunc("/healthz", methodNotAllowed([]string{"GET", "HEAD"}))
 	allowed := map[string][]string{} // path → its methods, in the routes' order
-	beats := newHandOff(2 * time.Second)
+	agents := newHandOff(2 * time.Second)
 	for _, rt := range routes {
 		h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { s.serve(rt, w, r) })
-		if rt.path == heartbeatPath {
-			// Every agent's connection waits for its next heartbeat: the handler runs
-			// elsewhere, so that its goroutine keeps a small stack (offload.go).
-			h = beats.wrap(h)
+		if rt.path == heartbeatPath || rt.path == logBatchPath {
+			// Every agent's connection waits for its next heartbeat and the log batch
+			// that follows it: the handlers run elsewhere, so that its goroutine keeps a
+			// small stack (offload.go).
+			h = agents.wrap(h)
 		}
 		// Timed from the connection's goroutine, so that a request's latency includes
 		// its wait for a goroutine to run it.
