@@ -1,0 +1,60 @@
+package main
+
+import (
+	"bufio"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rotahq/rota/internal/api"
+)
+
+// A log someone follows reaches them within about a second, though the node ships the
+// others only after each heartbeat, here every 8 s: the first read wakes the node's
+// agent through its watch, and the logs someone reads ship every second.
+func TestFollowedLogArrivesBetweenHeartbeats(t *testing.T) {
+	u := startUp(t, 1, "--heartbeat-interval", "8s")
+	id := u.submit("--", "sh", "-c", `for i in $(seq 1 60); do echo "$(date +%s.%N) line $i"; sleep 0.25; done`)
+	u.waitJob(id, 30*time.Second, api.StateRunning)
+
+	cmd := exec.Command(rotaBinary(t), "logs", "-f", strconv.FormatInt(id, 10))
+	cmd.Env = append(os.Environ(), u.env...)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	start := time.Now()
+	var lags []time.Duration
+	sc := bufio.NewScanner(out)
+	for sc.Scan() && time.Since(start) < 7*time.Second {
+		came := time.Now()
+		var printed time.Time
+		for _, f := range strings.Fields(sc.Text()) {
+			if s, err := strconv.ParseFloat(f, 64); err == nil && s > 1e9 {
+				printed = time.Unix(0, int64(s*1e9))
+				break
+			}
+		}
+		// What was printed before the follow began waited for a heartbeat, or for it.
+		if printed.After(start.Add(2 * time.Second)) {
+			lags = append(lags, came.Sub(printed))
+		}
+	}
+	if len(lags) < 10 {
+		t.Fatalf("%d lines printed 2 to 7 s into the follow reached it; want about 20", len(lags))
+	}
+	worst := lags[0]
+	for _, l := range lags {
+		worst = max(worst, l)
+	}
+	if worst > 3*time.Second {
+		t.Errorf("a followed line took %s to arrive (all: %v); want a second or two, not a heartbeat interval of 8 s", worst, lags)
+	}
+}
