@@ -17,9 +17,7 @@ import (
 func (h *harness) shipBatch(node string, b api.LogBatch) (int, api.LogBatchAnswer, api.Error) {
 	h.t.Helper()
 	body, _ := json.Marshal(b)
-	req, _ := http.NewRequest("POST", "http://rota-up/api/v1/agents/"+node+"/logs", bytes.NewReader(body))
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := h.agent.Do(req)
+	resp, err := h.agent.Post("http://rota-up/api/v1/agents/"+node+"/logs", "application/json", bytes.NewReader(body))
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -27,12 +25,10 @@ func (h *harness) shipBatch(node string, b api.LogBatch) (int, api.LogBatchAnswe
 	data, _ := io.ReadAll(resp.Body)
 	var ans api.LogBatchAnswer
 	var e api.Error
-	if resp.StatusCode == http.StatusOK {
-		if err := json.Unmarshal(data, &ans); err != nil {
-			h.t.Fatalf("answer %s: %v", data, err)
-		}
-	} else {
+	if resp.StatusCode != http.StatusOK {
 		json.Unmarshal(data, &e)
+	} else if err := json.Unmarshal(data, &ans); err != nil {
+		h.t.Fatalf("answer %s: %v", data, err)
 	}
 	return resp.StatusCode, ans, e
 }
