@@ -572,10 +572,11 @@ func (a *Agent) loop(ctx context.Context) error {
 			wait = keepPhase(wait, time.Since(sent))
 		}
 		next := time.Now().Add(wait)
-		if err == nil {
-			// What the tasks printed since the last heartbeat goes next, on the
-			// connection the heartbeat left, before the watch takes it.
-			a.shipper.round(ctx, next.Add(-watchMargin(wait)))
+		// What the tasks printed since the last heartbeat goes next, on the connection
+		// the heartbeat left, before the watch takes it; an early heartbeat asked for
+		// meanwhile goes at once.
+		if err == nil && a.shipper.round(ctx, next.Add(-watchMargin(wait)), wake) {
+			continue
 		}
 		if err == nil && len(a.wake) == 0 {
 			// The watch is held until shortly before the next heartbeat, unless that one

@@ -146,21 +146,28 @@ func (s *logShipper) follow(refs []api.TaskRef) {
 }
 
 // round ships every log that has grown, and returns when that is done, or at until, or
-// when ctx ends.
-func (s *logShipper) round(ctx context.Context, until time.Time) {
+// when ctx ends, or at a receive from wake, when it reports true: the heartbeat loop's
+// early heartbeat (a task ended) must not wait for the logs.
+func (s *logShipper) round(ctx context.Context, until time.Time, wake <-chan struct{}) (woken bool) {
 	ctx, cancel := context.WithDeadline(ctx, until)
 	defer cancel()
 	done := make(chan struct{})
 	select {
 	case s.rounds <- done:
 	case <-ctx.Done():
-		return
+		return false
 	case <-s.quit:
-		return
+		return false
+	case <-wake:
+		return true
 	}
 	select {
 	case <-done:
+		return false
 	case <-ctx.Done():
+		return false
+	case <-wake:
+		return true
 	}
 }
 

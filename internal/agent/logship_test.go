@@ -1,10 +1,15 @@
 package agent
 
 import (
+	"context"
+	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -280,5 +285,50 @@ func TestLogLostByTheServerIsSentAgain(t *testing.T) {
 	defer s.mu.Unlock()
 	if !wellFormed(s.logAtEnd[k], true) {
 		t.Errorf("log when the end was reported: %q; want every line once, in order", s.logAtEnd[k])
+	}
+}
+
+// A heartbeat asked for early (a task ended, the node synced) does not wait for the log
+// round before it: a server slow to take logs must not hold back the reports.
+func TestEarlyHeartbeatDoesNotWaitForLogs(t *testing.T) {
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		<-release // a server that takes logs slowly
+		json.NewEncoder(w).Encode(api.LogBatchAnswer{Chunks: []api.LogChunkAck{{JobID: 1, Attempt: 1, Size: 0}}})
+	}))
+	defer srv.Close()
+	defer close(release)
+	servers, _, err := parseServers(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newLogShipper(srv.Client, servers, "node-1", testLogger(t), time.Hour)
+	var bg sync.WaitGroup
+	s.bg = &bg
+	ctx, cancel := context.WithCancel(context.Background())
+	defer func() { cancel(); bg.Wait() }()
+	bg.Go(func() { s.run(ctx) })
+	dir := t.TempDir()
+	a := &attempt{key: attemptKey{cluster: testCluster, job: 1, attempt: 1}, dir: dir, logPath: filepath.Join(dir, fileOutput),
+		logger: testLogger(t), exited: make(chan struct{}), logShipped: make(chan struct{})}
+	s.add(a, func() bool { return true })
+
+	// The round waits for the slow server until the deadline it was given...
+	start := time.Now()
+	if s.round(ctx, start.Add(300*time.Millisecond), nil) {
+		t.Error("a round with no wake says it was woken")
+	}
+	if took := time.Since(start); took < 250*time.Millisecond || took > 2*time.Second {
+		t.Errorf("a round held by the server returned after %s; want at its deadline, 300ms", took)
+	}
+	// ...and a wake ends it at once.
+	wake := make(chan struct{}, 1)
+	start = time.Now()
+	time.AfterFunc(100*time.Millisecond, func() { wake <- struct{}{} })
+	if !s.round(ctx, start.Add(10*time.Second), wake) {
+		t.Error("a round ended by a wake does not say so")
+	}
+	if took := time.Since(start); took > 2*time.Second {
+		t.Errorf("the early heartbeat waited %s for the logs; want about 100ms", took)
 	}
 }
