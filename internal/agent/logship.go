@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -203,9 +204,21 @@ func (s *logShipper) run(ctx context.Context) {
 // pending is one log's part of a round: what to send of it, up to the size it had when
 // the round began (a log that grows as fast as it ships must not hold the round for ever).
 type pending struct {
-	l     *shipLog
-	upTo  int64
-	ended bool
+	l        *shipLog
+	upTo     int64
+	ended    bool
+	followed bool
+}
+
+// urgency orders a round's logs: ended, followed, the others.
+func (p pending) urgency() int {
+	switch {
+	case p.ended:
+		return 0
+	case p.followed:
+		return 1
+	}
+	return 2
 }
 
 // ship sends, in as few requests as the limits allow, the logs due: all of them in a
@@ -221,9 +234,12 @@ func (s *logShipper) ship(ctx context.Context, all bool) {
 		if !all && !ended && !followed || now.Before(l.retryAt) {
 			continue
 		}
-		due = append(due, pending{l: l, ended: ended})
+		due = append(due, pending{l: l, ended: ended, followed: followed})
 	}
 	s.mu.Unlock()
+	// The ends first, which an end report waits for, then what someone reads: a round
+	// with more than a batch holds, after a restart say, sends those in its first.
+	slices.SortFunc(due, func(x, y pending) int { return x.urgency() - y.urgency() })
 
 	for i := range due {
 		p := &due[i]

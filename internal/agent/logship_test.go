@@ -332,3 +332,57 @@ func TestEarlyHeartbeatDoesNotWaitForLogs(t *testing.T) {
 		t.Errorf("the early heartbeat waited %s for the logs; want about 100ms", took)
 	}
 }
+
+// A round with more to send than one batch holds (a node whose agent was down a while)
+// sends the end of an ended task's log in its first batch, which the end report waits for.
+func TestEndedLogsGoFirstInALongRound(t *testing.T) {
+	s := newFakeServer(t)
+	servers, _, err := parseServers(s.srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh := newLogShipper(s.srv.Client, servers, "node-1", testLogger(t), time.Hour)
+	var bg sync.WaitGroup
+	sh.bg = &bg
+	// The round is run here, not by run: a round of its own would ship the ended log first.
+	defer func() { close(sh.quit); bg.Wait() }()
+	newAttempt := func(job int64, log []byte, ended bool) *attempt {
+		dir := t.TempDir()
+		a := &attempt{key: attemptKey{cluster: testCluster, job: job, attempt: 1}, dir: dir, logPath: filepath.Join(dir, fileOutput),
+			logger: testLogger(t), exited: make(chan struct{}), logShipped: make(chan struct{})}
+		if err := os.WriteFile(a.logPath, log, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if ended {
+			close(a.exited)
+		}
+		return a
+	}
+	// Several long logs, so that whichever comes first in the node's map fills a batch.
+	for job := int64(1); job <= 3; job++ {
+		sh.add(newAttempt(job, []byte(strings.Repeat("x", 3<<20)), false), func() bool { return true })
+	}
+	ended := newAttempt(9, []byte("bye\n"), true)
+	sh.add(ended, func() bool { return true })
+	sh.ship(context.Background(), true)
+	if !isClosed(ended.logShipped) {
+		t.Fatal("the ended task's log was not shipped")
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, b := range s.batches {
+		for _, c := range b.Chunks {
+			if len(c.Data) == 0 {
+				continue
+			}
+			if c.JobID != 9 {
+				t.Fatalf("batch %d sent job %d's data before the ended task's; want the end first", i, c.JobID)
+			}
+			if !c.Final || string(c.Data) != "bye\n" {
+				t.Errorf("the ended task's chunk %+v; want its whole log, final", c)
+			}
+			return
+		}
+	}
+	t.Fatal("no batch carried data")
+}
