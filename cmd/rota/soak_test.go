@@ -34,7 +34,9 @@ import (
 //   - no attempt of a job started twice;
 //   - no job that SUCCEEDED started again after its successful end;
 //   - no GPU of a node was held by two live processes at once;
-//   - the attempts the server records agree with what the markers say ran where.
+//   - the attempts the server records agree with what the markers say ran where;
+//   - the log of each job's attempt that succeeded is on the server whole: every line it
+//     printed, once.
 //
 // The default run is short: a few rounds on SQLite. ROTA_SOAK=1 runs ROTA_SOAK_ROUNDS
 // rounds (default 100) on SQLite and then on PostgreSQL. The randomness is seeded; the
@@ -125,7 +127,9 @@ func (s *submitter) run(ctx context.Context) {
 		spec := api.JobSpec{GPUs: gpus, Grace: soakGrace, Command: shell(markerPrelude(s.markers) + fmt.Sprintf(`
 trap 'mark end code=term; exit 143' TERM
 mark start
+echo "log $ROTA_JOB_ID.$ROTA_ATTEMPT begin"
 sleep %.2f & wait $!
+echo "log $ROTA_JOB_ID.$ROTA_ATTEMPT end"
 mark end code=0`, secs))}
 		s.submit(ctx, spec, hex.EncodeToString(key))
 		select {
@@ -289,6 +293,24 @@ func runSoak(t *testing.T, cfg soakConfig) {
 	problems := checkSoak(details, ms)
 	for _, p := range problems {
 		t.Error(p)
+	}
+	// Every job's log reached the server whole, through the kills: each piece once, none
+	// lost. A log whose last bytes were not shipped when the end was reported (its agent
+	// killed meanwhile) still arrives, so the check waits a while for it.
+	for _, id := range sortedIDs(details) {
+		d := details[id]
+		if d.State != api.StateSucceeded {
+			continue
+		}
+		want := fmt.Sprintf("log %d.%d begin\nlog %d.%d end\n", id, d.Attempts, id, d.Attempts)
+		var got strings.Builder
+		waitForf(t, 30*time.Second, func() string {
+			return fmt.Sprintf("job %d's log on the server to be %q; it is %q", id, want, got.String())
+		}, func() bool {
+			got.Reset()
+			_, err := c.client.Logs(context.Background(), id, cli.LogOptions{Attempt: d.Attempts}, &got)
+			return err == nil && got.String() == want
+		})
 	}
 	// Nothing of any job still runs.
 	for _, p := range listProcesses() {
