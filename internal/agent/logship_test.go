@@ -41,7 +41,7 @@ func wellFormed(log string, ended bool) bool {
 	return !ended
 }
 
-// chunksOf counts, per batch, the chunks with data of each job.
+// dataChunks counts, per batch, the chunks with data of each job.
 func (s *fakeServer) dataChunks() []map[int64]int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -67,7 +67,7 @@ func TestLogsShipOnceAHeartbeatForAllTasks(t *testing.T) {
 	s.setDesired(printer(1, stop), printer(2, stop), printer(3, stop))
 	cfg := agentConfig(t, s, t.TempDir())
 	cfg.HeartbeatInterval = 200 * time.Millisecond
-	startAgent2(t, cfg)
+	launch(t, cfg, testLogger(t))
 	time.Sleep(3500 * time.Millisecond)
 
 	s.mu.Lock()
@@ -110,12 +110,6 @@ func TestLogsShipOnceAHeartbeatForAllTasks(t *testing.T) {
 	}
 }
 
-// startAgent2 runs an agent with cfg until the test ends.
-func startAgent2(t *testing.T, cfg Config) *runningAgent {
-	t.Helper()
-	return launch(t, cfg, testLogger(t))
-}
-
 // A log someone reads ships every second, between heartbeats; the others wait for the
 // next heartbeat's round.
 func TestFollowedLogShipsBetweenHeartbeats(t *testing.T) {
@@ -126,7 +120,7 @@ func TestFollowedLogShipsBetweenHeartbeats(t *testing.T) {
 	s.setDesired(printer(1, stop), printer(2, stop))
 	cfg := agentConfig(t, s, t.TempDir())
 	cfg.HeartbeatInterval = 200 * time.Millisecond
-	startAgent2(t, cfg)
+	launch(t, cfg, testLogger(t))
 	eventually(t, 10*time.Second, "the tasks to start", func() bool {
 		st, ok := s.lastReported(taskKey{2, 1})
 		return ok && st.State == api.StateRunning
@@ -169,7 +163,7 @@ func TestEndedLogShipsAtOnce(t *testing.T) {
 	s.setDesired(printer(1, stop))
 	cfg := agentConfig(t, s, t.TempDir())
 	cfg.HeartbeatInterval = 200 * time.Millisecond
-	startAgent2(t, cfg)
+	launch(t, cfg, testLogger(t))
 	k := taskKey{1, 1}
 	eventually(t, 10*time.Second, "the task to run", func() bool {
 		st, ok := s.lastReported(k)
@@ -202,7 +196,7 @@ func TestLogsShipOneByOneToAnOlderServer(t *testing.T) {
 	s.noBatch = true
 	stop := filepath.Join(t.TempDir(), "stop")
 	s.setDesired(printer(1, stop), printer(2, stop))
-	startAgent2(t, agentConfig(t, s, t.TempDir()))
+	startAgent(t, s, testLogger(t))
 	time.Sleep(500 * time.Millisecond)
 	if err := os.WriteFile(stop, nil, 0o644); err != nil {
 		t.Fatal(err)
@@ -231,7 +225,7 @@ func TestRefusedLogStopsAlone(t *testing.T) {
 	stop := filepath.Join(t.TempDir(), "stop")
 	s.setDesired(printer(1, stop), printer(2, stop))
 	dir := t.TempDir()
-	startAgent2(t, agentConfig(t, s, dir))
+	launch(t, agentConfig(t, s, dir), testLogger(t))
 	time.Sleep(500 * time.Millisecond)
 	if err := os.WriteFile(stop, nil, 0o644); err != nil {
 		t.Fatal(err)
@@ -266,7 +260,7 @@ func TestLogLostByTheServerIsSentAgain(t *testing.T) {
 	s := newFakeServer(t)
 	stop := filepath.Join(t.TempDir(), "stop")
 	s.setDesired(printer(1, stop))
-	startAgent2(t, agentConfig(t, s, t.TempDir()))
+	startAgent(t, s, testLogger(t))
 	k := taskKey{1, 1}
 	eventually(t, 10*time.Second, "some lines on the server", func() bool {
 		s.mu.Lock()
@@ -298,20 +292,11 @@ func TestEarlyHeartbeatDoesNotWaitForLogs(t *testing.T) {
 	}))
 	defer srv.Close()
 	defer close(release)
-	servers, _, err := parseServers(srv.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := newLogShipper(srv.Client, servers, "node-1", testLogger(t), time.Hour)
-	var bg sync.WaitGroup
-	s.bg = &bg
+	s := testShipper(t, srv)
 	ctx, cancel := context.WithCancel(context.Background())
-	defer func() { cancel(); bg.Wait() }()
-	bg.Go(func() { s.run(ctx) })
-	dir := t.TempDir()
-	a := &attempt{key: attemptKey{cluster: testCluster, job: 1, attempt: 1}, dir: dir, logPath: filepath.Join(dir, fileOutput),
-		logger: testLogger(t), exited: make(chan struct{}), logShipped: make(chan struct{})}
-	s.add(a, func() bool { return true })
+	defer func() { cancel(); s.bg.Wait() }()
+	s.bg.Go(func() { s.run(ctx) })
+	s.add(testAttempt(t, 1, nil, false), func() bool { return true })
 
 	// The round waits for the slow server until the deadline it was given...
 	start := time.Now()
@@ -337,32 +322,14 @@ func TestEarlyHeartbeatDoesNotWaitForLogs(t *testing.T) {
 // sends the end of an ended task's log in its first batch, which the end report waits for.
 func TestEndedLogsGoFirstInALongRound(t *testing.T) {
 	s := newFakeServer(t)
-	servers, _, err := parseServers(s.srv.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sh := newLogShipper(s.srv.Client, servers, "node-1", testLogger(t), time.Hour)
-	var bg sync.WaitGroup
-	sh.bg = &bg
+	sh := testShipper(t, s.srv)
 	// The round is run here, not by run: a round of its own would ship the ended log first.
-	defer func() { close(sh.quit); bg.Wait() }()
-	newAttempt := func(job int64, log []byte, ended bool) *attempt {
-		dir := t.TempDir()
-		a := &attempt{key: attemptKey{cluster: testCluster, job: job, attempt: 1}, dir: dir, logPath: filepath.Join(dir, fileOutput),
-			logger: testLogger(t), exited: make(chan struct{}), logShipped: make(chan struct{})}
-		if err := os.WriteFile(a.logPath, log, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		if ended {
-			close(a.exited)
-		}
-		return a
-	}
+	defer func() { close(sh.quit); sh.bg.Wait() }()
 	// Several long logs, so that whichever comes first in the node's map fills a batch.
 	for job := int64(1); job <= 3; job++ {
-		sh.add(newAttempt(job, []byte(strings.Repeat("x", 3<<20)), false), func() bool { return true })
+		sh.add(testAttempt(t, job, []byte(strings.Repeat("x", 3<<20)), false), func() bool { return true })
 	}
-	ended := newAttempt(9, []byte("bye\n"), true)
+	ended := testAttempt(t, 9, []byte("bye\n"), true)
 	sh.add(ended, func() bool { return true })
 	sh.ship(context.Background(), true)
 	if !isClosed(ended.logShipped) {
@@ -385,4 +352,34 @@ func TestEndedLogsGoFirstInALongRound(t *testing.T) {
 		}
 	}
 	t.Fatal("no batch carried data")
+}
+
+// testShipper is node-1's log shipper, sending to srv, with run not started.
+func testShipper(t *testing.T, srv *httptest.Server) *logShipper {
+	t.Helper()
+	servers, _, err := parseServers(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh := newLogShipper(srv.Client, servers, "node-1", testLogger(t), time.Hour)
+	sh.bg = &sync.WaitGroup{}
+	return sh
+}
+
+// testAttempt is attempt 1 of job, in a directory of its own, whose log holds log (no
+// file for nil), ended or still running.
+func testAttempt(t *testing.T, job int64, log []byte, ended bool) *attempt {
+	t.Helper()
+	dir := t.TempDir()
+	a := &attempt{key: attemptKey{cluster: testCluster, job: job, attempt: 1}, dir: dir, logPath: filepath.Join(dir, fileOutput),
+		logger: testLogger(t), exited: make(chan struct{}), logShipped: make(chan struct{})}
+	if log != nil {
+		if err := os.WriteFile(a.logPath, log, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if ended {
+		close(a.exited)
+	}
+	return a
 }
