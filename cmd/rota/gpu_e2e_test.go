@@ -27,10 +27,11 @@ const gpuUpNode = "gpu-e2e"
 
 // upNode is a `rota up` in a throwaway data dir, reached through its local socket.
 type upNode struct {
-	t   *testing.T
-	dir string
-	env []string
-	up  *proc
+	t    *testing.T
+	dir  string
+	env  []string
+	args []string // rota up's, for a restart
+	up   *proc
 }
 
 // startUp starts `rota up` with gpus fake GPUs and the extra flags and waits until its
@@ -58,7 +59,16 @@ func startUpWith(t *testing.T, gpus int, extra ...string) *upNode {
 		env: []string{"ROTA_DATA_DIR=" + dir, "HOME=" + filepath.Join(dir, "home"), "XDG_CONFIG_HOME=" + filepath.Join(dir, "home", ".config")}}
 	args := append([]string{"up", "--name", gpuUpNode, "--listen", freePort(t),
 		"--heartbeat-interval", "200ms", "--telemetry-interval", "200ms", "--min-runtime", "0s"}, extra...)
+	u.args = args
 	u.up = startProc(t, dir, "up", u.env, args...)
+	u.waitReady(gpus)
+	return u
+}
+
+// waitReady waits until the node of rota up is READY, not syncing, with gpus devices.
+func (u *upNode) waitReady(gpus int) {
+	t := u.t
+	t.Helper()
 	var last string
 	waitForf(t, 30*time.Second, func() string { return "the node of rota up READY with its GPUs; last rota nodes: " + last }, func() bool {
 		u.checkUp()
@@ -68,7 +78,6 @@ func startUpWith(t *testing.T, gpus int, extra ...string) *upNode {
 		return r.code == 0 && json.Unmarshal([]byte(r.stdout), &list) == nil && len(list.Nodes) == 1 &&
 			list.Nodes[0].State == api.NodeReady && !list.Nodes[0].Syncing && len(list.Nodes[0].GPUs) == gpus
 	})
-	return u
 }
 
 func (u *upNode) checkUp() {

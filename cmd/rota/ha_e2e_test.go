@@ -161,7 +161,7 @@ func TestHAProcesses(t *testing.T) {
 				default:
 				}
 				name := fmt.Sprintf("w%d-%d", w, i)
-				j, err := c.Submit(ctx, api.JobSpec{Name: name, GPUs: 1, Command: []string{"sleep", "0.2"}})
+				j, err := c.Submit(ctx, api.JobSpec{Name: name, GPUs: 1, Command: []string{"sh", "-c", `echo "job $ROTA_JOB_ID"; sleep 0.2`}})
 				mu.Lock()
 				if err != nil {
 					failed = append(failed, name+": "+err.Error())
@@ -296,6 +296,21 @@ func TestHAProcesses(t *testing.T) {
 			}
 		}
 	}
+	// Every job's log reads whole through whichever server leads now: those that ended
+	// under an earlier leader went to its data dir, and the node sends them again.
+	for _, j := range jobs {
+		var buf strings.Builder
+		var chunk cli.LogChunk
+		for off := int64(0); ; off += chunk.N {
+			if chunk, err = client.Logs(ctx, j.ID, cli.LogOptions{Offset: off}, &buf); err != nil || chunk.Done || chunk.N == 0 {
+				break
+			}
+		}
+		if want := fmt.Sprintf("job %d\n", j.ID); buf.String() != want || err != nil || !chunk.Done || chunk.Incomplete != "" {
+			t.Errorf("job %d's log through the leader: %q (done %v, incomplete %q, %v); want %q", j.ID, buf.String(), chunk.Done, chunk.Incomplete, err, want)
+		}
+	}
+	phase(fmt.Sprintf("logs read, %d shipped again by the node", strings.Count(agent.output(), "shipping an ended attempt's log again")))
 	t.Logf("%d jobs acknowledged and succeeded across %d failovers", len(acked), rounds)
 }
 

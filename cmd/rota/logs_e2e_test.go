@@ -4,8 +4,10 @@ import (
 	"bufio"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -56,5 +58,37 @@ func TestFollowedLogArrivesBetweenHeartbeats(t *testing.T) {
 	}
 	if worst > 3*time.Second {
 		t.Errorf("a followed line took %s to arrive (all: %v); want a second or two, not a heartbeat interval of 8 s", worst, lags)
+	}
+}
+
+// A log longer than one answer of the server (2 MiB) comes out whole from `rota logs`.
+// And a server that has lost its copies of the logs (its log directory gone, as on a
+// machine restored from a backup of the database, or a new leader) gets each ended job's
+// log back from its node at the first read.
+func TestLogsOutliveTheServersCopies(t *testing.T) {
+	u := startUp(t, 1)
+	const lines = 400_000 // `seq` prints 2.7 MB
+	id := u.submit("--", "seq", strconv.Itoa(lines))
+	u.waitJob(id, 60*time.Second, api.StateSucceeded)
+	var want strings.Builder
+	for i := 1; i <= lines; i++ {
+		want.WriteString(strconv.Itoa(i) + "\n")
+	}
+	ref := strconv.FormatInt(id, 10)
+	if r := u.rota("logs", ref); r.code != 0 || r.stdout != want.String() {
+		t.Fatalf("rota logs: exit %d, %d bytes of the %d printed; stderr %q", r.code, len(r.stdout), want.Len(), r.stderr)
+	}
+
+	u.up.signal(syscall.SIGTERM)
+	if _, ok := u.up.waitExit(30 * time.Second); !ok {
+		t.Fatal("rota up did not stop on SIGTERM")
+	}
+	if err := os.RemoveAll(filepath.Join(u.dir, "logs")); err != nil {
+		t.Fatal(err)
+	}
+	u.up = startProc(t, u.dir, "up-again", u.env, u.args...)
+	u.waitReady(1)
+	if r := u.rota("logs", ref); r.code != 0 || r.stdout != want.String() {
+		t.Fatalf("rota logs with the server's copy gone: exit %d, %d bytes of the %d printed; stderr %q", r.code, len(r.stdout), want.Len(), r.stderr)
 	}
 }

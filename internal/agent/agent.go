@@ -148,6 +148,8 @@ type Agent struct {
 	// heartbeat that failed, or from a server that keeps no hash. While it is the hash
 	// of inventory, heartbeats leave the inventory out. Guarded by mu.
 	heldHash string
+	// logSizes is set while the server's answers say it takes TaskStatus.LogSize.
+	logSizes bool
 	runner   *runner
 	shipper  *logShipper
 	creds    *credentials
@@ -553,6 +555,7 @@ func (a *Agent) loop(ctx context.Context) error {
 			}
 			a.reconcile(resp.Tasks)
 			a.shipper.follow(resp.LogsFollowed)
+			a.reship(resp.LogsFollowed)
 			// A node whose agent (re)connected takes no work until the server hears it is
 			// synced: say so at once rather than a heartbeat later.
 			a.mu.Lock()
@@ -665,6 +668,41 @@ func (a *Agent) adoptAll() error {
 	}
 	a.settle()
 	return nil
+}
+
+// reship ships again the logs of ended attempts that the server names among the logs
+// followed and that no shipper sends: the server holds only part of each (it took over
+// from another, or lost its log directory) and asks for the rest. The attempt may have
+// been forgotten: its directory, with its log, stays until housekeeping removes it.
+func (a *Agent) reship(refs []api.TaskRef) {
+	if len(refs) == 0 {
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if !a.confirmed {
+		return
+	}
+	for _, r := range refs {
+		k := attemptKey{cluster: a.cluster, job: r.JobID, attempt: r.Attempt}
+		if a.shipper.shipping(k) {
+			continue
+		}
+		att, ok := a.attempts[k]
+		switch {
+		case ok && !isClosed(att.exited):
+			continue // running: its log ships as it grows
+		case !ok:
+			dir := attemptDir(a.dataDir, k)
+			if _, ended := readStatus(dir); !ended {
+				continue // not here, or not over
+			}
+			att = a.runner.newAttempt(k, dir)
+			close(att.exited)
+		}
+		att.logger.Info("shipping an ended attempt's log again: the server holds only part of it")
+		a.shipper.add(att, func() bool { return a.stillCurrent(k) })
+	}
 }
 
 // settledOnDisk reports whether an attempt found on disk needs nothing more from this
@@ -821,6 +859,9 @@ func (a *Agent) beat(ctx context.Context) (*api.HeartbeatResponse, error) {
 		att := a.attempts[k]
 		cur := a.isCurrent(k)
 		st, ended := att.snapshot()
+		if !a.logSizes {
+			st.LogSize = 0 // a server of an earlier release refuses the field
+		}
 		if cur && !att.endAcked {
 			st.Events = att.events.peek()
 			hb.Tasks = append(hb.Tasks, st)
@@ -840,6 +881,10 @@ func (a *Agent) beat(ctx context.Context) (*api.HeartbeatResponse, error) {
 		// no hashes), the next heartbeat carries the inventory whole.
 		a.mu.Lock()
 		a.heldHash = ""
+		if errors.Is(err, errBadRequest) {
+			// Perhaps a server of an earlier release, refusing a field it does not know.
+			a.logSizes = false
+		}
 		a.mu.Unlock()
 		return nil, err
 	}
@@ -847,6 +892,7 @@ func (a *Agent) beat(ctx context.Context) (*api.HeartbeatResponse, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.heldHash = resp.InventoryHash
+	a.logSizes = resp.LogSizes
 	a.sentSynced = hb.Synced
 	// A reading goes once; a newer one taken meanwhile waits for the next heartbeat.
 	if a.telemetry == hb.Telemetry {
@@ -920,6 +966,9 @@ func orDefault(s, def string) string {
 	return s
 }
 
+// errBadRequest marks a heartbeat the server refused as malformed (400).
+var errBadRequest = errors.New("refused as malformed")
+
 // refusedError is an answer that says this agent may not serve the node: 401 or 403
 // (not joined, certificate superseded) or 409 (another live agent serves the name).
 type refusedError struct {
@@ -966,6 +1015,9 @@ func (a *Agent) post(ctx context.Context, hb api.Heartbeat) (*api.HeartbeatRespo
 	switch resp.StatusCode {
 	case http.StatusUnauthorized, http.StatusForbidden, http.StatusConflict:
 		return nil, &refusedError{status: resp.StatusCode, msg: httpError(resp.StatusCode, data)}
+	}
+	if resp.StatusCode == http.StatusBadRequest {
+		return nil, fmt.Errorf("heartbeat: %w: %s", errBadRequest, httpError(resp.StatusCode, data))
 	}
 	if resp.StatusCode/100 != 2 {
 		return nil, fmt.Errorf("heartbeat: %s", httpError(resp.StatusCode, data))

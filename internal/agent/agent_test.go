@@ -68,8 +68,11 @@ type fakeServer struct {
 	oneByOne   int
 	noBatch    bool
 	refuseLogs map[taskKey]bool
-	// followed is what answers say someone reads (LogsFollowed).
+	// followed is what answers say someone reads (LogsFollowed); a final chunk takes its
+	// log out, as the server does. logSizes makes the answers say the server takes
+	// TaskStatus.LogSize.
 	followed []api.TaskRef
+	logSizes bool
 	events   map[taskKey][]map[string]any
 	// stops holds the first Stopped report of each attempt, stopReports how many came.
 	stops       map[api.TaskRef]api.StoppedTask
@@ -201,7 +204,7 @@ func (s *fakeServer) heartbeat(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.beats = append(s.beats, hb)
-	resp := api.HeartbeatResponse{Tasks: append([]api.Task(nil), s.desired...), HeartbeatSeconds: cmp(s.interval, 50*time.Millisecond).Seconds(), ClusterID: s.clusterID, LogsFollowed: s.followed}
+	resp := api.HeartbeatResponse{Tasks: append([]api.Task(nil), s.desired...), HeartbeatSeconds: cmp(s.interval, 50*time.Millisecond).Seconds(), ClusterID: s.clusterID, LogsFollowed: s.followed, LogSizes: s.logSizes}
 	if !reflect.ValueOf(hb.Inventory).IsZero() {
 		s.held = hb.Inventory
 		s.full++
@@ -282,6 +285,7 @@ func (s *fakeServer) logBatch(w http.ResponseWriter, r *http.Request) {
 			ack.Size, _ = s.writeLog(taskKey{c.JobID, c.Attempt}, int(c.Offset), c.Data)
 			if c.Final {
 				s.finalSize[taskKey{c.JobID, c.Attempt}] = ack.Size
+				s.followed = slices.DeleteFunc(s.followed, func(r api.TaskRef) bool { return r.JobID == c.JobID && r.Attempt == c.Attempt })
 			}
 		}
 		ans.Chunks = append(ans.Chunks, ack)

@@ -121,6 +121,14 @@ func (s *logShipper) add(a *attempt, current func() bool) {
 	s.poke()
 }
 
+// shipping reports whether the log of the attempt k is being shipped.
+func (s *logShipper) shipping(k attemptKey) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.logs[k]
+	return ok
+}
+
 // poke asks for a fast round.
 func (s *logShipper) poke() {
 	select {

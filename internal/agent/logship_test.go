@@ -383,3 +383,67 @@ func testAttempt(t *testing.T, job int64, log []byte, ended bool) *attempt {
 	}
 	return a
 }
+
+// An ended task's end carries its whole log's size, to a server that takes it. A server
+// that then holds less (it took over from another, or lost its log directory) names the
+// log among those followed, and the agent ships it again from its copy: once the attempt
+// is forgotten, and after a restart too. To a server that does not take sizes, none goes.
+func TestEndedLogIsShippedAgainWhenAsked(t *testing.T) {
+	s := newFakeServer(t)
+	s.logSizes = true
+	stop := filepath.Join(t.TempDir(), "stop")
+	s.setDesired(printer(1, stop))
+	dir := t.TempDir()
+	ra := launch(t, agentConfig(t, s, dir), testLogger(t))
+	k := taskKey{1, 1}
+	time.Sleep(300 * time.Millisecond)
+	if err := os.WriteFile(stop, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "the end report", func() bool { _, ok := s.finalOf(k); return ok })
+	s.setDesired()
+	whole := s.logOf(k)
+	if st, _ := s.finalOf(k); st.LogSize != int64(len(whole)) || !wellFormed(whole, true) {
+		t.Fatalf("end reported with a log size of %d; want the whole log's, %d (%q)", st.LogSize, len(whole), whole)
+	}
+	eventually(t, 10*time.Second, "the attempt forgotten", func() bool {
+		ra.mu.Lock()
+		defer ra.mu.Unlock()
+		return len(ra.attempts) == 0
+	})
+
+	lose := func() {
+		s.mu.Lock()
+		s.logs[k] = nil
+		s.followed = []api.TaskRef{{JobID: 1, Attempt: 1}}
+		s.mu.Unlock()
+	}
+	lose()
+	eventually(t, 10*time.Second, "the log shipped again", func() bool { return s.logOf(k) == whole })
+	// Shipped, it is asked for no more and sent no more.
+	s.mu.Lock()
+	sent := s.logSent[k]
+	s.mu.Unlock()
+	n := s.beatCount()
+	eventually(t, 10*time.Second, "more heartbeats", func() bool { return s.beatCount() > n+10 })
+	s.mu.Lock()
+	if s.logSent[k] != sent || len(s.followed) != 0 {
+		t.Errorf("%d more bytes sent, still followed: %v; want none once the log was whole", s.logSent[k]-sent, s.followed)
+	}
+	s.mu.Unlock()
+
+	// A restarted agent has not the attempt in memory at all: its directory serves.
+	ra.stop(t)
+	lose()
+	launch(t, agentConfig(t, s, dir), testLogger(t))
+	eventually(t, 10*time.Second, "the log shipped again after a restart", func() bool { return s.logOf(k) == whole })
+
+	// A server that does not say it takes sizes gets none.
+	old := newFakeServer(t)
+	old.setDesired(printer(1, stop)) // the stop file is there: it prints "end" and exits
+	startAgent(t, old, testLogger(t))
+	eventually(t, 10*time.Second, "the end report", func() bool { _, ok := old.finalOf(k); return ok })
+	if st, _ := old.finalOf(k); st.LogSize != 0 {
+		t.Errorf("a server that takes no log sizes was sent one: %d", st.LogSize)
+	}
+}

@@ -296,8 +296,13 @@ func (r *runner) finish(a *attempt, rec endRecord) {
 		}
 		t.Stop()
 	}
+	st := rec.taskStatus(a.key)
+	// exited is closed: nothing writes the log any more, so this is its whole size.
+	if size, err := fileSize(a.logPath); err == nil {
+		st.LogSize = size
+	}
 	a.mu.Lock()
-	a.status = rec.taskStatus(a.key)
+	a.status = st
 	a.ended = true
 	a.mu.Unlock()
 	a.logger.Info("task ended", "state", rec.State, "reason", rec.Reason, "message", rec.Message, "recorded_by", rec.RecordedBy)

@@ -32,6 +32,9 @@ type TaskStatus struct {
 	PeakMemoryMB int64 `json:"peak_memory_mb,omitempty"`
 	// ImageDigest is the digest of the container image the task runs.
 	ImageDigest string `json:"image_digest,omitempty"`
+	// LogSize, on an ended task, is the size of its whole log on the node: a server whose
+	// copy is shorter (a new leader, a lost log directory) asks the node for the rest.
+	LogSize int64 `json:"log_size,omitempty"`
 }
 
 // Heartbeat is what an agent sends: its inventory and the state of its tasks.
@@ -166,8 +169,13 @@ type HeartbeatResponse struct {
 	InventoryHash string `json:"inventory_hash,omitempty"`
 	// LogsFollowed lists the node's tasks whose logs someone reads now (`rota logs -f`, a
 	// job's page): the agent ships them every second, not only after each heartbeat. A
-	// reader's arrival wakes the node's watch, so the agent learns of it at once.
+	// reader's arrival wakes the node's watch, so the agent learns of it at once. It also
+	// names ended tasks whose log the server holds only in part (TaskStatus.LogSize): the
+	// agent ships those again from its copy, which it keeps for a while after the end.
 	LogsFollowed []TaskRef `json:"logs_followed,omitempty"`
+	// LogSizes says the server takes TaskStatus.LogSize: an agent sends it only to a
+	// server whose answers say so, as an earlier one refuses the field.
+	LogSizes bool `json:"log_sizes,omitempty"`
 }
 
 // InventoryHash is the hex SHA-256 of inv's JSON encoding. Agent and server each work it

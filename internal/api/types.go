@@ -463,6 +463,9 @@ type Placement struct {
 	Usage *Usage `json:"usage,omitempty"`
 	// ImageDigest is the digest of the container image this rank actually ran.
 	ImageDigest string `json:"image_digest,omitempty"`
+	// LogSize is the size of the rank's whole log, as its node reported it with the
+	// rank's end; 0 when unknown.
+	LogSize int64 `json:"log_size,omitempty"`
 }
 
 // GPUs is what the rank holds of GPUs: its share of one GPU, or its whole GPUs.

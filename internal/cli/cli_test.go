@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -643,6 +644,69 @@ func TestLogsFollow(t *testing.T) {
 	code, out, _ = run(t, url, "logs", "42", "--attempt", "1")
 	if code != ExitOK || out != "epoch 1\nepoch 2\n" || len(queries()) != 1 || queries()[0] != "attempt=1" {
 		t.Errorf("exit %d, stdout %q, requests %q", code, out, queries())
+	}
+}
+
+// TestLogsReadsALongLogWhole: the server answers a log in pieces of a bounded size, so a
+// log longer than one piece takes several requests even without -f, each from where the
+// last ended and on the attempt the first was of.
+func TestLogsReadsALongLogWhole(t *testing.T) {
+	const piece = 1000
+	log := strings.Repeat("0123456789abcdefghi\n", 260) // 5,200 bytes: six pieces
+	var (
+		mu      sync.Mutex // guards queries
+		queries []string
+	)
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /api/v1/jobs/42", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, fixtureDetail())
+	})
+	mux.HandleFunc("GET /api/v1/jobs/42/logs", func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		queries = append(queries, r.URL.RawQuery)
+		mu.Unlock()
+		offset, _ := strconv.Atoi(r.URL.Query().Get("offset"))
+		end := min(offset+piece, len(log))
+		w.Header().Set("X-Rota-Log-Size", strconv.Itoa(len(log)))
+		w.Header().Set("X-Rota-Log-Attempt", "2")
+		// A running job's log: never done, so only the size says where it ends now.
+		w.Header().Set("X-Rota-Log-Done", "false")
+		w.Write([]byte(log[offset:end]))
+	})
+	url := newHTTPServer(t, mux)
+	code, out, errOut := run(t, url, "logs", "42")
+	if code != ExitOK || out != log {
+		t.Fatalf("exit %d, stderr %q, stdout %d bytes, want the whole log of %d", code, errOut, len(out), len(log))
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	want := []string{""}
+	for o := piece; o < len(log); o += piece {
+		want = append(want, fmt.Sprintf("attempt=2&offset=%d", o))
+	}
+	if !reflect.DeepEqual(queries, want) {
+		t.Errorf("requests %q, want %q", queries, want)
+	}
+}
+
+// A log the server holds only in part, which its node could not send again, is printed
+// as far as it goes, with the server's reason on stderr and a failing exit.
+func TestLogsSaysWhenTheLogIsIncomplete(t *testing.T) {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /api/v1/jobs/42", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, fixtureDetail())
+	})
+	mux.HandleFunc("GET /api/v1/jobs/42/logs", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Rota-Log-Size", "6")
+		w.Header().Set("X-Rota-Log-Done", "true")
+		w.Header().Set("X-Rota-Log-Incomplete", "this server holds 6 of the 12 bytes node node-a reported; the node is LOST")
+		w.Write([]byte("epoch\n"))
+	})
+	url := newHTTPServer(t, mux)
+	code, out, errOut := run(t, url, "logs", "42")
+	want := "rota: the log of job 42 is incomplete: this server holds 6 of the 12 bytes node node-a reported; the node is LOST"
+	if code != ExitError || out != "epoch\n" || errOut != want+"\n" {
+		t.Errorf("exit %d, stdout %q, stderr %q; want exit %d, the part, and %q", code, out, errOut, ExitError, want)
 	}
 }
 

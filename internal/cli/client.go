@@ -306,6 +306,9 @@ type LogChunk struct {
 	// X-Rota-Log-Node); 0 and "" when it omits them.
 	Rank int
 	Node string
+	// Incomplete, on a done log, says why the server holds less of it than its node
+	// wrote (X-Rota-Log-Incomplete); "" for a whole log.
+	Incomplete string
 }
 
 // Submit sends a job spec and returns the job the server created. The request carries a
@@ -434,6 +437,10 @@ func (c *Client) Logs(ctx context.Context, id int64, opts LogOptions, w io.Write
 		chunk.Node = clean(chunk.Node)
 	}
 	chunk.Done = resp.Header.Get("X-Rota-Log-Done") == "true"
+	chunk.Incomplete = resp.Header.Get("X-Rota-Log-Incomplete")
+	if c.Printable {
+		chunk.Incomplete = clean(chunk.Incomplete)
+	}
 	chunk.N, err = io.Copy(w, resp.Body)
 	if err != nil {
 		// Bytes already written still count, so a follower resumes after them; but a log

@@ -113,7 +113,8 @@ func logRanks(ctx context.Context, c *Client, id int64, attempt int) ([]api.Plac
 }
 
 // copyLog copies one rank's log from opts.Offset to w; with opts.Wait set it follows the
-// log until the attempt ends or ctx is done.
+// log until the attempt ends or ctx is done. Without it, it copies what the log holds
+// now: an answer carries a bounded piece (2 MiB), so a longer log takes several.
 func copyLog(ctx context.Context, c *Client, id int64, opts LogOptions, w io.Writer) error {
 	for {
 		chunk, err := c.Logs(ctx, id, opts, w)
@@ -121,8 +122,14 @@ func copyLog(ctx context.Context, c *Client, id int64, opts LogOptions, w io.Wri
 		if err != nil || ctx.Err() != nil {
 			return err
 		}
-		if opts.Wait == 0 || chunk.Done {
+		if chunk.Done && chunk.Incomplete != "" {
+			return fmt.Errorf("the log of job %d is incomplete: %s", id, chunk.Incomplete)
+		}
+		if chunk.Done {
 			return nil
+		}
+		if opts.Wait == 0 && (chunk.N == 0 || chunk.Size < 0 || opts.Offset >= chunk.Size) {
+			return nil // all there is now
 		}
 		// Stay on the attempt we started with: should the job be requeued, the offset
 		// would mean nothing in the next attempt's log.

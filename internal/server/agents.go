@@ -27,6 +27,7 @@ const (
 	maxStopped    = 10_000
 	maxEvents     = 1000
 	maxTaskReport = 100_000
+	maxLogSize    = 1 << 50 // a task's log: a petabyte
 )
 
 var (
@@ -180,7 +181,7 @@ func (s *Server) heartbeatLocked(r *http.Request, name string, hb *api.Heartbeat
 		Acked: acked, StoppedAcked: stoppedAcked, ClusterID: s.clusterID,
 		HeartbeatSeconds: s.toldInterval(name).Seconds(), SyncEpoch: node.SyncEpoch,
 		InventoryHash: s.inventoryHash(name, node.Inventory, sameInventory),
-		LogsFollowed:  s.follows.of(name, now),
+		LogsFollowed:  s.follows.of(name, now), LogSizes: true,
 	}}, s.lastWrite(), 0, nil
 }
 
@@ -304,6 +305,9 @@ func validateHeartbeat(hb *api.Heartbeat) *api.Error {
 		}
 		if t.PeakMemoryMB < 0 || t.PeakMemoryMB > maxNodeMemMB {
 			return invalid(fmt.Sprintf("tasks[%d].peak_memory_mb", i), "must be between 0 and %d", int64(maxNodeMemMB))
+		}
+		if t.LogSize < 0 || t.LogSize > maxLogSize {
+			return invalid(fmt.Sprintf("tasks[%d].log_size", i), "must be between 0 and %d", int64(maxLogSize))
 		}
 		if t.ImageDigest != "" && !digestRE().MatchString(t.ImageDigest) {
 			return invalid(fmt.Sprintf("tasks[%d].image_digest", i), "must be an image digest: ALGORITHM:HEX, such as sha256: and 64 hex digits")
@@ -522,6 +526,7 @@ func (s *Server) recordTasks(b *store.Batch, node string, tasks []api.TaskStatus
 				end = *st.EndTime
 			}
 			p.State, p.ExitCode, p.EndTime, p.Reason, p.Message = st.State, st.ExitCode, &end, st.Reason, printable(st.Message)
+			p.LogSize = st.LogSize
 			if p.Reason == api.ReasonOOM || p.Reason == api.ReasonGPUError || p.Reason == api.ReasonGPUMemoryExceeded {
 				// Whatever state the agent gave it, such a rank failed.
 				p.State = api.StateFailed

@@ -15,6 +15,13 @@ import (
 // ships the logs named every second. A log newly read wakes its node's watch, so the
 // agent hears of it at once rather than a heartbeat later.
 
+//
+// The same list asks a node for the logs of ended tasks that this server holds only in
+// part: the node reported each one's size with its end (api.Placement.LogSize), and a
+// server that took over from another, or lost its log directory, has less. Such a log
+// is a repair: followed like the others while someone reads it, and known from when it
+// was first asked for, so that a reader waits for the rest only so long.
+
 // followFor is how long a log stays followed after its last read: longer than the wait
 // of `rota logs -f`'s requests and the refresh of the job's page.
 const followFor = 30 * time.Second
@@ -23,7 +30,16 @@ const followFor = 30 * time.Second
 type logFollows struct {
 	mu     sync.Mutex
 	byNode map[string]map[api.TaskRef]time.Time
-	swept  time.Time
+	// repairs holds, of the followed logs that are repairs, when each was first asked
+	// for.
+	repairs map[nodeLog]time.Time
+	swept   time.Time
+}
+
+// nodeLog names one rank's log: its node, job and attempt.
+type nodeLog struct {
+	node string
+	ref  api.TaskRef
 }
 
 // follow notes that the log of job's attempt on node was read at now, and reports
@@ -49,6 +65,49 @@ func (f *logFollows) follow(node string, job int64, attempt int, now time.Time) 
 	return !ok || now.Sub(last) >= followFor
 }
 
+// repair notes that the log of job's attempt on node, an ended rank's, was read at now
+// and found short, and returns when it was first asked for, in wall time (wall, the first
+// time, when fresh is set).
+func (f *logFollows) repair(node string, job int64, attempt int, now, wall time.Time) (since time.Time, fresh bool) {
+	f.follow(node, job, attempt, now)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.repairs == nil {
+		f.repairs = map[nodeLog]time.Time{}
+	}
+	k := nodeLog{node, api.TaskRef{JobID: job, Attempt: attempt}}
+	since, ok := f.repairs[k]
+	if !ok {
+		since = wall
+		f.repairs[k] = wall
+	}
+	return since, !ok
+}
+
+// repairing reports whether the log of job's attempt on node is a repair in progress:
+// the node may send it though the job has left memory.
+func (f *logFollows) repairing(node string, job int64, attempt int) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	_, ok := f.repairs[nodeLog{node, api.TaskRef{JobID: job, Attempt: attempt}}]
+	return ok
+}
+
+// done forgets the log of job's attempt on node, whose end has arrived: an ended task's
+// log needs following no more.
+func (f *logFollows) done(node string, job int64, attempt int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	ref := api.TaskRef{JobID: job, Attempt: attempt}
+	if m := f.byNode[node]; m != nil {
+		delete(m, ref)
+		if len(m) == 0 {
+			delete(f.byNode, node)
+		}
+	}
+	delete(f.repairs, nodeLog{node, ref})
+}
+
 // of lists the logs of node read within followFor of now, in no order; nil for none.
 func (f *logFollows) of(node string, now time.Time) []api.TaskRef {
 	f.mu.Lock()
@@ -72,6 +131,11 @@ func (f *logFollows) sweep(now time.Time) {
 		}
 		if len(m) == 0 {
 			delete(f.byNode, node)
+		}
+	}
+	for k := range f.repairs {
+		if _, ok := f.byNode[k.node][k.ref]; !ok {
+			delete(f.repairs, k)
 		}
 	}
 	f.swept = now

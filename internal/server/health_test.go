@@ -193,6 +193,12 @@ func TestHeartbeatRefusesBadGPUFields(t *testing.T) {
 		{"tasks[0].peak_memory_mb", func(hb *api.Heartbeat) {
 			hb.Tasks = []api.TaskStatus{{JobID: 1, Attempt: 1, State: api.StateRunning, PeakMemoryMB: -1}}
 		}},
+		{"tasks[0].log_size", func(hb *api.Heartbeat) {
+			hb.Tasks = []api.TaskStatus{{JobID: 1, Attempt: 1, State: api.StateSucceeded, LogSize: -1}}
+		}},
+		{"tasks[0].log_size", func(hb *api.Heartbeat) {
+			hb.Tasks = []api.TaskStatus{{JobID: 1, Attempt: 1, State: api.StateSucceeded, LogSize: 1<<50 + 1}}
+		}},
 	} {
 		inv := api.Inventory{CPUs: 8, MemoryMB: 1024, DeviceSource: "fake", GPUs: []api.GPU{{Index: 0, UUID: "GPU-0", Model: "H100", Healthy: true}}}
 		hb := api.Heartbeat{Node: "n1", Inventory: inv, Instance: "agent-n1", ClusterID: h.srv.ClusterID()}

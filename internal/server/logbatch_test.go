@@ -2,10 +2,12 @@ package server
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -203,5 +205,118 @@ func TestLogFollowsAreSwept(t *testing.T) {
 	}
 	if len(f.byNode) != 1 {
 		t.Errorf("%d nodes kept after a sweep; want only the one read since", len(f.byNode))
+	}
+}
+
+// A server that holds less of an ended rank's log than its node reported with the end
+// (it took over from another server, or lost its log directory) asks the node for the
+// rest through the heartbeat answers, and a reader waits for it, up to LogRepairWait;
+// the final chunk ends the asking, though the job has left memory meanwhile. A node that
+// does not send it, or cannot, leaves the reader what there is, marked incomplete.
+func TestShortLogIsAskedOfItsNode(t *testing.T) {
+	h := &harness{t: t, clock: &fakeClock{t: time.Date(2026, 11, 1, 9, 0, 0, 0, time.UTC)}, dir: t.TempDir(),
+		cfg: func(c *Config) { c.LogRepairWait = 1500 * time.Millisecond; c.KeepEnded = time.Hour }}
+	h.open()
+	h.beat("n1", 2)
+	a := h.submit(api.JobSpec{GPUs: 1, Command: []string{"a"}})
+	b := h.submit(api.JobSpec{GPUs: 1, Command: []string{"b"}})
+	h.cycle() // both on n1, which they fill
+	h.beat("n2", 1)
+	c := h.submit(api.JobSpec{GPUs: 1, Command: []string{"c"}})
+	h.cycle()
+	start := h.clock.Now()
+	running := func(id int64) api.TaskStatus {
+		return api.TaskStatus{JobID: id, Attempt: 1, State: api.StateRunning, StartTime: &start}
+	}
+	h.beat("n1", 2, running(a.ID), running(b.ID))
+	h.beat("n2", 1, running(c.ID))
+	whole := "part one\npart two\n"
+	if code, _, e := h.shipBatch("n1", api.LogBatch{Chunks: []api.LogChunk{{JobID: a.ID, Attempt: 1, Data: []byte("part one\n")}}}); code != http.StatusOK {
+		t.Fatalf("ship: %d %v", code, e)
+	}
+	ended := func(id int64, size int) api.TaskStatus {
+		return api.TaskStatus{JobID: id, Attempt: 1, State: api.StateSucceeded, ExitCode: intp(0), EndTime: &start, LogSize: int64(size)}
+	}
+	// The ends come with the logs' sizes; the last piece of a's went elsewhere, and none
+	// of b's or c's came here.
+	if resp := h.beat("n1", 2, ended(a.ID, len(whole)), ended(b.ID, 7)); !resp.LogSizes {
+		t.Fatal("the heartbeat answer does not say the server takes log sizes")
+	}
+	h.beat("n2", 1, ended(c.ID, 5))
+	if p := h.job(a.ID).AttemptList[0].Placements[0]; p.LogSize != int64(len(whole)) {
+		t.Fatalf("placement records a log size of %d; want %d", p.LogSize, len(whole))
+	}
+
+	// A read gets what there is, not done, and names the log to the node.
+	before, _ := h.srv.watch.current("n1")
+	body, hdr := h.readLog(a.ID, 0, "0")
+	if body != "part one\n" || hdr.Get("X-Rota-Log-Done") != "false" {
+		t.Fatalf("read %q, done %q; want the first part, not done", body, hdr.Get("X-Rota-Log-Done"))
+	}
+	if after, _ := h.srv.watch.current("n1"); after == before {
+		t.Error("a short log did not wake its node's watch")
+	}
+	if got := h.beat("n1", 2).LogsFollowed; !slices.Contains(got, api.TaskRef{JobID: a.ID, Attempt: 1}) {
+		t.Errorf("the answer names %v; want job %d's log asked for again", got, a.ID)
+	}
+	// A read from where the copy ends waits for the rest, which the node sends.
+	got := make(chan string, 1)
+	go func() {
+		body, hdr := h.readLog(a.ID, len("part one\n"), "0")
+		got <- body + "|" + hdr.Get("X-Rota-Log-Done") + "|" + hdr.Get("X-Rota-Log-Incomplete")
+	}()
+	time.Sleep(200 * time.Millisecond)
+	if code, ans, e := h.shipBatch("n1", api.LogBatch{Chunks: []api.LogChunk{{JobID: a.ID, Attempt: 1, Data: []byte(whole), Final: true}}}); code != http.StatusOK || ans.Chunks[0].Status != 0 {
+		t.Fatalf("ship the rest: %d %v %+v", code, e, ans)
+	}
+	if r := <-got; r != "part two\n|true|" {
+		t.Errorf("the waiting read got %q; want the rest, done, complete", r)
+	}
+	if got := h.beat("n1", 2).LogsFollowed; slices.Contains(got, api.TaskRef{JobID: a.ID, Attempt: 1}) {
+		t.Errorf("after the final chunk the answer still names job %d's log: %v", a.ID, got)
+	}
+	if body, hdr := h.readLog(a.ID, 0, "0"); body != whole || hdr.Get("X-Rota-Log-Done") != "true" || hdr.Get("X-Rota-Log-Incomplete") != "" {
+		t.Errorf("whole log: %q, done %q, incomplete %q", body, hdr.Get("X-Rota-Log-Done"), hdr.Get("X-Rota-Log-Incomplete"))
+	}
+
+	// b's node sends nothing: the reader gets nothing, marked incomplete, once
+	// LogRepairWait has passed, and at once after that.
+	for range 2 {
+		body, hdr = h.readLog(b.ID, 0, "0")
+		if body != "" || hdr.Get("X-Rota-Log-Done") != "true" || !strings.Contains(hdr.Get("X-Rota-Log-Incomplete"), "holds 0 of the 7 bytes node n1 reported; the node has not sent the rest") {
+			t.Errorf("unsent log: %q, done %q, incomplete %q", body, hdr.Get("X-Rota-Log-Done"), hdr.Get("X-Rota-Log-Incomplete"))
+		}
+	}
+	// Two hours on, b has left memory; the node's chunk for it is still taken while the
+	// server asks for it, and completes it.
+	h.clock.Add(2 * time.Hour)
+	h.beat("n1", 2)
+	h.beat("n2", 1)
+	h.cycle()
+	if _, evicted := h.srv.state.Evicted(b.ID); !evicted {
+		t.Fatal("job b is still in memory")
+	}
+	h.readLog(b.ID, 0, "0") // asks again: the last ask was more than followFor ago
+	if code, ans, _ := h.shipBatch("n1", api.LogBatch{Chunks: []api.LogChunk{{JobID: b.ID, Attempt: 1, Data: []byte("b done\n"), Final: true}}}); code != http.StatusOK || ans.Chunks[0].Status != 0 {
+		t.Fatalf("ship b's log after it left memory: %d %+v", code, ans)
+	}
+	if body, hdr := h.readLog(b.ID, 0, "0"); body != "b done\n" || hdr.Get("X-Rota-Log-Incomplete") != "" {
+		t.Errorf("b's log: %q, incomplete %q", body, hdr.Get("X-Rota-Log-Incomplete"))
+	}
+	// A chunk of a job out of memory that the server did not ask for is refused.
+	if _, ans, _ := h.shipBatch("n2", api.LogBatch{Chunks: []api.LogChunk{{JobID: c.ID, Attempt: 1, Data: []byte("c\n")}}}); ans.Chunks[0].Status != http.StatusNotFound {
+		t.Errorf("an unasked chunk of a job out of memory: %+v; want 404", ans.Chunks[0])
+	}
+
+	// c's node is lost: the reader is told at once, and why.
+	h.clock.Add(2 * time.Minute)
+	h.beat("n1", 2)
+	h.srv.checkNodes(context.Background())
+	if n, _ := h.srv.state.Node("n2"); n.State != api.NodeLost {
+		t.Fatalf("n2 is %s; want LOST", n.State)
+	}
+	body, hdr = h.readLog(c.ID, 0, "0")
+	if body != "" || hdr.Get("X-Rota-Log-Done") != "true" || !strings.Contains(hdr.Get("X-Rota-Log-Incomplete"), "node n2 reported; the node is LOST") {
+		t.Errorf("log on a lost node: %q, done %q, incomplete %q", body, hdr.Get("X-Rota-Log-Done"), hdr.Get("X-Rota-Log-Incomplete"))
 	}
 }

@@ -138,7 +138,10 @@ func (s *Server) handleShipLogBatch(w http.ResponseWriter, r *http.Request) {
 	if e == nil {
 		for i, c := range batch.Chunks {
 			atts := s.state.Attempts(c.JobID)
-			placed[i] = c.Attempt <= len(atts) && placedOn(atts[c.Attempt-1], node)
+			placed[i] = c.Attempt <= len(atts) && placedOn(atts[c.Attempt-1], node) ||
+				// A log this server asked the node for again, of a job no longer in
+				// memory: its read found the job and the rank on this node.
+				atts == nil && s.follows.repairing(node, c.JobID, c.Attempt)
 		}
 	}
 	s.mu.Unlock()
@@ -163,6 +166,10 @@ func (s *Server) handleShipLogBatch(w http.ResponseWriter, r *http.Request) {
 			continue
 		}
 		ack.Size = size
+		if c.Final && size == c.Offset+int64(len(c.Data)) {
+			// The end of an ended task's log is here: it needs following no more.
+			s.follows.done(node, c.JobID, c.Attempt)
+		}
 	}
 	writeJSON(w, http.StatusOK, ans)
 }
@@ -254,6 +261,7 @@ func (s *Server) handleGetLogs(w http.ResponseWriter, r *http.Request) {
 		var name, node string
 		rank := 0
 		ended := job.State.Terminal()
+		var whole int64 // the size of the ended rank's whole log, as its node reported it
 		if n > 0 {
 			a := atts[n-1]
 			switch {
@@ -278,11 +286,34 @@ func (s *Server) handleGetLogs(w http.ResponseWriter, r *http.Request) {
 				if !ended && s.follows.follow(node, id, n, s.cfg.Clock.Now()) {
 					s.watch.poke(node)
 				}
+				if p.State.Terminal() {
+					whole = p.LogSize
+				}
 			}
 		}
 		data, size := s.readLog(name, offset)
 		done := ended && offset+int64(len(data)) >= size
+		var short string // why this server's copy of an ended log lacks part of it
+		if ended && size < whole {
+			// A server that took over from another, or lost its log directory, holds
+			// less than the node wrote: the node is asked for the rest, which a reader
+			// waits for up to LogRepairWait, unless the node cannot answer.
+			since, fresh := s.follows.repair(node, id, n, s.cfg.Clock.Now(), time.Now())
+			if fresh {
+				s.watch.poke(node)
+			}
+			short = s.shortLog(node, size, whole)
+			if until := since.Add(s.cfg.LogRepairWait); short == "" && time.Now().Before(until) {
+				done = false
+				deadline = later(deadline, until)
+			} else if short == "" {
+				short = fmt.Sprintf("this server holds %d of the %d bytes node %s reported; the node has not sent the rest (it keeps an ended attempt's log for a while, 24 h by default)", size, whole, node)
+			}
+		}
 		if len(data) > 0 || done || !time.Now().Before(deadline) {
+			if done && short != "" {
+				w.Header().Set("X-Rota-Log-Incomplete", short)
+			}
 			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 			w.Header().Set("X-Rota-Log-Size", strconv.FormatInt(size, 10))
 			w.Header().Set("X-Rota-Log-Attempt", strconv.Itoa(n))
@@ -299,6 +330,32 @@ func (s *Server) handleGetLogs(w http.ResponseWriter, r *http.Request) {
 		case <-time.After(logPoll):
 		}
 	}
+}
+
+// shortLog says why node cannot send the rest of a log this server holds size of whole
+// bytes of: it is gone or silent. "" while it may.
+func (s *Server) shortLog(node string, size, whole int64) string {
+	s.mu.Lock()
+	n := s.state.PeekNode(node)
+	state := api.NodeState("")
+	if n != nil {
+		state = n.State
+	}
+	s.mu.Unlock()
+	switch state {
+	case "":
+		return fmt.Sprintf("this server holds %d of the %d bytes node %s reported; the node has been removed, with the rest", size, whole, node)
+	case api.NodeLost, api.NodeNotReady:
+		return fmt.Sprintf("this server holds %d of the %d bytes node %s reported; the node is %s, and is asked for the rest when it is back", size, whole, node, state)
+	}
+	return ""
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 // readLog returns up to maxLogChunk bytes of the named log from offset, and its size.

@@ -45,6 +45,10 @@ type Config struct {
 	NotReadyAfter time.Duration
 	// LostAfter is the silence after which a node's jobs are requeued or failed (default 5m).
 	LostAfter time.Duration
+	// LogRepairWait is how long a read of an ended rank's log, of which this server holds
+	// only part, waits for the node to send the rest before it answers with what there is
+	// (default 10s).
+	LogRepairWait time.Duration
 	// MaxHeartbeatsPerSecond bounds the heartbeats all agents together are asked for
 	// (default 1,000; negative: no bound). Where the nodes at HeartbeatInterval would send
 	// more, agents are asked for a longer interval, and NotReadyAfter and LostAfter grow
@@ -117,6 +121,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.LostAfter <= 0 {
 		c.LostAfter = 5 * time.Minute
+	}
+	if c.LogRepairWait <= 0 {
+		c.LogRepairWait = 10 * time.Second
 	}
 	if c.MaxHeartbeatsPerSecond == 0 {
 		c.MaxHeartbeatsPerSecond = defaultMaxHeartbeatsPerSecond

@@ -89,6 +89,7 @@ type answerRest struct {
 	SyncEpoch        uint64        `json:"sync_epoch,omitempty"`
 	InventoryHash    string        `json:"inventory_hash,omitempty"`
 	LogsFollowed     []api.TaskRef `json:"logs_followed,omitempty"`
+	LogSizes         bool          `json:"log_sizes,omitempty"`
 }
 
 // appendJSON appends the answer's JSON to buf, the bytes json.Marshal gives, but with

@@ -1004,7 +1004,8 @@
       }
       const done = resp.headers.get('X-Rota-Log-Done') === 'true';
       const where = a ? 'attempt ' + a + (resp.headers.get('X-Rota-Log-Node') ? ' on ' + resp.headers.get('X-Rota-Log-Node') : '') : 'no attempt yet';
-      note.textContent = where + ', ' + offset + ' bytes' + (done ? ', complete.' : ', following (every 2 s)…');
+      const incomplete = resp.headers.get('X-Rota-Log-Incomplete');
+      note.textContent = where + ', ' + offset + ' bytes' + (done ? (incomplete ? ', incomplete: ' + incomplete : ', complete.') : ', following (every 2 s)…');
       return !done;
     }).catch(() => {});
   }
