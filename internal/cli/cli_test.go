@@ -607,6 +607,12 @@ func TestCancel(t *testing.T) {
 // logServer serves job 42's log in chunks (see serveChunks), of attempt 2 on one node,
 // and records the query of every log request.
 func logServer(t *testing.T, chunks []string) (url string, queries func() []string) {
+	return logServerFunc(t, func(w http.ResponseWriter, r *http.Request) { serveChunks(t, w, r, chunks, 2) })
+}
+
+// logServerFunc serves job 42 and its log through serve, and records the query of every
+// log request.
+func logServerFunc(t *testing.T, serve http.HandlerFunc) (url string, queries func() []string) {
 	var (
 		mu   sync.Mutex // guards seen
 		seen []string
@@ -619,7 +625,7 @@ func logServer(t *testing.T, chunks []string) (url string, queries func() []stri
 		mu.Lock()
 		seen = append(seen, r.URL.RawQuery)
 		mu.Unlock()
-		serveChunks(t, w, r, chunks, 2)
+		serve(w, r)
 	})
 	return newHTTPServer(t, mux), func() []string {
 		mu.Lock()
@@ -653,18 +659,7 @@ func TestLogsFollow(t *testing.T) {
 func TestLogsReadsALongLogWhole(t *testing.T) {
 	const piece = 1000
 	log := strings.Repeat("0123456789abcdefghi\n", 260) // 5,200 bytes: six pieces
-	var (
-		mu      sync.Mutex // guards queries
-		queries []string
-	)
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /api/v1/jobs/42", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, fixtureDetail())
-	})
-	mux.HandleFunc("GET /api/v1/jobs/42/logs", func(w http.ResponseWriter, r *http.Request) {
-		mu.Lock()
-		queries = append(queries, r.URL.RawQuery)
-		mu.Unlock()
+	url, queries := logServerFunc(t, func(w http.ResponseWriter, r *http.Request) {
 		offset, _ := strconv.Atoi(r.URL.Query().Get("offset"))
 		end := min(offset+piece, len(log))
 		w.Header().Set("X-Rota-Log-Size", strconv.Itoa(len(log)))
@@ -673,36 +668,28 @@ func TestLogsReadsALongLogWhole(t *testing.T) {
 		w.Header().Set("X-Rota-Log-Done", "false")
 		w.Write([]byte(log[offset:end]))
 	})
-	url := newHTTPServer(t, mux)
 	code, out, errOut := run(t, url, "logs", "42")
 	if code != ExitOK || out != log {
 		t.Fatalf("exit %d, stderr %q, stdout %d bytes, want the whole log of %d", code, errOut, len(out), len(log))
 	}
-	mu.Lock()
-	defer mu.Unlock()
 	want := []string{""}
 	for o := piece; o < len(log); o += piece {
 		want = append(want, fmt.Sprintf("attempt=2&offset=%d", o))
 	}
-	if !reflect.DeepEqual(queries, want) {
-		t.Errorf("requests %q, want %q", queries, want)
+	if got := queries(); !reflect.DeepEqual(got, want) {
+		t.Errorf("requests %q, want %q", got, want)
 	}
 }
 
 // A log the server holds only in part, which its node could not send again, is printed
 // as far as it goes, with the server's reason on stderr and a failing exit.
 func TestLogsSaysWhenTheLogIsIncomplete(t *testing.T) {
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /api/v1/jobs/42", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, fixtureDetail())
-	})
-	mux.HandleFunc("GET /api/v1/jobs/42/logs", func(w http.ResponseWriter, r *http.Request) {
+	url, _ := logServerFunc(t, func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("X-Rota-Log-Size", "6")
 		w.Header().Set("X-Rota-Log-Done", "true")
 		w.Header().Set("X-Rota-Log-Incomplete", "this server holds 6 of the 12 bytes node node-a reported; the node is LOST")
 		w.Write([]byte("epoch\n"))
 	})
-	url := newHTTPServer(t, mux)
 	code, out, errOut := run(t, url, "logs", "42")
 	want := "rota: the log of job 42 is incomplete: this server holds 6 of the 12 bytes node node-a reported; the node is LOST"
 	if code != ExitError || out != "epoch\n" || errOut != want+"\n" {
