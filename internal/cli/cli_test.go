@@ -697,6 +697,66 @@ func TestLogsSaysWhenTheLogIsIncomplete(t *testing.T) {
 	}
 }
 
+// A follow that loses its server (a restart) says so, asks again, and goes on from where
+// it was once the server is back: every line once.
+func TestLogsFollowOutlivesAServerRestart(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	serve := func(ln net.Listener, logs http.HandlerFunc) *http.Server {
+		mux := http.NewServeMux()
+		mux.HandleFunc("GET /api/v1/jobs/42", func(w http.ResponseWriter, r *http.Request) {
+			writeJSON(w, http.StatusOK, fixtureDetail())
+		})
+		mux.HandleFunc("GET /api/v1/jobs/42/logs", logs)
+		srv := &http.Server{Handler: mux}
+		go srv.Serve(ln)
+		t.Cleanup(func() { srv.Close() })
+		return srv
+	}
+	answer := func(w http.ResponseWriter, data string, size int, done bool) {
+		w.Header().Set("X-Rota-Log-Size", strconv.Itoa(size))
+		w.Header().Set("X-Rota-Log-Attempt", "2")
+		w.Header().Set("X-Rota-Log-Done", strconv.FormatBool(done))
+		w.Write([]byte(data))
+	}
+	held := make(chan struct{})
+	var once sync.Once
+	first := serve(ln, func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Query().Get("offset") == "" {
+			answer(w, "epoch 1\n", 8, false)
+			return
+		}
+		once.Do(func() { close(held) })
+		<-r.Context().Done() // the long poll the restart cuts
+	})
+	go func() {
+		<-held
+		first.Close()
+		time.Sleep(1500 * time.Millisecond) // down for a moment
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		serve(ln, func(w http.ResponseWriter, r *http.Request) {
+			if q := r.URL.Query(); q.Get("offset") != "8" || q.Get("attempt") != "2" {
+				t.Errorf("after the restart the follow asked for %q; want attempt 2 from offset 8", r.URL.RawQuery)
+			}
+			answer(w, "epoch 2\n", 16, true)
+		})
+	}()
+	code, out, errOut := run(t, "http://"+addr, "logs", "-f", "42")
+	if code != ExitOK || out != "epoch 1\nepoch 2\n" {
+		t.Fatalf("exit %d, stdout %q, stderr %q; want both lines once", code, out, errOut)
+	}
+	if strings.Count(errOut, "following job 42") != 1 {
+		t.Errorf("stderr %q; want one line saying the server was lost", errOut)
+	}
+}
+
 func TestLogsInterrupted(t *testing.T) {
 	held := make(chan struct{})
 	mux := http.NewServeMux()

@@ -3,9 +3,11 @@ package cli
 import (
 	"bytes"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"sync"
 	"time"
 
@@ -17,8 +19,9 @@ const logsUsage = `rota logs [-f] [--attempt N] [--rank R | --node NAME] JOB
 Prints a job's combined stdout and stderr, of the latest attempt unless --attempt says
 otherwise. Of a multi-node attempt it prints every rank, rank by rank, each line led by
 "[rank R NODE] "; --rank or --node picks one rank, printed as it is. -f follows the log
-until the attempt ends, every rank of it at once; Ctrl-C stops following. The log is
-printed as raw bytes whatever -o says.`
+until the attempt ends, every rank of it at once; Ctrl-C stops following. A follow that
+loses the server (a restart, an upgrade) says so and goes on once it is back, for up to
+2 minutes. The log is printed as raw bytes whatever -o says.`
 
 // followWait is how long each long poll of `logs -f` lets the server hold the request.
 const followWait = 30 * time.Second
@@ -115,13 +118,44 @@ func logRanks(ctx context.Context, c *Client, id int64, attempt int) ([]api.Plac
 // copyLog copies one rank's log from opts.Offset to w; with opts.Wait set it follows the
 // log until the attempt ends or ctx is done. Without it, it copies what the log holds
 // now: an answer carries a bounded piece (2 MiB), so a longer log takes several.
+//
+// A follow outlives a server it loses for up to followRetry (a restart, an upgrade, a
+// failover): it asks again every emptyPause, saying so once through c.Waiting, and goes
+// on from the offset it reached, so no line is lost or printed twice.
 func copyLog(ctx context.Context, c *Client, id int64, opts LogOptions, w io.Writer) error {
+	var lost time.Time // when the server was lost, while it is
 	for {
 		chunk, err := c.Logs(ctx, id, opts, w)
 		opts.Offset += chunk.N
-		if err != nil || ctx.Err() != nil {
+		// Stay on the attempt we started with: should the job be requeued, the offset
+		// would mean nothing in the next attempt's log.
+		if opts.Attempt == 0 && chunk.Attempt > 0 {
+			opts.Attempt = chunk.Attempt
+		}
+		if ctx.Err() != nil {
 			return err
 		}
+		if err != nil && opts.Wait > 0 && serverLost(err) {
+			if lost.IsZero() {
+				lost = time.Now()
+				if c.Waiting != nil {
+					c.Waiting(emptyPause, fmt.Sprintf("following job %d: %v", id, err))
+				}
+			}
+			if time.Since(lost) < followRetry {
+				select {
+				case <-ctx.Done():
+					return nil
+				case <-time.After(emptyPause):
+				}
+				continue
+			}
+			return fmt.Errorf("gave up following after %s without the server: %w", followRetry, err)
+		}
+		if err != nil {
+			return err
+		}
+		lost = time.Time{}
 		if chunk.Done && chunk.Incomplete != "" {
 			return fmt.Errorf("the log of job %d is incomplete: %s", id, chunk.Incomplete)
 		}
@@ -131,11 +165,6 @@ func copyLog(ctx context.Context, c *Client, id int64, opts LogOptions, w io.Wri
 		if opts.Wait == 0 && (chunk.N == 0 || chunk.Size < 0 || opts.Offset >= chunk.Size) {
 			return nil // all there is now
 		}
-		// Stay on the attempt we started with: should the job be requeued, the offset
-		// would mean nothing in the next attempt's log.
-		if opts.Attempt == 0 && chunk.Attempt > 0 {
-			opts.Attempt = chunk.Attempt
-		}
 		if chunk.N == 0 {
 			select {
 			case <-ctx.Done():
@@ -144,6 +173,23 @@ func copyLog(ctx context.Context, c *Client, id int64, opts LogOptions, w io.Wri
 			}
 		}
 	}
+}
+
+// followRetry is how long a follow goes on asking a server it has lost.
+const followRetry = 2 * time.Minute
+
+// serverLost reports whether err says the server could not be reached or answer, rather
+// than that it refused the request: a follow asks again after the one, not the other.
+func serverLost(err error) bool {
+	var apiErr *APIError
+	if errors.As(err, &apiErr) {
+		switch apiErr.StatusCode {
+		case http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+			return true
+		}
+		return false
+	}
+	return !errors.Is(err, context.Canceled)
 }
 
 // copyRanks copies the log of every rank to w, each line led by its rank and node: rank
