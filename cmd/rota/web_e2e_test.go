@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"sync"
 	"testing"
 	"time"
@@ -200,6 +201,27 @@ func TestWebUIInBrowser(t *testing.T) {
 	b.wait("the job's utilisation chart", `document.querySelector("#util-chart svg path.line") !== null && document.querySelector("#mem-chart svg path.line") !== null`, 20*time.Second)
 	b.wait("the job's timeline", `document.querySelectorAll("#timeline li").length >= 2`, 5*time.Second)
 	b.shoot("job")
+	b.checkClean()
+
+	// The server restarts under the page: the log says it cannot be read and keeps
+	// asking, and goes on from where it was once the server is back (the job runs on).
+	b.problems.on("job, the server restarting")
+	u.up.signal(syscall.SIGTERM)
+	if _, ok := u.up.waitExit(30 * time.Second); !ok {
+		t.Fatal("rota up did not stop on SIGTERM")
+	}
+	b.wait("the log saying it asks again", `document.getElementById("log-note").textContent.includes("trying again")`, 10*time.Second)
+	seen := b.eval(`String(document.getElementById("log").textContent.split("\n").filter((l) => l.startsWith("ui-line")).length)`)
+	u.up = startProc(t, u.dir, "up-again", u.env, u.args...)
+	u.waitReady(4)
+	n, _ := strconv.Atoi(seen)
+	b.wait("the log going on after the restart", fmt.Sprintf(`document.getElementById("log").textContent.includes("ui-line %d\n")`, n+4), 30*time.Second)
+	if got := b.eval(`(() => {
+		const ls = document.getElementById("log").textContent.split("\n").filter((l) => l.startsWith("ui-line"));
+		return ls.every((l, i) => l === "ui-line " + (i + 1)) ? "in order" : ls.join(", ");
+	})()`); got != "in order" {
+		t.Errorf("the log after the restart: %s; want every line once, in order", got)
+	}
 	b.checkClean()
 
 	b.visit("reports", "#/reports")

@@ -975,7 +975,8 @@
   }
 
   // followLog polls the log of rank 0 every 2 s from where it left off, pinned to the
-  // attempt its first bytes came from, until the log is done.
+  // attempt its first bytes came from, until the log is done. A server it cannot reach
+  // (restarting, failing over) it asks again.
   function followLog(base, pre, note, alive) {
     let offset = 0, attempt = 0, text = '';
     const decoder = new TextDecoder();
@@ -986,8 +987,11 @@
       try {
         resp = await api(base + '/logs?' + q, { raw: true });
       } catch (e) {
-        if (alive()) note.textContent = 'The log cannot be read: ' + e.message;
-        return false;
+        if (!alive()) return false;
+        // A server restarting or failing over comes back: the log goes on from offset.
+        const lost = e.status === 0 || e.status === 502 || e.status === 503 || e.status === 504;
+        note.textContent = 'The log cannot be read: ' + e.message + (lost ? '; trying again every 2 s…' : '');
+        return lost;
       }
       const buf = await resp.arrayBuffer();
       if (!alive()) return;
