@@ -235,10 +235,10 @@ func fullAttempt(jobID int64, n int) api.Attempt {
 		Placements: []api.Placement{
 			{Node: "gpu-01", GPUIndices: []int{4, 5, 6, 7}, GPUIDs: []string{"GPU-0a1b"}, CPUs: 32, MemoryMB: 256000,
 				State: api.StateSucceeded, ExitCode: ptr(0), EndTime: ptr(t0.Add(50 * time.Minute)), Reason: "rank_failed", Message: "stopped: rank 1 failed",
-				Usage: fullUsage(), GPUShare: 0.5, GPUMemoryMB: 40960, ImageDigest: "sha256:" + strings.Repeat("ab", 32)},
+				Usage: fullUsage(), GPUShare: 0.5, GPUMemoryMB: 40960, ImageDigest: "sha256:" + strings.Repeat("ab", 32), LogSize: 1530},
 			{Node: "gpu-02", GPUIndices: []int{1, 2}, GPUIDs: []string{"GPU-2c3d"}, CPUs: 32, MemoryMB: 256000,
 				State: api.StateFailed, ExitCode: ptr(3), EndTime: ptr(t0.Add(49 * time.Minute)), Reason: api.ReasonExitCode, Message: "exited with code 3",
-				Usage: fullUsage(), GPUShare: 0.25, GPUMemoryMB: 20480, ImageDigest: "sha256:" + strings.Repeat("cd", 32)},
+				Usage: fullUsage(), GPUShare: 0.25, GPUMemoryMB: 20480, ImageDigest: "sha256:" + strings.Repeat("cd", 32), LogSize: 1 << 33},
 		},
 		State:      api.StateFailed,
 		AssignTime: t0.Add(time.Minute),
