@@ -305,7 +305,7 @@ func (s *Server) handleGetLogs(w http.ResponseWriter, r *http.Request) {
 			short = s.shortLog(node, size, whole)
 			if until := since.Add(s.cfg.LogRepairWait); short == "" && time.Now().Before(until) {
 				done = false
-				deadline = later(deadline, until)
+				deadline = maxTime(deadline, until)
 			} else if short == "" {
 				short = fmt.Sprintf("this server holds %d of the %d bytes node %s reported; the node has not sent the rest (it keeps an ended attempt's log for a while, 24 h by default)", size, whole, node)
 			}
@@ -349,13 +349,6 @@ func (s *Server) shortLog(node string, size, whole int64) string {
 		return fmt.Sprintf("this server holds %d of the %d bytes node %s reported; the node is %s, and is asked for the rest when it is back", size, whole, node, state)
 	}
 	return ""
-}
-
-func later(a, b time.Time) time.Time {
-	if b.After(a) {
-		return b
-	}
-	return a
 }
 
 // readLog returns up to maxLogChunk bytes of the named log from offset, and its size.
