@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -252,6 +253,11 @@ func TestShortLogIsAskedOfItsNode(t *testing.T) {
 	body, hdr := h.readLog(a.ID, 0, "0")
 	if body != "part one\n" || hdr.Get("X-Rota-Log-Done") != "false" {
 		t.Fatalf("read %q, done %q; want the first part, not done", body, hdr.Get("X-Rota-Log-Done"))
+	}
+	// The size to read up to is the whole log's, so that a reader without wait (rota logs)
+	// asks for the rest rather than stop where this copy ends.
+	if got := hdr.Get("X-Rota-Log-Size"); got != strconv.Itoa(len(whole)) {
+		t.Errorf("X-Rota-Log-Size %s while the rest is asked for; want the whole log's, %d", got, len(whole))
 	}
 	if after, _ := h.srv.watch.current("n1"); after == before {
 		t.Error("a short log did not wake its node's watch")

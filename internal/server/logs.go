@@ -294,6 +294,7 @@ func (s *Server) handleGetLogs(w http.ResponseWriter, r *http.Request) {
 		data, size := s.readLog(name, offset)
 		done := ended && offset+int64(len(data)) >= size
 		var short string // why this server's copy of an ended log lacks part of it
+		shown := size    // the size the answer gives
 		if ended && size < whole {
 			// A server that took over from another, or lost its log directory, holds
 			// less than the node wrote: the node is asked for the rest, which a reader
@@ -304,7 +305,9 @@ func (s *Server) handleGetLogs(w http.ResponseWriter, r *http.Request) {
 			}
 			short = s.shortLog(node, size, whole)
 			if until := since.Add(s.cfg.LogRepairWait); short == "" && time.Now().Before(until) {
-				done = false
+				// The size to read up to is the whole log's: a reader that stops at the
+				// end of what is here would miss what is on its way.
+				done, shown = false, whole
 				deadline = maxTime(deadline, until)
 			} else if short == "" {
 				short = fmt.Sprintf("this server holds %d of the %d bytes node %s reported; the node has not sent the rest (it keeps an ended attempt's log for a while, 24 h by default)", size, whole, node)
@@ -315,7 +318,7 @@ func (s *Server) handleGetLogs(w http.ResponseWriter, r *http.Request) {
 				w.Header().Set("X-Rota-Log-Incomplete", short)
 			}
 			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-			w.Header().Set("X-Rota-Log-Size", strconv.FormatInt(size, 10))
+			w.Header().Set("X-Rota-Log-Size", strconv.FormatInt(shown, 10))
 			w.Header().Set("X-Rota-Log-Attempt", strconv.Itoa(n))
 			w.Header().Set("X-Rota-Log-Done", strconv.FormatBool(done))
 			w.Header().Set("X-Rota-Log-Node", node)
