@@ -48,9 +48,16 @@ func (c *testCluster) rotaPTY(t *testing.T, token string, args ...string) *ptyPr
 // really closes it (a read blocked on it would hold it open).
 func (c *testCluster) startPTY(t *testing.T, token string, read bool, args ...string) *ptyProc {
 	t.Helper()
+	return startPTY(t, read, []string{"ROTA_SERVER=https://" + c.addr, "ROTA_TOKEN=" + token, "ROTA_CA_FINGERPRINT=" + c.fingerprint,
+		"HOME=" + filepath.Join(c.root, "home"), "XDG_CONFIG_HOME=" + filepath.Join(c.root, "home", ".config")}, args...)
+}
+
+// startPTY starts the CLI with env (beside the test's own, less its ROTA_ variables) on a
+// new 30x100 terminal; with read the test reads what it shows.
+func startPTY(t *testing.T, read bool, env []string, args ...string) *ptyProc {
+	t.Helper()
 	cmd := exec.Command(rotaBinary(t), args...)
-	cmd.Env = processEnv("ROTA_SERVER=https://"+c.addr, "ROTA_TOKEN="+token, "ROTA_CA_FINGERPRINT="+c.fingerprint,
-		"HOME="+filepath.Join(c.root, "home"), "XDG_CONFIG_HOME="+filepath.Join(c.root, "home", ".config"), "TERM=xterm")
+	cmd.Env = processEnv(append(env, "TERM=xterm")...)
 	master, err := pty.StartWithSize(cmd, &pty.Winsize{Rows: 30, Cols: 100})
 	if err != nil {
 		t.Fatal(err)
@@ -288,21 +295,26 @@ func TestInteractiveRun(t *testing.T) {
 
 	t.Run("after a server restart the job is attached again", func(t *testing.T) {
 		c.t = t
-		p := c.rotaPTY(t, c.token, "run", "--", "sh", "-c", `echo uno; read a; echo "dos $a"; exit 6`)
+		p := c.rotaPTY(t, c.token, "run", "--", "sh", "-c", `echo uno; read a; echo "dos $a"; read b; echo "tres $b"; exit 6`)
 		id := p.jobID()
 		p.waitOutput(`uno`)
 		c.server.kill()
-		if code := p.exit(); code != 1 {
-			t.Errorf("rota run when the server went away: exit %d; want 1", code)
-		}
-		p.waitOutput(`rota attach \d+ reconnects`) // the terminal may show it a moment after the exit
+		p.waitOutput(`lost the server`)
 		c.t = top
 		c.startServer()
 		c.t = t
+		p.waitOutput(fmt.Sprintf(`reconnected to job %d`, id))
+		p.typeText("x\n")
+		p.waitOutput(`dos x`)
+		// Another terminal takes the job over, and is shown its recent output first.
 		q := c.rotaPTY(t, c.token, "attach", strconv.FormatInt(id, 10))
-		q.waitOutput(`uno`) // replayed by the job's supervisor through the agent's new stream
-		q.typeText("tres\n")
-		q.waitOutput(`dos tres`)
+		q.waitOutput(`dos x`)
+		if code := p.exit(); code != 1 {
+			t.Errorf("rota run taken over by rota attach: exit %d; want 1", code)
+		}
+		p.waitOutput(`another terminal attached`)
+		q.typeText("y\n")
+		q.waitOutput(`tres y`)
 		if code := q.exit(); code != 6 {
 			t.Errorf("rota attach exited %d; want the job's 6", code)
 		}
@@ -330,4 +342,30 @@ func TestInteractiveRun(t *testing.T) {
 		}
 		c.rota("cancel", strconv.FormatInt(id, 10))
 	})
+}
+
+// A server restart under rota run on a terminal: rota run says it lost the server, waits,
+// attaches again once `rota up` is back, and the session goes on where it was: the shell
+// still reads the line typed, and rota run exits with its code.
+func TestInteractiveRunOutlivesAServerRestart(t *testing.T) {
+	u := startUp(t, 1)
+	p := startPTY(t, true, u.env, "run", "--gpus", "1", "--", "sh", "-c", `echo "ready $$"; read line; echo "got $line"; exit 3`)
+	id := p.jobID()
+	p.waitOutput(`ready \d+`)
+
+	u.up.signal(syscall.SIGTERM)
+	if _, ok := u.up.waitExit(30 * time.Second); !ok {
+		t.Fatal("rota up did not stop on SIGTERM")
+	}
+	p.waitOutput(`lost the server`)
+	u.up = startProc(t, u.dir, "up-again", u.env, u.args...)
+	p.waitOutput(fmt.Sprintf(`reconnected to job %d`, id))
+	p.typeText("hello\r")
+	p.waitOutput(`got hello`)
+	if code := p.exit(); code != 3 {
+		t.Fatalf("rota run exited %d; want the job's 3; terminal shows %q", code, p.output())
+	}
+	if d := u.waitJob(id, 30*time.Second, api.StateFailed); d.Job.Attempts != 1 {
+		t.Errorf("job %d ran %d attempts; want the one it started with", id, d.Job.Attempts)
+	}
 }

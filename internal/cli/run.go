@@ -5,10 +5,13 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -27,8 +30,10 @@ Runs CMD as an interactive job: submits it (to the queue "interactive" unless --
 pseudo-terminal on its node, like srun --pty. Keys, Ctrl-C included, reach the job; the
 window size follows this terminal's; SIGINT, SIGTERM, SIGQUIT and SIGTSTP sent to rota run
 go to the job. rota run exits with the job's exit code. Closing the terminal (hang-up)
-cancels the job; if the connection breaks instead, rota attach JOB reconnects before the
-server's attach grace (default 1m) runs out, after which the job is cancelled.
+cancels the job. If the server goes away (a restart, an upgrade, a failover), rota run
+says so and attaches again once it is back, for up to 2 minutes, and the session goes on;
+keys typed meanwhile are held and sent then. Past that, rota attach JOB reconnects before
+the server's attach grace (default 1m) runs out, after which the job is cancelled.
   Without a terminal on stdin (piped, or < /dev/null) the job gets no pseudo-terminal and
 no input; its output is streamed here, and Ctrl-C cancels it.
 
@@ -310,7 +315,8 @@ func windowFrame(fd int) []byte {
 
 // attachTerminal connects the terminal in to job id until the job's terminal closes, and
 // returns the job's exit code. Losing the terminal (hang-up, end of input) cancels the
-// job; a broken connection leaves it to be re-attached.
+// job. Losing the server (a restart, an upgrade, a failover) does not: the terminal stays
+// as it is and the stream is opened again, for up to followRetry (see reattach).
 func attachTerminal(ctx context.Context, cfg Config, c *Client, id int64, in *os.File, sigs <-chan os.Signal) int {
 	conn, err := c.Attach(ctx, id)
 	if err != nil {
@@ -326,7 +332,8 @@ func attachTerminal(ctx context.Context, cfg Config, c *Client, id int64, in *os
 		}
 		return cfg.fail(ctx, err)
 	}
-	defer conn.CloseNow()
+	link := &termLink{ctx: ctx, conn: conn}
+	defer link.detach()
 	fd := int(in.Fd())
 	restore, err := rawMode(fd)
 	if err != nil {
@@ -340,20 +347,15 @@ func attachTerminal(ctx context.Context, cfg Config, c *Client, id int64, in *os
 		}
 	}
 	defer unraw()
-	send := func(frame []byte) error {
-		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-		return conn.Write(wctx, websocket.MessageBinary, frame)
-	}
 	if f := windowFrame(fd); f != nil {
-		_ = send(f)
+		link.send(f)
 	}
 
-	// What ends the session: the stream (job ended, taken over, connection lost), or this
+	// What ends the session: the stream (job ended, taken over, server lost), or this
 	// terminal going away. shown says whether the stream brought any output.
 	streamEnd := make(chan error, 1)
 	var shown atomic.Bool
-	go func() {
+	readStream := func(conn *websocket.Conn) {
 		for {
 			_, msg, err := conn.Read(ctx)
 			if err != nil {
@@ -363,21 +365,20 @@ func attachTerminal(ctx context.Context, cfg Config, c *Client, id int64, in *os
 			if len(msg) > 1 && msg[0] == api.FrameData {
 				shown.Store(true)
 				if _, err := cfg.Stdout.Write(msg[1:]); err != nil {
-					streamEnd <- err
+					streamEnd <- &terminalGone{err}
 					return
 				}
 			}
 		}
-	}()
+	}
+	go readStream(conn)
 	inEnd := make(chan error, 1)
 	go func() {
 		buf := make([]byte, 4096)
 		for {
 			n, err := in.Read(buf)
 			if n > 0 {
-				if werr := send(append([]byte{api.FrameData}, buf[:n]...)); werr != nil {
-					return // the stream's end is reported by its reader
-				}
+				link.send(append([]byte{api.FrameData}, buf[:n]...))
 			}
 			if err != nil {
 				inEnd <- err
@@ -386,10 +387,18 @@ func attachTerminal(ctx context.Context, cfg Config, c *Client, id int64, in *os
 		}
 	}()
 
+	// While the server is lost, reattach looks for it; stopReattach ends the looking
+	// when the session ends first.
+	var (
+		back         <-chan reattached
+		stopReattach = func() {}
+	)
+	defer func() { stopReattach() }()
 	hangUp := func(why string) int {
+		stopReattach()
 		unraw()
 		fmt.Fprintf(cfg.Stderr, "\r\nrota: %s; cancelling job %d\n", why, id)
-		conn.Close(websocket.StatusNormalClosure, "terminal gone")
+		link.close()
 		if _, err := c.Cancel(ctx, id); err != nil {
 			var ae *APIError
 			if !errors.As(err, &ae) || ae.StatusCode != http.StatusConflict {
@@ -406,6 +415,9 @@ func attachTerminal(ctx context.Context, cfg Config, c *Client, id int64, in *os
 	for {
 		select {
 		case <-check.C:
+			if back != nil {
+				continue // the server is lost: reattach is asking it
+			}
 			d, err := c.GetJob(ctx, id)
 			if err != nil || !d.Job.State.Terminal() {
 				continue
@@ -420,17 +432,47 @@ func attachTerminal(ctx context.Context, cfg Config, c *Client, id int64, in *os
 			switch sig {
 			case syscall.SIGWINCH:
 				if f := windowFrame(fd); f != nil {
-					_ = send(f)
+					link.send(f)
 				}
 			case syscall.SIGHUP:
 				return hangUp("the terminal hung up")
 			default:
 				name := strings.TrimPrefix(unix.SignalName(sig.(syscall.Signal)), "SIG")
-				_ = send(append([]byte{api.FrameSignal}, name...))
+				link.send(append([]byte{api.FrameSignal}, name...))
 			}
 		case err := <-inEnd:
 			return hangUp(fmt.Sprintf("the terminal went away (%v)", err))
+		case r := <-back:
+			back, stopReattach = nil, func() {}
+			if r.err != nil {
+				unraw()
+				var ae *APIError
+				if errors.As(r.err, &ae) && ae.StatusCode == http.StatusConflict {
+					if d, gerr := c.GetJob(ctx, id); gerr == nil && d.Job.State.Terminal() {
+						fmt.Fprintf(cfg.Stderr, "\r\nrota: job %d ended while the server was away; rota logs %d has its output\n", id, id)
+						return jobExit(cfg, d.Job)
+					}
+				}
+				fmt.Fprintf(cfg.Stderr, "\r\nrota: could not reach job %d's terminal again (%v); rota attach %d reconnects before the server cancels it\n", id, r.err, id)
+				return ExitError
+			}
+			c.BaseURL = r.base
+			fmt.Fprintf(cfg.Stderr, "\r\nrota: reconnected to job %d; its recent output follows\r\n", id)
+			link.attach(r.conn, windowFrame(fd))
+			go readStream(r.conn)
 		case err := <-streamEnd:
+			var gone *terminalGone
+			if errors.As(err, &gone) {
+				return hangUp(fmt.Sprintf("the terminal went away (%v)", gone.err))
+			}
+			if streamLost(err) {
+				link.detach()
+				fmt.Fprintf(cfg.Stderr, "\r\nrota: lost the server%s; trying again for up to %s, and job %d keeps running\r\n",
+					lostWhy(err), strings.TrimSuffix(followRetry.String(), "0s"), id)
+				rctx, cancel := context.WithCancel(ctx)
+				back, stopReattach = reattach(rctx, c, id), cancel
+				continue
+			}
 			unraw()
 			switch websocket.CloseStatus(err) {
 			case websocket.StatusNormalClosure:
@@ -451,5 +493,185 @@ func attachTerminal(ctx context.Context, cfg Config, c *Client, id int64, in *os
 			fmt.Fprintf(cfg.Stderr, "\r\nrota: the connection to job %d broke (%v); rota attach %d reconnects before the server cancels it\n", id, err, id)
 			return ExitError
 		}
+	}
+}
+
+// terminalGone is this terminal failing under the output the stream brought.
+type terminalGone struct{ err error }
+
+func (e *terminalGone) Error() string { return e.err.Error() }
+
+// streamLost reports whether a terminal's stream ended because the server went away (it
+// stopped, its connection broke, a proxy lost it) rather than because the server closed
+// it with a word of its own: the job's terminal closed, another terminal took over, a
+// frame was refused.
+func streamLost(err error) bool {
+	if errors.Is(err, context.Canceled) {
+		return false
+	}
+	switch websocket.CloseStatus(err) {
+	case -1, websocket.StatusGoingAway, websocket.StatusAbnormalClosure, websocket.StatusInternalError,
+		websocket.StatusServiceRestart, websocket.StatusTryAgainLater, websocket.StatusBadGateway:
+		return true
+	}
+	return false
+}
+
+// lostWhy is what a lost stream's error adds to the news: nothing where the connection
+// just closed, which is all a stopped server says.
+func lostWhy(err error) string {
+	if websocket.CloseStatus(err) == -1 && errors.Is(err, io.EOF) {
+		return ""
+	}
+	return " (" + err.Error() + ")"
+}
+
+// reattached is reattach's outcome: a new stream and the server that opened it, or why
+// there is none.
+type reattached struct {
+	conn *websocket.Conn
+	base string
+	err  error
+}
+
+// reattach opens job id's terminal stream again, asking every emptyPause for up to
+// followRetry while the server cannot be reached or answers that it cannot serve yet (a
+// restart, an election): with several servers it asks each in turn, the leader a standby
+// names first. Any other refusal (the job ended, the caller may not attach) ends it. It
+// asks through a copy of c, whose BaseURL it moves: c stays the caller's.
+func reattach(ctx context.Context, c *Client, id int64) <-chan reattached {
+	out := make(chan reattached, 1)
+	c = new(*c)
+	go func() {
+		deadline := time.Now().Add(followRetry)
+		for {
+			select {
+			case <-ctx.Done():
+				out <- reattached{err: ctx.Err()}
+				return
+			case <-time.After(emptyPause):
+			}
+			conn, err := c.Attach(ctx, id)
+			if err == nil && ctx.Err() != nil {
+				conn.CloseNow() // the session ended meanwhile
+				err = ctx.Err()
+			}
+			if err == nil {
+				out <- reattached{conn: conn, base: c.BaseURL}
+				return
+			}
+			if ctx.Err() != nil || !serverLost(err) || time.Now().After(deadline) {
+				out <- reattached{err: err}
+				return
+			}
+			c.moveOn(err)
+		}
+	}()
+	return out
+}
+
+// moveOn points a Client of several servers at the one to try after err from the
+// current one: the leader a standby's answer named, if it is one of them, else the next.
+func (c *Client) moveOn(err error) {
+	if len(c.Servers) < 2 {
+		return
+	}
+	var apiErr *APIError
+	if errors.As(err, &apiErr) && slices.Contains(c.Servers, apiErr.Leader) && apiErr.Leader != c.BaseURL {
+		c.BaseURL = apiErr.Leader
+		return
+	}
+	i := slices.Index(c.Servers, strings.TrimRight(c.BaseURL, "/"))
+	c.BaseURL = c.Servers[(i+1)%len(c.Servers)]
+}
+
+// termLink is an attached terminal's way to its stream, which a lost server replaces.
+// While there is none, what the terminal sends is held: its keys and signals, up to
+// attachHeld bytes (as the server holds keys for an agent that is away), and its latest
+// window size; they go, the size first, once a stream is open again.
+type termLink struct {
+	ctx context.Context
+
+	mu   sync.Mutex // guards the fields below, and orders the writes
+	conn *websocket.Conn
+	held [][]byte
+	n    int    // bytes in held
+	size []byte // a resize frame, held
+}
+
+// attachHeld is how much a terminal's keys and signals termLink holds while no stream is
+// open.
+const attachHeld = 4 << 10
+
+// send writes frame to the stream, or holds it while there is none. A frame whose write
+// fails is held too: the stream is breaking, and the next one takes it.
+func (l *termLink) send(frame []byte) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.conn != nil && l.write(frame) == nil {
+		return
+	}
+	l.hold(frame)
+}
+
+// write writes frame to the stream. Callers hold l.mu.
+func (l *termLink) write(frame []byte) error {
+	wctx, cancel := context.WithTimeout(l.ctx, 10*time.Second)
+	defer cancel()
+	return l.conn.Write(wctx, websocket.MessageBinary, frame)
+}
+
+// hold keeps frame for the next stream. Callers hold l.mu.
+func (l *termLink) hold(frame []byte) {
+	switch {
+	case len(frame) > 0 && frame[0] == api.FrameResize:
+		l.size = frame
+	case l.n+len(frame) <= attachHeld:
+		l.held = append(l.held, frame)
+		l.n += len(frame)
+	}
+}
+
+// detach closes the stream, after which frames are held.
+func (l *termLink) detach() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.conn != nil {
+		l.conn.CloseNow()
+		l.conn = nil
+	}
+}
+
+// attach makes conn the stream and sends it what was held, with the window's size now
+// (a resize frame; nil: the one held, if any) first.
+func (l *termLink) attach(conn *websocket.Conn, size []byte) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.conn = conn
+	if size != nil {
+		l.size = size
+	}
+	held := l.held
+	if l.size != nil {
+		held = append([][]byte{l.size}, held...)
+	}
+	l.held, l.n, l.size = nil, 0, nil
+	for i, f := range held {
+		if l.write(f) != nil {
+			for _, f := range held[i:] {
+				l.hold(f)
+			}
+			return
+		}
+	}
+}
+
+// close ends the stream with a normal close, as a terminal that is done.
+func (l *termLink) close() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.conn != nil {
+		l.conn.Close(websocket.StatusNormalClosure, "terminal gone")
+		l.conn = nil
 	}
 }
