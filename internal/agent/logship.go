@@ -324,6 +324,9 @@ func (s *logShipper) batch(due []pending) (chunks []api.LogChunk, of []*shipLog,
 			budget -= len(data)
 			c.Data = data
 			c.Final = p.ended && l.offset+n == p.upTo
+			// A log longer than a chunk goes on in the next request of the round: a
+			// reader of a long log, or of one the server lost, waits for all of it.
+			again = again || l.offset+n < p.upTo
 		case p.ended:
 			// Everything is on the server; a final chunk asks it to keep it.
 			c.Final = true

@@ -447,3 +447,34 @@ func TestEndedLogIsShippedAgainWhenAsked(t *testing.T) {
 		t.Errorf("a server that takes no log sizes was sent one: %d", st.LogSize)
 	}
 }
+
+// One round sends a log longer than a request holds whole, in as many requests as it
+// takes, whether it is the round's only log or one of several: an ended attempt's log
+// that the server lost comes back in one round, not a chunk a second.
+func TestLongLogShipsInOneRound(t *testing.T) {
+	for _, ended := range []bool{true, false} {
+		s := newFakeServer(t)
+		sh := testShipper(t, s.srv)
+		log := []byte(strings.Repeat("y", 5<<20+123))
+		a := testAttempt(t, 4, log, ended)
+		sh.add(a, func() bool { return true })
+		sh.ship(context.Background(), !ended)
+		s.mu.Lock()
+		got := 0
+		for _, b := range s.batches {
+			for _, c := range b.Chunks {
+				got += len(c.Data)
+			}
+		}
+		requests := len(s.batches)
+		s.mu.Unlock()
+		if got != len(log) {
+			t.Errorf("ended %v: one round sent %d bytes of the %d in %d requests; want all of it", ended, got, len(log), requests)
+		}
+		if ended && !isClosed(a.logShipped) {
+			t.Errorf("the ended attempt's log is not marked shipped after the round")
+		}
+		close(sh.quit)
+		sh.bg.Wait()
+	}
+}
