@@ -19,8 +19,9 @@ import (
 // The same list asks a node for the logs of ended tasks that this server holds only in
 // part: the node reported each one's size with its end (api.Placement.LogSize), and a
 // server that took over from another, or lost its log directory, has less. Such a log
-// is a repair: followed like the others while someone reads it, and known from when it
-// was first asked for, so that a reader waits for the rest only so long.
+// is a repair: followed like the others while someone reads it, and known from when the
+// copy last grew (or the node was first asked), so that a reader waits for the rest only
+// while it keeps coming.
 
 // followFor is how long a log stays followed after its last read: longer than the wait
 // of `rota logs -f`'s requests and the refresh of the job's page.
@@ -30,10 +31,16 @@ const followFor = 30 * time.Second
 type logFollows struct {
 	mu     sync.Mutex
 	byNode map[string]map[api.TaskRef]time.Time
-	// repairs holds, of the followed logs that are repairs, when each was first asked
-	// for.
-	repairs map[nodeLog]time.Time
+	// repairs holds, of the followed logs that are repairs, how far each has come.
+	repairs map[nodeLog]repairing
 	swept   time.Time
+}
+
+// repairing is how far a repair has come: the size of this server's copy, and since when
+// (wall time) it has been that size.
+type repairing struct {
+	size  int64
+	since time.Time
 }
 
 // nodeLog names one rank's log: its node, job and attempt.
@@ -66,22 +73,23 @@ func (f *logFollows) follow(node string, job int64, attempt int, now time.Time) 
 }
 
 // repair notes that the log of job's attempt on node, an ended rank's, was read at now
-// and found short, and returns when it was first asked for, in wall time (wall, the first
-// time, when fresh is set).
-func (f *logFollows) repair(node string, job int64, attempt int, now, wall time.Time) (since time.Time, fresh bool) {
+// and found short, with size bytes here, and returns since when (in wall time) the copy
+// has not grown: wall when the node is first asked (fresh is then set) and whenever the
+// copy has grown since the last read.
+func (f *logFollows) repair(node string, job int64, attempt int, size int64, now, wall time.Time) (since time.Time, fresh bool) {
 	f.follow(node, job, attempt, now)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.repairs == nil {
-		f.repairs = map[nodeLog]time.Time{}
+		f.repairs = map[nodeLog]repairing{}
 	}
 	k := nodeLog{node, api.TaskRef{JobID: job, Attempt: attempt}}
-	since, ok := f.repairs[k]
-	if !ok {
-		since = wall
-		f.repairs[k] = wall
+	r, ok := f.repairs[k]
+	if !ok || size > r.size {
+		r = repairing{size: size, since: wall}
+		f.repairs[k] = r
 	}
-	return since, !ok
+	return r.since, !ok
 }
 
 // repairing reports whether the log of job's attempt on node is a repair in progress:

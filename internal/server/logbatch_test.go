@@ -289,7 +289,7 @@ func TestShortLogIsAskedOfItsNode(t *testing.T) {
 	// LogRepairWait has passed, and at once after that.
 	for range 2 {
 		body, hdr = h.readLog(b.ID, 0, "0")
-		if body != "" || hdr.Get("X-Rota-Log-Done") != "true" || !strings.Contains(hdr.Get("X-Rota-Log-Incomplete"), "holds 0 of the 7 bytes node n1 reported; the node has not sent the rest") {
+		if body != "" || hdr.Get("X-Rota-Log-Done") != "true" || !strings.Contains(hdr.Get("X-Rota-Log-Incomplete"), "holds 0 of the 7 bytes node n1 reported; the node has sent none of the rest for 1.5s") {
 			t.Errorf("unsent log: %q, done %q, incomplete %q", body, hdr.Get("X-Rota-Log-Done"), hdr.Get("X-Rota-Log-Incomplete"))
 		}
 	}
@@ -324,5 +324,54 @@ func TestShortLogIsAskedOfItsNode(t *testing.T) {
 	body, hdr = h.readLog(c.ID, 0, "0")
 	if body != "" || hdr.Get("X-Rota-Log-Done") != "true" || !strings.Contains(hdr.Get("X-Rota-Log-Incomplete"), "node n2 reported; the node is LOST") {
 		t.Errorf("log on a lost node: %q, done %q, incomplete %q", body, hdr.Get("X-Rota-Log-Done"), hdr.Get("X-Rota-Log-Incomplete"))
+	}
+}
+
+// A reader of a log the node is sending again waits for as long as it keeps coming: the
+// repair's wait runs from the last piece that arrived, not from the first ask, so a long
+// log that takes longer than LogRepairWait to come back is read whole.
+func TestLogRepairWaitsWhileTheLogComes(t *testing.T) {
+	h := &harness{t: t, clock: &fakeClock{t: time.Date(2026, 11, 1, 9, 0, 0, 0, time.UTC)}, dir: t.TempDir(),
+		cfg: func(c *Config) { c.LogRepairWait = 600 * time.Millisecond }}
+	h.open()
+	h.beat("n1", 1)
+	j := h.submit(api.JobSpec{GPUs: 1, Command: []string{"a"}})
+	h.cycle()
+	start := h.clock.Now()
+	h.beat("n1", 1, api.TaskStatus{JobID: j.ID, Attempt: 1, State: api.StateRunning, StartTime: &start})
+	const pieces, piece = 5, "0123456789\n"
+	h.beat("n1", 1, api.TaskStatus{JobID: j.ID, Attempt: 1, State: api.StateSucceeded, ExitCode: intp(0), EndTime: &start,
+		LogSize: int64(pieces * len(piece))})
+
+	// The node sends a piece every 400 ms: 2 s in all, more than three waits.
+	sent := make(chan struct{})
+	go func() {
+		defer close(sent)
+		for i := range pieces {
+			time.Sleep(400 * time.Millisecond)
+			c := api.LogChunk{JobID: j.ID, Attempt: 1, Offset: int64(i * len(piece)), Data: []byte(piece), Final: i == pieces-1}
+			if code, ans, e := h.shipBatch("n1", api.LogBatch{Chunks: []api.LogChunk{c}}); code != http.StatusOK || ans.Chunks[0].Status != 0 {
+				t.Errorf("ship piece %d: %d %v %+v", i, code, e, ans)
+				return
+			}
+		}
+	}()
+	var got strings.Builder
+	for reads := 0; ; reads++ {
+		body, hdr := h.readLog(j.ID, got.Len(), "0")
+		got.WriteString(body)
+		if inc := hdr.Get("X-Rota-Log-Incomplete"); inc != "" {
+			t.Fatalf("after %d bytes the reader was told the log is incomplete: %s", got.Len(), inc)
+		}
+		if hdr.Get("X-Rota-Log-Done") == "true" {
+			break
+		}
+		if reads > 100 {
+			t.Fatalf("not done after %d reads, %d bytes", reads, got.Len())
+		}
+	}
+	<-sent
+	if want := strings.Repeat(piece, pieces); got.String() != want {
+		t.Errorf("read %q; want %q", got.String(), want)
 	}
 }

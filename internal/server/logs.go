@@ -298,8 +298,9 @@ func (s *Server) handleGetLogs(w http.ResponseWriter, r *http.Request) {
 		if ended && size < whole {
 			// A server that took over from another, or lost its log directory, holds
 			// less than the node wrote: the node is asked for the rest, which a reader
-			// waits for up to LogRepairWait, unless the node cannot answer.
-			since, fresh := s.follows.repair(node, id, n, s.cfg.Clock.Now(), time.Now())
+			// waits for unless the node cannot answer, or has sent nothing of it for
+			// LogRepairWait.
+			since, fresh := s.follows.repair(node, id, n, size, s.cfg.Clock.Now(), time.Now())
 			if fresh {
 				s.watch.poke(node)
 			}
@@ -310,7 +311,7 @@ func (s *Server) handleGetLogs(w http.ResponseWriter, r *http.Request) {
 				done, shown = false, whole
 				deadline = maxTime(deadline, until)
 			} else if short == "" {
-				short = fmt.Sprintf("this server holds %d of the %d bytes node %s reported; the node has not sent the rest (it keeps an ended attempt's log for a while, 24 h by default)", size, whole, node)
+				short = fmt.Sprintf("this server holds %d of the %d bytes node %s reported; the node has sent none of the rest for %s (it keeps an ended attempt's log for a while, 24 h by default)", size, whole, node, s.cfg.LogRepairWait)
 			}
 		}
 		if len(data) > 0 || done || !time.Now().Before(deadline) {

@@ -46,8 +46,8 @@ type Config struct {
 	// LostAfter is the silence after which a node's jobs are requeued or failed (default 5m).
 	LostAfter time.Duration
 	// LogRepairWait is how long a read of an ended rank's log, of which this server holds
-	// only part, waits for the node to send the rest before it answers with what there is
-	// (default 10s).
+	// only part, waits for the node to send more of the rest before it answers with what
+	// there is, marked incomplete (default 10s). Each piece that arrives starts it again.
 	LogRepairWait time.Duration
 	// MaxHeartbeatsPerSecond bounds the heartbeats all agents together are asked for
 	// (default 1,000; negative: no bound). Where the nodes at HeartbeatInterval would send
