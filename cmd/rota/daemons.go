@@ -51,7 +51,7 @@ type serverFlags struct {
 	assignTimeout, leaseInterval                    time.Duration
 	attachGrace, keepEnded, memoryLimitRefresh      time.Duration
 	tls, insecureHTTP, metricsPublic                bool
-	tlsSANs, memoryLimit                            string
+	tlsSANs, memoryLimit, maxLogSize                string
 	maxHeartbeats                                   float64
 }
 
@@ -71,6 +71,7 @@ func (f *serverFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.leaseInterval, "lease-interval", time.Second, "with a postgres:// store: how often the leader checks its lease and a standby tries to take it (see docs/ha.md)")
 	fs.DurationVar(&f.attachGrace, "attach-grace", time.Minute, "how long an interactive job (rota run) may run with no terminal attached before it is cancelled")
 	fs.DurationVar(&f.keepEnded, "keep-ended", 24*time.Hour, "how long the server keeps an ended job in memory; older ones are read from the store when asked for (see docs/operations.md)")
+	fs.StringVar(&f.maxLogSize, "max-log-size", "1G", "the most of each rank's log the server keeps: a size (512M, 4G) or off; the rest stays on the node, and rota logs says so (see docs/execution.md)")
 	fs.StringVar(&f.memoryLimit, "memory-limit", "auto", "soft limit on the server's memory, which the Go runtime keeps to by collecting more often: a size (900M, 1.5G), auto (90% of the memory limit of the server's cgroup, such as systemd's MemoryMax; none without one) or off; GOMEMLIMIT in the environment wins (see docs/operations.md)")
 	fs.DurationVar(&f.memoryLimitRefresh, "memory-limit-refresh", time.Minute, "with --memory-limit auto: how often the server reads its cgroup's memory limit again, to follow a change made while it runs (0: only at start)")
 	fs.BoolVar(&f.metricsPublic, "metrics-public", false, "serve /metrics without credentials (else a token of any role, or the local socket)")
@@ -350,6 +351,10 @@ func serve(ctx context.Context, sf serverFlags, scfg server.Config, log *slog.Lo
 	if sf.keepEnded <= 0 {
 		return fmt.Errorf("--keep-ended: must be more than 0, such as 24h, got %v", sf.keepEnded)
 	}
+	maxLog, err := maxLogSize(sf.maxLogSize)
+	if err != nil {
+		return err
+	}
 	policy, err := sched.OptionsFor(sf.policy)
 	if err != nil {
 		return fmt.Errorf("--policy: %w", err)
@@ -411,7 +416,7 @@ func serve(ctx context.Context, sf serverFlags, scfg server.Config, log *slog.Lo
 		scfg.MaxHeartbeatsPerSecond = -1 // the server's Config takes 0 for its default
 	}
 	scfg.HalfLife, scfg.AssignTimeout = sf.halfLife, sf.assignTimeout
-	scfg.AttachGrace, scfg.KeepEnded = sf.attachGrace, sf.keepEnded
+	scfg.AttachGrace, scfg.KeepEnded, scfg.MaxLogSize = sf.attachGrace, sf.keepEnded, maxLog
 	scfg.MetricsPublic = sf.metricsPublic
 	if sf.tls {
 		scfg.AdvertiseURL = "https://" + advertised(sf.listen)
@@ -596,4 +601,17 @@ func startCPUProfile(file string) (stop func(), err error) {
 		return nil, err
 	}
 	return func() { pprof.StopCPUProfile(); f.Close() }, nil
+}
+
+// maxLogSize is --max-log-size in bytes: negative for off (server.Config.MaxLogSize).
+func maxLogSize(flag string) (int64, error) {
+	v := strings.TrimSpace(flag)
+	if strings.EqualFold(v, "off") {
+		return -1, nil
+	}
+	mb, err := cli.ParseSize(v)
+	if err != nil || mb < 1 || mb > 1<<30 {
+		return 0, fmt.Errorf("--max-log-size: %q is not off or a size from 1M to 1P, such as 512M or 4G", flag)
+	}
+	return mb << 20, nil
 }

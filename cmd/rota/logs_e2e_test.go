@@ -92,3 +92,48 @@ func TestLogsOutliveTheServersCopies(t *testing.T) {
 		t.Fatalf("rota logs with the server's copy gone: exit %d, %d bytes of the %d printed; stderr %q", r.code, len(r.stdout), want.Len(), r.stderr)
 	}
 }
+
+// A job that prints more than --max-log-size: the server keeps the first part, the job
+// ends as it would (its end is not held up by the log the server refused), and rota logs
+// prints the part kept and says why the rest is not there, exiting 1.
+func TestLogsPastTheServersLimit(t *testing.T) {
+	u := startUp(t, 1, "--max-log-size", "1M")
+	id := u.submit("--", "seq", "400000") // 2.7 MB
+	u.waitJob(id, 60*time.Second, api.StateSucceeded)
+	var want strings.Builder
+	for i := 1; want.Len() < 1<<20; i++ {
+		want.WriteString(strconv.Itoa(i) + "\n")
+	}
+	r := u.rota("logs", strconv.FormatInt(id, 10))
+	if r.code != 1 || r.stdout != want.String()[:1<<20] {
+		t.Fatalf("rota logs: exit %d, %d bytes; want exit 1 and the first MiB of the log\nstderr: %s", r.code, len(r.stdout), r.stderr)
+	}
+	if !strings.Contains(r.stderr, "is incomplete: this server keeps the first 1 MiB of a rank's log (rota server --max-log-size); node "+gpuUpNode+" wrote 2688895 bytes") {
+		t.Errorf("rota logs stderr %q; want the limit named", r.stderr)
+	}
+}
+
+func TestMaxLogSizeFlag(t *testing.T) {
+	for _, tc := range []struct {
+		flag string
+		want int64
+		err  string
+	}{
+		{"1G", 1 << 30, ""},
+		{"512M", 512 << 20, ""},
+		{"off", -1, ""},
+		{"OFF", -1, ""},
+		{"0", 0, "not off or a size from 1M to 1P"},
+		{"-5M", 0, "not off or a size"},
+		{"lots", 0, "not off or a size"},
+		{"2000P", 0, "not off or a size"},
+	} {
+		got, err := maxLogSize(tc.flag)
+		switch {
+		case tc.err == "" && (err != nil || got != tc.want):
+			t.Errorf("--max-log-size %s: %d, %v; want %d", tc.flag, got, err, tc.want)
+		case tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err) || !strings.Contains(err.Error(), "--max-log-size")):
+			t.Errorf("--max-log-size %s: %d, %v; want an error naming the flag and %q", tc.flag, got, err, tc.err)
+		}
+	}
+}

@@ -37,6 +37,20 @@ func (h *harness) shipBatch(node string, b api.LogBatch) (int, api.LogBatchAnswe
 }
 
 // readLog reads job's log from offset as the job's owner, with wait seconds at most.
+// shipOne posts data at offset of a task's log through the one-chunk route of agents
+// before the batch, and returns the answer's status and body.
+func (h *harness) shipOne(node string, job int64, attempt, offset int, data []byte) (int, string) {
+	h.t.Helper()
+	resp, err := h.agent.Post(fmt.Sprintf("http://rota-up/api/v1/agents/%s/logs/%d/%d?offset=%d", node, job, attempt, offset),
+		"application/octet-stream", bytes.NewReader(data))
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
+}
+
 func (h *harness) readLog(id int64, offset int, wait string) (string, http.Header) {
 	h.t.Helper()
 	req, _ := http.NewRequest("GET", fmt.Sprintf("%s/api/v1/jobs/%d/logs?offset=%d&wait=%s", h.http.URL, id, offset, wait), nil)
@@ -373,5 +387,61 @@ func TestLogRepairWaitsWhileTheLogComes(t *testing.T) {
 	<-sent
 	if want := strings.Repeat(piece, pieces); got.String() != want {
 		t.Errorf("read %q; want %q", got.String(), want)
+	}
+}
+
+// The server keeps at most MaxLogSize of a rank's log: the bytes before the limit are
+// written, those past it refused with 413, which makes the agent stop sending that log,
+// and a read of the ended rank's log gives the part kept, done, with the reason it is
+// not whole, at once: the node is not asked for the rest.
+func TestLogLimit(t *testing.T) {
+	h := &harness{t: t, clock: &fakeClock{t: time.Date(2026, 11, 1, 9, 0, 0, 0, time.UTC)}, dir: t.TempDir(),
+		cfg: func(c *Config) { c.MaxLogSize = 100 }}
+	h.open()
+	h.beat("n1", 1)
+	j := h.submit(api.JobSpec{GPUs: 1, Command: []string{"a"}})
+	h.cycle()
+	start := h.clock.Now()
+	h.beat("n1", 1, api.TaskStatus{JobID: j.ID, Attempt: 1, State: api.StateRunning, StartTime: &start})
+	line := strings.Repeat("x", 59) + "\n"
+	ship := func(offset int) api.LogChunkAck {
+		t.Helper()
+		code, ans, e := h.shipBatch("n1", api.LogBatch{Chunks: []api.LogChunk{{JobID: j.ID, Attempt: 1, Offset: int64(offset), Data: []byte(line)}}})
+		if code != http.StatusOK {
+			t.Fatalf("ship at %d: %d %v", offset, code, e)
+		}
+		return ans.Chunks[0]
+	}
+	if ack := ship(0); ack.Status != 0 || ack.Size != 60 {
+		t.Fatalf("first 60 bytes: %+v; want taken", ack)
+	}
+	ack := ship(60)
+	if ack.Status != http.StatusRequestEntityTooLarge || ack.Size != 100 || ack.Error == nil ||
+		ack.Error.Field != "chunks[0].data" || !strings.Contains(ack.Error.Message, "limit of 100 bytes a rank (rota server --max-log-size); the rest stays on node n1") {
+		t.Fatalf("bytes 60 to 120 with a limit of 100: %+v %v; want 413 naming the limit, the first 40 kept", ack, ack.Error)
+	}
+	if ack := ship(100); ack.Status != http.StatusRequestEntityTooLarge || ack.Size != 100 {
+		t.Errorf("bytes past the limit: %+v; want 413 and nothing kept", ack)
+	}
+	// The one-chunk route of older agents keeps to the same limit.
+	code, body := h.shipOne("n1", j.ID, 1, 100, []byte("more\n"))
+	if code != http.StatusRequestEntityTooLarge || !strings.Contains(body, "max-log-size") {
+		t.Errorf("one chunk past the limit: %d %s; want 413 naming the limit", code, body)
+	}
+
+	h.beat("n1", 1, api.TaskStatus{JobID: j.ID, Attempt: 1, State: api.StateSucceeded, ExitCode: intp(0), EndTime: &start, LogSize: 1000})
+	began := time.Now()
+	body, hdr := h.readLog(j.ID, 0, "0")
+	if want := (line + line)[:100]; body != want || hdr.Get("X-Rota-Log-Done") != "true" {
+		t.Errorf("read %q, done %q; want the first 100 bytes, done", body, hdr.Get("X-Rota-Log-Done"))
+	}
+	if inc := hdr.Get("X-Rota-Log-Incomplete"); !strings.Contains(inc, "keeps the first 100 bytes of a rank's log (rota server --max-log-size); node n1 wrote 1000 bytes") {
+		t.Errorf("incomplete %q; want it to name the limit and the node's size", inc)
+	}
+	if waited := time.Since(began); waited > time.Second {
+		t.Errorf("the read took %v: a log cut at the limit is not asked of the node", waited)
+	}
+	if got := h.beat("n1", 1).LogsFollowed; slices.Contains(got, api.TaskRef{JobID: j.ID, Attempt: 1}) {
+		t.Errorf("the node is asked for the log past the limit: %v", got)
 	}
 }

@@ -58,13 +58,45 @@ func (s *Server) handleShipLog(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusRequestEntityTooLarge, &api.Error{Code: api.CodeTooLarge, Message: fmt.Sprintf("log chunks are limited to %d bytes", maxLogChunk)})
 		return
 	}
+	data, over := s.capLog(offset, data)
 	size, err := s.writeLogAt(logName(jobID, attempt, node), offset, data, true)
 	if err != nil {
 		s.log.Error("log write failed", "job", jobID, "attempt", attempt, "err", err)
 		writeError(w, http.StatusInternalServerError, &api.Error{Code: api.CodeInternal, Message: "the log chunk could not be stored"})
 		return
 	}
+	if over {
+		writeError(w, http.StatusRequestEntityTooLarge, s.logFull(jobID, attempt, node, ""))
+		return
+	}
 	writeJSON(w, http.StatusOK, api.LogAck{Size: size})
+}
+
+// capLog is the part of data, to be written at offset of a rank's log, that fits in the
+// log's limit (Config.MaxLogSize), and whether some did not.
+func (s *Server) capLog(offset int64, data []byte) ([]byte, bool) {
+	limit := s.cfg.MaxLogSize
+	if limit <= 0 || offset+int64(len(data)) <= limit {
+		return data, false
+	}
+	return data[:max(0, min(int64(len(data)), limit-offset))], true
+}
+
+// logFull is the refusal of a log's bytes past the limit, for field.
+func (s *Server) logFull(job int64, attempt int, node, field string) *api.Error {
+	return &api.Error{Code: api.CodeTooLarge, Field: field,
+		Message: fmt.Sprintf("the log of job %d attempt %d has reached this server's limit of %s a rank (rota server --max-log-size); the rest stays on node %s", job, attempt, sizeText(s.cfg.MaxLogSize), node)}
+}
+
+// sizeText is a size in bytes as a person reads it: 1 GiB, 512 MiB, 3000 bytes.
+func sizeText(n int64) string {
+	switch {
+	case n >= 1<<30 && n%(1<<30) == 0:
+		return fmt.Sprintf("%d GiB", n>>30)
+	case n >= 1<<20 && n%(1<<20) == 0:
+		return fmt.Sprintf("%d MiB", n>>20)
+	}
+	return fmt.Sprintf("%d bytes", n)
 }
 
 // writeLogAt writes data at offset of the named log, unless offset is past its end, and
@@ -158,7 +190,10 @@ func (s *Server) handleShipLogBatch(w http.ResponseWriter, r *http.Request) {
 				Message: fmt.Sprintf("job %d has no attempt %d on node %s", c.JobID, c.Attempt, node)}
 			continue
 		}
-		size, err := s.writeLogAt(logName(c.JobID, c.Attempt, node), c.Offset, c.Data, c.Final)
+		// Bytes past the log's limit are refused, those before it written: the agent
+		// stops sending this log, and the copy here ends at the limit.
+		data, over := s.capLog(c.Offset, c.Data)
+		size, err := s.writeLogAt(logName(c.JobID, c.Attempt, node), c.Offset, data, c.Final || over)
 		if err != nil {
 			s.log.Error("log write failed", "job", c.JobID, "attempt", c.Attempt, "err", err)
 			ack.Status, ack.Error = http.StatusInternalServerError, &api.Error{Code: api.CodeInternal, Field: fmt.Sprintf("chunks[%d]", i),
@@ -166,6 +201,10 @@ func (s *Server) handleShipLogBatch(w http.ResponseWriter, r *http.Request) {
 			continue
 		}
 		ack.Size = size
+		if over {
+			ack.Status, ack.Error = http.StatusRequestEntityTooLarge, s.logFull(c.JobID, c.Attempt, node, fmt.Sprintf("chunks[%d].data", i))
+			continue
+		}
 		if c.Final && size == c.Offset+int64(len(c.Data)) {
 			// The end of an ended task's log is here: it needs following no more.
 			s.follows.done(node, c.JobID, c.Attempt)
@@ -262,6 +301,7 @@ func (s *Server) handleGetLogs(w http.ResponseWriter, r *http.Request) {
 		rank := 0
 		ended := job.State.Terminal()
 		var whole int64 // the size of the ended rank's whole log, as its node reported it
+		var cut int64   // that size, where it is more than this server keeps
 		if n > 0 {
 			a := atts[n-1]
 			switch {
@@ -289,6 +329,10 @@ func (s *Server) handleGetLogs(w http.ResponseWriter, r *http.Request) {
 				if p.State.Terminal() {
 					whole = p.LogSize
 				}
+				if limit := s.cfg.MaxLogSize; limit > 0 && whole > limit {
+					// This server keeps no more than the limit of any log.
+					whole, cut = limit, p.LogSize
+				}
 			}
 		}
 		data, size := s.readLog(name, offset)
@@ -313,6 +357,10 @@ func (s *Server) handleGetLogs(w http.ResponseWriter, r *http.Request) {
 			} else if short == "" {
 				short = fmt.Sprintf("this server holds %d of the %d bytes node %s reported; the node has sent none of the rest for %s (it keeps an ended attempt's log for a while, 24 h by default)", size, whole, node, s.cfg.LogRepairWait)
 			}
+		}
+		if done && short == "" && cut > 0 {
+			short = fmt.Sprintf("this server keeps the first %s of a rank's log (rota server --max-log-size); node %s wrote %d bytes, and keeps them for a while (24 h by default)",
+				sizeText(s.cfg.MaxLogSize), node, cut)
 		}
 		if len(data) > 0 || done || !time.Now().Before(deadline) {
 			if done && short != "" {

@@ -35,6 +35,9 @@ type wallClock struct{}
 
 func (wallClock) Now() time.Time { return time.Now().UTC() }
 
+// DefaultMaxLogSize is Config.MaxLogSize's default: 1 GiB of each rank's log.
+const DefaultMaxLogSize = 1 << 30
+
 // Config holds the server's settings. Zero values take the documented defaults.
 type Config struct {
 	// DataDir holds the job logs shipped by agents.
@@ -49,6 +52,10 @@ type Config struct {
 	// only part, waits for the node to send more of the rest before it answers with what
 	// there is, marked incomplete (default 10s). Each piece that arrives starts it again.
 	LogRepairWait time.Duration
+	// MaxLogSize is the most of each rank's log the server keeps (default 1 GiB;
+	// negative: no limit). Bytes past it are refused, and the copy ends there: a job
+	// that prints without end must not fill the server's disk.
+	MaxLogSize int64
 	// MaxHeartbeatsPerSecond bounds the heartbeats all agents together are asked for
 	// (default 1,000; negative: no bound). Where the nodes at HeartbeatInterval would send
 	// more, agents are asked for a longer interval, and NotReadyAfter and LostAfter grow
@@ -121,6 +128,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.LostAfter <= 0 {
 		c.LostAfter = 5 * time.Minute
+	}
+	if c.MaxLogSize == 0 {
+		c.MaxLogSize = DefaultMaxLogSize
 	}
 	if c.LogRepairWait <= 0 {
 		c.LogRepairWait = 10 * time.Second
