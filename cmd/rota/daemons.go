@@ -50,6 +50,7 @@ type serverFlags struct {
 	heartbeat, notReady, lost, halfLife, minRuntime time.Duration
 	assignTimeout, leaseInterval                    time.Duration
 	attachGrace, keepEnded, memoryLimitRefresh      time.Duration
+	logRetention                                    time.Duration
 	tls, insecureHTTP, metricsPublic                bool
 	tlsSANs, memoryLimit, maxLogSize                string
 	maxHeartbeats                                   float64
@@ -72,6 +73,7 @@ func (f *serverFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.attachGrace, "attach-grace", time.Minute, "how long an interactive job (rota run) may run with no terminal attached before it is cancelled")
 	fs.DurationVar(&f.keepEnded, "keep-ended", 24*time.Hour, "how long the server keeps an ended job in memory; older ones are read from the store when asked for (see docs/operations.md)")
 	fs.StringVar(&f.maxLogSize, "max-log-size", "1G", "the most of each rank's log the server keeps: a size (512M, 4G) or off; the rest stays on the node, and rota logs says so (see docs/execution.md)")
+	fs.DurationVar(&f.logRetention, "log-retention", 0, "how long after a job ends the server keeps its logs, such as 720h for 30 days; the leader removes older ones every hour (0: keeps them all)")
 	fs.StringVar(&f.memoryLimit, "memory-limit", "auto", "soft limit on the server's memory, which the Go runtime keeps to by collecting more often: a size (900M, 1.5G), auto (90% of the memory limit of the server's cgroup, such as systemd's MemoryMax; none without one) or off; GOMEMLIMIT in the environment wins (see docs/operations.md)")
 	fs.DurationVar(&f.memoryLimitRefresh, "memory-limit-refresh", time.Minute, "with --memory-limit auto: how often the server reads its cgroup's memory limit again, to follow a change made while it runs (0: only at start)")
 	fs.BoolVar(&f.metricsPublic, "metrics-public", false, "serve /metrics without credentials (else a token of any role, or the local socket)")
@@ -351,6 +353,9 @@ func serve(ctx context.Context, sf serverFlags, scfg server.Config, log *slog.Lo
 	if sf.keepEnded <= 0 {
 		return fmt.Errorf("--keep-ended: must be more than 0, such as 24h, got %v", sf.keepEnded)
 	}
+	if sf.logRetention < 0 {
+		return fmt.Errorf("--log-retention: must be 0 (keep every log) or more, such as 720h, got %v", sf.logRetention)
+	}
 	maxLog, err := maxLogSize(sf.maxLogSize)
 	if err != nil {
 		return err
@@ -416,7 +421,7 @@ func serve(ctx context.Context, sf serverFlags, scfg server.Config, log *slog.Lo
 		scfg.MaxHeartbeatsPerSecond = -1 // the server's Config takes 0 for its default
 	}
 	scfg.HalfLife, scfg.AssignTimeout = sf.halfLife, sf.assignTimeout
-	scfg.AttachGrace, scfg.KeepEnded, scfg.MaxLogSize = sf.attachGrace, sf.keepEnded, maxLog
+	scfg.AttachGrace, scfg.KeepEnded, scfg.MaxLogSize, scfg.LogRetention = sf.attachGrace, sf.keepEnded, maxLog, sf.logRetention
 	scfg.MetricsPublic = sf.metricsPublic
 	if sf.tls {
 		scfg.AdvertiseURL = "https://" + advertised(sf.listen)

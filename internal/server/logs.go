@@ -339,6 +339,10 @@ func (s *Server) handleGetLogs(w http.ResponseWriter, r *http.Request) {
 		done := ended && offset+int64(len(data)) >= size
 		var short string // why this server's copy of an ended log lacks part of it
 		shown := size    // the size the answer gives
+		if gone := s.expiredLog(job.EndTime, s.cfg.Clock.Now()); ended && size == 0 && gone != "" {
+			// Removed for its age: nothing to ask the node for.
+			short, whole = gone, 0
+		}
 		if ended && size < whole {
 			// A server that took over from another, or lost its log directory, holds
 			// less than the node wrote: the node is asked for the rest, which a reader
@@ -358,7 +362,7 @@ func (s *Server) handleGetLogs(w http.ResponseWriter, r *http.Request) {
 				short = fmt.Sprintf("this server holds %d of the %d bytes node %s reported; the node has sent none of the rest for %s (it keeps an ended attempt's log for a while, 24 h by default)", size, whole, node, s.cfg.LogRepairWait)
 			}
 		}
-		if done && short == "" && cut > 0 {
+		if done && short == "" && cut > 0 && size >= whole {
 			short = fmt.Sprintf("this server keeps the first %s of a rank's log (rota server --max-log-size); node %s wrote %d bytes, and keeps them for a while (24 h by default)",
 				sizeText(s.cfg.MaxLogSize), node, cut)
 		}

@@ -56,6 +56,9 @@ type Config struct {
 	// negative: no limit). Bytes past it are refused, and the copy ends there: a job
 	// that prints without end must not fill the server's disk.
 	MaxLogSize int64
+	// LogRetention, when more than 0, is how long after a job ends its logs stay on the
+	// server: the leader removes older ones every hour (logretention.go). 0 keeps them.
+	LogRetention time.Duration
 	// MaxHeartbeatsPerSecond bounds the heartbeats all agents together are asked for
 	// (default 1,000; negative: no bound). Where the nodes at HeartbeatInterval would send
 	// more, agents are asked for a longer interval, and NotReadyAfter and LostAfter grow
@@ -607,6 +610,9 @@ func (s *Server) Run(ctx context.Context) error {
 		go func() { defer close(done); s.leaseLoop(ctx) }()
 		defer func() { <-done }()
 	}
+	sweeping := make(chan struct{})
+	go func() { defer close(sweeping); s.sweepLogsLoop(ctx) }()
+	defer func() { <-sweeping }()
 	t := time.NewTicker(s.cfg.CycleInterval)
 	defer t.Stop()
 	// Liveness depends on time alone, so it is checked at each tick, not again at each
