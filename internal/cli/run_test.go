@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"net/http"
+	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -20,18 +21,7 @@ import (
 func TestRunShowsTheLogOfAJobQuickerThanTheRelay(t *testing.T) {
 	for _, streamed := range []bool{false, true} {
 		var closed atomic.Bool
-		mux := http.NewServeMux()
-		mux.HandleFunc("POST /api/v1/jobs", func(w http.ResponseWriter, r *http.Request) {
-			writeJSON(w, http.StatusCreated, api.Job{ID: 7, State: api.StatePending, Spec: api.JobSpec{Queue: "interactive", TTY: true}})
-		})
-		mux.HandleFunc("GET /api/v1/jobs/7", func(w http.ResponseWriter, r *http.Request) {
-			j := api.Job{ID: 7, State: api.StateRunning, Spec: api.JobSpec{Queue: "interactive", TTY: true}, Attempts: 1}
-			if closed.Load() {
-				nine := 9
-				j.State, j.ExitCode = api.StateFailed, &nine
-			}
-			writeJSON(w, http.StatusOK, api.JobDetail{Job: j})
-		})
+		mux := interactiveJob7(&closed, 9)
 		mux.HandleFunc("GET /api/v1/jobs/7/attach", func(w http.ResponseWriter, r *http.Request) {
 			c, err := websocket.Accept(w, r, nil)
 			if err != nil {
@@ -50,25 +40,12 @@ func TestRunShowsTheLogOfAJobQuickerThanTheRelay(t *testing.T) {
 			w.Write([]byte("quick\r\n"))
 		})
 		url := newHTTPServer(t, mux)
-
-		ptm, pts, err := pty.Open()
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer ptm.Close()
-		defer pts.Close()
-		var out, errOut strings.Builder
-		cfg := Config{Stdout: &out, Stderr: &errOut, Stdin: pts, Now: time.Now, Location: time.UTC,
-			Getenv:    func(k string) string { return map[string]string{"ROTA_SERVER": url, "ROTA_TOKEN": adminToken}[k] },
-			ConfigDir: t.TempDir(), Getwd: func() (string, error) { return "/home/alice", nil }}
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		code := cfg.Run(ctx, "run", []string{"--", "sh", "-c", "echo quick; exit 9"})
-		cancel()
+		code, out, errOut := runOnTerminal(t, url, nil, "--", "sh", "-c", "echo quick; exit 9")
 		if code != 9 {
-			t.Errorf("streamed %v: exit %d, stderr %q; want the job's 9", streamed, code, errOut.String())
+			t.Errorf("streamed %v: exit %d, stderr %q; want the job's 9", streamed, code, errOut)
 		}
-		if got := strings.Count(out.String(), "quick"); got != 1 {
-			t.Errorf("streamed %v: stdout %q; want the job's output once", streamed, out.String())
+		if got := strings.Count(out, "quick"); got != 1 {
+			t.Errorf("streamed %v: stdout %q; want the job's output once", streamed, out)
 		}
 	}
 }
@@ -85,18 +62,7 @@ func TestRunReattachesAfterLosingTheServer(t *testing.T) {
 			outage   = make(chan struct{})
 			frames   = make(chan []byte, 16)
 		)
-		mux := http.NewServeMux()
-		mux.HandleFunc("POST /api/v1/jobs", func(w http.ResponseWriter, r *http.Request) {
-			writeJSON(w, http.StatusCreated, api.Job{ID: 7, State: api.StatePending, Spec: api.JobSpec{Queue: "interactive", TTY: true}})
-		})
-		mux.HandleFunc("GET /api/v1/jobs/7", func(w http.ResponseWriter, r *http.Request) {
-			j := api.Job{ID: 7, State: api.StateRunning, Spec: api.JobSpec{Queue: "interactive", TTY: true}, Attempts: 1}
-			if ended.Load() {
-				five := 5
-				j.State, j.ExitCode = api.StateFailed, &five
-			}
-			writeJSON(w, http.StatusOK, api.JobDetail{Job: j})
-		})
+		mux := interactiveJob7(&ended, 5)
 		mux.HandleFunc("GET /api/v1/jobs/7/attach", func(w http.ResponseWriter, r *http.Request) {
 			switch n := attaches.Add(1); {
 			case n == 1:
@@ -134,45 +100,33 @@ func TestRunReattachesAfterLosingTheServer(t *testing.T) {
 			}
 		})
 		url := newHTTPServer(t, mux)
-
-		ptm, pts, err := pty.Open()
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer ptm.Close()
-		defer pts.Close()
-		if err := pty.Setsize(ptm, &pty.Winsize{Rows: 30, Cols: 100}); err != nil {
-			t.Fatal(err)
-		}
-		go func() {
-			<-outage
-			// Typed while there is no stream: held, and sent on the next one.
-			ptm.Write([]byte("abc"))
-		}()
-		var out, errOut strings.Builder
-		cfg := Config{Stdout: &out, Stderr: &errOut, Stdin: pts, Now: time.Now, Location: time.UTC,
-			Getenv:    func(k string) string { return map[string]string{"ROTA_SERVER": url, "ROTA_TOKEN": adminToken}[k] },
-			ConfigDir: t.TempDir(), Getwd: func() (string, error) { return "/home/alice", nil }}
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		code := cfg.Run(ctx, "run", []string{"--", "bash"})
-		cancel()
+		code, out, errOut := runOnTerminal(t, url, func(ptm *os.File) {
+			if err := pty.Setsize(ptm, &pty.Winsize{Rows: 30, Cols: 100}); err != nil {
+				t.Error(err)
+			}
+			go func() {
+				<-outage
+				// Typed while there is no stream: held, and sent on the next one.
+				ptm.Write([]byte("abc"))
+			}()
+		}, "--", "bash")
 		if code != 5 {
-			t.Errorf("ended meanwhile %v: exit %d, stderr %q; want the job's 5", endedMeanwhile, code, errOut.String())
+			t.Errorf("ended meanwhile %v: exit %d, stderr %q; want the job's 5", endedMeanwhile, code, errOut)
 		}
-		if !strings.Contains(errOut.String(), "lost the server") {
-			t.Errorf("ended meanwhile %v: stderr %q; want it to say the server was lost", endedMeanwhile, errOut.String())
+		if !strings.Contains(errOut, "lost the server") {
+			t.Errorf("ended meanwhile %v: stderr %q; want it to say the server was lost", endedMeanwhile, errOut)
 		}
 		if endedMeanwhile {
-			if !strings.Contains(errOut.String(), "job 7 ended while the server was away") {
-				t.Errorf("stderr %q; want it to say the job ended meanwhile", errOut.String())
+			if !strings.Contains(errOut, "job 7 ended while the server was away") {
+				t.Errorf("stderr %q; want it to say the job ended meanwhile", errOut)
 			}
 			continue
 		}
-		if got := out.String(); got != "one\r\ntwo\r\n" {
+		if got := out; got != "one\r\ntwo\r\n" {
 			t.Errorf("stdout %q; want the output of both streams, once each", got)
 		}
-		if !strings.Contains(errOut.String(), "reconnected to job 7") {
-			t.Errorf("stderr %q; want it to say it reconnected", errOut.String())
+		if !strings.Contains(errOut, "reconnected to job 7") {
+			t.Errorf("stderr %q; want it to say it reconnected", errOut)
 		}
 		if n := attaches.Load(); n != 4 {
 			t.Errorf("%d attaches; want 4: the first, two refused while the server starts, the last", n)
@@ -214,4 +168,45 @@ func TestReattachMovesOnAmongServers(t *testing.T) {
 			t.Errorf("%s: moved to %s; want %s", tc.name, c.BaseURL, tc.want)
 		}
 	}
+}
+
+// interactiveJob7 is a fake server's mux with the submit and the read of job 7, an
+// interactive job that runs until ended is set and then has FAILED with exit.
+func interactiveJob7(ended *atomic.Bool, exit int) *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /api/v1/jobs", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusCreated, api.Job{ID: 7, State: api.StatePending, Spec: api.JobSpec{Queue: "interactive", TTY: true}})
+	})
+	mux.HandleFunc("GET /api/v1/jobs/7", func(w http.ResponseWriter, r *http.Request) {
+		j := api.Job{ID: 7, State: api.StateRunning, Spec: api.JobSpec{Queue: "interactive", TTY: true}, Attempts: 1}
+		if ended.Load() {
+			j.State, j.ExitCode = api.StateFailed, &exit
+		}
+		writeJSON(w, http.StatusOK, api.JobDetail{Job: j})
+	})
+	return mux
+}
+
+// runOnTerminal runs rota run with args against the server at url, its stdin a new
+// pseudo-terminal whose master setUp, if not nil, is given first, and returns its exit
+// code, stdout and stderr.
+func runOnTerminal(t *testing.T, url string, setUp func(ptm *os.File), args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	ptm, pts, err := pty.Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ptm.Close()
+	defer pts.Close()
+	if setUp != nil {
+		setUp(ptm)
+	}
+	var out, errOut strings.Builder
+	cfg := Config{Stdout: &out, Stderr: &errOut, Stdin: pts, Now: time.Now, Location: time.UTC,
+		Getenv:    func(k string) string { return map[string]string{"ROTA_SERVER": url, "ROTA_TOKEN": adminToken}[k] },
+		ConfigDir: t.TempDir(), Getwd: func() (string, error) { return "/home/alice", nil }}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	code = cfg.Run(ctx, "run", args)
+	return code, out.String(), errOut.String()
 }

@@ -345,14 +345,7 @@ func TestShortLogIsAskedOfItsNode(t *testing.T) {
 // repair's wait runs from the last piece that arrived, not from the first ask, so a long
 // log that takes longer than LogRepairWait to come back is read whole.
 func TestLogRepairWaitsWhileTheLogComes(t *testing.T) {
-	h := &harness{t: t, clock: &fakeClock{t: time.Date(2026, 11, 1, 9, 0, 0, 0, time.UTC)}, dir: t.TempDir(),
-		cfg: func(c *Config) { c.LogRepairWait = 600 * time.Millisecond }}
-	h.open()
-	h.beat("n1", 1)
-	j := h.submit(api.JobSpec{GPUs: 1, Command: []string{"a"}})
-	h.cycle()
-	start := h.clock.Now()
-	h.beat("n1", 1, api.TaskStatus{JobID: j.ID, Attempt: 1, State: api.StateRunning, StartTime: &start})
+	h, j, start := oneRunning(t, func(c *Config) { c.LogRepairWait = 600 * time.Millisecond })
 	const pieces, piece = 5, "0123456789\n"
 	h.beat("n1", 1, api.TaskStatus{JobID: j.ID, Attempt: 1, State: api.StateSucceeded, ExitCode: intp(0), EndTime: &start,
 		LogSize: int64(pieces * len(piece))})
@@ -395,14 +388,7 @@ func TestLogRepairWaitsWhileTheLogComes(t *testing.T) {
 // and a read of the ended rank's log gives the part kept, done, with the reason it is
 // not whole, at once: the node is not asked for the rest.
 func TestLogLimit(t *testing.T) {
-	h := &harness{t: t, clock: &fakeClock{t: time.Date(2026, 11, 1, 9, 0, 0, 0, time.UTC)}, dir: t.TempDir(),
-		cfg: func(c *Config) { c.MaxLogSize = 100 }}
-	h.open()
-	h.beat("n1", 1)
-	j := h.submit(api.JobSpec{GPUs: 1, Command: []string{"a"}})
-	h.cycle()
-	start := h.clock.Now()
-	h.beat("n1", 1, api.TaskStatus{JobID: j.ID, Attempt: 1, State: api.StateRunning, StartTime: &start})
+	h, j, start := oneRunning(t, func(c *Config) { c.MaxLogSize = 100 })
 	line := strings.Repeat("x", 59) + "\n"
 	ship := func(offset int) api.LogChunkAck {
 		t.Helper()
@@ -444,4 +430,18 @@ func TestLogLimit(t *testing.T) {
 	if got := h.beat("n1", 1).LogsFollowed; slices.Contains(got, api.TaskRef{JobID: j.ID, Attempt: 1}) {
 		t.Errorf("the node is asked for the log past the limit: %v", got)
 	}
+}
+
+// oneRunning is a server configured by cfg with one node, n1, of one GPU, running one
+// job, which started at the time it returns.
+func oneRunning(t *testing.T, cfg func(*Config)) (*harness, api.Job, time.Time) {
+	t.Helper()
+	h := &harness{t: t, clock: &fakeClock{t: time.Date(2026, 11, 1, 9, 0, 0, 0, time.UTC)}, dir: t.TempDir(), cfg: cfg}
+	h.open()
+	h.beat("n1", 1)
+	j := h.submit(api.JobSpec{GPUs: 1, Command: []string{"a"}})
+	h.cycle()
+	start := h.clock.Now()
+	h.beat("n1", 1, api.TaskStatus{JobID: j.ID, Attempt: 1, State: api.StateRunning, StartTime: &start})
+	return h, j, start
 }
