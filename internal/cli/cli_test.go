@@ -697,6 +697,36 @@ func TestLogsSaysWhenTheLogIsIncomplete(t *testing.T) {
 	}
 }
 
+// A follow of a running task's log that the server keeps no more of says so once, after
+// the output, when it has caught up, and follows on to the task's end.
+func TestLogsFollowSaysWhenTheServerKeepsNoMore(t *testing.T) {
+	full := "this server keeps the first 12 bytes of a rank's log (rota server --max-log-size); the rest stays on node node-a, and no more of it is shown here"
+	var requests atomic.Int32
+	url, _ := logServerFunc(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Rota-Log-Attempt", "2")
+		w.Header().Set("X-Rota-Log-Size", "12")
+		switch requests.Add(1) {
+		case 1: // the copy so far, which is full
+			w.Header().Set("X-Rota-Log-Full", full)
+			w.Write([]byte("epoch\nepoch\n"))
+		case 2, 3: // caught up: nothing more while the task runs
+			w.Header().Set("X-Rota-Log-Full", full)
+		default: // the task's end
+			w.Header().Set("X-Rota-Log-Done", "true")
+			w.Header().Set("X-Rota-Log-Incomplete", "this server keeps the first 12 bytes of a rank's log (rota server --max-log-size); node node-a wrote 40 bytes")
+		}
+	})
+	code, out, errOut := run(t, url, "logs", "-f", "42")
+	if code != ExitError || out != "epoch\nepoch\n" {
+		t.Errorf("exit %d, stdout %q; want exit %d and the part kept", code, out, ExitError)
+	}
+	want := "rota: job 42's log: " + full + "\n" +
+		"rota: the log of job 42 is incomplete: this server keeps the first 12 bytes of a rank's log (rota server --max-log-size); node node-a wrote 40 bytes\n"
+	if errOut != want {
+		t.Errorf("stderr %q; want %q", errOut, want)
+	}
+}
+
 // A follow that loses its server (a restart) says so, asks again, and goes on from where
 // it was once the server is back: every line once.
 func TestLogsFollowOutlivesAServerRestart(t *testing.T) {

@@ -48,6 +48,9 @@ type Client struct {
 	// Waiting, if set, hears of each wait for a request the server put off (429): how
 	// long, and the server's reason.
 	Waiting func(wait time.Duration, reason string)
+	// Notice, if set, hears what a follow has to tell its reader on the side, such as
+	// that the server keeps no more of the log it follows.
+	Notice func(msg string)
 }
 
 // putOffFor is how long a request the server puts off with 429 (a user's read budget or
@@ -309,6 +312,9 @@ type LogChunk struct {
 	// Incomplete, on a done log, says why the server holds less of it than its node
 	// wrote (X-Rota-Log-Incomplete); "" for a whole log.
 	Incomplete string
+	// Full, on a log still being written, says that the server keeps no more of it
+	// (X-Rota-Log-Full); "" otherwise.
+	Full string
 }
 
 // Submit sends a job spec and returns the job the server created. The request carries a
@@ -438,8 +444,9 @@ func (c *Client) Logs(ctx context.Context, id int64, opts LogOptions, w io.Write
 	}
 	chunk.Done = resp.Header.Get("X-Rota-Log-Done") == "true"
 	chunk.Incomplete = resp.Header.Get("X-Rota-Log-Incomplete")
+	chunk.Full = resp.Header.Get("X-Rota-Log-Full")
 	if c.Printable {
-		chunk.Incomplete = clean(chunk.Incomplete)
+		chunk.Incomplete, chunk.Full = clean(chunk.Incomplete), clean(chunk.Full)
 	}
 	chunk.N, err = io.Copy(w, resp.Body)
 	if err != nil {

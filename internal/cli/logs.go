@@ -124,6 +124,7 @@ func logRanks(ctx context.Context, c *Client, id int64, attempt int) ([]api.Plac
 // on from the offset it reached, so no line is lost or printed twice.
 func copyLog(ctx context.Context, c *Client, id int64, opts LogOptions, w io.Writer) error {
 	var lost time.Time // when the server was lost, while it is
+	fullSaid := false  // whether the reader was told the server keeps no more of the log
 	for {
 		chunk, err := c.Logs(ctx, id, opts, w)
 		opts.Offset += chunk.N
@@ -161,6 +162,12 @@ func copyLog(ctx context.Context, c *Client, id int64, opts LogOptions, w io.Wri
 		}
 		if chunk.Done {
 			return nil
+		}
+		if chunk.Full != "" && !fullSaid && chunk.Size >= 0 && opts.Offset >= chunk.Size && c.Notice != nil {
+			// Said once the follow has caught up with the server's copy, after the
+			// output, which is all that will come until the task ends.
+			fullSaid = true
+			c.Notice(fmt.Sprintf("job %d's log: %s", id, chunk.Full))
 		}
 		if opts.Wait == 0 && (chunk.N == 0 || chunk.Size < 0 || opts.Offset >= chunk.Size) {
 			return nil // all there is now

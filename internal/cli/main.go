@@ -236,6 +236,7 @@ func (cfg Config) client(g *globalFlags) (*Client, error) {
 		c.Waiting = func(wait time.Duration, reason string) {
 			fmt.Fprintf(cfg.Stderr, "rota: %s (asking again in %d s)\n", reason, int64((wait+time.Second-1)/time.Second))
 		}
+		c.Notice = func(msg string) { fmt.Fprintf(cfg.Stderr, "rota: %s\n", msg) }
 	}
 	return c, err
 }

@@ -415,10 +415,17 @@ func TestLogLimit(t *testing.T) {
 		t.Errorf("one chunk past the limit: %d %s; want 413 naming the limit", code, body)
 	}
 
+	// A reader of the running task's log is told now that no more of it will come here.
+	body, hdr := h.readLog(j.ID, 0, "0")
+	if want := (line + line)[:100]; body != want || hdr.Get("X-Rota-Log-Done") != "false" ||
+		!strings.Contains(hdr.Get("X-Rota-Log-Full"), "keeps the first 100 bytes of a rank's log (rota server --max-log-size); the rest stays on node n1") {
+		t.Errorf("running: read %q, done %q, full %q; want the part kept and the limit named", body, hdr.Get("X-Rota-Log-Done"), hdr.Get("X-Rota-Log-Full"))
+	}
+
 	h.beat("n1", 1, api.TaskStatus{JobID: j.ID, Attempt: 1, State: api.StateSucceeded, ExitCode: intp(0), EndTime: &start, LogSize: 1000})
 	began := time.Now()
-	body, hdr := h.readLog(j.ID, 0, "0")
-	if want := (line + line)[:100]; body != want || hdr.Get("X-Rota-Log-Done") != "true" {
+	body, hdr = h.readLog(j.ID, 0, "0")
+	if want := (line + line)[:100]; body != want || hdr.Get("X-Rota-Log-Done") != "true" || hdr.Get("X-Rota-Log-Full") != "" {
 		t.Errorf("read %q, done %q; want the first 100 bytes, done", body, hdr.Get("X-Rota-Log-Done"))
 	}
 	if inc := hdr.Get("X-Rota-Log-Incomplete"); !strings.Contains(inc, "keeps the first 100 bytes of a rank's log (rota server --max-log-size); node n1 wrote 1000 bytes") {

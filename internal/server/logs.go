@@ -66,7 +66,7 @@ func (s *Server) handleShipLog(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if over {
-		writeError(w, http.StatusRequestEntityTooLarge, s.logFull(jobID, attempt, node, ""))
+		writeError(w, http.StatusRequestEntityTooLarge, s.logFullError(jobID, attempt, node, ""))
 		return
 	}
 	writeJSON(w, http.StatusOK, api.LogAck{Size: size})
@@ -82,8 +82,18 @@ func (s *Server) capLog(offset int64, data []byte) ([]byte, bool) {
 	return data[:max(0, min(int64(len(data)), limit-offset))], true
 }
 
-// logFull is the refusal of a log's bytes past the limit, for field.
-func (s *Server) logFull(job int64, attempt int, node, field string) *api.Error {
+// logFull reports whether the named log has reached the limit: nothing more of it is
+// taken, so none is asked of its node.
+func (s *Server) logFull(name string) bool {
+	if s.cfg.MaxLogSize <= 0 {
+		return false
+	}
+	fi, err := s.logs.Stat(name)
+	return err == nil && fi.Size() >= s.cfg.MaxLogSize
+}
+
+// logFullError is the refusal of a log's bytes past the limit, for field.
+func (s *Server) logFullError(job int64, attempt int, node, field string) *api.Error {
 	return &api.Error{Code: api.CodeTooLarge, Field: field,
 		Message: fmt.Sprintf("the log of job %d attempt %d has reached this server's limit of %s a rank (rota server --max-log-size); the rest stays on node %s", job, attempt, sizeText(s.cfg.MaxLogSize), node)}
 }
@@ -202,7 +212,7 @@ func (s *Server) handleShipLogBatch(w http.ResponseWriter, r *http.Request) {
 		}
 		ack.Size = size
 		if over {
-			ack.Status, ack.Error = http.StatusRequestEntityTooLarge, s.logFull(c.JobID, c.Attempt, node, fmt.Sprintf("chunks[%d].data", i))
+			ack.Status, ack.Error = http.StatusRequestEntityTooLarge, s.logFullError(c.JobID, c.Attempt, node, fmt.Sprintf("chunks[%d].data", i))
 			continue
 		}
 		if c.Final && size == c.Offset+int64(len(c.Data)) {
@@ -323,7 +333,7 @@ func (s *Server) handleGetLogs(w http.ResponseWriter, r *http.Request) {
 				node = p.Node
 				name = logName(id, n, node)
 				ended = a.EndTime != nil || p.State.Terminal()
-				if !ended && s.follows.follow(node, id, n, s.cfg.Clock.Now()) {
+				if !ended && !s.logFull(name) && s.follows.follow(node, id, n, s.cfg.Clock.Now()) {
 					s.watch.poke(node)
 				}
 				if p.State.Terminal() {
@@ -369,6 +379,12 @@ func (s *Server) handleGetLogs(w http.ResponseWriter, r *http.Request) {
 		if len(data) > 0 || done || !time.Now().Before(deadline) {
 			if done && short != "" {
 				w.Header().Set("X-Rota-Log-Incomplete", short)
+			}
+			if limit := s.cfg.MaxLogSize; !ended && limit > 0 && size >= limit {
+				// A follower of a running task learns now, not at its end, why no more
+				// of its log comes.
+				w.Header().Set("X-Rota-Log-Full", fmt.Sprintf("this server keeps the first %s of a rank's log (rota server --max-log-size); the rest stays on node %s, and no more of it is shown here",
+					sizeText(limit), node))
 			}
 			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 			w.Header().Set("X-Rota-Log-Size", strconv.FormatInt(shown, 10))
