@@ -75,8 +75,8 @@ func TestLogRetention(t *testing.T) {
 		!strings.Contains(hdr.Get("X-Rota-Log-Incomplete"), "removes the logs of jobs that ended more than 48h0m0s ago (rota server --log-retention), and this one ended 2026-11-01T09:00:00Z") {
 		t.Errorf("the removed log: %q, done %q, incomplete %q", body, hdr.Get("X-Rota-Log-Done"), hdr.Get("X-Rota-Log-Incomplete"))
 	}
-	if waited := time.Since(began); waited > time.Second {
-		t.Errorf("the read of a removed log took %v; want an answer at once", waited)
+	if waited := time.Since(began); waited > 5*time.Second {
+		t.Errorf("the read of a removed log took %v, as if it waited the 10 s for the node; want an answer at once", waited)
 	}
 	if got := h.beat("n1", 3, running[1]).LogsFollowed; slices.Contains(got, api.TaskRef{JobID: ids[0], Attempt: 1}) {
 		t.Errorf("the node is asked for a log removed for its age: %v", got)
