@@ -82,16 +82,6 @@ func (s *Server) capLog(offset int64, data []byte) ([]byte, bool) {
 	return data[:max(0, min(int64(len(data)), limit-offset))], true
 }
 
-// logFull reports whether the named log has reached the limit: nothing more of it is
-// taken, so none is asked of its node.
-func (s *Server) logFull(name string) bool {
-	if s.cfg.MaxLogSize <= 0 {
-		return false
-	}
-	fi, err := s.logs.Stat(name)
-	return err == nil && fi.Size() >= s.cfg.MaxLogSize
-}
-
 // logFullError is the refusal of a log's bytes past the limit, for field.
 func (s *Server) logFullError(job int64, attempt int, node, field string) *api.Error {
 	return &api.Error{Code: api.CodeTooLarge, Field: field,
@@ -333,9 +323,6 @@ func (s *Server) handleGetLogs(w http.ResponseWriter, r *http.Request) {
 				node = p.Node
 				name = logName(id, n, node)
 				ended = a.EndTime != nil || p.State.Terminal()
-				if !ended && !s.logFull(name) && s.follows.follow(node, id, n, s.cfg.Clock.Now()) {
-					s.watch.poke(node)
-				}
 				if p.State.Terminal() {
 					whole = p.LogSize
 				}
@@ -346,6 +333,12 @@ func (s *Server) handleGetLogs(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 		data, size := s.readLog(name, offset)
+		// A running rank's log that has reached the limit takes no more: it is not asked
+		// of its node, and its reader is told so.
+		full := !ended && s.cfg.MaxLogSize > 0 && size >= s.cfg.MaxLogSize
+		if name != "" && !ended && !full && s.follows.follow(node, id, n, s.cfg.Clock.Now()) {
+			s.watch.poke(node)
+		}
 		done := ended && offset+int64(len(data)) >= size
 		var short string // why this server's copy of an ended log lacks part of it
 		shown := size    // the size the answer gives
@@ -380,11 +373,9 @@ func (s *Server) handleGetLogs(w http.ResponseWriter, r *http.Request) {
 			if done && short != "" {
 				w.Header().Set("X-Rota-Log-Incomplete", short)
 			}
-			if limit := s.cfg.MaxLogSize; !ended && limit > 0 && size >= limit {
-				// A follower of a running task learns now, not at its end, why no more
-				// of its log comes.
+			if full {
 				w.Header().Set("X-Rota-Log-Full", fmt.Sprintf("this server keeps the first %s of a rank's log (rota server --max-log-size); the rest stays on node %s, and no more of it is shown here",
-					sizeText(limit), node))
+					sizeText(s.cfg.MaxLogSize), node))
 			}
 			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 			w.Header().Set("X-Rota-Log-Size", strconv.FormatInt(shown, 10))
