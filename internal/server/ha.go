@@ -83,6 +83,7 @@ func (s *Server) leaseLoop(ctx context.Context) {
 // tendLease does one round of leaseLoop.
 func (s *Server) tendLease(ctx context.Context) {
 	l := s.cfg.Lease
+	failed := false
 	if s.leader.Load() {
 		if err := l.Check(ctx); err != nil && ctx.Err() == nil {
 			s.stepDown(err)
@@ -95,7 +96,8 @@ func (s *Server) tendLease(ctx context.Context) {
 		term, err := l.TryAcquire(ctx)
 		switch {
 		case err != nil && ctx.Err() == nil:
-			s.log.Warn("could not try for the leader lease", "err", err)
+			s.storeFailed(fmt.Errorf("try for the leader lease: %w", err))
+			failed = true
 		case term > 0:
 			s.lead(ctx, term)
 		}
@@ -104,10 +106,53 @@ func (s *Server) tendLease(ctx context.Context) {
 		return
 	}
 	if err := l.Announce(ctx); err != nil && ctx.Err() == nil {
-		s.log.Warn("could not announce this server among the replicas", "err", err)
+		s.storeFailed(fmt.Errorf("announce this server among the replicas: %w", err))
+		failed = true
 	}
 	if st, err := l.Status(ctx, time.Time{}); err == nil {
 		s.leaderURL.Store(&st.URL)
+	} else if ctx.Err() == nil {
+		s.storeFailed(fmt.Errorf("read who leads: %w", err))
+		failed = true
+	}
+	if !failed {
+		s.storeReached()
+	}
+}
+
+// storeOutage is a run of lease rounds that could not reach the store: since the first
+// failure, with the latest error; told is when the log last said so.
+type storeOutage struct {
+	since, told time.Time
+	err         error
+}
+
+// outageRetell is how often the log says again that the store is still out of reach.
+const outageRetell = time.Minute
+
+// storeFailed records that a lease round could not reach the store. The log says so at
+// the first failure and then once every outageRetell, not at every round: every server
+// of the cluster tries every lease interval, and an hour's outage of the database would
+// otherwise write thousands of lines on each.
+func (s *Server) storeFailed(err error) {
+	now := time.Now()
+	o := s.outage.Load()
+	switch {
+	case o == nil:
+		s.outage.Store(&storeOutage{since: now, told: now, err: err})
+		s.log.Warn("cannot reach the store; trying again every lease interval", "err", err, "every", s.cfg.LeaseInterval)
+	case now.Sub(o.told) >= outageRetell:
+		s.outage.Store(&storeOutage{since: o.since, told: now, err: err})
+		s.log.Warn("still cannot reach the store", "for", now.Sub(o.since).Round(time.Second), "err", err)
+	default:
+		s.outage.Store(&storeOutage{since: o.since, told: o.told, err: err})
+	}
+}
+
+// storeReached ends an outage the lease loop recorded, saying for how long it lasted.
+func (s *Server) storeReached() {
+	if o := s.outage.Swap(nil); o != nil {
+		s.log.Info("reached the store again", "down_for", time.Since(o.since).Round(time.Second))
 	}
 }
 
@@ -173,6 +218,13 @@ func (s *Server) waitForCluster(ctx context.Context) error {
 func (s *Server) refuseAsStandby(w http.ResponseWriter) {
 	w.Header().Set("Retry-After", "1")
 	msg := "this rota server is a standby and no leader is serving yet; try again shortly"
+	if o := s.outage.Load(); o != nil {
+		// Why no server leads, as far as this one knows. The store's own error stays in
+		// the server's log: it names the database's host and user, and this answer goes
+		// to callers not yet authenticated.
+		msg = fmt.Sprintf("no rota server is leading: this one (a standby) has not reached the cluster's store since %s; "+
+			"its log says why. Try again shortly", o.since.UTC().Format("2006-01-02 15:04:05 UTC"))
+	}
 	if u := s.leaderURL.Load(); u != nil && *u != "" {
 		w.Header().Set(api.LeaderHeader, *u)
 		msg = "this rota server is a standby: send the request to the leader at " + *u

@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -43,6 +45,8 @@ type haCluster struct {
 	caDir    string
 	token    string
 	replicas []*replica
+	// log, if set, receives every replica's log, each line naming its replica.
+	log io.Writer
 }
 
 func newHACluster(t *testing.T, dbURL string) *haCluster {
@@ -69,7 +73,11 @@ func (c *haCluster) start(name string, interval time.Duration) *replica {
 	}
 	cfg := Config{DataDir: dir, Lease: lease, LeaseInterval: interval, CycleInterval: 20 * time.Millisecond,
 		NotReadyAfter: time.Minute, LostAfter: time.Hour}
-	srv, err := New(context.Background(), cfg, st, nil)
+	var logger *slog.Logger
+	if c.log != nil {
+		logger = slog.New(slog.NewTextHandler(c.log, nil)).With("replica", name)
+	}
+	srv, err := New(context.Background(), cfg, st, logger)
 	if err != nil {
 		t.Fatalf("start replica %s: %v", name, err)
 	}
@@ -226,6 +234,81 @@ func TestHA(t *testing.T) {
 		{"AttachThroughStandby", testHAAttachThroughStandby},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.run(t, pg.NewDatabase(t)) })
+	}
+}
+
+// TestHAStoreOutage stops the PostgreSQL server under a two-server cluster and starts it
+// again, as a database restart or failover does. Meanwhile no server leads, a caller is told
+// why without being shown the database's address, and each server's log says once that
+// the store is out of reach, not at every lease round. Once the database is back a leader
+// is elected, says for how long the store was gone, and has every job acknowledged before.
+func TestHAStoreOutage(t *testing.T) {
+	pg := storetest.NewPostgres(t)
+	dbURL := pg.NewDatabase(t)
+	c := newHACluster(t, dbURL)
+	var logs syncBuffer
+	c.log = &logs
+	a := c.start("a", 20*time.Millisecond)
+	b := c.start("b", 20*time.Millisecond)
+	c.waitForLeader(nil, 10*time.Second)
+	var before api.Job
+	if code, _ := c.call(a, "POST", "/api/v1/jobs", api.JobSpec{Name: "before", Command: []string{"true"}}, &before, nil); code != http.StatusCreated {
+		t.Fatalf("submit before the outage: %d", code)
+	}
+
+	pg.Stop(t)
+	deadline := time.Now().Add(10 * time.Second)
+	for len(c.leaders()) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("a server still leads 10s after its database stopped")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	time.Sleep(time.Second) // 50 lease rounds on each server
+	for _, r := range []*replica{a, b} {
+		var e api.Error
+		code, h := c.call(r, "POST", "/api/v1/jobs", api.JobSpec{Name: "during", Command: []string{"true"}}, &e, nil)
+		if code != http.StatusServiceUnavailable || h.Get("Retry-After") == "" {
+			t.Fatalf("submit to %s while the database is stopped: %d (Retry-After %q), want 503 with Retry-After", r.name, code, h.Get("Retry-After"))
+		}
+		if !strings.Contains(e.Message, "has not reached the cluster's store since") {
+			t.Errorf("%s answered %q, which does not say the store is out of reach", r.name, e.Message)
+		}
+		if host := strings.TrimPrefix(dbURL, "postgres://"); strings.Contains(e.Message, "127.0.0.1") || strings.Contains(e.Message, host[strings.LastIndex(host, "/")+1:]) {
+			t.Errorf("%s showed a caller the database's address: %q", r.name, e.Message)
+		}
+	}
+	for _, r := range []*replica{a, b} {
+		if n := strings.Count(logs.String(), `msg="cannot reach the store; trying again every lease interval" replica=`+r.name); n != 1 {
+			t.Errorf("%s's log said %d times that it cannot reach the store, want once:\n%s", r.name, n, logs.String())
+		}
+		if n := strings.Count(logs.String(), "replica="+r.name); n > 10 {
+			t.Errorf("%s wrote %d log lines in a second without its database, want a few:\n%s", r.name, n, logs.String())
+		}
+	}
+
+	pg.Start(t)
+	leader := c.waitForLeader(nil, 20*time.Second)
+	for i := 0; strings.Count(logs.String(), `msg="reached the store again"`) < 2; i++ {
+		if i == 500 {
+			t.Fatalf("the servers did not both say the store is back:\n%s", logs.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	var got api.Job
+	if code, _ := c.call(leader, "GET", fmt.Sprintf("/api/v1/jobs/%d", before.ID), nil, &got, nil); code != http.StatusOK || got.Spec.Name != "before" {
+		t.Fatalf("job %d acknowledged before the outage: %d %q", before.ID, code, got.Spec.Name)
+	}
+	var after api.Job
+	if code, _ := c.call(leader, "POST", "/api/v1/jobs", api.JobSpec{Name: "after", Command: []string{"true"}}, &after, nil); code != http.StatusCreated {
+		t.Fatalf("submit after the outage: %d", code)
+	}
+	var list api.JobList
+	c.call(leader, "GET", "/api/v1/jobs?state=all", nil, &list, nil)
+	for _, j := range list.Jobs {
+		if j.Spec.Name == "during" {
+			t.Errorf("job %d, refused while the database was stopped, exists", j.ID)
+		}
 	}
 }
 

@@ -297,10 +297,12 @@ type Server struct {
 
 	// leader is set while this server holds the lease (always true in effect without
 	// one: see isLeader); leaderURL is the leader's address as last read from the store,
-	// which a standby hands to its callers (ha.go). started is when New ran.
+	// which a standby hands to its callers (ha.go); outage is set while the lease loop
+	// cannot reach the store (storeFailed). started is when New ran.
 	leader    atomic.Bool
 	leaderURL atomic.Pointer[string]
 	leaseKick chan struct{}
+	outage    atomic.Pointer[storeOutage]
 	started   time.Time
 	// proxy carries a standby's forwarded calls to the leader (forwardToLeader); nil
 	// without a lease.

@@ -24,8 +24,12 @@ const pgUser = "rota"
 // Postgres is a throwaway PostgreSQL server listening on 127.0.0.1, owned by one test.
 type Postgres struct {
 	port int
+	// ctl runs pg_ctl with its arguments as the server's user; start starts the server.
+	ctl   func(args ...string) error
+	start []string
 	// databases counts the databases NewDatabase has created, to name the next one.
 	databases atomic.Int64
+	stopped   atomic.Bool
 }
 
 // StartPostgres starts a throwaway PostgreSQL server for t and returns the URL of an empty
@@ -94,8 +98,9 @@ func NewPostgres(t testing.TB) *Postgres {
 			t.Fatalf("start postgres: %v", err)
 		}
 		opts := fmt.Sprintf("-p %d -k %s -c listen_addresses=127.0.0.1", port, dir)
-		if startErr = run("pg_ctl", "-D", data, "-l", logFile, "-o", opts, "-w", "start"); startErr == nil {
-			p = &Postgres{port: port}
+		start := []string{"-D", data, "-l", logFile, "-o", opts, "-w", "start"}
+		if startErr = run("pg_ctl", start...); startErr == nil {
+			p = &Postgres{port: port, start: start, ctl: func(args ...string) error { return run("pg_ctl", args...) }}
 			break
 		}
 	}
@@ -104,12 +109,33 @@ func NewPostgres(t testing.TB) *Postgres {
 		t.Fatalf("start postgres: %v\nserver log:\n%s", startErr, logText)
 	}
 	t.Cleanup(func() {
-		if err := run("pg_ctl", "-D", data, "-m", "fast", "-w", "stop"); err != nil {
+		if err := run("pg_ctl", "-D", data, "-m", "fast", "-w", "stop"); err != nil && p.running() {
 			t.Errorf("stop postgres: %v", err)
 		}
 	})
 	return p
 }
+
+// Stop stops the server as an operator's `pg_ctl stop -m fast` does: every session is
+// ended, and connections are refused until Start.
+func (p *Postgres) Stop(t testing.TB) {
+	t.Helper()
+	if err := p.ctl(p.start[0], p.start[1], "-m", "fast", "-w", "stop"); err != nil {
+		t.Fatalf("stop postgres: %v", err)
+	}
+	p.stopped.Store(true)
+}
+
+// Start starts again, on the same port, a server Stop stopped.
+func (p *Postgres) Start(t testing.TB) {
+	t.Helper()
+	if err := p.ctl(p.start...); err != nil {
+		t.Fatalf("start postgres again: %v", err)
+	}
+	p.stopped.Store(false)
+}
+
+func (p *Postgres) running() bool { return !p.stopped.Load() }
 
 // NewDatabase creates an empty database on the server and returns its URL.
 func (p *Postgres) NewDatabase(t testing.TB) string {
