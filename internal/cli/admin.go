@@ -44,6 +44,10 @@ Commands:
   requests [--state S]            list members' requests for quota, queues, reservations
   requests approve ID [--note T]  approve a request, which applies it at once
   requests deny ID --note TEXT    deny a request, telling the asker why
+  price list                      list the price of a GPU-hour by model
+  price set MODEL RATE [--currency USD]
+                                  set the price of a GPU-hour of a model (* for the rest)
+  price delete MODEL              remove a model's price
   apply -f FILE                   apply a YAML file of queues and teams
   status                          show the servers, the leader, its term and the store
 
@@ -101,8 +105,7 @@ func runAdmin(ctx context.Context, cfg Config, args []string) int {
 		fmt.Fprint(cfg.Stderr, adminUsage)
 		return ExitUsage
 	}
-	switch args[0] {
-	case "-h", "-help", "--help", "help":
+	if asksHelp(args[0]) {
 		fmt.Fprint(cfg.Stderr, adminUsage)
 		return ExitOK
 	}
@@ -118,6 +121,11 @@ func runAdmin(ctx context.Context, cfg Config, args []string) int {
 		}
 	}
 	switch subs := subcommands(args[0]); {
+	case len(subs) > 0 && len(args) == 2 && asksHelp(args[1]):
+		// rota admin user -h: the lines of the usage that start with the group's word.
+		fmt.Fprintf(cfg.Stderr, "usage: rota admin %s COMMAND [flags] [arguments]\n\nCommands:\n%s\n"+
+			"Run 'rota admin %s COMMAND -h' for a command's flags.\n", args[0], groupUsage(args[0]), args[0])
+		return ExitOK
 	case len(subs) > 0 && len(args) == 1:
 		fmt.Fprintf(cfg.Stderr, "rota admin %s: want %s\n\n", args[0], orList(subs))
 	case len(subs) > 0:
@@ -127,6 +135,34 @@ func runAdmin(ctx context.Context, cfg Config, args []string) int {
 	}
 	fmt.Fprint(cfg.Stderr, adminUsage)
 	return ExitUsage
+}
+
+// asksHelp reports whether arg asks for help.
+func asksHelp(arg string) bool {
+	switch arg {
+	case "-h", "--h", "-help", "--help", "help":
+		return true
+	}
+	return false
+}
+
+// groupUsage is the lines of adminUsage's commands that begin with word, each with the
+// lines that continue it.
+func groupUsage(word string) string {
+	var b strings.Builder
+	in := false
+	for line := range strings.Lines(adminUsage) {
+		switch {
+		case strings.HasPrefix(line, "  "+word+" "):
+			in = true
+		case !strings.HasPrefix(line, "   "):
+			in = false
+		}
+		if in {
+			b.WriteString(line)
+		}
+	}
+	return b.String()
 }
 
 // subcommands lists the second words of the two-word commands that start with word, as

@@ -409,6 +409,8 @@ func TestAdminUsage(t *testing.T) {
 		{[]string{"bogus"}, ExitUsage, "rota admin: unknown command \"bogus\"\n\nusage: rota admin COMMAND"},
 		{[]string{"queue"}, ExitUsage, "rota admin queue: want list, set or delete"},
 		{[]string{"team", "show"}, ExitUsage, `rota admin: unknown command "team show"`},
+		{[]string{"user", "--help"}, ExitOK, "usage: rota admin user COMMAND [flags] [arguments]\n\nCommands:\n  user list "},
+		{[]string{"price", "-h"}, ExitOK, "  price set MODEL RATE [--currency USD]\n                                  set the price"},
 		{[]string{"drain"}, ExitUsage, "rota admin drain: no node given"},
 		{[]string{"drain", "--bogus", "node-a"}, ExitUsage, "flag provided but not defined: -bogus"},
 		{[]string{"queue", "list", "extra"}, ExitUsage, `unexpected argument "extra"`},
