@@ -9,12 +9,15 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
 	"path/filepath"
 	"reflect"
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
+	"syscall"
 	"time"
 
 	jsonv1 "github.com/go-json-experiment/json/v1"
@@ -102,9 +105,19 @@ func NewClient(e Endpoint) (*Client, error) {
 	c := &Client{BaseURL: server, HTTP: &http.Client{Transport: tr}, Token: e.Token}
 	if len(servers) > 1 {
 		c.Servers = servers
+		// A server of several that does not answer is passed over for the next: a
+		// machine that is off, or a process that is stopped, costs this long, not the
+		// 30 s of a connection and the 10 s of a TLS handshake that a client with nowhere
+		// else to go waits.
+		tr.DialContext = (&net.Dialer{Timeout: passOverAfter, KeepAlive: 30 * time.Second}).DialContext
+		tr.TLSHandshakeTimeout = passOverAfter
 	}
 	return c, nil
 }
+
+// passOverAfter is how long a Client of several servers waits for one to take a
+// connection, and then for its TLS handshake, before it tries the next.
+var passOverAfter = 5 * time.Second
 
 // normalizeServer checks a server URL, or a comma-separated list of them, and puts it in
 // the form every comparison uses: a scheme, no trailing slash, no blanks around commas.
@@ -891,6 +904,10 @@ func (c *Client) sendTo(ctx context.Context, base string, r request) (*http.Resp
 	if c.Token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.Token)
 	}
+	// Whether any of the request was written: until then the server cannot have acted on
+	// it, whatever broke.
+	var wrote atomic.Bool
+	req = req.WithContext(httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{WroteHeaders: func() { wrote.Store(true) }}))
 	resp, err := c.httpClient(base).Do(req)
 	if err != nil {
 		var op *net.OpError
@@ -899,6 +916,12 @@ func (c *Client) sendTo(ctx context.Context, base string, r request) (*http.Resp
 			return nil, err
 		case errors.As(err, &op) && op.Op == "dial":
 			return nil, &UnreachableError{URL: base, Err: op.Err}
+		case !wrote.Load() && connectionFailed(err):
+			// A server whose machine takes the connection but whose process does not
+			// answer (stopped, or hung) fails the TLS handshake by timeout; one that
+			// closes the connection fails it with EOF or a reset. Neither read a byte of
+			// the request, so it may go to another server.
+			return nil, &UnreachableError{URL: base, Err: err}
 		}
 		return nil, &lostAnswer{err}
 	}
@@ -917,6 +940,14 @@ func (c *Client) sendTo(ctx context.Context, base string, r request) (*http.Resp
 		return nil, e
 	}
 	return resp, nil
+}
+
+// connectionFailed reports whether err is the connection's failure (a timeout, a close
+// or a reset) rather than a refusal such as a certificate that does not verify.
+func connectionFailed(err error) bool {
+	var ne net.Error
+	return (errors.As(err, &ne) && ne.Timeout()) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }
 
 // requestBase is what request URLs start with: the BaseURL itself, or a stand-in host

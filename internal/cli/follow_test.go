@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"log"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -262,5 +264,89 @@ func TestClientOfOneServerGivesUp(t *testing.T) {
 	var unreachable *UnreachableError
 	if _, err := c.Status(ctx); !errors.As(err, &unreachable) {
 		t.Fatalf("err %v, want the server unreachable, at once", err)
+	}
+}
+
+// silentServer takes connections and never answers, as a server whose process is stopped
+// does, or, with hangUp, closes each at once. It counts the connections.
+func silentServer(t *testing.T, hangUp bool) (url string, conns *atomic.Int64) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	conns = new(atomic.Int64)
+	var held []net.Conn
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			conns.Add(1)
+			if hangUp {
+				c.Close()
+			} else {
+				held = append(held, c)
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		l.Close()
+		<-done
+		for _, c := range held {
+			c.Close()
+		}
+	})
+	return "https://" + l.Addr().String(), conns
+}
+
+// A server of several that takes the connection but never answers (its process stopped,
+// its machine frozen), or drops it, is passed over after passOverAfter for the next one:
+// the request had not been sent, so even a submit may go elsewhere.
+func TestClientPassesOverAServerThatDoesNotAnswer(t *testing.T) {
+	defer func(d time.Duration) { passOverAfter = d }(passOverAfter)
+	passOverAfter = 300 * time.Millisecond
+	stopped, stoppedConns := silentServer(t, false)
+	dropping, droppingConns := silentServer(t, true)
+	var submits atomic.Int64
+	good := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method+" "+r.URL.Path == "POST /api/v1/jobs" {
+			submits.Add(1)
+			writeTestJSON(w, http.StatusCreated, api.Job{ID: 5, State: api.StatePending})
+			return
+		}
+		writeTestJSON(w, http.StatusNotFound, api.Error{Code: api.CodeNotFound, Message: "no"})
+	}))
+	good.Config.ErrorLog = log.New(io.Discard, "", 0) // the refused handshake below
+	good.StartTLS()
+	t.Cleanup(good.Close)
+	c, err := NewClient(Endpoint{Server: stopped + "," + dropping + "," + good.URL, Token: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.HTTP.Transport.(*http.Transport).TLSClientConfig = good.Client().Transport.(*http.Transport).TLSClientConfig
+	j, err := c.Submit(context.Background(), api.JobSpec{Command: []string{"true"}})
+	if err != nil || j.ID != 5 {
+		t.Fatalf("submit past a stopped and a dropping server: %+v, %v", j, err)
+	}
+	if stoppedConns.Load() == 0 || droppingConns.Load() == 0 {
+		t.Errorf("connections: stopped server %d, dropping server %d; want each tried", stoppedConns.Load(), droppingConns.Load())
+	}
+	if submits.Load() != 1 || c.BaseURL != good.URL {
+		t.Errorf("the answering server got %d submits and the client sticks to %q; want 1 and %q", submits.Load(), c.BaseURL, good.URL)
+	}
+
+	// A certificate that does not verify is a refusal, said as it is, not a server to
+	// pass over.
+	c, err = NewClient(Endpoint{Server: good.URL + "," + stopped, Token: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Submit(context.Background(), api.JobSpec{Command: []string{"true"}})
+	var unreachable *UnreachableError
+	if err == nil || errors.As(err, &unreachable) || !strings.Contains(err.Error(), "certificate") {
+		t.Errorf("a server whose certificate does not verify: %v, want that error, not one of reach", err)
 	}
 }
