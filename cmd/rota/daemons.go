@@ -72,7 +72,7 @@ func (f *serverFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.leaseInterval, "lease-interval", time.Second, "with a postgres:// store: how often the leader checks its lease and a standby tries to take it (see docs/ha.md)")
 	fs.DurationVar(&f.attachGrace, "attach-grace", time.Minute, "how long an interactive job (rota run) may run with no terminal attached before it is cancelled")
 	fs.DurationVar(&f.keepEnded, "keep-ended", 24*time.Hour, "how long the server keeps an ended job in memory; older ones are read from the store when asked for (see docs/operations.md)")
-	fs.StringVar(&f.maxLogSize, "max-log-size", "1G", "the most of each rank's log the server keeps: a size (512M, 4G) or off; the rest stays on the node, and rota logs says so (see docs/execution.md)")
+	fs.StringVar(&f.maxLogSize, "max-log-size", "1G", "the most of each rank's log the server keeps (and, in rota up, the node too): a size (512M, 4G) or off; the rest stays on the node, and rota logs says so (see docs/execution.md)")
 	fs.DurationVar(&f.logRetention, "log-retention", 0, "how long after a job ends the server keeps its logs, such as 720h for 30 days; the leader removes older ones every hour (0: keeps them all)")
 	fs.StringVar(&f.memoryLimit, "memory-limit", "auto", "soft limit on the server's memory, which the Go runtime keeps to by collecting more often: a size (900M, 1.5G), auto (90% of the memory limit of the server's cgroup, such as systemd's MemoryMax; none without one) or off; GOMEMLIMIT in the environment wins (see docs/operations.md)")
 	fs.DurationVar(&f.memoryLimitRefresh, "memory-limit-refresh", time.Minute, "with --memory-limit auto: how often the server reads its cgroup's memory limit again, to follow a change made while it runs (0: only at start)")
@@ -226,6 +226,7 @@ func runAgent(ctx context.Context, args []string, stderr io.Writer) int {
 	fs := newFlagSet("agent", stderr)
 	serverURL := fs.String("server", envOr("ROTA_SERVER", "https://"+defaultListen), "server URL (https://HOST:PORT), or a comma-separated list of a cluster's servers, among which the agent follows the leader")
 	join := fs.String("join", os.Getenv("ROTA_JOIN_TOKEN"), "join token from `rota admin join-token` (default $ROTA_JOIN_TOKEN); needed only the first time")
+	maxLog := fs.String("max-log-size", "1G", "the most of each attempt's output this node keeps in its log: a size (512M, 4G) or off; past it the rest is dropped, the job runs on, and the log says so (see docs/execution.md)")
 	af.register(fs, true)
 	if code := parseFlags(fs, args); code >= 0 {
 		return code
@@ -242,6 +243,10 @@ func runAgent(ctx context.Context, args []string, stderr io.Writer) int {
 		return 2
 	}
 	cfg.Join = strings.TrimSpace(*join)
+	if cfg.MaxLogSize, err = maxLogSize(*maxLog); err != nil {
+		fmt.Fprintf(stderr, "rota agent: %v\n", err)
+		return 2
+	}
 	if os.Getenv("INVOCATION_ID") != "" {
 		// Started by systemd, whose unit delegates the cgroup to the agent (Delegate=yes):
 		// cgroup v2 hands the memory and cpu controllers only to the children of a cgroup
@@ -277,6 +282,10 @@ func runUp(ctx context.Context, args []string, stderr io.Writer) int {
 	}
 	log := newLogger(stderr)
 	cfg, err := af.config("http://rota-up", filepath.Join(sf.dataDir, "agent", af.name))
+	if err == nil {
+		// One machine, one limit: the node keeps what the server keeps.
+		cfg.MaxLogSize, err = maxLogSize(sf.maxLogSize)
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "rota up: %v\n", err)
 		return 2
@@ -608,7 +617,8 @@ func startCPUProfile(file string) (stop func(), err error) {
 	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }
 
-// maxLogSize is --max-log-size in bytes: negative for off (server.Config.MaxLogSize).
+// maxLogSize is --max-log-size in bytes: negative for off (server.Config.MaxLogSize,
+// agent.Config.MaxLogSize).
 func maxLogSize(flag string) (int64, error) {
 	v := strings.TrimSpace(flag)
 	if strings.EqualFold(v, "off") {

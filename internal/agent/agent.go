@@ -103,6 +103,25 @@ type Config struct {
 	// pipe exists, tasks that share a GPU get MPS's memory and thread limits. Empty:
 	// $CUDA_MPS_PIPE_DIRECTORY, else /tmp/nvidia-mps.
 	MPSPipeDir string
+	// MaxLogSize is the most of each attempt's output the node keeps in its log, in
+	// bytes, past which the rest is dropped and the job runs on: zero means
+	// DefaultMaxLogSize, less than zero no limit.
+	MaxLogSize int64
+}
+
+// DefaultMaxLogSize is Config.MaxLogSize's default: 1 GiB of each attempt's output, the
+// same as the server keeps of a rank's log by default.
+const DefaultMaxLogSize = 1 << 30
+
+// maxLogSize is the most of an attempt's output its log keeps, 0 for no limit.
+func (cfg Config) maxLogSize() int64 {
+	switch {
+	case cfg.MaxLogSize == 0:
+		return DefaultMaxLogSize
+	case cfg.MaxLogSize < 0:
+		return 0
+	}
+	return cfg.MaxLogSize
 }
 
 // check refuses the settings New cannot work with, naming each.
@@ -349,6 +368,7 @@ func New(cfg Config, logger *slog.Logger) (*Agent, error) {
 		onChange:      a.poke,
 		runtime:       rt,
 		mpsDir:        mpsPipeDir(cfg.MPSPipeDir),
+		maxLogSize:    cfg.maxLogSize(),
 	}
 	a.mon.memGrace = cmp(cfg.GPUMemoryGrace, defaultGPUMemoryGrace)
 	if fake, ok := devices.(*FakeDevices); ok {

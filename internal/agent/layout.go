@@ -84,6 +84,9 @@ type attemptMeta struct {
 	// MPS is set where an MPS control daemon ran when the attempt was written: a task
 	// that shares a GPU then gets MPS's limits too.
 	MPS bool `json:"mps,omitempty"`
+	// MaxLogSize is the most of the job's output the supervisor writes to output.log, in
+	// bytes; 0 (attempts written before there was a limit, or --max-log-size off) keeps it all.
+	MaxLogSize int64 `json:"max_log_size,omitempty"`
 }
 
 // stopRequest is stop.json.

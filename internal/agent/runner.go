@@ -37,6 +37,9 @@ type runner struct {
 	// state but never waits on an unreachable server.
 	flushWait time.Duration
 	poll      time.Duration
+	// maxLogSize is the most of an attempt's output its log keeps, in bytes; 0 keeps it
+	// all (Config.MaxLogSize).
+	maxLogSize int64
 	// noCgroup has supervisors track jobs as on nodes without cgroup v2 (tests of that
 	// fallback set it).
 	noCgroup bool
@@ -167,7 +170,7 @@ func (r *runner) prepare(a *attempt, t api.Task) error {
 		return fmt.Errorf("write task: %w", err)
 	}
 	meta := attemptMeta{ClusterID: a.key.cluster, LocalCheckpointDir: localCheckpointDir(r.dataDir, a.key), NoCgroup: r.noCgroup,
-		Runtime: r.runtime, MPS: t.GPUShare > 0 && mpsRunning(r.mpsDir)}
+		Runtime: r.runtime, MPS: t.GPUShare > 0 && mpsRunning(r.mpsDir), MaxLogSize: r.maxLogSize}
 	if err := writeJSONAtomic(filepath.Join(a.dir, fileMeta), meta, 0o644, true); err != nil {
 		return fmt.Errorf("write attempt: %w", err)
 	}

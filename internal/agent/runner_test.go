@@ -2,6 +2,7 @@ package agent
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -194,6 +195,74 @@ func TestRunnerLogHasStdoutAndStderr(t *testing.T) {
 	if got, want := readFile(t, a.logPath), "to-stdout\nto-stderr\nagain\n"; got != want {
 		t.Errorf("log = %q, want %q", got, want)
 	}
+}
+
+// The node keeps at most the attempt's limit of its output: the first bytes, then one
+// line that says the rest was dropped. The job runs on to its own end, never blocked on
+// output nobody writes, and its last words after the limit are not in the log. Below the
+// limit every byte is kept, in the order written, stdout and stderr alike.
+func TestRunnerLogIsCapped(t *testing.T) {
+	r := newTestRunner(t)
+	r.maxLogSize = 1 << 20
+	// 3 MiB of 'y' lines, on stdout and stderr, then a line after the limit and exit 7.
+	a := startTask(t, r, shTask(1, `yes | head -c 2097152; yes | head -c 1048576 >&2; echo after-the-limit; exit 7`))
+	st := waitEnd(t, a)
+	if st.State != api.StateFailed || !strings.Contains(st.Message, "exited with code 7") {
+		t.Errorf("got %s %q, want the job's own end, exit code 7", st.State, st.Message)
+	}
+	got := readFile(t, a.logPath)
+	notice := "\nrota: this attempt's output passed 1 MiB, the most this node keeps of one attempt's log (rota agent --max-log-size); the rest was dropped, and the job runs on\n"
+	head, ok := strings.CutSuffix(got, notice)
+	if len(got) != 1<<20 || !ok || len(head) != 1<<20-len(notice) || strings.Trim(head, "y\n") != "" {
+		t.Fatalf("log of %d bytes ends %q; want 1 MiB in all: the output's first bytes, then %q", len(got), got[max(0, len(got)-200):], notice)
+	}
+
+	r.maxLogSize = 0 // no limit
+	b := startTask(t, r, shTask(2, `yes | head -c 3145728; echo after`))
+	if st := waitEnd(t, b); st.State != api.StateSucceeded {
+		t.Fatalf("job 2: %s %q", st.State, st.Message)
+	}
+	if got := readFile(t, b.logPath); len(got) != 3<<20+len("after\n") || !strings.HasSuffix(got, "y\nafter\n") {
+		t.Errorf("without a limit the log holds %d bytes ending %q, want all %d", len(got), got[max(0, len(got)-20):], 3<<20+6)
+	}
+}
+
+// A process outside the attempt that holds its output open does not hold the attempt's
+// end: the log ends a moment after the job's processes are gone, with all the job wrote.
+// The holder here is the test itself, which opens the job's stdout through /proc as any
+// process of the same user could.
+func TestRunnerEndsThoughTheOutputStaysOpen(t *testing.T) {
+	r := newTestRunner(t)
+	pidFile := filepath.Join(t.TempDir(), "job.pid")
+	a := startTask(t, r, shTask(1, `echo $$ > "$1"; echo before; sleep 0.5; echo end`, pidFile))
+	var held *os.File
+	eventually(t, 10*time.Second, "the job's stdout", func() bool {
+		pid, err := strconv.Atoi(strings.TrimSpace(readFileOr(pidFile)))
+		if err != nil {
+			return false
+		}
+		held, err = os.OpenFile(fmt.Sprintf("/proc/%d/fd/1", pid), os.O_WRONLY, 0)
+		return err == nil
+	})
+	defer held.Close()
+	if _, err := held.WriteString("from-outside\n"); err != nil {
+		t.Fatal(err)
+	}
+	st := waitEnd(t, a)
+	if st.State != api.StateSucceeded {
+		t.Errorf("got %s %q, want SUCCEEDED", st.State, st.Message)
+	}
+	if got := readFile(t, a.logPath); !strings.Contains(got, "before\n") || !strings.HasSuffix(got, "end\n") || !strings.Contains(got, "from-outside\n") {
+		t.Errorf("log %q, want the job's lines and the one written from outside", got)
+	}
+	if _, err := held.WriteString("too-late\n"); err == nil {
+		t.Error("the pipe was still read after the attempt ended")
+	}
+}
+
+func readFileOr(path string) string {
+	data, _ := os.ReadFile(path)
+	return string(data)
 }
 
 func TestRunnerStopWithGrace(t *testing.T) {

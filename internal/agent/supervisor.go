@@ -97,6 +97,10 @@ type supervisor struct {
 	containerKilled bool
 	// tty is an interactive job's terminal.
 	tty *ttyJob
+	// outputPipe is the read end of a job's stdout and stderr, which copyOutput reads
+	// into its log until it closes outputDone (outputcap.go).
+	outputPipe *os.File
+	outputDone chan struct{}
 }
 
 func (s *supervisor) run() error {
@@ -145,6 +149,7 @@ func (s *supervisor) run() error {
 	}
 	s.supervise()
 	s.endAll()
+	s.drainOutput()
 	if s.tty != nil {
 		s.tty.close()
 	}
@@ -358,13 +363,23 @@ func (s *supervisor) start(spec jobSpec) error {
 	}
 	defer devnull.Close()
 	attr := &os.ProcAttr{
-		Dir:   spec.dir,
-		Env:   spec.env,
-		Files: []*os.File{devnull, s.output, s.output},
-		Sys:   &syscall.SysProcAttr{Setpgid: true, Credential: spec.cred},
+		Dir: spec.dir,
+		Env: spec.env,
+		Sys: &syscall.SysProcAttr{Setpgid: true, Credential: spec.cred},
 	}
-	var master *os.File
-	if s.task.TTY {
+	output := newCappedOutput(s.output, s.meta.MaxLogSize, s.logger)
+	var master, pipeW *os.File
+	if !s.task.TTY {
+		// stdout and stderr are one pipe, which the supervisor reads into the log
+		// (outputcap.go); the job's process holds the only write end.
+		r, w, err := os.Pipe()
+		if err != nil {
+			return fmt.Errorf("make the job's output pipe: %w", err)
+		}
+		defer w.Close()
+		s.outputPipe, pipeW = r, w
+		attr.Files = []*os.File{devnull, w, w}
+	} else {
 		// The terminal is the job's stdin, stdout and stderr, and its controlling
 		// terminal: the job leads a session of its own, whose ID is its process group.
 		uid := -1
@@ -415,6 +430,10 @@ func (s *supervisor) start(spec jobSpec) error {
 			if master != nil {
 				master.Close()
 			}
+			if s.outputPipe != nil {
+				s.outputPipe.Close()
+				s.outputPipe = nil
+			}
 			if spec.runtime.Name != "" {
 				return fmt.Errorf("cannot start the container runtime %s: %w", spec.runtime.Path, err)
 			}
@@ -432,11 +451,17 @@ func (s *supervisor) start(spec jobSpec) error {
 	}
 	// The supervisor reaps with wait4(-1); the handle is not needed.
 	_ = proc.Release()
+	if pipeW != nil {
+		// Only the job holds the write end now: the pipe ends when its processes do.
+		pipeW.Close()
+		s.outputDone = make(chan struct{})
+		go copyOutput(s.outputPipe, output, s.outputDone)
+	}
 	if master != nil {
-		if s.tty, err = serveTTY(s.dir, master, s.output, proc.Pid, s.logger); err != nil {
+		if s.tty, err = serveTTY(s.dir, master, output, proc.Pid, s.logger); err != nil {
 			// The job runs, and its output reaches the log; no terminal can attach.
 			s.logger.Error("serve the job's terminal", "err", err)
-			go func() { _, _ = io.Copy(s.output, master) }()
+			go func() { _, _ = io.Copy(output, master) }()
 		}
 	}
 	if err := writeJSONAtomic(filepath.Join(s.dir, fileJob), s.job, 0o644, true); err != nil {

@@ -1377,3 +1377,14 @@ type HistoryList struct {
 	// Next is the cursor for the next page (the after parameter), empty at the end.
 	Next string `json:"next,omitempty"`
 }
+
+// SizeText is a size in bytes as a person reads it: 1 GiB, 512 MiB, 3000 bytes.
+func SizeText(n int64) string {
+	switch {
+	case n >= 1<<30 && n%(1<<30) == 0:
+		return fmt.Sprintf("%d GiB", n>>30)
+	case n >= 1<<20 && n%(1<<20) == 0:
+		return fmt.Sprintf("%d MiB", n>>20)
+	}
+	return fmt.Sprintf("%d bytes", n)
+}

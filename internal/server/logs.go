@@ -85,18 +85,7 @@ func (s *Server) capLog(offset int64, data []byte) ([]byte, bool) {
 // logFullError is the refusal of a log's bytes past the limit, for field.
 func (s *Server) logFullError(job int64, attempt int, node, field string) *api.Error {
 	return &api.Error{Code: api.CodeTooLarge, Field: field,
-		Message: fmt.Sprintf("the log of job %d attempt %d has reached this server's limit of %s a rank (rota server --max-log-size); the rest stays on node %s", job, attempt, sizeText(s.cfg.MaxLogSize), node)}
-}
-
-// sizeText is a size in bytes as a person reads it: 1 GiB, 512 MiB, 3000 bytes.
-func sizeText(n int64) string {
-	switch {
-	case n >= 1<<30 && n%(1<<30) == 0:
-		return fmt.Sprintf("%d GiB", n>>30)
-	case n >= 1<<20 && n%(1<<20) == 0:
-		return fmt.Sprintf("%d MiB", n>>20)
-	}
-	return fmt.Sprintf("%d bytes", n)
+		Message: fmt.Sprintf("the log of job %d attempt %d has reached this server's limit of %s a rank (rota server --max-log-size); the rest stays on node %s", job, attempt, api.SizeText(s.cfg.MaxLogSize), node)}
 }
 
 // writeLogAt writes data at offset of the named log, unless offset is past its end, and
@@ -367,7 +356,7 @@ func (s *Server) handleGetLogs(w http.ResponseWriter, r *http.Request) {
 		}
 		if done && short == "" && cut > 0 && size >= whole {
 			short = fmt.Sprintf("this server keeps the first %s of a rank's log (rota server --max-log-size); node %s wrote %d bytes, and keeps them for a while (24 h by default)",
-				sizeText(s.cfg.MaxLogSize), node, cut)
+				api.SizeText(s.cfg.MaxLogSize), node, cut)
 		}
 		if len(data) > 0 || done || !time.Now().Before(deadline) {
 			if done && short != "" {
@@ -375,7 +364,7 @@ func (s *Server) handleGetLogs(w http.ResponseWriter, r *http.Request) {
 			}
 			if full {
 				w.Header().Set("X-Rota-Log-Full", fmt.Sprintf("this server keeps the first %s of a rank's log (rota server --max-log-size); the rest stays on node %s, and no more of it is shown here",
-					sizeText(s.cfg.MaxLogSize), node))
+					api.SizeText(s.cfg.MaxLogSize), node))
 			}
 			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 			w.Header().Set("X-Rota-Log-Size", strconv.FormatInt(shown, 10))
