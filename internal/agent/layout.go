@@ -14,6 +14,7 @@ import (
 
 	"github.com/rotahq/rota/internal/api"
 	"github.com/rotahq/rota/internal/atomicfile"
+	"golang.org/x/sys/unix"
 )
 
 // The data directory:
@@ -30,21 +31,22 @@ import (
 // or while the supervisor runs, and the ack markers after; the supervisor writes the rest.
 // Everything but job/ belongs to the agent's account, so a job cannot forge its own end.
 const (
-	fileTask          = "task.json"      // the api.Task
-	fileMeta          = "attempt.json"   // attemptMeta
-	fileStop          = "stop.json"      // stopRequest; SIGUSR1 tells the supervisor
-	fileSupervisorPID = "supervisor.pid" // written once its signal handlers are in place
-	fileSupervisorLog = "supervisor.log" // the supervisor's own diagnostics
-	fileCgroup        = "cgroup"         // the attempt's cgroup v2 leaf, before the job starts
-	fileJob           = "job.json"       // jobRecord, once the job has started
-	fileOutput        = "output.log"     // the job's stdout and stderr
-	fileStatus        = "status.json"    // endRecord: the attempt is over
-	fileAcked         = "acked"          // the server recorded the end
-	fileStopped       = "stopped.json"   // api.StoppedTask: the agent stopped it on its own
-	fileStoppedAcked  = "stopped.acked"  // the server recorded that report
-	fileShipped       = "shipped"        // the whole log is on the server (or never will be)
-	fileEventsOffset  = "events.offset"  // how far the server has the events file
-	dirJob            = "job"            // the job's own: its default cwd, events and notice
+	fileTask          = "task.json"             // the api.Task
+	fileMeta          = "attempt.json"          // attemptMeta
+	fileStop          = "stop.json"             // stopRequest; SIGUSR1 tells the supervisor
+	fileSupervisorPID = "supervisor.pid"        // written once its signal handlers are in place
+	fileSupervisorLog = "supervisor.log"        // the supervisor's own diagnostics
+	fileCgroup        = "cgroup"                // the attempt's cgroup v2 leaf, before the job starts
+	fileJob           = "job.json"              // jobRecord, once the job has started
+	fileOutput        = "output.log"            // the job's stdout and stderr
+	fileStatus        = "status.json"           // endRecord: the attempt is over
+	fileStatusReserve = ".status.json.reserved" // the disk space status.json will take (reserveStatus)
+	fileAcked         = "acked"                 // the server recorded the end
+	fileStopped       = "stopped.json"          // api.StoppedTask: the agent stopped it on its own
+	fileStoppedAcked  = "stopped.acked"         // the server recorded that report
+	fileShipped       = "shipped"               // the whole log is on the server (or never will be)
+	fileEventsOffset  = "events.offset"         // how far the server has the events file
+	dirJob            = "job"                   // the job's own: its default cwd, events and notice
 	fileEvents        = "events.jsonl"
 	fileNotice        = "notice.json"
 )
@@ -275,11 +277,77 @@ func readStatus(dir string) (endRecord, bool) {
 	return rec, true
 }
 
+// writeStatus records the attempt's end in status.json, in one step. It writes into the
+// space reserveStatus set aside when the attempt began, where there is such: an attempt
+// that ends on a full disk (its job's checkpoints filled it, say) is then still recorded
+// with its own outcome, not taken for one whose supervisor died and run again.
 func writeStatus(dir string, rec endRecord) error {
-	if err := writeJSONAtomic(filepath.Join(dir, fileStatus), rec, 0o644, true); err != nil {
+	data, err := jsonLine(rec)
+	if err != nil {
+		return fmt.Errorf("record the attempt's end: %w", err)
+	}
+	if err := writeReserved(filepath.Join(dir, fileStatusReserve), filepath.Join(dir, fileStatus), data); err == nil {
+		return nil
+	} else if !errors.Is(err, os.ErrNotExist) {
+		// The space set aside could not be used: write the end as any file is.
+		_ = os.Remove(filepath.Join(dir, fileStatusReserve))
+	}
+	if err := atomicfile.Write(filepath.Join(dir, fileStatus), data, 0o644, true); err != nil {
 		return fmt.Errorf("record the attempt's end: %w", err)
 	}
 	return nil
+}
+
+// statusReserve is the space set aside for an attempt's end record: far more than one
+// takes (the longest message is a container runtime's last words, a few hundred bytes).
+const statusReserve = 64 << 10
+
+// reserveStatus sets aside the disk space status.json will take, before the attempt
+// runs. Failing that (the disk is full already) the end is written as any file is.
+func reserveStatus(dir string) error {
+	f, err := os.OpenFile(filepath.Join(dir, fileStatusReserve), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return err
+	}
+	err = unix.Fallocate(int(f.Fd()), 0, 0, statusReserve)
+	if errors.Is(err, unix.EOPNOTSUPP) {
+		// A file system that cannot allocate ahead gets the blocks written.
+		_, err = f.Write(make([]byte, statusReserve))
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(f.Name())
+	}
+	return err
+}
+
+// writeReserved writes data over the start of the reserved file, whose blocks are
+// allocated already, cuts it to data's length and renames it to path: a write that needs
+// no free block, and as atomic as atomicfile.Write.
+func writeReserved(reserved, path string, data []byte) error {
+	f, err := os.OpenFile(reserved, os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if _, err := f.WriteAt(data, 0); err != nil {
+		return err
+	}
+	if err := f.Truncate(int64(len(data))); err != nil {
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		return err
+	}
+	if err := os.Rename(reserved, path); err != nil {
+		return err
+	}
+	return atomicfile.SyncDir(filepath.Dir(path))
 }
 
 func readInt(path string) (int, bool) {

@@ -174,6 +174,9 @@ func (r *runner) prepare(a *attempt, t api.Task) error {
 	if err := writeJSONAtomic(filepath.Join(a.dir, fileMeta), meta, 0o644, true); err != nil {
 		return fmt.Errorf("write attempt: %w", err)
 	}
+	if err := reserveStatus(a.dir); err != nil {
+		a.logger.Warn("cannot set aside the space to record the attempt's end; it is written as any file is", "err", err)
+	}
 	return nil
 }
 

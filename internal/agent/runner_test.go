@@ -265,6 +265,37 @@ func readFileOr(path string) string {
 	return string(data)
 }
 
+// An attempt whose job fills the disk of the node's data dir (here with its
+// checkpoints) still has its own end recorded, in the space set aside when it began:
+// not taken for an attempt whose supervisor died, which the server would run again.
+func TestRunnerRecordsTheEndOnAFullDisk(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to mount a small tmpfs for the node's data dir")
+	}
+	dir := t.TempDir()
+	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, "size=4m"); err != nil {
+		t.Skipf("cannot mount a tmpfs: %v", err)
+	}
+	t.Cleanup(func() { syscall.Unmount(dir, syscall.MNT_DETACH) })
+	r := newTestRunner(t)
+	r.dataDir = dir
+	a := startTask(t, r, shTask(1, `echo filling; dd if=/dev/zero of="$ROTA_CHECKPOINT_DIR/fill" bs=64k 2>/dev/null; echo full; exit 3`))
+	st := waitEnd(t, a)
+	fill, err := os.Stat(filepath.Join(localCheckpointDir(dir, a.key), "fill"))
+	if err != nil || fill.Size() < 3<<20 {
+		t.Fatalf("the job filled %v of the 4 MiB disk (%v): the test did not fill it", fill, err)
+	}
+	if st.State != api.StateFailed || st.Reason != api.ReasonExitCode || !strings.Contains(st.Message, "exited with code 3") {
+		t.Errorf("got %s %s %q, want the job's own end: FAILED, exit code 3", st.State, st.Reason, st.Message)
+	}
+	if rec := statusOf(t, a); rec.RecordedBy != "supervisor" {
+		t.Errorf("the end was recorded by the %s, want the supervisor", rec.RecordedBy)
+	}
+	if exists(filepath.Join(a.dir, fileStatusReserve)) {
+		t.Error("the space set aside is still there after the end was written into it")
+	}
+}
+
 func TestRunnerStopWithGrace(t *testing.T) {
 	// The job saves the notice it sees on SIGTERM, then exits on its own within the grace.
 	script := `trap 'cat "$ROTA_NOTICE_FILE" > "$1"; exit 0' TERM; echo ready; while :; do sleep 0.05; done`
