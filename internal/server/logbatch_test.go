@@ -390,6 +390,19 @@ func TestLogRepairWaitsWhileTheLogComes(t *testing.T) {
 func TestLogLimit(t *testing.T) {
 	h, j, start := oneRunning(t, func(c *Config) { c.MaxLogSize = 100 })
 	line := strings.Repeat("x", 59) + "\n"
+	// A node whose limit is the same ends its copy at the limit and offers no more: a log
+	// as long as the limit, nothing refused, is followed as any other.
+	h2, j2, _ := oneRunning(t, func(c *Config) { c.MaxLogSize = 120 })
+	if code, ans, e := h2.shipBatch("n1", api.LogBatch{Chunks: []api.LogChunk{{JobID: j2.ID, Attempt: 1, Data: []byte(line + line)}}}); code != http.StatusOK || ans.Chunks[0].Status != 0 {
+		t.Fatalf("a log of exactly the limit: %d %+v %v; want it taken", code, ans.Chunks[0], e)
+	}
+	if body, hdr := h2.readLog(j2.ID, 0, "0"); body != line+line || hdr.Get("X-Rota-Log-Full") != "" {
+		t.Errorf("a log of exactly the limit: read %q, full %q; want it all, not said to be full", body, hdr.Get("X-Rota-Log-Full"))
+	}
+	if got := h2.beat("n1", 1).LogsFollowed; !slices.Contains(got, api.TaskRef{JobID: j2.ID, Attempt: 1}) {
+		t.Errorf("a log of exactly the limit is not followed: %v", got)
+	}
+
 	ship := func(offset int) api.LogChunkAck {
 		t.Helper()
 		code, ans, e := h.shipBatch("n1", api.LogBatch{Chunks: []api.LogChunk{{JobID: j.ID, Attempt: 1, Offset: int64(offset), Data: []byte(line)}}})

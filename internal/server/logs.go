@@ -66,6 +66,7 @@ func (s *Server) handleShipLog(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if over {
+		s.markLogCut(logName(jobID, attempt, node))
 		writeError(w, http.StatusRequestEntityTooLarge, s.logFullError(jobID, attempt, node, ""))
 		return
 	}
@@ -80,6 +81,28 @@ func (s *Server) capLog(offset int64, data []byte) ([]byte, bool) {
 		return data, false
 	}
 	return data[:max(0, min(int64(len(data)), limit-offset))], true
+}
+
+// logCutSuffix names the file beside a rank's log that says this server refused bytes of
+// it past the limit. A log as long as the limit is not therefore cut: a node whose own
+// limit is the same (rota up's, and both defaults) ends its copy there, with a line that
+// says so, and offers nothing more.
+const logCutSuffix = ".cut"
+
+// markLogCut records that bytes of the named log past the limit were refused.
+func (s *Server) markLogCut(name string) {
+	f, err := s.logs.OpenFile(name+logCutSuffix, os.O_WRONLY|os.O_CREATE, 0o640)
+	if err != nil {
+		s.log.Warn("cannot mark a log as cut at the limit", "file", name, "err", err)
+		return
+	}
+	f.Close()
+}
+
+// logCut reports whether bytes of the named log past the limit were refused.
+func (s *Server) logCut(name string) bool {
+	_, err := s.logs.Stat(name + logCutSuffix)
+	return err == nil
 }
 
 // logFullError is the refusal of a log's bytes past the limit, for field.
@@ -191,6 +214,7 @@ func (s *Server) handleShipLogBatch(w http.ResponseWriter, r *http.Request) {
 		}
 		ack.Size = size
 		if over {
+			s.markLogCut(logName(c.JobID, c.Attempt, node))
 			ack.Status, ack.Error = http.StatusRequestEntityTooLarge, s.logFullError(c.JobID, c.Attempt, node, fmt.Sprintf("chunks[%d].data", i))
 			continue
 		}
@@ -322,9 +346,9 @@ func (s *Server) handleGetLogs(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 		data, size := s.readLog(name, offset)
-		// A running rank's log that has reached the limit takes no more: it is not asked
-		// of its node, and its reader is told so.
-		full := !ended && s.cfg.MaxLogSize > 0 && size >= s.cfg.MaxLogSize
+		// A running rank's log whose bytes past the limit were refused takes no more: it
+		// is not asked of its node, and its reader is told so.
+		full := !ended && s.cfg.MaxLogSize > 0 && size >= s.cfg.MaxLogSize && s.logCut(name)
 		if name != "" && !ended && !full && s.follows.follow(node, id, n, s.cfg.Clock.Now()) {
 			s.watch.poke(node)
 		}

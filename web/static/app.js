@@ -1009,7 +1009,9 @@
       const done = resp.headers.get('X-Rota-Log-Done') === 'true';
       const where = a ? 'attempt ' + a + (resp.headers.get('X-Rota-Log-Node') ? ' on ' + resp.headers.get('X-Rota-Log-Node') : '') : 'no attempt yet';
       const incomplete = resp.headers.get('X-Rota-Log-Incomplete');
-      note.textContent = where + ', ' + offset + ' bytes' + (done ? (incomplete ? ', incomplete: ' + incomplete : ', complete.') : ', following (every 2 s)…');
+      const full = resp.headers.get('X-Rota-Log-Full');
+      note.textContent = where + ', ' + offset + ' bytes' + (done ? (incomplete ? ', incomplete: ' + incomplete : ', complete.') :
+        (full ? ', running; ' + full + '.' : ', following (every 2 s)…'));
       return !done;
     }).catch(() => {});
   }
