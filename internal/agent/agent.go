@@ -224,6 +224,10 @@ type Agent struct {
 	// result, sent with every heartbeat.
 	telemetry   *api.Telemetry
 	healthCheck *api.HealthCheck
+	// dataDirProblem is why attempts cannot be written in the data dir; empty while they
+	// can (datadir.go). dataDirField is set while the server's answers say it takes it.
+	dataDirProblem atomic.Pointer[string]
+	dataDirField   bool
 	// notices holds, per live attempt, the notice text last written to its notice file.
 	notices map[attemptKey]string
 	// relays holds the interactive attempts whose terminal relay runs.
@@ -370,6 +374,7 @@ func New(cfg Config, logger *slog.Logger) (*Agent, error) {
 		mpsDir:        mpsPipeDir(cfg.MPSPipeDir),
 		maxLogSize:    cfg.maxLogSize(),
 	}
+	a.runner.onDiskFault = a.nodeErrorEnd
 	a.mon.memGrace = cmp(cfg.GPUMemoryGrace, defaultGPUMemoryGrace)
 	if fake, ok := devices.(*FakeDevices); ok {
 		// Jobs see their fake GPUs the way the fake layer says (its directory, say).
@@ -507,6 +512,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	bg.Go(func() { a.housekeeping(ctx) })
 	bg.Go(func() { a.watch(ctx) })
 	bg.Go(func() { a.monitorLoop(ctx) })
+	bg.Go(func() { a.watchDataDir(ctx) })
 	if a.healthCmd != "" {
 		bg.Go(func() { a.healthChecks(ctx) })
 	}
@@ -893,6 +899,11 @@ func (a *Agent) beat(ctx context.Context) (*api.HeartbeatResponse, error) {
 		}
 	}
 	hb.Synced, hb.SyncEpoch = a.synced(), a.syncEpoch
+	if a.dataDirField {
+		if p := a.dataDirProblem.Load(); p != nil {
+			hb.DataDirProblem = *p // a server of an earlier release refuses the field
+		}
+	}
 	a.mu.Unlock()
 
 	resp, err := a.post(ctx, hb)
@@ -903,7 +914,7 @@ func (a *Agent) beat(ctx context.Context) (*api.HeartbeatResponse, error) {
 		a.heldHash = ""
 		if errors.Is(err, errBadRequest) {
 			// Perhaps a server of an earlier release, refusing a field it does not know.
-			a.logSizes = false
+			a.logSizes, a.dataDirField = false, false
 		}
 		a.mu.Unlock()
 		return nil, err
@@ -912,7 +923,7 @@ func (a *Agent) beat(ctx context.Context) (*api.HeartbeatResponse, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.heldHash = resp.InventoryHash
-	a.logSizes = resp.LogSizes
+	a.logSizes, a.dataDirField = resp.LogSizes, resp.DataDirProblems
 	a.sentSynced = hb.Synced
 	// A reading goes once; a newer one taken meanwhile waits for the next heartbeat.
 	if a.telemetry == hb.Telemetry {

@@ -73,7 +73,9 @@ type fakeServer struct {
 	// TaskStatus.LogSize.
 	followed []api.TaskRef
 	logSizes bool
-	events   map[taskKey][]map[string]any
+	// dataDirProblems makes the answers say the server takes Heartbeat.DataDirProblem.
+	dataDirProblems bool
+	events          map[taskKey][]map[string]any
 	// stops holds the first Stopped report of each attempt, stopReports how many came.
 	stops       map[api.TaskRef]api.StoppedTask
 	stopReports map[api.TaskRef]int
@@ -204,7 +206,7 @@ func (s *fakeServer) heartbeat(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.beats = append(s.beats, hb)
-	resp := api.HeartbeatResponse{Tasks: append([]api.Task(nil), s.desired...), HeartbeatSeconds: cmp(s.interval, 50*time.Millisecond).Seconds(), ClusterID: s.clusterID, LogsFollowed: s.followed, LogSizes: s.logSizes}
+	resp := api.HeartbeatResponse{Tasks: append([]api.Task(nil), s.desired...), HeartbeatSeconds: cmp(s.interval, 50*time.Millisecond).Seconds(), ClusterID: s.clusterID, LogsFollowed: s.followed, LogSizes: s.logSizes, DataDirProblems: s.dataDirProblems}
 	if !reflect.ValueOf(hb.Inventory).IsZero() {
 		s.held = hb.Inventory
 		s.full++

@@ -43,6 +43,9 @@ type runner struct {
 	// noCgroup has supervisors track jobs as on nodes without cgroup v2 (tests of that
 	// fallback set it).
 	noCgroup bool
+	// onDiskFault is called when an attempt could not be prepared because the disk of the
+	// data dir failed; it returns the attempt's end reason and message.
+	onDiskFault func(error) (reason, message string)
 	// onChange is called when an attempt's reported status changes.
 	onChange func()
 	// runtime is the node's container runtime for tasks with an image; none where Name
@@ -124,7 +127,11 @@ func (r *runner) start(k attemptKey, t api.Task) *attempt {
 	dir := attemptDir(r.dataDir, k)
 	a := r.newAttempt(k, dir)
 	if err := r.prepare(a, t); err != nil {
-		r.endAtOnce(a, endRecord{State: api.StateFailed, Reason: api.ReasonStartError, Message: err.Error()})
+		rec := endRecord{State: api.StateFailed, Reason: api.ReasonStartError, Message: err.Error()}
+		if diskFault(err) && r.onDiskFault != nil {
+			rec.Reason, rec.Message = r.onDiskFault(err)
+		}
+		r.endAtOnce(a, rec)
 		return a
 	}
 	if err := r.startSupervisor(a); err != nil {

@@ -82,6 +82,10 @@ type Heartbeat struct {
 	Telemetry *Telemetry `json:"telemetry,omitempty"`
 	// HealthCheck is the last result of the node's health-check command, if it has one.
 	HealthCheck *HealthCheck `json:"health_check,omitempty"`
+	// DataDirProblem says why the agent cannot run attempts in its data dir (the disk is
+	// full, or read-only, or failing), in one sentence; empty while it can. The node takes
+	// no new work while it is set.
+	DataDirProblem string `json:"data_dir_problem,omitempty"`
 }
 
 // StoppedTask is an attempt an agent stopped on its own because no server listed it.
@@ -176,6 +180,9 @@ type HeartbeatResponse struct {
 	// LogSizes says the server takes TaskStatus.LogSize: an agent sends it only to a
 	// server whose answers say so, as an earlier one refuses the field.
 	LogSizes bool `json:"log_sizes,omitempty"`
+	// DataDirProblems says the server takes Heartbeat.DataDirProblem: an agent sends it
+	// only to a server whose answers say so, as an earlier one refuses the field.
+	DataDirProblems bool `json:"data_dir_problems,omitempty"`
 }
 
 // InventoryHash is the hex SHA-256 of inv's JSON encoding. Agent and server each work it

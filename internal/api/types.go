@@ -66,13 +66,17 @@ const (
 	// ReasonNotStarted: the agent of its node did not start the attempt (or one of its ranks)
 	// within the server's assign timeout.
 	ReasonNotStarted = "not_started"
+	// ReasonNodeError: the node could not start the attempt through no fault of the job:
+	// its agent could not write the attempt's directory (a full or read-only disk) or
+	// start its supervisor.
+	ReasonNodeError = "node_error"
 )
 
 // EndReasons lists every reason rota itself ends an attempt with; an agent may report
 // other short codes.
 var EndReasons = []string{ReasonExitCode, ReasonOOM, ReasonGPUError, ReasonGPUMemoryExceeded, ReasonNodeLost,
 	ReasonNodeShutdown, ReasonTimeout, ReasonIdle, ReasonPreempted, ReasonCancelled, ReasonStartError,
-	ReasonRankFailed, ReasonNotStarted}
+	ReasonRankFailed, ReasonNotStarted, ReasonNodeError}
 
 // JobSpec is what a user asks for. It is stored as submitted, after defaults are filled in.
 type JobSpec struct {
@@ -647,6 +651,10 @@ type Node struct {
 	Degraded []string `json:"degraded,omitempty"`
 	// HealthCheck is the last result of the node's health-check command, if it has one.
 	HealthCheck *HealthCheck `json:"health_check,omitempty"`
+	// DataDirProblem is why the node's agent cannot run attempts in its data dir (its
+	// disk is full, say), as it last reported; empty while it can. Like a failed health
+	// check it keeps new work off the node.
+	DataDirProblem string `json:"data_dir_problem,omitempty"`
 	// Telemetry is the node's last reading (API only, not stored).
 	Telemetry *Telemetry `json:"telemetry,omitempty"`
 	// Leftovers are GPU processes of no live attempt. Their GPUs take no new work until
@@ -1206,9 +1214,9 @@ func StateOfGPU(n *Node, g *GPU, inUse, idle bool) GPUState {
 }
 
 // TakesWork reports whether new work may be placed on n: it is ready, its agent is done
-// syncing, and its health check, if it has one, passes.
+// syncing, its health check, if it has one, passes, and its agent can write its data dir.
 func (n *Node) TakesWork() bool {
-	return n.State == NodeReady && !n.Syncing && (n.HealthCheck == nil || n.HealthCheck.OK)
+	return n.State == NodeReady && !n.Syncing && (n.HealthCheck == nil || n.HealthCheck.OK) && n.DataDirProblem == ""
 }
 
 // HasProblem reports whether n needs an operator's look: it is not ready (not ready,

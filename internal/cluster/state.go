@@ -415,9 +415,9 @@ func (s *State) SetNodeLive(name string, tel *api.Telemetry, leftovers []api.GPU
 // SetNodeHealth records a node's last health check and what degrades it when only their
 // wording changed, which is not worth a write; changes of substance are stored through
 // Apply.
-func (s *State) SetNodeHealth(name string, hc *api.HealthCheck, degraded []string) {
+func (s *State) SetNodeHealth(name string, hc *api.HealthCheck, dataDir string, degraded []string) {
 	if n, ok := s.nodes[name]; ok {
-		n.HealthCheck, n.Degraded = hc, degraded
+		n.HealthCheck, n.DataDirProblem, n.Degraded = hc, dataDir, degraded
 	}
 }
 

@@ -167,7 +167,7 @@ func (s *Server) heartbeatLocked(r *http.Request, name string, hb *api.Heartbeat
 		return heartbeatAnswer{}, nil, status, e
 	}
 	s.state.SetLastHeartbeat(name, now)
-	s.state.SetNodeHealth(name, node.HealthCheck, node.Degraded)
+	s.state.SetNodeHealth(name, node.HealthCheck, node.DataDirProblem, node.Degraded)
 	if rd != nil {
 		s.state.SetNodeLive(name, rd.tel, rd.leftovers, rd.held)
 	}
@@ -181,7 +181,7 @@ func (s *Server) heartbeatLocked(r *http.Request, name string, hb *api.Heartbeat
 		Acked: acked, StoppedAcked: stoppedAcked, ClusterID: s.clusterID,
 		HeartbeatSeconds: s.toldInterval(name).Seconds(), SyncEpoch: node.SyncEpoch,
 		InventoryHash: s.inventoryHash(name, node.Inventory, sameInventory),
-		LogsFollowed:  s.follows.of(name, now), LogSizes: true,
+		LogsFollowed:  s.follows.of(name, now), LogSizes: true, DataDirProblems: true,
 	}}, s.lastWrite(), 0, nil
 }
 
@@ -438,7 +438,7 @@ func (s *Server) refreshNode(b *store.Batch, name string, hb *api.Heartbeat, sam
 	if n.Syncing && !old.Syncing && known {
 		event("node %s takes no new work until its agent confirms it stopped every attempt the server does not list", name)
 	}
-	healthChanged := s.nodeHealth(b, old, known, &n, hb.HealthCheck, now)
+	healthChanged := s.nodeHealth(b, old, known, &n, hb.HealthCheck, hb.DataDirProblem, now)
 	if driftChanged := s.refreshDrift(b, old, known, &n, now); unchanged && !healthChanged && !driftChanged {
 		return n
 	}

@@ -31,8 +31,11 @@ const (
 type problem struct{ key, text string }
 
 // nodeProblems lists what degrades a node with these GPUs and this health check.
-func nodeProblems(gpus []api.GPU, hc *api.HealthCheck) []problem {
+func nodeProblems(gpus []api.GPU, hc *api.HealthCheck, dataDir string) []problem {
 	var out []problem
+	if dataDir != "" {
+		out = append(out, problem{"datadir", "its agent cannot run attempts: " + dataDir})
+	}
 	for _, g := range gpus {
 		switch {
 		case g.Missing:
@@ -116,6 +119,23 @@ func cleanHealthCheck(hc *api.HealthCheck) *api.HealthCheck {
 	return &c
 }
 
+// maxProblemText bounds an agent's sentence on its data dir.
+const maxProblemText = 300
+
+// cleanProblem is an agent's sentence on its data dir as the server keeps it: printable,
+// valid UTF-8, at most maxProblemText bytes.
+func cleanProblem(text string) string {
+	text = strings.ToValidUTF8(printable(text), "")
+	if len(text) > maxProblemText {
+		cut := maxProblemText
+		for cut > 0 && !utf8.RuneStart(text[cut]) {
+			cut--
+		}
+		text = text[:cut]
+	}
+	return text
+}
+
 // checkChanged reports whether a health check's outcome changed, which is worth a write;
 // its time and output alone are not.
 func checkChanged(a, b *api.HealthCheck) bool {
@@ -129,13 +149,14 @@ func checkChanged(a, b *api.HealthCheck) bool {
 // records what changed against old: a GPU that turned unhealthy, the node becoming
 // degraded, changing why, or recovering. With Execution.DrainOnHealthFailure a node that
 // becomes degraded is drained. It returns whether the change must be stored.
-func (s *Server) nodeHealth(b *store.Batch, old api.Node, known bool, n *api.Node, hc *api.HealthCheck, now time.Time) bool {
+func (s *Server) nodeHealth(b *store.Batch, old api.Node, known bool, n *api.Node, hc *api.HealthCheck, dataDir string, now time.Time) bool {
 	n.HealthCheck = cleanHealthCheck(hc)
-	was := nodeProblems(old.GPUs, old.HealthCheck)
+	n.DataDirProblem = cleanProblem(dataDir)
+	was := nodeProblems(old.GPUs, old.HealthCheck, old.DataDirProblem)
 	if !known {
 		was = nil
 	}
-	is := nodeProblems(n.GPUs, n.HealthCheck)
+	is := nodeProblems(n.GPUs, n.HealthCheck, n.DataDirProblem)
 	n.Degraded = problemTexts(is)
 	event := func(kind, format string, args ...any) {
 		b.Events = append(b.Events, api.Event{Time: now, Actor: "node:" + n.Name, Kind: kind, Node: n.Name, Message: fmt.Sprintf(format, args...)})

@@ -183,6 +183,56 @@ func TestFailedHealthCheckKeepsNewWorkAwayAndWhySaysSo(t *testing.T) {
 	}
 }
 
+// A node whose agent cannot write its data dir takes no new work, and why says so; an
+// attempt it could not prepare for that ends node_error, which requeues the job without
+// spending its retries, and the job runs elsewhere.
+func TestDataDirProblemKeepsNewWorkAway(t *testing.T) {
+	h := newHarness(t)
+	inv := islandsInventory("n1", "")
+	full := "its data dir /var/lib/rota/agent/n1 has 0 MiB free, less than the 64 MiB it keeps for attempts' records"
+	send := func(node, problem string, inv api.Inventory, tasks ...api.TaskStatus) {
+		t.Helper()
+		hb := api.Heartbeat{Node: node, Inventory: inv, Instance: "agent-" + node, ClusterID: h.srv.ClusterID(), Synced: true,
+			DataDirProblem: problem, Tasks: tasks}
+		if code := h.do("POST", "/api/v1/agents/"+node+"/heartbeat", hb, nil); code != http.StatusOK {
+			t.Fatalf("heartbeat %s: status %d", node, code)
+		}
+	}
+	send("n1", full, inv)
+	j := h.submit(api.JobSpec{Command: []string{"x"}, GPUs: 1})
+	h.cycle()
+	if d := h.job(j.ID); d.Job.State != api.StatePending {
+		t.Fatalf("job %s on %v; want it pending while n1 cannot hold attempts", d.Job.State, d.Job.Nodes)
+	}
+	why := strings.Join(h.why(j.ID).Reasons, " ")
+	if want := "Node n1 takes no new work: its agent cannot run attempts: " + full + "."; !strings.Contains(why, want) {
+		t.Errorf("why %q does not say %q", why, want)
+	}
+	if n := h.node("n1"); n.DataDirProblem != full || !slices.Contains(n.Degraded, "its agent cannot run attempts: "+full) || n.TakesWork() {
+		t.Errorf("node n1: problem %q, degraded %q, takes work %v; want the problem shown and no new work", n.DataDirProblem, n.Degraded, n.TakesWork())
+	}
+
+	// Room again: the job starts there. Then the node fails to prepare it after all.
+	send("n1", "", inv)
+	h.cycle()
+	if d := h.job(j.ID); d.Job.State != api.StateAssigned {
+		t.Fatalf("job %s once n1 has room; want ASSIGNED", d.Job.State)
+	}
+	now := h.clock.Now()
+	send("n1", "it could not prepare an attempt: write task: no space left on device", inv,
+		api.TaskStatus{JobID: j.ID, Attempt: 1, State: api.StateFailed, Reason: api.ReasonNodeError, EndTime: &now,
+			Message: "this node could not prepare the attempt (write task: no space left on device)"})
+	d := h.job(j.ID)
+	if d.Job.State != api.StatePending || d.Job.Failures != 0 {
+		t.Errorf("after node_error: %s with %d failures counted; want requeued, nothing spent", d.Job.State, d.Job.Failures)
+	}
+	h.heartbeat("n2", islandsInventory("n2", ""), nil)
+	h.cycle()
+	if d := h.job(j.ID); d.Job.State != api.StateAssigned || !slices.Equal(d.Job.Nodes, []string{"n2"}) {
+		t.Errorf("job %s on %v; want attempt 2 on n2, n1 still out", d.Job.State, d.Job.Nodes)
+	}
+}
+
 // Unhealthy GPUs take no new work; why says which.
 func TestUnhealthyGPUsAndWhy(t *testing.T) {
 	h := newHarness(t)

@@ -563,9 +563,10 @@ func (s *Server) endAttempt(job *api.Job, a *api.Attempt, now time.Time) (api.Ev
 }
 
 // systemEnd reports whether an attempt ended through no doing of its job: its node was
-// lost or shut down, or no agent started it. Such ends requeue without spending retries.
+// lost or shut down, could not start it, or no agent started it. Such ends requeue
+// without spending retries.
 func systemEnd(reason string) bool {
-	return reason == api.ReasonNodeLost || reason == api.ReasonNodeShutdown || reason == api.ReasonNotStarted
+	return reason == api.ReasonNodeLost || reason == api.ReasonNodeShutdown || reason == api.ReasonNotStarted || reason == api.ReasonNodeError
 }
 
 // systemRequeues counts the job's attempts that ended through no doing of its own,

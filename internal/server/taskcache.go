@@ -90,6 +90,7 @@ type answerRest struct {
 	InventoryHash    string        `json:"inventory_hash,omitempty"`
 	LogsFollowed     []api.TaskRef `json:"logs_followed,omitempty"`
 	LogSizes         bool          `json:"log_sizes,omitempty"`
+	DataDirProblems  bool          `json:"data_dir_problems,omitempty"`
 }
 
 // appendJSON appends the answer's JSON to buf, the bytes json.Marshal gives, but with

@@ -212,6 +212,10 @@ func (s *Server) nodeHints(job *api.Job) []string {
 			hints = append(hints, fmt.Sprintf("Node %s takes no new work: it is drained for maintenance (%s) %s.", n.Name, m.Reason, until))
 			continue
 		}
+		if n.DataDirProblem != "" {
+			hints = append(hints, fmt.Sprintf("Node %s takes no new work: its agent cannot run attempts: %s.", n.Name, n.DataDirProblem))
+			continue
+		}
 		if hc := n.HealthCheck; hc != nil && !hc.OK {
 			hints = append(hints, fmt.Sprintf("Node %s takes no new work: its health check failed (exit status %d)%s.",
 				n.Name, hc.ExitCode, outputTail(hc.Output)))

@@ -569,7 +569,7 @@ func appendNode(args []any, n *api.Node) ([]any, error) {
 		return args, err
 	}
 	data, err := encodeJSON(nodeData{Agent: n.Agent, Syncing: n.Syncing, SyncEpoch: n.SyncEpoch, HealthCheck: n.HealthCheck, Degraded: n.Degraded,
-		Maintenance: n.Maintenance, Drift: n.Drift, DriftDrain: n.DriftDrain})
+		Maintenance: n.Maintenance, Drift: n.Drift, DriftDrain: n.DriftDrain, DataDirProblem: n.DataDirProblem})
 	if err != nil {
 		return args, err
 	}
@@ -591,6 +591,9 @@ type nodeData struct {
 	// whether it drains on its own for it; a restart must know the drain was automatic.
 	Drift      []api.VersionDrift `json:"drift,omitempty"`
 	DriftDrain bool               `json:"drift_drain,omitempty"`
+	// DataDirProblem is why the node's agent last said it cannot run attempts: a
+	// restart keeps new work off the node until its agent says otherwise.
+	DataDirProblem string `json:"data_dir_problem,omitempty"`
 }
 
 func appendSetting(args []any, s *Setting) ([]any, error) {
@@ -714,6 +717,7 @@ func (s *sqlStore) LoadNodes(ctx context.Context) ([]api.Node, error) {
 		var nd nodeData
 		err = decodeJSON(data, &nd)
 		n.Agent, n.Syncing, n.SyncEpoch, n.HealthCheck, n.Degraded = nd.Agent, nd.Syncing, nd.SyncEpoch, nd.HealthCheck, nd.Degraded
+		n.DataDirProblem = nd.DataDirProblem
 		n.Maintenance, n.Drift, n.DriftDrain = nd.Maintenance, nd.Drift, nd.DriftDrain
 		return n, err
 	})
