@@ -228,6 +228,7 @@ type Agent struct {
 	// can (datadir.go). dataDirField is set while the server's answers say it takes it.
 	dataDirProblem atomic.Pointer[string]
 	dataDirField   bool
+	dataDirWatch   dataDirWatch
 	// notices holds, per live attempt, the notice text last written to its notice file.
 	notices map[attemptKey]string
 	// relays holds the interactive attempts whose terminal relay runs.
@@ -375,6 +376,7 @@ func New(cfg Config, logger *slog.Logger) (*Agent, error) {
 		maxLogSize:    cfg.maxLogSize(),
 	}
 	a.runner.onDiskFault = a.nodeErrorEnd
+	a.dataDirWatch = dataDirWatch{every: dataDirEvery, minFree: minFreeDisk}
 	a.mon.memGrace = cmp(cfg.GPUMemoryGrace, defaultGPUMemoryGrace)
 	if fake, ok := devices.(*FakeDevices); ok {
 		// Jobs see their fake GPUs the way the fake layer says (its directory, say).

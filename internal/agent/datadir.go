@@ -23,22 +23,28 @@ import (
 // nothing new on the node; the attempt it could not start ends with reason node_error,
 // which the server requeues without spending the job's retries.
 
-var (
+const (
 	// dataDirEvery is how often the agent checks its data dir.
 	dataDirEvery = 10 * time.Second
 	// minFreeDisk is the least free space in the data dir's file system with which the
 	// node takes new attempts: room for their records. Their logs need more, but a disk
 	// that fills costs a log its end (outputcap.go), never an attempt its record.
-	minFreeDisk int64 = 64 << 20
+	minFreeDisk = 64 << 20
+	fileProbe   = ".write-probe"
 )
 
-const fileProbe = ".write-probe"
+// dataDirWatch is how the agent checks its data dir: every (dataDirEvery), for minFree
+// bytes free (minFreeDisk). Tests check more often, for less.
+type dataDirWatch struct {
+	every   time.Duration
+	minFree int64
+}
 
-// watchDataDir checks the data dir now and every dataDirEvery until ctx ends.
+// watchDataDir checks the data dir now and then at every interval until ctx ends.
 func (a *Agent) watchDataDir(ctx context.Context) {
 	for {
-		a.setDataDirProblem(checkDataDir(a.dataDir, minFreeDisk))
-		if !sleep(ctx, dataDirEvery) {
+		a.setDataDirProblem(checkDataDir(a.dataDir, a.dataDirWatch.minFree))
+		if !sleep(ctx, a.dataDirWatch.every) {
 			return
 		}
 	}

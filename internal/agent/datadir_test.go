@@ -70,10 +70,8 @@ func TestCheckDataDir(t *testing.T) {
 // release, which would refuse the field, is never sent it.
 func TestAgentReportsADataDirThatCannotHoldAttempts(t *testing.T) {
 	dir := mountTmpfs(t, "size=16m")
-	defer func(d time.Duration, m int64) { dataDirEvery, minFreeDisk = d, m }(dataDirEvery, minFreeDisk)
-	dataDirEvery, minFreeDisk = 50*time.Millisecond, 1<<20
 	s := newFakeServer(t)
-	launch(t, agentConfig(t, s, dir), testLogger(t))
+	launch(t, agentConfig(t, s, dir), testLogger(t), func(a *Agent) { a.dataDirWatch = dataDirWatch{every: 50 * time.Millisecond, minFree: 1 << 20} })
 	eventually(t, 10*time.Second, "a few heartbeats", func() bool { return len(s.heartbeats()) > 2 })
 	fill := fillDisk(t, dir)
 	time.Sleep(300 * time.Millisecond) // several checks of the full disk

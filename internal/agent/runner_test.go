@@ -233,8 +233,9 @@ func TestRunnerLogIsCapped(t *testing.T) {
 // process of the same user could.
 func TestRunnerEndsThoughTheOutputStaysOpen(t *testing.T) {
 	r := newTestRunner(t)
-	pidFile := filepath.Join(t.TempDir(), "job.pid")
-	a := startTask(t, r, shTask(1, `echo $$ > "$1"; echo before; sleep 0.5; echo end`, pidFile))
+	pidFile, goOn := filepath.Join(t.TempDir(), "job.pid"), filepath.Join(t.TempDir(), "go-on")
+	// The job waits until the test holds its stdout.
+	a := startTask(t, r, shTask(1, `echo $$ > "$1"; echo before; while [ ! -e "$2" ]; do sleep 0.05; done; echo end`, pidFile, goOn))
 	var held *os.File
 	eventually(t, 10*time.Second, "the job's stdout", func() bool {
 		pid, err := strconv.Atoi(strings.TrimSpace(readFileOr(pidFile)))
@@ -246,6 +247,9 @@ func TestRunnerEndsThoughTheOutputStaysOpen(t *testing.T) {
 	})
 	defer held.Close()
 	if _, err := held.WriteString("from-outside\n"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(goOn, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	st := waitEnd(t, a)
