@@ -128,8 +128,8 @@ func (c *cycle) gpuShortage(d *demand) Reason {
 		r := Reason{Code: ReasonResources}
 		if !c.opts.Terse {
 			r.Message = "no node is schedulable"
-			if names, n := c.failedHealth(d); n > 0 {
-				r.Message += "; " + healthNote(names, n)
+			if note := c.failedHealth(d); note != "" {
+				r.Message += "; " + note
 			}
 		}
 		return r
@@ -215,8 +215,8 @@ func (c *cycle) gpuShortage(d *demand) Reason {
 		if note := heldBack(bestNode, st.models[st.groups[bestGroup].model].name).note(node); note != "" {
 			r.Message += "; " + note
 		}
-		if names, n := c.failedHealth(d); n > 0 {
-			r.Message += "; " + healthNote(names, n)
+		if note := c.failedHealth(d); note != "" {
+			r.Message += "; " + note
 		}
 	}
 	return r
@@ -232,39 +232,54 @@ func (c *cycle) unschedulableNote(d *demand) string {
 		return ""
 	}
 	s := plural(n, "node") + " " + isAre(n) + " not schedulable"
-	if names, n := c.failedHealth(d); n > 0 {
-		s += " (" + healthNote(names, n) + ")"
+	if note := c.failedHealth(d); note != "" {
+		s += " (" + note + ")"
 	}
 	return s
 }
 
-// failedHealth counts the nodes left out because their health check failed that the job
-// could use otherwise (its pools, a container runtime for an image, versions), and names the first
-// three, which is all a note names.
-func (c *cycle) failedHealth(d *demand) ([]string, int) {
+// failedHealth says which nodes the job could use otherwise (its pools, a container
+// runtime for an image, versions) are left out because their health check failed or their
+// agent cannot run attempts, naming the first three, which is all a note names; "" when
+// there are none.
+func (c *cycle) failedHealth(d *demand) string {
 	var names []string
-	count := 0
+	count, dataDir := 0, 0
 	for _, i := range c.st.healthFailed {
 		n := &c.s.Nodes[i]
 		if d.fitsNode(n) {
 			if count++; len(names) < 3 {
 				names = append(names, n.Name)
 			}
+			if n.DataDirFull {
+				dataDir++
+			}
 		}
 	}
-	return names, count
+	if count == 0 {
+		return ""
+	}
+	return healthNote(names, count, dataDir)
 }
 
-// healthNote says that count nodes failed their health check, naming the first few.
-func healthNote(names []string, count int) string {
+// healthNote says that count nodes, dataDir of them for their data dir, failed their
+// health check, naming the first few.
+func healthNote(names []string, count, dataDir int) string {
+	what := map[bool]string{true: "failed its health check", false: "failed their health checks"}
+	switch {
+	case dataDir == count:
+		what = map[bool]string{true: "cannot run attempts (its data dir is full or failing)", false: "cannot run attempts (their data dirs are full or failing)"}
+	case dataDir > 0:
+		what = map[bool]string{false: "failed their health checks or cannot run attempts"}
+	}
 	if count == 1 {
-		return "node " + names[0] + " failed its health check"
+		return "node " + names[0] + " " + what[true]
 	}
 	list := strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1]
 	if count > len(names) {
 		list = fmt.Sprintf("%s and %d more", strings.Join(names, ", "), count-len(names))
 	}
-	return "nodes " + list + " failed their health checks"
+	return "nodes " + list + " " + what[false]
 }
 
 // unusable counts the GPUs of one model on a node that take no new work.

@@ -135,3 +135,21 @@ func TestEveryJobAccounted(t *testing.T) {
 		}
 	}
 }
+
+func TestHealthNote(t *testing.T) {
+	for _, tc := range []struct {
+		names          []string
+		count, dataDir int
+		want           string
+	}{
+		{[]string{"a"}, 1, 0, "node a failed its health check"},
+		{[]string{"a"}, 1, 1, "node a cannot run attempts (its data dir is full or failing)"},
+		{[]string{"a", "b"}, 2, 2, "nodes a and b cannot run attempts (their data dirs are full or failing)"},
+		{[]string{"a", "b", "c"}, 5, 1, "nodes a, b, c and 2 more failed their health checks or cannot run attempts"},
+		{[]string{"a", "b"}, 2, 0, "nodes a and b failed their health checks"},
+	} {
+		if got := healthNote(tc.names, tc.count, tc.dataDir); got != tc.want {
+			t.Errorf("healthNote(%v, %d, %d) = %q, want %q", tc.names, tc.count, tc.dataDir, got, tc.want)
+		}
+	}
+}
