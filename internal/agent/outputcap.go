@@ -16,7 +16,8 @@ import (
 // machine the server's store too. Past the attempt's limit the supervisor writes one line
 // that says so and reads the rest into nothing: the job runs on, never blocked on a full
 // pipe. A disk that fills anyway (other files) costs output, not the job: the supervisor
-// drops what it cannot write and goes on reading.
+// drops what it cannot write, goes on reading, and says in the log how much it dropped
+// once it can write again.
 
 // outputDrainWait is how long, once every process of the attempt is gone, the supervisor
 // waits for the rest of the output: a process that escaped the attempt may still hold the
@@ -35,6 +36,10 @@ type cappedOutput struct {
 	size    int64 // the file's size
 	full    bool  // past the limit: the rest is dropped
 	failing bool  // the last write failed; logged once until one succeeds
+	// dropped counts the bytes lost to failed writes since the log last said so, and
+	// lastErr is why: the next write that succeeds begins with a line saying it.
+	dropped int64
+	lastErr error
 	logger  *slog.Logger
 }
 
@@ -54,34 +59,62 @@ func (c *cappedOutput) Write(p []byte) (int, error) {
 	if c.full {
 		return len(p), nil
 	}
+	gap := c.gapLine()
+	room := c.limit - int64(len(c.notice)) - int64(len(gap)) - c.size // for output, the notice kept back
 	keep := p
-	room := c.limit - int64(len(c.notice)) - c.size // for output, the notice kept back
 	if c.limit > 0 && int64(len(p)) > room {
 		keep = p[:max(0, room)]
 	}
-	c.write(keep)
+	if len(keep) > 0 {
+		c.write(gap, keep)
+	}
 	if len(keep) < len(p) {
 		c.full = true
-		c.write(c.notice[:min(int64(len(c.notice)), max(0, c.limit-c.size))])
+		c.write(nil, c.notice[:min(int64(len(c.notice)), max(0, c.limit-c.size))])
 		c.logger.Warn("the job's output passed the node's log limit; the rest is dropped", "limit", c.limit)
 	}
 	return len(p), nil
 }
 
-func (c *cappedOutput) write(p []byte) {
-	if len(p) == 0 {
-		return
+// write writes the line about output dropped before, if any, then p; what it cannot
+// write is counted as dropped.
+func (c *cappedOutput) write(gap, p []byte) {
+	if len(gap) > 0 {
+		n, err := c.f.Write(gap)
+		c.size += int64(n)
+		if err != nil {
+			c.fail(err, len(p))
+			return
+		}
+		c.dropped = 0
 	}
 	n, err := c.f.Write(p)
 	c.size += int64(n)
 	switch {
-	case err != nil && !c.failing:
-		c.failing = true
-		c.logger.Error("cannot write the job's output to its log; dropping it until a write succeeds", "err", err)
-	case err == nil && c.failing:
+	case err != nil:
+		c.fail(err, len(p)-n)
+	case c.failing:
 		c.failing = false
 		c.logger.Info("writing the job's output to its log again")
 	}
+}
+
+func (c *cappedOutput) fail(err error, lost int) {
+	c.dropped += int64(lost)
+	c.lastErr = err
+	if !c.failing {
+		c.failing = true
+		c.logger.Error("cannot write the job's output to its log; dropping it until a write succeeds", "err", err)
+	}
+}
+
+// gapLine says how much output was dropped since the log last said so, and why; nil
+// when none was.
+func (c *cappedOutput) gapLine() []byte {
+	if c.dropped == 0 {
+		return nil
+	}
+	return fmt.Appendf(nil, "\nrota: %d bytes of the job's output were dropped here: the log could not be written (%v)\n", c.dropped, c.lastErr)
 }
 
 // copyOutput reads the job's output from r into w until every writer has closed the pipe

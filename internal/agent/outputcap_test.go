@@ -70,3 +70,30 @@ func mustTemp(t *testing.T) *os.File {
 	t.Cleanup(func() { f.Close() })
 	return f
 }
+
+// Output that could not be written while the disk was full is counted, and the first
+// write that succeeds after says how much was dropped there, and why.
+func TestCappedOutputSaysWhatAFullDiskDropped(t *testing.T) {
+	dir := mountTmpfs(t, "size=1m")
+	f, err := os.OpenFile(filepath.Join(dir, "output.log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	c := newCappedOutput(f, 0, testLogger(t))
+	before := strings.Repeat("b", 4095) + "\n" // a whole page: the next byte needs a new one
+	c.Write([]byte(before))
+	filler := fillDisk(t, dir)
+	for range 4 {
+		c.Write([]byte("lost\n")) // 20 bytes, none of them written
+	}
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	c.Write([]byte("after\n"))
+	got, _ := os.ReadFile(f.Name())
+	want := before + "\nrota: 20 bytes of the job's output were dropped here: the log could not be written (write " + f.Name() + ": no space left on device)\nafter\n"
+	if string(got) != want {
+		t.Errorf("log %q, want %q", got, want)
+	}
+}
