@@ -144,8 +144,8 @@ func (s *supervisor) drainOutput() {
 	case <-s.outputDone:
 	case <-time.After(outputDrainWait):
 		s.logger.Warn("a process outside the attempt holds its output open; the log ends here")
-		s.outputPipe.Close()
-		<-s.outputDone
 	}
+	// Closing the read end ends a copy still blocked on it.
 	s.outputPipe.Close()
+	<-s.outputDone
 }

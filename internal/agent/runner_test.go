@@ -273,14 +273,7 @@ func readFileOr(path string) string {
 // checkpoints) still has its own end recorded, in the space set aside when it began:
 // not taken for an attempt whose supervisor died, which the server would run again.
 func TestRunnerRecordsTheEndOnAFullDisk(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to mount a small tmpfs for the node's data dir")
-	}
-	dir := t.TempDir()
-	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, "size=4m"); err != nil {
-		t.Skipf("cannot mount a tmpfs: %v", err)
-	}
-	t.Cleanup(func() { syscall.Unmount(dir, syscall.MNT_DETACH) })
+	dir := mountTmpfs(t, "size=4m")
 	r := newTestRunner(t)
 	r.dataDir = dir
 	a := startTask(t, r, shTask(1, `echo filling; dd if=/dev/zero of="$ROTA_CHECKPOINT_DIR/fill" bs=64k 2>/dev/null; echo full; exit 3`))
