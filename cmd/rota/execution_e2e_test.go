@@ -798,3 +798,37 @@ func TestRunningMeansStarted(t *testing.T) {
 		c.waitEnded(j.ID, 20*time.Second)
 	}
 }
+
+// A node goes on starting jobs when the rota binary it runs from is removed or replaced
+// under it (a package removed, or upgraded before the agent is restarted): supervisors
+// come from the agent's own executable, not from the file at its path.
+func TestJobsStartOnceTheBinaryIsGone(t *testing.T) {
+	skipShort(t)
+	bin := filepath.Join(t.TempDir(), "rota")
+	data, err := os.ReadFile(rotaBinary(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bin, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	u := startUpFrom(t, bin, 1, "--fake-gpus", "1")
+	id := u.submit("--", "true")
+	u.waitJob(id, 30*time.Second, api.StateSucceeded)
+
+	if err := os.Remove(bin); err != nil {
+		t.Fatal(err)
+	}
+	id = u.submit("--", "sh", "-c", "echo started after the binary went")
+	if d := u.waitJob(id, 30*time.Second, api.StateSucceeded); d.Attempts != 1 {
+		t.Fatalf("job %d after the binary was removed took %d attempts; want 1", id, d.Attempts)
+	}
+	// A file that cannot be run where the binary was, as an upgrade half written.
+	if err := os.WriteFile(bin, []byte("not a program"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	id = u.submit("--", "true")
+	if d := u.waitJob(id, 30*time.Second, api.StateSucceeded); d.Attempts != 1 {
+		t.Fatalf("job %d with a broken binary at the path took %d attempts; want 1", id, d.Attempts)
+	}
+}

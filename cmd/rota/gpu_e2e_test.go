@@ -45,6 +45,12 @@ func startUp(t *testing.T, gpus int, extra ...string) *upNode {
 // until its node is READY, not syncing, with gpus devices.
 func startUpWith(t *testing.T, gpus int, extra ...string) *upNode {
 	t.Helper()
+	return startUpFrom(t, rotaBinary(t), gpus, extra...)
+}
+
+// startUpFrom is startUpWith with rota up run from binary; clients are the test's build.
+func startUpFrom(t *testing.T, binary string, gpus int, extra ...string) *upNode {
+	t.Helper()
 	rotaBinary(t)
 	dir, err := os.MkdirTemp("", "rota-e2e-gpu-")
 	if err != nil {
@@ -60,7 +66,7 @@ func startUpWith(t *testing.T, gpus int, extra ...string) *upNode {
 	args := append([]string{"up", "--name", gpuUpNode, "--listen", freePort(t),
 		"--heartbeat-interval", "200ms", "--telemetry-interval", "200ms", "--min-runtime", "0s"}, extra...)
 	u.args = args
-	u.up = startProc(t, dir, "up", u.env, args...)
+	u.up = startBinary(t, binary, dir, "up", u.env, args...)
 	u.waitReady(gpus)
 	return u
 }

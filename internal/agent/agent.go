@@ -224,11 +224,14 @@ type Agent struct {
 	// result, sent with every heartbeat.
 	telemetry   *api.Telemetry
 	healthCheck *api.HealthCheck
-	// dataDirProblem is why attempts cannot be written in the data dir; empty while they
-	// can (datadir.go). dataDirField is set while the server's answers say it takes it.
-	dataDirProblem atomic.Pointer[string]
-	dataDirField   bool
-	dataDirWatch   dataDirWatch
+	// dataDirProblem is why attempts cannot be written in the data dir (datadir.go), and
+	// supervisorProblem why their supervisors cannot be started (startfault.go); either
+	// keeps new work off the node. dataDirField is set while the server's answers say it
+	// takes them.
+	dataDirProblem    nodeFault
+	supervisorProblem nodeFault
+	dataDirField      bool
+	dataDirWatch      dataDirWatch
 	// notices holds, per live attempt, the notice text last written to its notice file.
 	notices map[attemptKey]string
 	// relays holds the interactive attempts whose terminal relay runs.
@@ -265,13 +268,9 @@ func New(cfg Config, logger *slog.Logger) (*Agent, error) {
 	if err := cfg.check(); err != nil {
 		return nil, err
 	}
-	supervisor := cfg.SupervisorCommand
-	if len(supervisor) == 0 {
-		exe, err := os.Executable()
-		if err != nil {
-			return nil, fmt.Errorf("supervisor command: %w", err)
-		}
-		supervisor = []string{exe, "supervise"}
+	supervisor, supervisorPath, err := supervisorCommand(cfg.SupervisorCommand)
+	if err != nil {
+		return nil, err
 	}
 
 	lock, err := lockDataDir(dataDir)
@@ -364,18 +363,20 @@ func New(cfg Config, logger *slog.Logger) (*Agent, error) {
 		a.cluster = readClusterFile(dataDir)
 	}
 	a.runner = &runner{
-		dataDir:       dataDir,
-		supervisor:    supervisor,
-		supervisorEnv: os.Environ(),
-		logger:        logger,
-		flushWait:     logFlushWait,
-		poll:          runnerPoll,
-		onChange:      a.poke,
-		runtime:       rt,
-		mpsDir:        mpsPipeDir(cfg.MPSPipeDir),
-		maxLogSize:    cfg.maxLogSize(),
+		dataDir:        dataDir,
+		supervisor:     supervisor,
+		supervisorPath: supervisorPath,
+		supervisorEnv:  os.Environ(),
+		logger:         logger,
+		flushWait:      logFlushWait,
+		poll:           runnerPoll,
+		onChange:       a.poke,
+		runtime:        rt,
+		mpsDir:         mpsPipeDir(cfg.MPSPipeDir),
+		maxLogSize:     cfg.maxLogSize(),
 	}
 	a.runner.onDiskFault = a.nodeErrorEnd
+	a.runner.onSupervisorFault = a.supervisorFault
 	a.dataDirWatch = dataDirWatch{every: dataDirEvery, minFree: minFreeDisk}
 	a.mon.memGrace = cmp(cfg.GPUMemoryGrace, defaultGPUMemoryGrace)
 	if fake, ok := devices.(*FakeDevices); ok {
@@ -902,9 +903,7 @@ func (a *Agent) beat(ctx context.Context) (*api.HeartbeatResponse, error) {
 	}
 	hb.Synced, hb.SyncEpoch = a.synced(), a.syncEpoch
 	if a.dataDirField {
-		if p := a.dataDirProblem.Load(); p != nil {
-			hb.DataDirProblem = *p // a server of an earlier release refuses the field
-		}
+		hb.DataDirProblem = a.cannotRun() // a server of an earlier release refuses the field
 	}
 	a.mu.Unlock()
 

@@ -40,10 +40,14 @@ type dataDirWatch struct {
 	minFree int64
 }
 
-// watchDataDir checks the data dir now and then at every interval until ctx ends.
+// watchDataDir checks the data dir now and then at every interval until ctx ends, and
+// while the agent could not start a supervisor, whether it can now (supervisor.go).
 func (a *Agent) watchDataDir(ctx context.Context) {
 	for {
 		a.setDataDirProblem(checkDataDir(a.dataDir, a.dataDirWatch.minFree))
+		if a.supervisorProblem.get() != "" {
+			a.setSupervisorProblem(a.runner.probeSupervisor(ctx))
+		}
 		if !sleep(ctx, a.dataDirWatch.every) {
 			return
 		}
@@ -83,16 +87,7 @@ func diskFault(err error) bool {
 // heartbeats, and logs and reports it at once when it changes.
 // It takes no lock: the runner reports a fault with the agent's lock held.
 func (a *Agent) setDataDirProblem(problem string) {
-	was := a.dataDirProblem.Swap(&problem)
-	if was != nil && *was == problem || was == nil && problem == "" {
-		return
-	}
-	if problem != "" {
-		a.logger.Error("this node takes no new work: its data dir cannot hold attempts", "problem", problem)
-	} else {
-		a.logger.Info("the data dir holds attempts again; this node takes new work")
-	}
-	a.poke()
+	a.dataDirProblem.set(a, problem, "this node takes no new work: its data dir cannot hold attempts", "the data dir holds attempts again; this node takes new work")
 }
 
 // nodeErrorEnd is the end of an attempt the node could not prepare because its disk

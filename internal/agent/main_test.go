@@ -75,13 +75,14 @@ func killLeftovers(t *testing.T, dataDir string) {
 func newTestRunner(t *testing.T) *runner {
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &runner{
-		dataDir:       t.TempDir(),
-		supervisor:    testSupervisor(t),
-		supervisorEnv: append(os.Environ(), "ROTA_TEST_AGENT_VAR=from-agent"),
-		logger:        testLogger(t),
-		poll:          20 * time.Millisecond,
-		onChange:      func() {},
-		ctx:           ctx,
+		dataDir:        t.TempDir(),
+		supervisor:     testSupervisor(t),
+		supervisorPath: selfExe, // as rota agent starts its own supervisors
+		supervisorEnv:  append(os.Environ(), "ROTA_TEST_AGENT_VAR=from-agent"),
+		logger:         testLogger(t),
+		poll:           20 * time.Millisecond,
+		onChange:       func() {},
+		ctx:            ctx,
 	}
 	t.Cleanup(func() {
 		cancel()

@@ -27,7 +27,10 @@ const runnerPoll = 100 * time.Millisecond
 type runner struct {
 	dataDir string
 	// supervisor is the command that supervises one attempt; its directory is appended.
-	supervisor []string
+	// supervisorPath is the file executed for it: supervisor[0], or selfExe for this
+	// executable (startfault.go).
+	supervisor     []string
+	supervisorPath string
 	// supervisorEnv is the environment supervisors start with: the agent's own, which a
 	// job of the agent's own account inherits.
 	supervisorEnv []string
@@ -46,6 +49,9 @@ type runner struct {
 	// onDiskFault is called when an attempt could not be prepared because the disk of the
 	// data dir failed; it returns the attempt's end reason and message.
 	onDiskFault func(error) (reason, message string)
+	// onSupervisorFault is called when an attempt's supervisor could not be started; it
+	// returns the attempt's end reason and message (startfault.go).
+	onSupervisorFault func(error) (reason, message string)
 	// onChange is called when an attempt's reported status changes.
 	onChange func()
 	// runtime is the node's container runtime for tasks with an image; none where Name
@@ -135,12 +141,19 @@ func (r *runner) start(k attemptKey, t api.Task) *attempt {
 		return a
 	}
 	if err := r.startSupervisor(a); err != nil {
-		err = fmt.Errorf("cannot start the supervisor %q: %w", r.supervisor[0], err)
+		err = r.startError(err)
 		if f, ferr := os.OpenFile(a.logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600); ferr == nil {
 			fmt.Fprintf(f, "rota: %v\n", err)
 			f.Close()
 		}
-		r.endAtOnce(a, endRecord{State: api.StateFailed, Reason: api.ReasonStartError, Message: err.Error()})
+		rec := endRecord{State: api.StateFailed, Reason: api.ReasonStartError, Message: err.Error()}
+		switch {
+		case diskFault(err) && r.onDiskFault != nil:
+			rec.Reason, rec.Message = r.onDiskFault(err)
+		case r.onSupervisorFault != nil:
+			rec.Reason, rec.Message = r.onSupervisorFault(err)
+		}
+		r.endAtOnce(a, rec)
 		return a
 	}
 	a.logger.Info("task started", "gpus", t.GPUIndices, "command", t.Command, "run_as", t.RunAs)
@@ -211,7 +224,8 @@ func (r *runner) startSupervisor(a *attempt) error {
 		return err
 	}
 	defer logFile.Close()
-	cmd := exec.Command(r.supervisor[0], append(slices.Clone(r.supervisor[1:]), a.dir)...)
+	cmd := exec.Command(r.supervisorPath, append(slices.Clone(r.supervisor[1:]), a.dir)...)
+	cmd.Args[0] = r.supervisor[0]
 	cmd.Dir = "/"
 	cmd.Env = r.supervisorEnv
 	cmd.Stdout, cmd.Stderr = logFile, logFile

@@ -181,10 +181,18 @@ func TestRunnerStartError(t *testing.T) {
 
 func TestRunnerSupervisorMissing(t *testing.T) {
 	r := newTestRunner(t)
-	r.supervisor = []string{"/no/such/rota", "supervise"}
+	r.supervisor, r.supervisorPath = []string{"/no/such/rota", "supervise"}, "/no/such/rota"
 	st := waitEnd(t, startTask(t, r, shTask(1, "true")))
 	if st.State != api.StateFailed || st.Reason != api.ReasonStartError || !strings.Contains(st.Message, "supervisor") {
 		t.Errorf("got %s reason %q (%s), want FAILED start_error naming the supervisor", st.State, st.Reason, st.Message)
+	}
+
+	// The agent's runner takes it for the node's fault: the job is not to blame.
+	var fault error
+	r.onSupervisorFault = func(err error) (string, string) { fault = err; return api.ReasonNodeError, "the node's" }
+	st = waitEnd(t, startTask(t, r, shTask(2, "true")))
+	if st.State != api.StateFailed || st.Reason != api.ReasonNodeError || fault == nil || !strings.Contains(fault.Error(), `cannot start the supervisor "/no/such/rota"`) {
+		t.Errorf("with the agent's handler: got %s reason %q (%s), fault %v; want FAILED node_error and the fault handed over", st.State, st.Reason, st.Message, fault)
 	}
 }
 

@@ -48,6 +48,9 @@ const localCheckpointsNote = "checkpoints are kept on this node only: a requeued
 // it starts the job, owns its process tree, carries out the time limit and stops, records
 // the end in status.json, and exits. See doc.go for the protocol.
 func SuperviseMain(args []string, stderr io.Writer) int {
+	if len(args) == 1 && args[0] == supervisorProbeArg {
+		return 0 // the agent checks that it can start supervisors (startfault.go)
+	}
 	if len(args) != 1 || !filepath.IsAbs(args[0]) {
 		fmt.Fprintln(stderr, "usage: rota supervise ATTEMPT_DIR\n\nRuns one job attempt for rota agent, which starts it; ATTEMPT_DIR is absolute.")
 		return 2

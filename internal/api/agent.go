@@ -82,9 +82,10 @@ type Heartbeat struct {
 	Telemetry *Telemetry `json:"telemetry,omitempty"`
 	// HealthCheck is the last result of the node's health-check command, if it has one.
 	HealthCheck *HealthCheck `json:"health_check,omitempty"`
-	// DataDirProblem says why the agent cannot run attempts in its data dir (the disk is
-	// full, or read-only, or failing), in one sentence; empty while it can. The node takes
-	// no new work while it is set.
+	// DataDirProblem says why the agent cannot run attempts, in one sentence: its data dir
+	// cannot hold them (the disk is full, or read-only, or failing), or their supervisors
+	// cannot be started (the field's name is older than that cause). Empty while it can;
+	// the node takes no new work while it is set.
 	DataDirProblem string `json:"data_dir_problem,omitempty"`
 }
 

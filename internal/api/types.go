@@ -651,9 +651,9 @@ type Node struct {
 	Degraded []string `json:"degraded,omitempty"`
 	// HealthCheck is the last result of the node's health-check command, if it has one.
 	HealthCheck *HealthCheck `json:"health_check,omitempty"`
-	// DataDirProblem is why the node's agent cannot run attempts in its data dir (its
-	// disk is full, say), as it last reported; empty while it can. Like a failed health
-	// check it keeps new work off the node.
+	// DataDirProblem is why the node's agent cannot run attempts (its data dir's disk is
+	// full, say, or it cannot start their supervisors), as it last reported; empty while
+	// it can. Like a failed health check it keeps new work off the node.
 	DataDirProblem string `json:"data_dir_problem,omitempty"`
 	// Telemetry is the node's last reading (API only, not stored).
 	Telemetry *Telemetry `json:"telemetry,omitempty"`
@@ -1214,7 +1214,7 @@ func StateOfGPU(n *Node, g *GPU, inUse, idle bool) GPUState {
 }
 
 // TakesWork reports whether new work may be placed on n: it is ready, its agent is done
-// syncing, its health check, if it has one, passes, and its agent can write its data dir.
+// syncing, its health check, if it has one, passes, and its agent can run attempts.
 func (n *Node) TakesWork() bool {
 	return n.State == NodeReady && !n.Syncing && (n.HealthCheck == nil || n.HealthCheck.OK) && n.DataDirProblem == ""
 }

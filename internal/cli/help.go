@@ -101,7 +101,7 @@ var endReasons = []struct{ name, what string }{
 	{api.ReasonStartError, "it could not start: no such command, working directory or user, say"},
 	{api.ReasonRankFailed, "multi-node: another rank failed, so this one was stopped"},
 	{api.ReasonNotStarted, "the agent of its node did not start it in time; it is requeued"},
-	{api.ReasonNodeError, "its node could not start it (its disk full or failing); it is requeued, and the node takes no new work"},
+	{api.ReasonNodeError, "its node could not start it (its disk full or failing, or the supervisor would not start); it is requeued, and the node takes no new work"},
 }
 
 func writeJobHelp(w io.Writer) {

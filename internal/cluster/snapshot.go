@@ -326,7 +326,7 @@ func nodeOf(n *api.Node, pools map[string]api.Pool) sched.Node {
 		CUDAVersion:   n.CUDAVersion,
 		// Only the last run counts: a node whose check passes again takes work again.
 		HealthFailed:     (n.HealthCheck != nil && !n.HealthCheck.OK) || n.DataDirProblem != "",
-		DataDirFull:      n.DataDirProblem != "",
+		CannotRun:        n.DataDirProblem != "",
 		ContainerRuntime: n.ContainerRuntime,
 		Sharing:          pools[n.Labels["pool"]].Sharing,
 		ExclusivePool:    pools[n.Labels["pool"]].Exclusive,

@@ -251,7 +251,7 @@ func (c *cycle) failedHealth(d *demand) string {
 			if count++; len(names) < 3 {
 				names = append(names, n.Name)
 			}
-			if n.DataDirFull {
+			if n.CannotRun {
 				dataDir++
 			}
 		}
@@ -262,13 +262,13 @@ func (c *cycle) failedHealth(d *demand) string {
 	return healthNote(names, count, dataDir)
 }
 
-// healthNote says that count nodes, dataDir of them for their data dir, failed their
+// healthNote says that count nodes, dataDir of them because their agent cannot run attempts, failed their
 // health check, naming the first few.
 func healthNote(names []string, count, dataDir int) string {
 	what := map[bool]string{true: "failed its health check", false: "failed their health checks"}
 	switch {
 	case dataDir == count:
-		what = map[bool]string{true: "cannot run attempts (its data dir is full or failing)", false: "cannot run attempts (their data dirs are full or failing)"}
+		what = map[bool]string{true: "cannot run attempts (its agent says why in rota nodes)", false: "cannot run attempts (their agents say why in rota nodes)"}
 	case dataDir > 0:
 		what = map[bool]string{false: "failed their health checks or cannot run attempts"}
 	}

@@ -143,8 +143,8 @@ func TestHealthNote(t *testing.T) {
 		want           string
 	}{
 		{[]string{"a"}, 1, 0, "node a failed its health check"},
-		{[]string{"a"}, 1, 1, "node a cannot run attempts (its data dir is full or failing)"},
-		{[]string{"a", "b"}, 2, 2, "nodes a and b cannot run attempts (their data dirs are full or failing)"},
+		{[]string{"a"}, 1, 1, "node a cannot run attempts (its agent says why in rota nodes)"},
+		{[]string{"a", "b"}, 2, 2, "nodes a and b cannot run attempts (their agents say why in rota nodes)"},
 		{[]string{"a", "b", "c"}, 5, 1, "nodes a, b, c and 2 more failed their health checks or cannot run attempts"},
 		{[]string{"a", "b"}, 2, 0, "nodes a and b failed their health checks"},
 	} {

@@ -120,12 +120,13 @@ type Node struct {
 	// placed there.
 	ContainerRuntime string
 	// HealthFailed is set while the node's health-check command fails, or its agent
-	// cannot run attempts (DataDirFull): like an unschedulable node it takes no new work,
+	// cannot run attempts (CannotRun): like an unschedulable node it takes no new work,
 	// and reasons name it.
 	HealthFailed bool
-	// DataDirFull is set while the node's agent cannot write its data dir: reasons say so
-	// rather than that a health check failed.
-	DataDirFull bool
+	// CannotRun is set while the node's agent says it cannot run attempts (its data dir
+	// cannot hold them, or it cannot start their supervisors): reasons say so rather than
+	// that a health check failed.
+	CannotRun bool
 	// Sharing is set where the node's pool lets jobs share GPUs: only there do requests
 	// for a share of a GPU (Request.GPUShare, Request.GPUMemoryMB) land.
 	Sharing bool

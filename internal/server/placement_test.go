@@ -201,7 +201,7 @@ func TestDataDirProblemKeepsNewWorkAway(t *testing.T) {
 	send("n1", full, inv)
 	j := h.submit(api.JobSpec{Command: []string{"x"}, GPUs: 1})
 	h.cycle()
-	if d := h.job(j.ID); d.Job.State != api.StatePending || !strings.Contains(d.Job.Message, "node n1 cannot run attempts (its data dir is full or failing)") {
+	if d := h.job(j.ID); d.Job.State != api.StatePending || !strings.Contains(d.Job.Message, "node n1 cannot run attempts (its agent says why in rota nodes)") {
 		t.Fatalf("job %s on %v, %q; want it pending while n1 cannot hold attempts, saying so", d.Job.State, d.Job.Nodes, d.Job.Message)
 	}
 	why := strings.Join(h.why(j.ID).Reasons, " ")
