@@ -210,6 +210,7 @@ type clusterOpts struct {
 	store         string // --store; default SQLite in the data dir
 	attachGrace   string // --attach-grace
 	maxHeartbeats string // --max-heartbeats-per-second
+	maxLogSize    string // the server's --max-log-size
 	// shared makes the cluster's directory traversable by every account, for jobs that
 	// run as another user than the test's.
 	shared bool
@@ -294,7 +295,7 @@ func (c *testCluster) serverArgs() []string {
 	for _, f := range []struct{ flag, v string }{
 		{"--node-not-ready-after", c.opts.notReady}, {"--node-lost-after", c.opts.lost},
 		{"--assign-timeout", c.opts.assignTimeout}, {"--store", c.opts.store}, {"--attach-grace", c.opts.attachGrace},
-		{"--max-heartbeats-per-second", c.opts.maxHeartbeats},
+		{"--max-heartbeats-per-second", c.opts.maxHeartbeats}, {"--max-log-size", c.opts.maxLogSize},
 	} {
 		if f.v != "" {
 			args = append(args, f.flag, f.v)

@@ -733,3 +733,35 @@ func TestWebUINodesPages(t *testing.T) {
 	}
 	b.checkClean()
 }
+
+// A running job whose log passed the server's limit (the node keeps more): the job page
+// says the server shows no more of it and where the rest is, rather than that it follows.
+func TestWebUIShowsALogPastTheServersLimit(t *testing.T) {
+	skipShort(t)
+	chrome := findChrome(t)
+	shots := screenshotDir(t)
+	c := newTestCluster(t, map[string]string{"n1": "1"}, clusterOpts{maxLogSize: "1M"})
+	job := c.submit(api.JobSpec{Name: "ui-loud", Command: []string{"sh", "-c", "seq 400000; echo past-the-limit; sleep 600"}}) // 2.7 MB
+	c.waitState(job.ID, 30*time.Second, api.StateRunning)
+
+	b := newUIBrowser(t, chrome, shots, 60*time.Second, chromedp.Flag("ignore-certificate-errors", true))
+	b.problems.on("login")
+	if err := chromedp.Do(b.ctx, chromedp.Navigate("https://"+c.addr+"/")); err != nil {
+		t.Fatalf("open the UI: %v", err)
+	}
+	b.wait("the login form", `document.getElementById("token") !== null`, 15*time.Second)
+	b.eval(`document.getElementById("token").value = ` + strconv.Quote(c.token) + `; document.getElementById("login").requestSubmit(); ""`)
+	b.wait("the overview", `document.querySelector('.page[data-page="overview"][data-ready]') !== null`, 20*time.Second)
+
+	b.visit("job", "#/jobs/"+strconv.FormatInt(job.ID, 10))
+	b.wait("the note that the server shows no more", `document.getElementById("log-note").textContent.includes("this server keeps the first 1 MiB of a rank's log")`, 30*time.Second)
+	note := b.eval(`document.getElementById("log-note").textContent`)
+	if !strings.Contains(note, "running;") || !strings.Contains(note, "the rest stays on node n1") || strings.Contains(note, "following") {
+		t.Errorf("the log's note says %q; want that the job runs, that the rest stays on n1, and not that it follows", note)
+	}
+	if got := b.eval(`String(document.getElementById("log").textContent.includes("past-the-limit"))`); got != "false" {
+		t.Errorf("the page shows the line past the server's limit")
+	}
+	b.shoot("job-log-full")
+	b.checkClean()
+}
