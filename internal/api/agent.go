@@ -51,7 +51,9 @@ type Heartbeat struct {
 	// Tasks holds every task the agent runs and every ended task not yet acknowledged,
 	// of the cluster ClusterID.
 	Tasks []TaskStatus `json:"tasks"`
-	// AgentTime helps the server detect clock skew.
+	// AgentTime is the agent's clock as it sends the heartbeat: the server measures the
+	// node's clock against its own from it, and converts the times the heartbeat carries
+	// where they differ (Node.ClockOffsetS).
 	AgentTime time.Time `json:"agent_time"`
 
 	// ClusterID is the cluster whose attempts the agent holds; empty before it has heard
@@ -123,8 +125,8 @@ type Task struct {
 	// memory than its slice, after a short grace, with reason gpu_memory_exceeded.
 	GPUShare         float64 `json:"gpu_share,omitempty"`
 	GPUMemoryLimitMB int64   `json:"gpu_memory_limit_mb,omitempty"`
-	// TimeLimitEnd is when the agent stops the task on its own, even without the server.
-	// Zero means no limit.
+	// TimeLimitEnd is when the agent stops the task on its own, even without the server,
+	// on the node's clock (the server converts it where that is off). Zero means no limit.
 	TimeLimitEnd time.Time `json:"time_limit_end"`
 	Signal       string    `json:"signal"`
 	GraceSeconds int64     `json:"grace_s"`

@@ -655,6 +655,10 @@ type Node struct {
 	// full, say, or it cannot start their supervisors), as it last reported; empty while
 	// it can. Like a failed health check it keeps new work off the node.
 	DataDirProblem string `json:"data_dir_problem,omitempty"`
+	// ClockOffsetS is how far the node's clock is behind the server's, in seconds
+	// (negative: ahead of it), where they differ by 2 s or more; the server converts the
+	// times the node reports, and the time limits it hands it, by as much (API only).
+	ClockOffsetS int64 `json:"clock_offset_s,omitempty"`
 	// Telemetry is the node's last reading (API only, not stored).
 	Telemetry *Telemetry `json:"telemetry,omitempty"`
 	// Leftovers are GPU processes of no live attempt. Their GPUs take no new work until

@@ -227,6 +227,19 @@ func nodeState(n api.Node) string {
 	return string(n.State) + " (" + strings.Join(marks, ", ") + ")"
 }
 
+// describeClock says how far a node's clock is off the server's, or "" where it is not.
+func describeClock(offsetS int64) string {
+	if offsetS == 0 {
+		return ""
+	}
+	where := "behind"
+	if offsetS < 0 {
+		where, offsetS = "ahead of", -offsetS
+	}
+	return fmt.Sprintf("its clock is %s %s the server's (rota converts the times it reports and the time limits it keeps; set it right with NTP)",
+		time.Duration(offsetS)*time.Second, where)
+}
+
 // describeMaintenance is a node's drain in words: its reason and window, and who asked.
 func describeMaintenance(m *api.Maintenance, now time.Time, loc *time.Location) string {
 	if m == nil {
@@ -256,6 +269,9 @@ func nodeProblems(n api.Node, now time.Time, loc *time.Location) []string {
 	}
 	if d := describeDrift(n); d != "" {
 		lines = append(lines, name+": "+d)
+	}
+	if c := describeClock(n.ClockOffsetS); c != "" {
+		lines = append(lines, name+": "+c)
 	}
 	if len(n.Degraded) == 0 {
 		for _, g := range n.GPUs {
@@ -429,6 +445,7 @@ func (cfg Config) printNode(n api.Node) error {
 		{"State", nodeState(n)},
 		{"Degraded", describeDegraded(n.Degraded)},
 		{"Drift", describeDrift(n)},
+		{"Clock", describeClock(n.ClockOffsetS)},
 		{"Maintenance", describeMaintenance(n.Maintenance, now, loc)},
 		{"Hostname", clean(n.Hostname)},
 		{"Labels", clean(formatLabels(n.Labels))},

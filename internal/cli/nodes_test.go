@@ -212,6 +212,10 @@ func TestNodeProblems(t *testing.T) {
 			api.Node{Name: "n", Inventory: api.Inventory{GPUs: gpus}, HealthCheck: failed},
 			[]string{"n GPU 1: unhealthy: XID 48: double-bit ECC error", "n GPU 2: missing",
 				"n: health check failed: exit 3 at 11:59:00 (1m00s ago): disk full"}},
+		{"a clock behind", api.Node{Name: "n", ClockOffsetS: 3725},
+			[]string{"n: its clock is 1h2m5s behind the server's (rota converts the times it reports and the time limits it keeps; set it right with NTP)"}},
+		{"a clock ahead", api.Node{Name: "n", ClockOffsetS: -90},
+			[]string{"n: its clock is 1m30s ahead of the server's (rota converts the times it reports and the time limits it keeps; set it right with NTP)"}},
 	} {
 		if got := nodeProblems(tc.n, testNow, time.UTC); !reflect.DeepEqual(got, tc.want) {
 			t.Errorf("%s:\ngot  %q\nwant %q", tc.name, got, tc.want)

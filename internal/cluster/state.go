@@ -412,6 +412,14 @@ func (s *State) SetNodeLive(name string, tel *api.Telemetry, leftovers []api.GPU
 	}
 }
 
+// SetNodeClock records how far node name's clock is behind the server's (see
+// api.Node.ClockOffsetS). It is not stored and changes no scheduling.
+func (s *State) SetNodeClock(name string, off time.Duration) {
+	if n, ok := s.nodes[name]; ok {
+		n.ClockOffsetS = int64(off / time.Second)
+	}
+}
+
 // SetNodeHealth records a node's last health check and what degrades it when only their
 // wording changed, which is not worth a write; changes of substance are stored through
 // Apply.

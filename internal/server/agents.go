@@ -146,6 +146,15 @@ func (s *Server) heartbeatLocked(r *http.Request, name string, hb *api.Heartbeat
 	}
 	id := caller(r)
 	b := &store.Batch{}
+	// The node's times are read on its clock: the health check's and the telemetry's
+	// are brought to the server's before they are recorded, the tasks' as they are.
+	off := s.observeClock(b, name, hb.AgentTime, now)
+	if hc := hb.HealthCheck; hc != nil && !hc.Time.IsZero() {
+		hc.Time = fromNode(hc.Time, off, time.Time{}, now)
+	}
+	if tel := hb.Telemetry; tel != nil && !tel.Time.IsZero() {
+		tel.Time = fromNode(tel.Time, off, time.Time{}, now)
+	}
 	node := s.refreshNode(b, name, hb, sameInventory, id, now)
 	// Tasks are of the cluster the agent names; another cluster's attempts mean nothing
 	// here, and the agent stops them once it learns this cluster from the answer. The
@@ -154,7 +163,7 @@ func (s *Server) heartbeatLocked(r *http.Request, name string, hb *api.Heartbeat
 	var rd *nodeReading
 	if hb.ClusterID == s.clusterID {
 		rd = s.readTelemetry(node, hb.Telemetry, now)
-		acked = s.recordTasks(b, name, hb.Tasks, now)
+		acked = s.recordTasks(b, name, hb.Tasks, off, now)
 	}
 	stoppedAcked := s.recordStopped(b, name, hb.Stopped, now)
 	if rd != nil {
@@ -168,6 +177,7 @@ func (s *Server) heartbeatLocked(r *http.Request, name string, hb *api.Heartbeat
 	}
 	s.state.SetLastHeartbeat(name, now)
 	s.state.SetNodeHealth(name, node.HealthCheck, node.DataDirProblem, node.Degraded)
+	s.state.SetNodeClock(name, off)
 	if rd != nil {
 		s.state.SetNodeLive(name, rd.tel, rd.leftovers, rd.held)
 	}
@@ -474,8 +484,9 @@ func rankOn(a api.Attempt, node string) int {
 // recordTasks applies the agent's task reports to b and returns the ended tasks the agent may
 // forget. A report about an attempt that is not the job's current one on this node is stale
 // (the job was requeued or cancelled meanwhile) or unknown: it changes nothing, and the
-// agent stops the attempt, which no answer lists. An ended one is acknowledged.
-func (s *Server) recordTasks(b *store.Batch, node string, tasks []api.TaskStatus, now time.Time) []api.TaskRef {
+// agent stops the attempt, which no answer lists. An ended one is acknowledged. The
+// node's times are converted by off, its clock's offset (clock.go).
+func (s *Server) recordTasks(b *store.Batch, node string, tasks []api.TaskStatus, off time.Duration, now time.Time) []api.TaskRef {
 	var acked []api.TaskRef
 	for _, st := range tasks {
 		ref := api.TaskRef{JobID: st.JobID, Attempt: st.Attempt}
@@ -523,7 +534,11 @@ func (s *Server) recordTasks(b *store.Batch, node string, tasks []api.TaskStatus
 		case ended:
 			end := now
 			if st.EndTime != nil {
-				end = *st.EndTime
+				from := a.AssignTime
+				if a.StartTime != nil {
+					from = *a.StartTime
+				}
+				end = fromNode(*st.EndTime, off, from, now)
 			}
 			p.State, p.ExitCode, p.EndTime, p.Reason, p.Message = st.State, st.ExitCode, &end, st.Reason, printable(st.Message)
 			p.LogSize = st.LogSize
@@ -539,7 +554,8 @@ func (s *Server) recordTasks(b *store.Batch, node string, tasks []api.TaskStatus
 			}
 			s.endRankUsage(p, rankKey{job.ID, a.N, rank}, st.PeakMemoryMB, now)
 			if a.StartTime == nil && st.StartTime != nil {
-				a.StartTime = st.StartTime
+				start := fromNode(*st.StartTime, off, a.AssignTime, end)
+				a.StartTime = &start
 			}
 			evs := s.rankEnded(&job, &a, rank, now)
 			b.Jobs, b.Attempts, b.Events = append(b.Jobs, job), append(b.Attempts, a), append(b.Events, evs...)
@@ -549,7 +565,7 @@ func (s *Server) recordTasks(b *store.Batch, node string, tasks []api.TaskStatus
 			if job.State == api.StateAssigned {
 				start := now
 				if st.StartTime != nil {
-					start = *st.StartTime
+					start = fromNode(*st.StartTime, off, a.AssignTime, now)
 				}
 				a.State, a.StartTime = api.StateRunning, &start
 				job.StartTime = &start
@@ -686,7 +702,9 @@ func (s *Server) taskFor(id int64, node string) (t api.Task, master string, ok b
 		GPUShare: p.GPUShare, GPUMemoryLimitMB: p.GPUMemoryMB,
 	}
 	if job.Spec.TimeLimit > 0 {
-		t.TimeLimitEnd = a.AssignTime.Add(time.Duration(job.Spec.TimeLimit) * time.Second)
+		// The node keeps the limit on its own clock (clock.go).
+		t.TimeLimitEnd = a.AssignTime.Add(time.Duration(job.Spec.TimeLimit)*time.Second - s.clockOffset(node))
+		t.Env[api.EnvTimeLimitEnd] = t.TimeLimitEnd.Format(time.RFC3339)
 	}
 	switch {
 	case job.CancelRequested && job.Reason == api.ReasonIdle:

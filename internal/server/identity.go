@@ -648,6 +648,7 @@ func (s *Server) handleDeleteNode(w http.ResponseWriter, r *http.Request) {
 	}
 	s.pruneTelemetry(now)
 	delete(s.told, name)
+	delete(s.clocks, name)
 	s.wake()
 	w.WriteHeader(http.StatusNoContent)
 }

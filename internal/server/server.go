@@ -268,6 +268,9 @@ type Server struct {
 	// its last answer named (pace.go). Guarded by mu.
 	beatEvery time.Duration
 	told      map[string]time.Duration
+	// clocks holds, per node, what its heartbeats said of its clock (clock.go). Guarded
+	// by mu.
+	clocks map[string]*nodeClock
 	// beatLogged is the interval the log last said answers name (pace.go). Guarded by mu.
 	beatLogged time.Duration
 	// attached, if set (by tests), runs as a terminal attaches to a job: after it has

@@ -3,6 +3,7 @@ package server
 import (
 	"encoding/json"
 	"slices"
+	"time"
 
 	"github.com/rotahq/rota/internal/api"
 )
@@ -21,7 +22,10 @@ type cachedTask struct {
 	// master is the node whose host name the task names ("" for none): a change of that
 	// node changes the task.
 	master string
-	data   json.RawMessage
+	// clock is the offset of the node's clock the task was made with (its time limit
+	// is on the node's clock).
+	clock time.Duration
+	data  json.RawMessage
 }
 
 // current reports whether nothing the task was made of changed since. Callers hold s.mu.
@@ -42,7 +46,7 @@ func (s *Server) desiredAnswer(node string) []json.RawMessage {
 		for k < len(kept) && kept[k].job < id {
 			k++
 		}
-		if k < len(kept) && kept[k].job == id && s.current(&kept[k]) {
+		if k < len(kept) && kept[k].job == id && s.current(&kept[k]) && kept[k].clock == s.clockOffset(node) {
 			fresh = append(fresh, kept[k])
 			out = append(out, kept[k].data)
 			continue
@@ -58,7 +62,7 @@ func (s *Server) desiredAnswer(node string) []json.RawMessage {
 			s.log.Error("heartbeat: a task would not encode", "job", id, "err", err)
 			continue
 		}
-		c := cachedTask{job: id, seq: s.state.Seq(), master: master, data: data}
+		c := cachedTask{job: id, seq: s.state.Seq(), master: master, clock: s.clockOffset(node), data: data}
 		fresh = append(fresh, c)
 		out = append(out, data)
 	}
