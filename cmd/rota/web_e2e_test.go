@@ -251,6 +251,22 @@ func TestWebUIInBrowser(t *testing.T) {
 	b.checkClean()
 }
 
+// clusterBrowser is a browser logged in to c's UI with its admin token, showing the
+// overview. The server's certificate is signed by the cluster's own CA, which the browser
+// does not know: it is told to go on.
+func clusterBrowser(t *testing.T, c *testCluster, chrome, shots string, timeout time.Duration) *uiBrowser {
+	t.Helper()
+	b := newUIBrowser(t, chrome, shots, timeout, chromedp.Flag("ignore-certificate-errors", true))
+	b.problems.on("login")
+	if err := chromedp.Do(b.ctx, chromedp.Navigate("https://"+c.addr+"/")); err != nil {
+		t.Fatalf("open the UI: %v", err)
+	}
+	b.wait("the login form", `document.getElementById("token") !== null`, 15*time.Second)
+	b.eval(`document.getElementById("token").value = ` + strconv.Quote(c.token) + `; document.getElementById("login").requestSubmit(); ""`)
+	b.wait("the overview", `document.querySelector('.page[data-page="overview"][data-ready]') !== null`, 20*time.Second)
+	return b
+}
+
 // uiBrowser is headless Chromium with the helpers the browser tests share. Its methods
 // fail the test with what the page shows.
 type uiBrowser struct {
@@ -623,16 +639,7 @@ func TestWebUINodesPages(t *testing.T) {
 	job := c.submit(api.JobSpec{Name: "ui-nodes", GPUs: 2, Command: []string{"sleep", "600"}})
 	on := c.waitState(job.ID, 30*time.Second, api.StateRunning).Nodes[0]
 
-	// The server's certificate is signed by the cluster's own CA, which this browser does
-	// not know: it is told to go on.
-	b := newUIBrowser(t, chrome, shots, 90*time.Second, chromedp.Flag("ignore-certificate-errors", true))
-	b.problems.on("login")
-	if err := chromedp.Do(b.ctx, chromedp.Navigate("https://"+c.addr+"/")); err != nil {
-		t.Fatalf("open the UI: %v", err)
-	}
-	b.wait("the login form", `document.getElementById("token") !== null`, 15*time.Second)
-	b.eval(`document.getElementById("token").value = ` + strconv.Quote(c.token) + `; document.getElementById("login").requestSubmit(); ""`)
-	b.wait("the overview", `document.querySelector('.page[data-page="overview"][data-ready]') !== null`, 20*time.Second)
+	b := clusterBrowser(t, c, chrome, shots, 90*time.Second)
 	b.checkClean()
 	// The overview counts the nodes that need a look, drained n4 alone, and its figure
 	// opens the Nodes page filtered to them.
@@ -744,14 +751,7 @@ func TestWebUIShowsALogPastTheServersLimit(t *testing.T) {
 	job := c.submit(api.JobSpec{Name: "ui-loud", Command: []string{"sh", "-c", "seq 400000; echo past-the-limit; sleep 600"}}) // 2.7 MB
 	c.waitState(job.ID, 30*time.Second, api.StateRunning)
 
-	b := newUIBrowser(t, chrome, shots, 60*time.Second, chromedp.Flag("ignore-certificate-errors", true))
-	b.problems.on("login")
-	if err := chromedp.Do(b.ctx, chromedp.Navigate("https://"+c.addr+"/")); err != nil {
-		t.Fatalf("open the UI: %v", err)
-	}
-	b.wait("the login form", `document.getElementById("token") !== null`, 15*time.Second)
-	b.eval(`document.getElementById("token").value = ` + strconv.Quote(c.token) + `; document.getElementById("login").requestSubmit(); ""`)
-	b.wait("the overview", `document.querySelector('.page[data-page="overview"][data-ready]') !== null`, 20*time.Second)
+	b := clusterBrowser(t, c, chrome, shots, 60*time.Second)
 
 	b.visit("job", "#/jobs/"+strconv.FormatInt(job.ID, 10))
 	b.wait("the note that the server shows no more", `document.getElementById("log-note").textContent.includes("this server keeps the first 1 MiB of a rank's log")`, 30*time.Second)
