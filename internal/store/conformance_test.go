@@ -281,6 +281,7 @@ func fullNode(name string) api.Node {
 		Degraded:       []string{"GPU 3 (GPU-0a1b) is missing: it can no longer be found"},
 		HealthCheck:    &api.HealthCheck{Time: t0.Add(4 * time.Second), ExitCode: 2, Output: "checking\nnvlink down"},
 		DataDirProblem: "its data dir /var/lib/rota has 0 MiB free",
+		ClockOffsetS:   3600,
 		Telemetry:      &api.Telemetry{Time: t0},
 		Leftovers:      []api.GPUProcess{{GPU: 3, PID: 777, MemoryMB: 300, Command: "python", JobID: 4, Attempt: 1, Since: ptr(t0)}},
 		HeldGPUs:       []int{3},
@@ -295,7 +296,7 @@ func fullNode(name string) api.Node {
 // from the live state, which are not stored.
 func storedNode(n api.Node) api.Node {
 	n.GPUsUsed, n.CPUsUsed, n.Jobs, n.UsedGPUs, n.IdleGPUs = 0, 0, nil, nil, nil
-	n.Telemetry, n.Leftovers, n.HeldGPUs, n.SharedGPUs = nil, nil, nil, nil
+	n.Telemetry, n.Leftovers, n.HeldGPUs, n.SharedGPUs, n.ClockOffsetS = nil, nil, nil, nil, 0
 	return n
 }
 
