@@ -47,6 +47,9 @@ var (
 // or that comes back after it was declared LOST, is Syncing: it takes no new work until its
 // agent reports that nothing runs there that the server does not list.
 func (s *Server) handleHeartbeat(w http.ResponseWriter, r *http.Request) {
+	// Its clock's reading is taken as it arrives: the wait for the lock is no part of
+	// the node's clock (clock.go).
+	received := s.cfg.Clock.Now()
 	name := r.PathValue("node")
 	var hb api.Heartbeat
 	if status, e := s.decodeJSON(w, r, &hb); e != nil {
@@ -68,7 +71,7 @@ func (s *Server) handleHeartbeat(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, e)
 		return
 	}
-	resp, last, status, e := s.heartbeat(r, name, &hb, sameInventory)
+	resp, last, status, e := s.heartbeat(r, name, &hb, sameInventory, received)
 	if e != nil {
 		writeError(w, status, e)
 		return
@@ -119,14 +122,14 @@ func sameAgent(a, b *api.AgentInfo) bool {
 // heartbeat records heartbeat hb of node name under the server's lock, taken through
 // s.beats (combine.go), and returns the answer, or the status and error to refuse it
 // with. With sameInventory the agent left its inventory out, saying it is the one the
-// server holds.
-func (s *Server) heartbeat(r *http.Request, name string, hb *api.Heartbeat, sameInventory bool) (ans heartbeatAnswer, w *laterWrite, status int, e *api.Error) {
-	s.beats.run(&s.mu, func() { ans, w, status, e = s.heartbeatLocked(r, name, hb, sameInventory) })
+// server holds. received is when it arrived.
+func (s *Server) heartbeat(r *http.Request, name string, hb *api.Heartbeat, sameInventory bool, received time.Time) (ans heartbeatAnswer, w *laterWrite, status int, e *api.Error) {
+	s.beats.run(&s.mu, func() { ans, w, status, e = s.heartbeatLocked(r, name, hb, sameInventory, received) })
 	return ans, w, status, e
 }
 
 // heartbeatLocked is heartbeat with s.mu held.
-func (s *Server) heartbeatLocked(r *http.Request, name string, hb *api.Heartbeat, sameInventory bool) (heartbeatAnswer, *laterWrite, int, *api.Error) {
+func (s *Server) heartbeatLocked(r *http.Request, name string, hb *api.Heartbeat, sameInventory bool, received time.Time) (heartbeatAnswer, *laterWrite, int, *api.Error) {
 	if e := s.validName("node", name); e != nil {
 		return heartbeatAnswer{}, nil, http.StatusBadRequest, e
 	}
@@ -148,7 +151,7 @@ func (s *Server) heartbeatLocked(r *http.Request, name string, hb *api.Heartbeat
 	b := &store.Batch{}
 	// The node's times are read on its clock: the health check's and the telemetry's
 	// are brought to the server's before they are recorded, the tasks' as they are.
-	off := s.observeClock(b, name, hb.AgentTime, now)
+	off := s.observeClock(b, name, received.Sub(hb.AgentTime), hb.AgentTime.IsZero(), now)
 	if hc := hb.HealthCheck; hc != nil && !hc.Time.IsZero() {
 		hc.Time = fromNode(hc.Time, off, time.Time{}, now)
 	}

@@ -32,6 +32,10 @@ const (
 	clockSamples = 8
 	// clockNotable is how far the offset moves before the server says so again.
 	clockNotable = time.Minute
+	// clockSettle is how many heartbeats of a node are read before its offset is said:
+	// one slow heartbeat of a node just come (a cluster's agents all joining at once)
+	// would otherwise be said to be a clock some seconds behind.
+	clockSettle = 3
 )
 
 // nodeClock is what the server knows of one node's clock: the offsets its last heartbeats
@@ -61,12 +65,13 @@ func (c *nodeClock) observe(d time.Duration) time.Duration {
 	return c.applied
 }
 
-// observeClock takes node name's clock reading from a heartbeat sent at agentTime (its
-// clock) and received at now (the server's), records it on the node, and says in the log
-// and the node's events when the offset applied begins, ends, or moves by clockNotable.
-// It returns the offset to convert the heartbeat's times by. Callers hold s.mu.
-func (s *Server) observeClock(b *store.Batch, name string, agentTime, now time.Time) time.Duration {
-	if agentTime.IsZero() {
+// observeClock takes node name's clock reading from a heartbeat: the server's time as it
+// arrived less the agent's as it was sent (none where the agent sent no time). It says in
+// the log and the node's events when the offset applied begins, ends, or moves by
+// clockNotable, once the node's first clockSettle heartbeats have been read. It returns
+// the offset to convert the heartbeat's times by. Callers hold s.mu.
+func (s *Server) observeClock(b *store.Batch, name string, reading time.Duration, none bool, now time.Time) time.Duration {
+	if none {
 		return s.clockOffset(name)
 	}
 	c := s.clocks[name]
@@ -77,9 +82,8 @@ func (s *Server) observeClock(b *store.Batch, name string, agentTime, now time.T
 		c = &nodeClock{}
 		s.clocks[name] = c
 	}
-	off := c.observe(now.Sub(agentTime))
-	s.state.SetNodeClock(name, off)
-	if off == c.told || off != 0 && c.told != 0 && (off-c.told).Abs() < clockNotable {
+	off := c.observe(reading)
+	if c.n < clockSettle || off == c.told || off != 0 && c.told != 0 && (off-c.told).Abs() < clockNotable {
 		return off
 	}
 	c.told = off
