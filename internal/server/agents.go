@@ -707,7 +707,7 @@ func (s *Server) taskFor(id int64, node string) (t api.Task, master string, ok b
 	if job.Spec.TimeLimit > 0 {
 		// The node keeps the limit on its own clock (clock.go).
 		t.TimeLimitEnd = a.AssignTime.Add(time.Duration(job.Spec.TimeLimit)*time.Second - s.clockOffset(node))
-		t.Env[api.EnvTimeLimitEnd] = t.TimeLimitEnd.Format(time.RFC3339)
+		t.Env[api.EnvTimeLimitEnd] = t.TimeLimitEnd.Format(time.RFC3339) // the job reads the node's clock too
 	}
 	switch {
 	case job.CancelRequested && job.Reason == api.ReasonIdle:
@@ -726,7 +726,8 @@ func (s *Server) taskFor(id int64, node string) (t api.Task, master string, ok b
 }
 
 // taskEnv is the job contract's environment for one node of an attempt; the agent adds the
-// node-local parts (CUDA_VISIBLE_DEVICES, checkpoint, events and notice paths).
+// node-local parts (CUDA_VISIBLE_DEVICES, checkpoint, events and notice paths), and taskFor
+// the time limit, on the node's clock.
 func (s *Server) taskEnv(job api.Job, a api.Attempt, rank int) map[string]string {
 	env := map[string]string{}
 	for k, v := range job.Spec.Env {
@@ -738,9 +739,6 @@ func (s *Server) taskEnv(job api.Job, a api.Attempt, rank int) map[string]string
 	if job.ArrayID != 0 && job.ArrayIndex != nil {
 		env[api.EnvArrayJobID] = strconv.FormatInt(job.ArrayID, 10)
 		env[api.EnvArrayIndex] = strconv.Itoa(*job.ArrayIndex)
-	}
-	if job.Spec.TimeLimit > 0 {
-		env[api.EnvTimeLimitEnd] = a.AssignTime.Add(time.Duration(job.Spec.TimeLimit) * time.Second).Format(time.RFC3339)
 	}
 	var names []string
 	for _, p := range a.Placements {
