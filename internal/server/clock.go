@@ -27,8 +27,8 @@ const (
 	// clockTolerance is the offset below which a node's clock is taken to agree with the
 	// server's: a heartbeat's time in flight, and NTP's errors, stay far below it.
 	clockTolerance = 2 * time.Second
-	// clockSamples is how many heartbeats the offset is the least of: a clock that is set
-	// right is followed within as many heartbeats.
+	// clockSamples is how many heartbeats the offset is the least of: a clock that moves
+	// ahead is followed at once, one that falls behind within as many heartbeats.
 	clockSamples = 8
 	// clockNotable is how far the offset moves before the server says so again.
 	clockNotable = time.Minute
@@ -115,8 +115,8 @@ func clockText(off time.Duration) string {
 	return (-off).String() + " ahead of the server's"
 }
 
-// fromNode is a time node reported, t, in the server's clock: converted by off, and never
-// before not nor after now (a rank starts after it was assigned, and what a node reports
+// fromNode is a time a node reported, t, in the server's clock: converted by off, and
+// never before notBefore (when set) nor after now (a rank starts after it was assigned, and what a node reports
 // has happened).
 func fromNode(t time.Time, off time.Duration, notBefore, now time.Time) time.Time {
 	t = t.Add(off)
