@@ -173,8 +173,25 @@ func parseFlags(fs *flag.FlagSet, args []string) int {
 	return -1
 }
 
-func newLogger(stderr io.Writer) *slog.Logger {
-	return slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+// logLevels are the levels --log-level takes, from the most said to the least.
+var logLevels = []struct {
+	name  string
+	level slog.Level
+}{{"debug", slog.LevelDebug}, {"info", slog.LevelInfo}, {"warn", slog.LevelWarn}, {"error", slog.LevelError}}
+
+// registerLogLevel adds --log-level, shared by the server, the agent and rota up.
+func registerLogLevel(fs *flag.FlagSet) *string {
+	return fs.String("log-level", envOr("ROTA_LOG_LEVEL", "info"), "the least important messages written to stderr: debug, info, warn or error (default $ROTA_LOG_LEVEL, else info); debug adds a line for each submit")
+}
+
+// newLogger writes to stderr what is at least as important as level, a --log-level value.
+func newLogger(stderr io.Writer, level string) (*slog.Logger, error) {
+	for _, l := range logLevels {
+		if strings.EqualFold(strings.TrimSpace(level), l.name) {
+			return slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: l.level})), nil
+		}
+	}
+	return nil, fmt.Errorf("--log-level: %q is not a level: give debug, info, warn or error", level)
 }
 
 func runServer(ctx context.Context, args []string, stderr io.Writer) int {
@@ -183,10 +200,15 @@ func runServer(ctx context.Context, args []string, stderr io.Writer) int {
 	sf.register(fs)
 	cpuProfile := fs.String("cpu-profile", "", "write a CPU profile (pprof format) of the server to `FILE`, from start until it stops: for finding where a loaded server spends its time")
 	memProfile := fs.String("mem-profile", "", "write a heap profile (pprof format) of the server to `FILE` when it stops: for finding what holds its memory")
+	logLevel := registerLogLevel(fs)
 	if code := parseFlags(fs, args); code >= 0 {
 		return code
 	}
-	log := newLogger(stderr)
+	log, err := newLogger(stderr, *logLevel)
+	if err != nil {
+		fmt.Fprintf(stderr, "rota server: %v\n", err)
+		return 2
+	}
 	if *cpuProfile != "" {
 		stop, err := startCPUProfile(*cpuProfile)
 		if err != nil {
@@ -228,10 +250,15 @@ func runAgent(ctx context.Context, args []string, stderr io.Writer) int {
 	join := fs.String("join", os.Getenv("ROTA_JOIN_TOKEN"), "join token from `rota admin join-token` (default $ROTA_JOIN_TOKEN); needed only the first time")
 	maxLog := fs.String("max-log-size", "1G", "the most of each attempt's output this node keeps in its log: a size (512M, 4G) or off; past it the rest is dropped, the job runs on, and the log says so (see docs/execution.md)")
 	af.register(fs, true)
+	logLevel := registerLogLevel(fs)
 	if code := parseFlags(fs, args); code >= 0 {
 		return code
 	}
-	log := newLogger(stderr)
+	log, err := newLogger(stderr, *logLevel)
+	if err != nil {
+		fmt.Fprintf(stderr, "rota agent: %v\n", err)
+		return 2
+	}
 	dataDir := af.dataDir
 	if dataDir == "" {
 		// One directory per node name, so two agents on one machine never share one.
@@ -277,10 +304,15 @@ func runUp(ctx context.Context, args []string, stderr io.Writer) int {
 	fs := newFlagSet("up", stderr)
 	sf.register(fs)
 	af.register(fs, false)
+	logLevel := registerLogLevel(fs)
 	if code := parseFlags(fs, args); code >= 0 {
 		return code
 	}
-	log := newLogger(stderr)
+	log, err := newLogger(stderr, *logLevel)
+	if err != nil {
+		fmt.Fprintf(stderr, "rota up: %v\n", err)
+		return 2
+	}
 	cfg, err := af.config("http://rota-up", filepath.Join(sf.dataDir, "agent", af.name))
 	if err == nil {
 		// One machine, one limit: the node keeps what the server keeps.
