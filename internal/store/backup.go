@@ -12,6 +12,9 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // TableCount is how many rows one table of a store holds.
@@ -87,7 +90,15 @@ func Backup(ctx context.Context, from, to string) (res BackupResult, err error) 
 		return res, fmt.Errorf("store: backup: %w", err)
 	}
 	tmp := tmpFile.Name()
-	tmpFile.Close()
+	// Locked until the backup ends, so that another backup to the same name tells this
+	// partial copy from one a killed backup left (removeStalePartials). Closed last, after
+	// the copy is removed or linked.
+	defer tmpFile.Close()
+	if err := unix.Flock(int(tmpFile.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		removeSQLiteFiles(tmp)
+		return res, fmt.Errorf("store: backup: lock %s: %w", tmp, err)
+	}
+	removeStalePartials(dst, tmp)
 	defer func() {
 		if err != nil {
 			removeSQLiteFiles(tmp)
@@ -223,6 +234,50 @@ func checkNewFile(path string) error {
 
 // removeSQLiteFiles removes a database file and the journal files SQLite may have left
 // beside it.
+// removeStalePartials removes what backups to dst that were killed before they ended (by
+// the OOM killer, a reboot) left beside it: their partial copies, under hidden names, each
+// as large as the store and holding its secrets. A partial copy a running backup holds
+// locked, and own, are left alone.
+func removeStalePartials(dst, own string) {
+	dir := filepath.Dir(dst)
+	prefix := "." + filepath.Base(dst) + ".partial-"
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		rest, ok := strings.CutPrefix(e.Name(), prefix)
+		if !ok {
+			continue
+		}
+		name := filepath.Join(dir, e.Name())
+		digits, companion := rest, false
+		for _, suffix := range []string{"-wal", "-shm", "-journal"} {
+			if d, ok := strings.CutSuffix(rest, suffix); ok {
+				digits, companion = d, true
+			}
+		}
+		if digits == "" || strings.Trim(digits, "0123456789") != "" || filepath.Join(dir, prefix+digits) == own {
+			continue
+		}
+		if companion {
+			// A companion goes with its copy, unless the copy is gone already.
+			if _, err := os.Lstat(filepath.Join(dir, prefix+digits)); errors.Is(err, os.ErrNotExist) {
+				_ = os.Remove(name)
+			}
+			continue
+		}
+		f, err := os.OpenFile(name, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+		if err != nil {
+			continue
+		}
+		if unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) == nil {
+			removeSQLiteFiles(name)
+		}
+		f.Close()
+	}
+}
+
 func removeSQLiteFiles(path string) {
 	for _, suffix := range []string{"", "-wal", "-shm", "-journal"} {
 		_ = os.Remove(path + suffix) // best effort: what is not there need not go

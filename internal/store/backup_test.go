@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/rotahq/rota/internal/api"
 )
 
@@ -259,4 +261,62 @@ func TestBackupOtherProcessAndCrash(t *testing.T) {
 	check("backup while another process holds the store", "sqlite://"+filepath.Join(dir, "live.db"))
 	check("backup after that process was killed", "sqlite://"+filepath.Join(dir, "crashed.db"))
 	check("copy after that process was killed", "sqlite://"+filepath.Join(dir, "moved.db"))
+}
+
+// TestBackupRemovesStalePartials checks that a backup removes the partial copies that
+// killed backups to the same file left (TestStoreCommandsSurviveAKill in cmd/rota kills
+// one), and leaves alone the one a running backup holds locked and every other file.
+func TestBackupRemovesStalePartials(t *testing.T) {
+	dir := t.TempDir()
+	url := "sqlite://" + filepath.Join(dir, "rota.db")
+	st := openStore(t, url)
+	if err := st.Commit(context.Background(), &Batch{Jobs: []api.Job{{ID: 1, State: api.StatePending}}}); err != nil {
+		t.Fatal(err)
+	}
+	write := func(name string) string {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte("partial"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	stale := []string{
+		write(".b.db.partial-111"), write(".b.db.partial-111-journal"),
+		write(".b.db.partial-222"), write(".b.db.partial-222-wal"), write(".b.db.partial-222-shm"),
+		write(".b.db.partial-333-journal"), // its copy is gone already
+	}
+	running := write(".b.db.partial-444")
+	kept := []string{running,
+		write(".b.db.partial-444-journal"), // the running backup's
+		write(".b.db.partial-abc"),         // not a name a backup gives
+		write(".c.db.partial-555"),         // another backup's
+		write("b.db.partial-666"),          // not hidden
+		write(".b.db.partial-"),
+	}
+	f, err := os.Open(running)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		t.Fatal(err)
+	}
+
+	if _, err := Backup(context.Background(), url, filepath.Join(dir, "b.db")); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range stale {
+		if _, err := os.Lstat(path); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s, left by a killed backup, is still there (%v)", filepath.Base(path), err)
+		}
+	}
+	for _, path := range kept {
+		if _, err := os.Lstat(path); err != nil {
+			t.Errorf("%s was removed: %v", filepath.Base(path), err)
+		}
+	}
+	left, _ := filepath.Glob(filepath.Join(dir, ".b.db.partial-*"))
+	if len(left) != 4 { // 444, its journal, abc and the bare prefix
+		t.Errorf("left beside the backup: %v", left)
+	}
 }

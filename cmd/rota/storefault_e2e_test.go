@@ -1,0 +1,173 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	_ "github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/rotahq/rota/internal/api"
+	"github.com/rotahq/rota/internal/store"
+	"github.com/rotahq/rota/internal/store/storetest"
+)
+
+// faultJobs is how many jobs the store the kill tests copy holds, each with five events:
+// enough that a copy takes a second or more here, so that it can be killed midway.
+const faultJobs = 20000
+
+// fillFaultStore writes faultJobs jobs and their events into the store at url.
+func fillFaultStore(t *testing.T, url string) {
+	t.Helper()
+	ctx := context.Background()
+	st, err := store.Open(ctx, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	msg := strings.Repeat("the job waits for a node with 8 free GPUs of model H100; ", 4)
+	for start := int64(1); start <= faultJobs; start += 1000 {
+		b := &store.Batch{}
+		for id := start; id < start+1000; id++ {
+			b.Jobs = append(b.Jobs, api.Job{ID: id, State: api.StatePending, SubmitTime: time.Unix(1_780_000_000+id, 0).UTC(),
+				Spec: api.JobSpec{Name: "train-" + strconv.FormatInt(id, 10), User: "alice", Queue: "train", GPUs: 8,
+					Command: []string{"python", "train.py", "--config", "configs/llama-8b.yaml", "--seed", strconv.FormatInt(id, 10)}}})
+			for k := range 5 {
+				b.Events = append(b.Events, api.Event{Time: time.Unix(1_780_000_000+id, int64(k)).UTC(), Actor: "scheduler", Kind: "job.waiting", JobID: id, Message: msg})
+			}
+		}
+		if err := st.Commit(ctx, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// storeJobs counts the jobs the store at url holds, opened as a server opens it.
+func storeJobs(t *testing.T, url string) int {
+	t.Helper()
+	st, err := store.Open(context.Background(), url, nil)
+	if err != nil {
+		t.Fatalf("open %s: %v", url, err)
+	}
+	defer st.Close()
+	jobs, err := st.LoadJobs(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(jobs)
+}
+
+// killMidway starts rota with args and kills it with SIGKILL, as the OOM killer or a lost
+// machine would, once midway says its copy is under way. It fails the test if the
+// command ends first.
+func killMidway(t *testing.T, dir, name string, midway func() bool, args ...string) {
+	t.Helper()
+	p := startProc(t, dir, name, nil, args...)
+	deadline := time.Now().Add(60 * time.Second)
+	for !midway() {
+		if p.exited() {
+			t.Fatalf("rota %s ended before it could be killed midway (make the store larger):\n%s", strings.Join(args, " "), tail(p.output(), 2000))
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("rota %s: its copy never showed as under way:\n%s", strings.Join(args, " "), tail(p.output(), 2000))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	p.kill()
+	if _, exited := p.waitExit(10 * time.Second); !exited {
+		t.Fatal("the killed command did not exit")
+	}
+}
+
+// fileLarger says whether one of the files matching pattern holds more than n bytes.
+func fileLarger(pattern string, n int64) bool {
+	names, _ := filepath.Glob(pattern)
+	for _, name := range names {
+		if fi, err := os.Stat(name); err == nil && fi.Size() > n {
+			return true
+		}
+	}
+	return false
+}
+
+// TestStoreCommandsSurviveAKill kills rota admin migrate and rota admin backup in the
+// middle of their copy, and checks that the source is whole, that no part of the copy is
+// taken for a store, and that the same command run again succeeds.
+func TestStoreCommandsSurviveAKill(t *testing.T) {
+	skipShort(t)
+	dir := t.TempDir()
+	src := "sqlite://" + filepath.Join(dir, "rota.db")
+	fillFaultStore(t, src)
+
+	t.Run("migrate to SQLite", func(t *testing.T) {
+		target := filepath.Join(dir, "copy.db")
+		// The copy is one transaction; once it outgrows SQLite's page cache it spills
+		// into the write-ahead log, uncommitted.
+		killMidway(t, dir, "migrate-sqlite", func() bool { return fileLarger(target+"-wal", 1<<20) },
+			"admin", "migrate", "--from", src, "--to", "sqlite://"+target)
+		if n := storeJobs(t, src); n != faultJobs {
+			t.Errorf("the source holds %d jobs after the kill, want %d", n, faultJobs)
+		}
+		r := runCLI(t, nil, "admin", "migrate", "--from", src, "--to", "sqlite://"+target)
+		if r.code != 0 || !hasRow(r.stdout, "jobs", strconv.Itoa(faultJobs)) || !hasRow(r.stdout, "events", strconv.Itoa(5*faultJobs)) {
+			t.Fatalf("migrate again into what the killed one left: %s", r)
+		}
+		if n := storeJobs(t, "sqlite://"+target); n != faultJobs {
+			t.Errorf("the copy holds %d jobs, want %d", n, faultJobs)
+		}
+	})
+
+	t.Run("migrate to PostgreSQL", func(t *testing.T) {
+		pg := storetest.NewPostgres(t)
+		target := pg.NewDatabase(t)
+		db, err := sql.Open("pgx", target)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		// Midway: the copy's session is inserting rows, which no other session sees.
+		inserting := func() bool {
+			var n int
+			err := db.QueryRow(`SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()
+				AND xact_start IS NOT NULL AND xact_start < now() - interval '200 milliseconds' AND query LIKE 'INSERT INTO %'`).Scan(&n)
+			return err == nil && n > 0
+		}
+		killMidway(t, dir, "migrate-postgres", inserting, "admin", "migrate", "--from", src, "--to", target)
+		// The database ends the dead client's transaction, and frees its lease, as soon
+		// as it reads the closed connection; the next copy must not need more.
+		r := runCLI(t, nil, "admin", "migrate", "--from", src, "--to", target)
+		if r.code != 0 || !hasRow(r.stdout, "jobs", strconv.Itoa(faultJobs)) {
+			t.Fatalf("migrate again into the database the killed one wrote to: %s", r)
+		}
+		if n := storeJobs(t, target); n != faultJobs {
+			t.Errorf("the copy holds %d jobs, want %d", n, faultJobs)
+		}
+	})
+
+	t.Run("backup", func(t *testing.T) {
+		to := filepath.Join(dir, "backup.db")
+		partials := filepath.Join(dir, ".backup.db.partial-*")
+		killMidway(t, dir, "backup", func() bool { return fileLarger(partials, 1<<20) },
+			"admin", "backup", "--store", src, "--to", to)
+		if _, err := os.Stat(to); err == nil {
+			t.Fatalf("a killed backup left %s, which looks whole", to)
+		}
+		r := runCLI(t, nil, "admin", "backup", "--store", src, "--to", to)
+		if r.code != 0 || !hasRow(r.stdout, "jobs", strconv.Itoa(faultJobs)) {
+			t.Fatalf("backup again: %s", r)
+		}
+		if n := storeJobs(t, "sqlite://"+to); n != faultJobs {
+			t.Errorf("the backup holds %d jobs, want %d", n, faultJobs)
+		}
+		// What the killed backup left, a store's worth of the cluster's secrets under a
+		// hidden name, is removed by the next one.
+		if left, _ := filepath.Glob(partials); len(left) > 0 {
+			t.Errorf("the killed backup's partial copy is still there after the next backup: %v", left)
+		}
+	})
+}
