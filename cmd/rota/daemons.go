@@ -52,7 +52,7 @@ type serverFlags struct {
 	attachGrace, keepEnded, memoryLimitRefresh      time.Duration
 	logRetention                                    time.Duration
 	tls, insecureHTTP, metricsPublic                bool
-	tlsSANs, memoryLimit, maxLogSize                string
+	tlsSANs, memoryLimit, maxLogSize, keepFreeDisk  string
 	maxHeartbeats                                   float64
 }
 
@@ -73,6 +73,7 @@ func (f *serverFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.attachGrace, "attach-grace", time.Minute, "how long an interactive job (rota run) may run with no terminal attached before it is cancelled")
 	fs.DurationVar(&f.keepEnded, "keep-ended", 24*time.Hour, "how long the server keeps an ended job in memory; older ones are read from the store when asked for (see docs/operations.md)")
 	fs.StringVar(&f.maxLogSize, "max-log-size", "1G", "the most of each rank's log the server keeps (and, in rota up, the node too): a size (512M, 4G) or off; the rest stays on the node, and rota logs says so (see docs/execution.md)")
+	fs.StringVar(&f.keepFreeDisk, "keep-free-disk", "1G", "the room the server keeps free on its data dir's disk for its store: below it, it takes no more job logs, which wait on their nodes until there is room (a size such as 1G or 10G, or off; see docs/operations.md)")
 	fs.DurationVar(&f.logRetention, "log-retention", 0, "how long after a job ends the server keeps its logs, such as 720h for 30 days; the leader removes older ones every hour (0: keeps them all)")
 	fs.StringVar(&f.memoryLimit, "memory-limit", "auto", "soft limit on the server's memory, which the Go runtime keeps to by collecting more often: a size (900M, 1.5G), auto (90% of the memory limit of the server's cgroup, such as systemd's MemoryMax; none without one) or off; GOMEMLIMIT in the environment wins (see docs/operations.md)")
 	fs.DurationVar(&f.memoryLimitRefresh, "memory-limit-refresh", time.Minute, "with --memory-limit auto: how often the server reads its cgroup's memory limit again, to follow a change made while it runs (0: only at start)")
@@ -401,6 +402,10 @@ func serve(ctx context.Context, sf serverFlags, scfg server.Config, log *slog.Lo
 	if err != nil {
 		return err
 	}
+	keepFree, err := keepFreeDisk(sf.keepFreeDisk)
+	if err != nil {
+		return err
+	}
 	policy, err := sched.OptionsFor(sf.policy)
 	if err != nil {
 		return fmt.Errorf("--policy: %w", err)
@@ -463,6 +468,7 @@ func serve(ctx context.Context, sf serverFlags, scfg server.Config, log *slog.Lo
 	}
 	scfg.HalfLife, scfg.AssignTimeout = sf.halfLife, sf.assignTimeout
 	scfg.AttachGrace, scfg.KeepEnded, scfg.MaxLogSize, scfg.LogRetention = sf.attachGrace, sf.keepEnded, maxLog, sf.logRetention
+	scfg.KeepFreeDisk = keepFree
 	scfg.MetricsPublic = sf.metricsPublic
 	if sf.tls {
 		scfg.AdvertiseURL = "https://" + advertised(sf.listen)
@@ -647,6 +653,19 @@ func startCPUProfile(file string) (stop func(), err error) {
 		return nil, err
 	}
 	return func() { pprof.StopCPUProfile(); f.Close() }, nil
+}
+
+// keepFreeDisk is --keep-free-disk in bytes: negative for off (server.Config.KeepFreeDisk).
+func keepFreeDisk(flag string) (int64, error) {
+	v := strings.TrimSpace(flag)
+	if strings.EqualFold(v, "off") {
+		return -1, nil
+	}
+	mb, err := cli.ParseSize(v)
+	if err != nil || mb < 1 || mb > 1<<30 {
+		return 0, fmt.Errorf("--keep-free-disk: %q is not off or a size from 1M to 1P, such as 1G or 10G", flag)
+	}
+	return mb << 20, nil
 }
 
 // maxLogSize is --max-log-size in bytes: negative for off (server.Config.MaxLogSize,

@@ -211,6 +211,10 @@ type clusterOpts struct {
 	attachGrace   string // --attach-grace
 	maxHeartbeats string // --max-heartbeats-per-second
 	maxLogSize    string // the server's --max-log-size
+	keepFreeDisk  string // the server's --keep-free-disk
+	// dataTmpfs, when set, mounts a tmpfs of this size (such as 64m) as the server's data
+	// dir, for a disk a test can fill; the test is skipped where that cannot be done.
+	dataTmpfs string
 	// shared makes the cluster's directory traversable by every account, for jobs that
 	// run as another user than the test's.
 	shared bool
@@ -277,6 +281,9 @@ func newTestCluster(t testing.TB, nodes map[string]string, opts clusterOpts) *te
 	if err := os.WriteFile(c.markers, nil, 0o666); err != nil {
 		t.Fatal(err)
 	}
+	if opts.dataTmpfs != "" {
+		c.mountDataTmpfs(opts.dataTmpfs)
+	}
 	c.startServer()
 	c.mapAdminToTestAccount()
 	for _, name := range sortedKeys(nodes) {
@@ -296,12 +303,30 @@ func (c *testCluster) serverArgs() []string {
 		{"--node-not-ready-after", c.opts.notReady}, {"--node-lost-after", c.opts.lost},
 		{"--assign-timeout", c.opts.assignTimeout}, {"--store", c.opts.store}, {"--attach-grace", c.opts.attachGrace},
 		{"--max-heartbeats-per-second", c.opts.maxHeartbeats}, {"--max-log-size", c.opts.maxLogSize},
+		{"--keep-free-disk", c.opts.keepFreeDisk},
 	} {
 		if f.v != "" {
 			args = append(args, f.flag, f.v)
 		}
 	}
 	return args
+}
+
+// mountDataTmpfs mounts a tmpfs of size as the server's data dir, or skips the test.
+func (c *testCluster) mountDataTmpfs(size string) {
+	c.t.Helper()
+	if os.Geteuid() != 0 {
+		c.t.Skip("needs root to mount a small tmpfs as the server's data dir")
+	}
+	if err := os.MkdirAll(c.dataDir, 0o700); err != nil {
+		c.t.Fatal(err)
+	}
+	if err := syscall.Mount("tmpfs", c.dataDir, "tmpfs", 0, "size="+size+",mode=0700"); err != nil {
+		c.t.Skipf("cannot mount a tmpfs as the server's data dir: %v", err)
+	}
+	// Registered after the cluster's directory's clean-up and before the server's, so it
+	// runs once the server is killed and before the directory is removed.
+	c.t.Cleanup(func() { syscall.Unmount(c.dataDir, syscall.MNT_DETACH) })
 }
 
 // startServer starts the server (again) and connects the client to it.

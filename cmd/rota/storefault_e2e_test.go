@@ -11,6 +11,7 @@ import (
 	"time"
 
 	_ "github.com/jackc/pgx/v5/stdlib"
+	"golang.org/x/sys/unix"
 
 	"github.com/rotahq/rota/internal/api"
 	"github.com/rotahq/rota/internal/store"
@@ -170,4 +171,81 @@ func TestStoreCommandsSurviveAKill(t *testing.T) {
 			t.Errorf("the killed backup's partial copy is still there after the next backup: %v", left)
 		}
 	})
+}
+
+// TestServerKeepsRoomForItsStore fills the disk of the server's data dir (a tmpfs) to
+// below what it keeps free for its store (--keep-free-disk), with a job's log on its way.
+// The server takes no more of the log and says why, to the admin and to the log's reader,
+// while submits and the job's end, which its store records, go on; once room is freed the
+// node sends the rest, and the log reads whole.
+func TestServerKeepsRoomForItsStore(t *testing.T) {
+	skipShort(t)
+	c := newTestCluster(t, map[string]string{"n1": "1"}, clusterOpts{dataTmpfs: "64m", keepFreeDisk: "24M"})
+	fill := filepath.Join(c.dataDir, "fill")
+	free := func() int64 {
+		var st unix.Statfs_t
+		if err := unix.Statfs(c.dataDir, &st); err != nil {
+			t.Fatal(err)
+		}
+		return int64(st.Bavail) * st.Bsize
+	}
+	// 16 MiB left: room for the store, not above what the server keeps.
+	if err := os.WriteFile(fill, make([]byte, free()-16<<20), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	const lines = 400_000 // seq prints 2.7 MB
+	job := c.submit(api.JobSpec{Command: []string{"seq", strconv.Itoa(lines)}, GPUs: 1})
+	if got := c.waitEnded(job.ID, 60*time.Second); got.State != api.StateSucceeded {
+		t.Fatalf("job %d ended %s (%s: %s), want SUCCEEDED: the store should record its end", job.ID, got.State, got.Reason, got.Message)
+	}
+	if n := c.logBytes(job.ID); n != 0 {
+		t.Errorf("the server wrote %d bytes of the log with less free than it keeps", n)
+	}
+	r := c.rota("admin", "status")
+	if r.code != 0 || !strings.Contains(r.stdout, "Problem: the server's disk is nearly full: its data dir "+c.dataDir+" has ") ||
+		!strings.Contains(r.stdout, "and the server keeps 24 MiB free for its store (rota server --keep-free-disk); job logs wait on their nodes until there is room") {
+		t.Errorf("rota admin status does not say the disk is nearly full:\n%s", r)
+	}
+	for range 3 {
+		if r := c.rota("submit", "--", "true"); r.code != 0 {
+			t.Fatalf("a submit with the logs held back: %s", r)
+		}
+	}
+	// The log's reader waits for the node (--log-repair-wait, 10 s), then is told why the
+	// rest is not here.
+	r = c.rota("logs", strconv.FormatInt(job.ID, 10))
+	if r.code == 0 || !strings.Contains(r.stderr, "this server's disk is nearly full (rota admin status says more), so it takes no more logs: what node n1 printed lately waits there until there is room") {
+		t.Errorf("rota logs of the held-back log does not say why it is short:\n%s", r)
+	}
+	if !strings.Contains(c.server.output(), `msg="the server's disk is nearly full: it takes no more job logs, which wait on their nodes, until there is room"`) {
+		t.Errorf("the server does not log that its disk is nearly full:\n%s", tail(c.server.output(), 3000))
+	}
+
+	if err := os.Remove(fill); err != nil {
+		t.Fatal(err)
+	}
+	var want strings.Builder
+	for i := 1; i <= lines; i++ {
+		want.WriteString(strconv.Itoa(i) + "\n")
+	}
+	waitFor(t, 60*time.Second, "the node to send the held-back log", func() bool { return c.logBytes(job.ID) == int64(want.Len()) })
+	if got := c.logs(job.ID); got != want.String() {
+		t.Fatalf("the log once room was freed: %d bytes, want %d", len(got), want.Len())
+	}
+	if r := c.rota("admin", "status"); strings.Contains(r.stdout, "Problem:") {
+		t.Errorf("rota admin status still says there is a problem:\n%s", r)
+	}
+	if !strings.Contains(c.server.output(), `msg="room again on the server's disk: it takes job logs again"`) {
+		t.Errorf("the server does not log that it takes logs again:\n%s", tail(c.server.output(), 3000))
+	}
+}
+
+// logBytes is the size of the server's copy of a job's first attempt's log on node n1.
+func (c *testCluster) logBytes(id int64) int64 {
+	fi, err := os.Stat(filepath.Join(c.dataDir, "logs", strconv.FormatInt(id, 10), "1-n1.log"))
+	if err != nil {
+		return 0
+	}
+	return fi.Size()
 }

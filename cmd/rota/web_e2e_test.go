@@ -19,6 +19,8 @@ import (
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/rotahq/rota/internal/api"
 )
 
@@ -763,5 +765,34 @@ func TestWebUIShowsALogPastTheServersLimit(t *testing.T) {
 		t.Errorf("the page shows the line past the server's limit")
 	}
 	b.shoot("job-log-full")
+	b.checkClean()
+}
+
+// TestWebUIShowsALogHeldBack opens the page of a running job whose log the server takes
+// no more of, its disk having less free than it keeps (--keep-free-disk): the page says
+// that what the node printed lately waits there.
+func TestWebUIShowsALogHeldBack(t *testing.T) {
+	skipShort(t)
+	chrome := findChrome(t)
+	shots := screenshotDir(t)
+	c := newTestCluster(t, map[string]string{"n1": "1"}, clusterOpts{dataTmpfs: "64m", keepFreeDisk: "24M"})
+	job := c.submit(api.JobSpec{Name: "ui-held", Command: []string{"sh", "-c", "echo first; sleep 600"}})
+	c.waitState(job.ID, 30*time.Second, api.StateRunning)
+	waitFor(t, 30*time.Second, "the job's first line on the server", func() bool { return c.logBytes(job.ID) > 0 })
+	var st unix.Statfs_t
+	if err := unix.Statfs(c.dataDir, &st); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(c.dataDir, "fill"), make([]byte, int64(st.Bavail)*st.Bsize-16<<20), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	b := clusterBrowser(t, c, chrome, shots, 60*time.Second)
+	b.visit("job", "#/jobs/"+strconv.FormatInt(job.ID, 10))
+	b.wait("the note that the log waits on the node", `document.getElementById("log-note").textContent.includes("what node n1 printed lately waits there until there is room")`, 30*time.Second)
+	if got := b.eval(`document.getElementById("log").textContent`); got != "first\n" {
+		t.Errorf("the page shows the log %q, want the line the server took", got)
+	}
+	b.shoot("job-log-held")
 	b.checkClean()
 }

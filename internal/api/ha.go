@@ -22,6 +22,9 @@ type ClusterStatus struct {
 	AnsweredIsLeader bool   `json:"answered_is_leader"`
 	// Replicas are the servers heard from recently, ordered by ID.
 	Replicas []Replica `json:"replicas"`
+	// Problems are what the server that answered finds wrong with itself and needs an
+	// operator, such as a disk too full to take more job logs; empty when none.
+	Problems []string `json:"problems,omitempty"`
 }
 
 // Replica is one server of the cluster.

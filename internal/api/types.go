@@ -924,6 +924,9 @@ const (
 	// CodeForwardFailed: a standby forwarded the request to the leader and lost the
 	// connection after sending it, so the leader may or may not have acted on it (502).
 	CodeForwardFailed = "forward_failed"
+	// CodeDiskFull: the server's disk has too little room left to take this, such as the
+	// bytes of a job's log (507).
+	CodeDiskFull = "disk_full"
 )
 
 // JobList is the answer to GET /api/v1/jobs.

@@ -11,8 +11,10 @@ import (
 const statusUsage = `rota admin status
 
 Shows the cluster's servers: the store they share, the leader and its term, and every
-server heard from recently. Any server answers, standbys included; with several, give
-them all (--server https://a:7070,https://b:7070). -o json prints an api.ClusterStatus.`
+server heard from recently, and what the server that answered finds wrong with itself
+that needs an operator (its disk too full to take more job logs). Any server answers,
+standbys included; with several, give them all (--server https://a:7070,https://b:7070).
+-o json prints an api.ClusterStatus.`
 
 // Status returns the cluster's servers, leader, term and store.
 func (c *Client) Status(ctx context.Context) (api.ClusterStatus, error) {
@@ -50,6 +52,9 @@ func (cfg Config) printStatus(ctx context.Context, st api.ClusterStatus) int {
 		fmt.Fprintf(cfg.Stdout, "Term:   %d%s\n", st.Term, since)
 	} else {
 		fmt.Fprintf(cfg.Stdout, "Leader: %s (one server; no lease)\n", leader)
+	}
+	for _, p := range st.Problems {
+		fmt.Fprintf(cfg.Stdout, "Problem: %s (said by %s)\n", p, st.Answered)
 	}
 	fmt.Fprintln(cfg.Stdout)
 	tw := newTable(cfg.Stdout)

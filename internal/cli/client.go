@@ -328,6 +328,9 @@ type LogChunk struct {
 	// Full, on a log still being written, says that the server keeps no more of it
 	// (X-Rota-Log-Full); "" otherwise.
 	Full string
+	// Held, on a log still being written, says that the server's disk is too full to take
+	// more of it for now, so that the rest waits on the node (X-Rota-Log-Held).
+	Held string
 }
 
 // Submit sends a job spec and returns the job the server created. The request carries a
@@ -458,8 +461,9 @@ func (c *Client) Logs(ctx context.Context, id int64, opts LogOptions, w io.Write
 	chunk.Done = resp.Header.Get("X-Rota-Log-Done") == "true"
 	chunk.Incomplete = resp.Header.Get("X-Rota-Log-Incomplete")
 	chunk.Full = resp.Header.Get("X-Rota-Log-Full")
+	chunk.Held = resp.Header.Get("X-Rota-Log-Held")
 	if c.Printable {
-		chunk.Incomplete, chunk.Full = clean(chunk.Incomplete), clean(chunk.Full)
+		chunk.Incomplete, chunk.Full, chunk.Held = clean(chunk.Incomplete), clean(chunk.Full), clean(chunk.Held)
 	}
 	chunk.N, err = io.Copy(w, resp.Body)
 	if err != nil {

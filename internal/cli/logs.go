@@ -125,6 +125,7 @@ func logRanks(ctx context.Context, c *Client, id int64, attempt int) ([]api.Plac
 func copyLog(ctx context.Context, c *Client, id int64, opts LogOptions, w io.Writer) error {
 	var lost time.Time // when the server was lost, while it is
 	fullSaid := false  // whether the reader was told the server keeps no more of the log
+	heldSaid := false  // whether the reader was told the server's disk holds the rest back
 	for {
 		chunk, err := c.Logs(ctx, id, opts, w)
 		opts.Offset += chunk.N
@@ -168,6 +169,13 @@ func copyLog(ctx context.Context, c *Client, id int64, opts LogOptions, w io.Wri
 			// output, which is all that will come until the task ends.
 			fullSaid = true
 			c.Notice(fmt.Sprintf("job %d's log: %s", id, chunk.Full))
+		}
+		if chunk.Held == "" {
+			heldSaid = false
+		} else if !heldSaid && chunk.Size >= 0 && opts.Offset >= chunk.Size && c.Notice != nil {
+			// Said once caught up, and again should the disk fill once more.
+			heldSaid = true
+			c.Notice(fmt.Sprintf("job %d's log: %s", id, chunk.Held))
 		}
 		if opts.Wait == 0 && (chunk.N == 0 || chunk.Size < 0 || opts.Offset >= chunk.Size) {
 			return nil // all there is now

@@ -331,6 +331,9 @@ func (s *Server) replicaSeenWithin() time.Duration { return 5*s.cfg.LeaseInterva
 // store. Standbys answer it too, from the store, so an operator can ask any server.
 func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) {
 	out := api.ClusterStatus{Store: store.Kind(s.store), Replicas: []api.Replica{}}
+	if p := s.room.problem(); p != "" {
+		out.Problems = append(out.Problems, p)
+	}
 	l := s.cfg.Lease
 	if l == nil {
 		links := s.uiLinks()

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/rotahq/rota/internal/api"
@@ -59,9 +60,14 @@ func (s *Server) handleShipLog(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	data, over := s.capLog(offset, data)
+	if e := s.room.take(int64(len(data))); e != nil {
+		e.Message += fmt.Sprintf("; the log waits on node %s until there is room", node)
+		writeError(w, http.StatusInsufficientStorage, e)
+		return
+	}
 	size, err := s.writeLogAt(logName(jobID, attempt, node), offset, data, true)
 	if err != nil {
-		s.log.Error("log write failed", "job", jobID, "attempt", attempt, "err", err)
+		s.logWriteFailed(jobID, attempt, err)
 		writeError(w, http.StatusInternalServerError, &api.Error{Code: api.CodeInternal, Message: "the log chunk could not be stored"})
 		return
 	}
@@ -71,6 +77,36 @@ func (s *Server) handleShipLog(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, api.LogAck{Size: size})
+}
+
+// logWriteErrorsEvery is how often failed log writes are logged: a disk that fails
+// fails every node's logs at every heartbeat, thousands of writes a second on a large
+// cluster, and one line a write would drown the rest of the server's log.
+const logWriteErrorsEvery = time.Minute
+
+// logWriteErrors counts the log writes that failed since the last one logged.
+type logWriteErrors struct {
+	mu     sync.Mutex
+	logged time.Time
+	since  int
+}
+
+// logWriteFailed logs a failed write of a shipped log, at most once every
+// logWriteErrorsEvery, with how many others failed since.
+func (s *Server) logWriteFailed(job int64, attempt int, err error) {
+	e := &s.logWriteErrs
+	e.mu.Lock()
+	now := time.Now()
+	if now.Sub(e.logged) < logWriteErrorsEvery {
+		e.since++
+		e.mu.Unlock()
+		return
+	}
+	since := e.since
+	e.logged, e.since = now, 0
+	e.mu.Unlock()
+	s.log.Error("cannot write a shipped log; the node keeps it and sends it again", "job", job, "attempt", attempt, "err", err,
+		"failures_since_last_line", since)
 }
 
 // capLog is the part of data, to be written at offset of a rank's log, that fits in the
@@ -205,9 +241,15 @@ func (s *Server) handleShipLogBatch(w http.ResponseWriter, r *http.Request) {
 		// Bytes past the log's limit are refused, those before it written: the agent
 		// stops sending this log, and the copy here ends at the limit.
 		data, over := s.capLog(c.Offset, c.Data)
+		if e := s.room.take(int64(len(data))); e != nil {
+			e.Field = fmt.Sprintf("chunks[%d].data", i)
+			e.Message += fmt.Sprintf("; the log waits on node %s until there is room", node)
+			ack.Status, ack.Error = http.StatusInsufficientStorage, e
+			continue
+		}
 		size, err := s.writeLogAt(logName(c.JobID, c.Attempt, node), c.Offset, data, c.Final || over)
 		if err != nil {
-			s.log.Error("log write failed", "job", c.JobID, "attempt", c.Attempt, "err", err)
+			s.logWriteFailed(c.JobID, c.Attempt, err)
 			ack.Status, ack.Error = http.StatusInternalServerError, &api.Error{Code: api.CodeInternal, Field: fmt.Sprintf("chunks[%d]", i),
 				Message: "the log chunk could not be stored"}
 			continue
@@ -374,6 +416,8 @@ func (s *Server) handleGetLogs(w http.ResponseWriter, r *http.Request) {
 				// end of what is here would miss what is on its way.
 				done, shown = false, whole
 				deadline = maxTime(deadline, until)
+			} else if held := s.room.heldBack(node); short == "" && held != "" {
+				short = fmt.Sprintf("this server holds %d of the %d bytes node %s reported; %s", size, whole, node, held)
 			} else if short == "" {
 				short = fmt.Sprintf("this server holds %d of the %d bytes node %s reported; the node has sent none of the rest for %s (it keeps an ended attempt's log for a while, 24 h by default)", size, whole, node, s.cfg.LogRepairWait)
 			}
@@ -389,6 +433,9 @@ func (s *Server) handleGetLogs(w http.ResponseWriter, r *http.Request) {
 			if full {
 				w.Header().Set("X-Rota-Log-Full", fmt.Sprintf("this server keeps the first %s of a rank's log (rota server --max-log-size); the rest stays on node %s, and no more of it is shown here",
 					api.SizeText(s.cfg.MaxLogSize), node))
+			}
+			if held := s.room.heldBack(node); !ended && !full && name != "" && held != "" {
+				w.Header().Set("X-Rota-Log-Held", held)
 			}
 			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 			w.Header().Set("X-Rota-Log-Size", strconv.FormatInt(shown, 10))

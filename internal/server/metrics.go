@@ -87,8 +87,17 @@ func newServerMetrics(s *Server) *serverMetrics {
 		webhookRetries:    prometheus.NewCounter(prometheus.CounterOpts{Name: "rota_webhook_retries_total", Help: "Webhook delivery attempts that failed and were retried."}),
 		webhookDrops:      prometheus.NewCounter(prometheus.CounterOpts{Name: "rota_webhook_drops_total", Help: "Webhook notifications dropped: queue full, or retries exhausted."}),
 	}
+	room := s.room
+	diskFree := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "rota_server_data_dir_free_bytes",
+		Help: "Bytes free on the disk of the server's data dir (-1 where it cannot be read). Below rota_server_data_dir_keep_free_bytes the server takes no more job logs.",
+	}, room.freeNow)
+	diskKeep := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "rota_server_data_dir_keep_free_bytes",
+		Help: "Bytes the server keeps free on its data dir's disk for its store (rota server --keep-free-disk; 0: none).",
+	}, func() float64 { return float64(max(room.keep, 0)) })
 	for _, c := range []prometheus.Collector{m.requests, m.commits, m.cycles, m.groups, m.wait, m.ended, m.deferred,
-		m.webhookDeliveries, m.webhookRetries, m.webhookDrops} {
+		m.webhookDeliveries, m.webhookRetries, m.webhookDrops, diskFree, diskKeep} {
 		if err := reg.Register(c); err != nil {
 			s.log.Error("metrics: cannot register a collector", "err", err)
 		}

@@ -56,6 +56,10 @@ type Config struct {
 	// negative: no limit). Bytes past it are refused, and the copy ends there: a job
 	// that prints without end must not fill the server's disk.
 	MaxLogSize int64
+	// KeepFreeDisk is the room the server keeps free on its data dir's disk, for its
+	// store (default 1 GiB; negative: none): below it, it takes no more job logs, which
+	// wait on their nodes (diskroom.go).
+	KeepFreeDisk int64
 	// LogRetention, when more than 0, is how long after a job ends its logs stay on the
 	// server: the leader removes older ones every hour (logretention.go). 0 keeps them.
 	LogRetention time.Duration
@@ -134,6 +138,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.MaxLogSize == 0 {
 		c.MaxLogSize = DefaultMaxLogSize
+	}
+	if c.KeepFreeDisk == 0 {
+		c.KeepFreeDisk = DefaultKeepFreeDisk
 	}
 	if c.LogRepairWait <= 0 {
 		c.LogRepairWait = 10 * time.Second
@@ -278,6 +285,9 @@ type Server struct {
 	attached func(job int64)
 
 	logMu sync.Mutex // serialises writes to shipped log files
+	room  *diskRoom  // whether the data dir's disk has room for more logs
+
+	logWriteErrs logWriteErrors
 	// logs is the directory of shipped logs; every log file is opened through it.
 	logs *os.Root
 
@@ -334,6 +344,7 @@ func New(ctx context.Context, cfg Config, st store.Store, logger *slog.Logger) (
 	s := &Server{cfg: cfg, log: logger, store: st, kick: make(chan struct{}, 1), wedged: make(chan struct{}), state: cluster.New(), logs: logs, tel: newTelemetry(), ui: newUILinkStore(),
 		started: time.Now().UTC(), leaseKick: make(chan struct{}, 1),
 		beatEvery: cfg.HeartbeatInterval, beatLogged: cfg.HeartbeatInterval}
+	s.room = &diskRoom{dir: cfg.DataDir, keep: cfg.KeepFreeDisk, log: logger, freeOf: statfsFree, now: cfg.Clock.Now}
 	s.state.HalfLife = cfg.HalfLife
 	s.view.reset(s.state)
 	if cfg.Lease != nil {

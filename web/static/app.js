@@ -1010,8 +1010,9 @@
       const where = a ? 'attempt ' + a + (resp.headers.get('X-Rota-Log-Node') ? ' on ' + resp.headers.get('X-Rota-Log-Node') : '') : 'no attempt yet';
       const incomplete = resp.headers.get('X-Rota-Log-Incomplete');
       const full = resp.headers.get('X-Rota-Log-Full');
+      const held = resp.headers.get('X-Rota-Log-Held');
       note.textContent = where + ', ' + offset + ' bytes' + (done ? (incomplete ? ', incomplete: ' + incomplete : ', complete.') :
-        (full ? ', running; ' + full + '.' : ', following (every 2 s)…'));
+        (full ? ', running; ' + full + '.' : held ? ', following (every 2 s); ' + held + '.' : ', following (every 2 s)…'));
       return !done;
     }).catch(() => {});
   }
