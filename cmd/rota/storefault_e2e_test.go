@@ -20,7 +20,7 @@ import (
 
 // faultJobs is how many jobs the store the kill tests copy holds, each with five events:
 // enough that a copy takes a second or more here, so that it can be killed midway.
-const faultJobs = 20000
+const faultJobs = 10000
 
 // fillFaultStore writes faultJobs jobs and their events into the store at url.
 func fillFaultStore(t *testing.T, url string) {
@@ -248,4 +248,78 @@ func (c *testCluster) logBytes(id int64) int64 {
 		return 0
 	}
 	return fi.Size()
+}
+
+// TestServerOnAFullDisk fills the disk of the server's data dir (a tmpfs, with no room
+// kept: --keep-free-disk off) to the last byte while a job runs. The store refuses
+// writes: submits fail, then are refused at once for a hold, the status says why, and
+// the job's end waits on its node. Once space is freed the server takes changes again
+// and records the end; nothing acknowledged was lost.
+func TestServerOnAFullDisk(t *testing.T) {
+	skipShort(t)
+	c := newTestCluster(t, map[string]string{"n1": "1"}, clusterOpts{dataTmpfs: "64m", keepFreeDisk: "off"})
+	stop := filepath.Join(c.root, "stop")
+	job := c.submit(api.JobSpec{Command: []string{"sh", "-c", "while [ ! -e " + stop + " ]; do sleep 0.1; done"}})
+	c.waitState(job.ID, 30*time.Second, api.StateRunning)
+
+	fill := filepath.Join(c.dataDir, "fill")
+	f, err := os.Create(fill)
+	if err != nil {
+		t.Fatal(err)
+	}
+	block := make([]byte, 64<<10)
+	for {
+		if _, err := f.Write(block); err != nil {
+			break
+		}
+	}
+	f.Close()
+	if err := os.WriteFile(stop, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var held cliResult
+	waitFor(t, 30*time.Second, "a submit refused while the server holds changes", func() bool {
+		held = c.rota("submit", "--", "true")
+		return held.code != 0 && strings.Contains(held.stderr, "it takes no changes for")
+	})
+	if !strings.Contains(held.stderr, "database or disk is full") {
+		t.Errorf("the refusal does not say what the store said:\n%s", held)
+	}
+	r := c.rota("admin", "status")
+	if !strings.Contains(r.stdout, "Problem: the store has refused every write since") {
+		t.Errorf("rota admin status does not say the store refuses writes:\n%s", r)
+	}
+	if got := c.job(job.ID); got.State != api.StateRunning {
+		t.Errorf("job %d is %s with its end not stored, want RUNNING", job.ID, got.State)
+	}
+
+	if err := os.Remove(fill); err != nil {
+		t.Fatal(err)
+	}
+	if got := c.waitEnded(job.ID, 60*time.Second); got.State != api.StateSucceeded {
+		t.Errorf("job %d ended %s once there was room, want SUCCEEDED", job.ID, got.State)
+	}
+	var next cliResult
+	waitFor(t, 40*time.Second, "a submit taken once there is room", func() bool {
+		next = c.rota("submit", "--", "true")
+		return next.code == 0
+	})
+	lines := strings.Fields(next.stdout)
+	id, err := strconv.ParseInt(lines[len(lines)-1], 10, 64)
+	if err != nil {
+		t.Fatalf("submit printed %q", next.stdout)
+	}
+	if got := c.waitEnded(id, 60*time.Second); got.State != api.StateSucceeded {
+		t.Errorf("job %d, submitted once there was room, ended %s", id, got.State)
+	}
+	if r := c.rota("admin", "status"); strings.Contains(r.stdout, "Problem:") {
+		t.Errorf("rota admin status still says there is a problem:\n%s", r)
+	}
+	if out := c.server.output(); !strings.Contains(out, `msg="the store refuses writes: the server takes no changes until it takes one again`) ||
+		!strings.Contains(out, `msg="the store takes writes again: the server takes changes"`) {
+		t.Errorf("the server's log does not say when the store refused writes and took them again:\n%s", tail(out, 4000))
+	}
+	if n := strings.Count(c.server.output(), "state re-read from the store"); n > 12 {
+		t.Errorf("the server read its whole state again %d times while the disk was full", n)
+	}
 }

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"reflect"
@@ -174,7 +175,9 @@ func (s *Server) heartbeatLocked(r *http.Request, name string, hb *api.Heartbeat
 	}
 	// Applied to memory now, written behind the lock; the caller waits for it.
 	if w := s.commitLater(b); isDone(w) && w.err != nil {
-		s.log.Error("heartbeat: commit failed", "node", name, "err", w.err)
+		if !errors.Is(w.err, errWritesHeld) {
+			s.log.Error("heartbeat: commit failed", "node", name, "err", w.err)
+		}
 		status, e := commitErrorOf("could not record the heartbeat", w.err)
 		return heartbeatAnswer{}, nil, status, e
 	}

@@ -172,6 +172,7 @@ func (s *Server) groupCommitted(g *submitGroup, err error, took time.Duration) {
 	}
 	switch {
 	case err == nil:
+		s.writeSucceeded()
 		s.applyCommitted(&g.b, took)
 		s.metrics.observeGroup(g.n)
 	case errors.Is(err, store.ErrNotLeader):
@@ -179,6 +180,7 @@ func (s *Server) groupCommitted(g *submitGroup, err error, took time.Duration) {
 		g.err = fmt.Errorf("%w: %v", errNotLeader, err)
 	default:
 		g.err = err
+		s.writeFailed(err)
 		s.suspect = true
 		if rerr := s.resync(context.Background()); rerr != nil {
 			s.log.Error("re-reading the store after a failed group commit", "err", rerr)

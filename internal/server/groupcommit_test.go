@@ -263,7 +263,12 @@ func TestGroupCommitOfUnknownOutcome(t *testing.T) {
 	if len(list.Jobs) != 7 || len(stored) != 7 {
 		t.Fatalf("memory lists %d jobs, the store holds %d; want 7 in both", len(list.Jobs), len(stored))
 	}
-	// The next submit takes a fresh ID.
+	// Two failed commits in a row hold changes for a second (writehold.go).
+	if code, _, _ := h.postSubmit(api.JobSpec{Command: []string{"held"}}, ""); code != http.StatusServiceUnavailable {
+		t.Fatalf("a submit right after two failed commits: %d; want 503", code)
+	}
+	// After it, the next submit takes a fresh ID.
+	h.clock.Add(holdWritesMin)
 	if code, j, _ := h.postSubmit(api.JobSpec{Command: []string{"next"}}, ""); code != http.StatusCreated || j.ID != 8 {
 		t.Fatalf("next submit: %d job %d; want 201 job 8", code, j.ID)
 	}

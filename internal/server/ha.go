@@ -169,6 +169,9 @@ func (s *Server) lead(ctx context.Context, term int64) {
 		return
 	}
 	s.suspect, s.claims, s.bestNodes = false, nil, nil
+	// Writes refused in an earlier term, by a store this server may have lost the
+	// connection to, say nothing of the store now: the new term writes at once.
+	s.hold = writeHold{}
 	s.leader.Store(true)
 	if s.cfg.ConfigFile != "" {
 		if data, err := os.ReadFile(s.cfg.ConfigFile); err != nil {
@@ -332,6 +335,12 @@ func (s *Server) replicaSeenWithin() time.Duration { return 5*s.cfg.LeaseInterva
 func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) {
 	out := api.ClusterStatus{Store: store.Kind(s.store), Replicas: []api.Replica{}}
 	if p := s.room.problem(); p != "" {
+		out.Problems = append(out.Problems, p)
+	}
+	s.mu.Lock()
+	p := s.holdProblem()
+	s.mu.Unlock()
+	if p != "" {
 		out.Problems = append(out.Problems, p)
 	}
 	l := s.cfg.Lease

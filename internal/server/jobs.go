@@ -69,6 +69,10 @@ func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request) {
 		}
 	}()
 	// Job IDs are handed out from memory, which must first be vouched for.
+	if err := s.holdWrites(); err != nil {
+		commitError(w, "the job could not be stored", err)
+		return
+	}
 	if err := s.resync(r.Context()); err != nil {
 		commitError(w, "the job could not be stored", err)
 		return

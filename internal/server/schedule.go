@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -693,7 +694,9 @@ func (s *Server) checkNodes(ctx context.Context) {
 		}
 	}
 	if err := s.commit(ctx, b); err != nil {
-		s.log.Error("node liveness: commit failed", "err", err)
+		if !errors.Is(err, errWritesHeld) {
+			s.log.Error("node liveness: commit failed", "err", err)
+		}
 		return
 	}
 	s.paceHeartbeats(reporting)

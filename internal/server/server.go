@@ -286,6 +286,7 @@ type Server struct {
 
 	logMu sync.Mutex // serialises writes to shipped log files
 	room  *diskRoom  // whether the data dir's disk has room for more logs
+	hold  writeHold  // the store's run of refused writes; guarded by mu
 
 	logWriteErrs logWriteErrors
 	// logs is the directory of shipped logs; every log file is opened through it.
@@ -518,6 +519,9 @@ func (s *Server) commit(ctx context.Context, b *store.Batch) error {
 	if b.Empty() {
 		return nil
 	}
+	if err := s.holdWrites(); err != nil {
+		return err
+	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
 	defer cancel()
 	// Writes applied to memory before b, and so perhaps read in making it, reach the
@@ -536,6 +540,7 @@ func (s *Server) commit(ctx context.Context, b *store.Batch) error {
 	}
 	start := time.Now()
 	if err := s.store.Commit(ctx, merged); err != nil {
+		s.writeFailed(err)
 		if len(ahead) > 0 {
 			return s.dropQueued(ahead, err)
 		}
@@ -551,6 +556,7 @@ func (s *Server) commit(ctx context.Context, b *store.Batch) error {
 		}
 		return err
 	}
+	s.writeSucceeded()
 	took := time.Since(start)
 	if len(ahead) > 0 {
 		spreadEventIDs(append(batchesOf(ahead), b), merged)
@@ -589,6 +595,7 @@ func (s *Server) resync(ctx context.Context) error {
 
 // commitError answers a failed commit: 503 while the state cannot be vouched for, else 500.
 func commitError(w http.ResponseWriter, what string, err error) {
+	setRetryAfter(w, err)
 	status, e := commitErrorOf(what, err)
 	writeError(w, status, e)
 }
@@ -596,7 +603,7 @@ func commitError(w http.ResponseWriter, what string, err error) {
 // commitErrorOf is what commitError writes.
 func commitErrorOf(what string, err error) (int, *api.Error) {
 	status, code := http.StatusInternalServerError, api.CodeInternal
-	if errors.Is(err, errStale) || errors.Is(err, errNotLeader) {
+	if errors.Is(err, errStale) || errors.Is(err, errNotLeader) || errors.Is(err, errWritesHeld) {
 		status, code = http.StatusServiceUnavailable, api.CodeUnavailable
 	}
 	return status, &api.Error{Code: code, Message: what + ": " + err.Error()}
@@ -659,7 +666,7 @@ func (s *Server) Run(ctx context.Context) error {
 // took when that was long (cycleDue).
 func (s *Server) loopCycle(ctx context.Context) {
 	start := time.Now()
-	if err := s.Cycle(ctx); err != nil && !errors.Is(err, errNotLeader) {
+	if err := s.Cycle(ctx); err != nil && !errors.Is(err, errNotLeader) && !errors.Is(err, errWritesHeld) {
 		s.log.Error("scheduling cycle failed", "err", err)
 	}
 	took := time.Since(start)

@@ -83,6 +83,11 @@ func (s *Server) commitLater(b *store.Batch) *laterWrite {
 		close(w.done)
 		return w
 	}
+	if err := s.holdWrites(); err != nil {
+		w.err = err
+		close(w.done)
+		return w
+	}
 	// A write under way is not waited for: should it fail, this one fails with it.
 	if err := s.resync(context.Background()); err != nil {
 		w.err = err
@@ -184,11 +189,13 @@ func (s *Server) settle(g *writeGroup) {
 		s.wq.writing = nil
 	}
 	if g.err == nil {
+		s.writeSucceeded()
 		for _, w := range g.writes {
 			s.completeWrite(w, g.took)
 		}
 		return
 	}
+	s.writeFailed(g.err)
 	g.err = s.dropQueued(g.writes, g.err)
 }
 
