@@ -178,6 +178,10 @@ func (s *Server) heartbeatLocked(r *http.Request, name string, hb *api.Heartbeat
 		if !errors.Is(w.err, errWritesHeld) {
 			s.log.Error("heartbeat: commit failed", "node", name, "err", w.err)
 		}
+		// The agent is alive, whatever the store did with its report, which it sends
+		// again: a store that refuses writes for longer than a node may be silent must
+		// not have the node declared lost, and its jobs requeued, once it takes them.
+		s.state.SetLastHeartbeat(name, now)
 		status, e := commitErrorOf("could not record the heartbeat", w.err)
 		return heartbeatAnswer{}, nil, status, e
 	}

@@ -116,15 +116,30 @@ func TestStoreRefusingWritesHoldsChanges(t *testing.T) {
 		t.Fatalf("a submit in the second hold: %d with Retry-After %q, want 503 and 2", code, retry)
 	}
 
+	// A refusal that lasts longer than a node may be silent: the node, heard from all
+	// along with its report refused, is neither not ready nor lost once the store takes
+	// writes again, and its job is not requeued.
+	for range 15 {
+		h.clock.Add(10 * time.Second)
+		h.beatAs("n1", api.Heartbeat{Instance: "agent-n1", Synced: true, Tasks: []api.TaskStatus{end}})
+		h.srv.checkNodes(context.Background())
+	}
 	rs.refuse.Store(false)
-	h.clock.Add(2 * time.Second)
+	for range holdWritesMax / (5 * time.Second) {
+		h.clock.Add(5 * time.Second)
+		h.srv.checkNodes(context.Background()) // first, so that it writes what it finds as soon as it may
+		if n := h.node("n1"); n.State != api.NodeReady {
+			t.Fatalf("node n1, heard from all through the refusals, is %s, want READY", n.State)
+		}
+		h.beatAs("n1", api.Heartbeat{Instance: "agent-n1", Synced: true, Tasks: []api.TaskStatus{end}})
+	}
 	if code, _, e := h.submitRaw(spec); code != http.StatusCreated {
 		t.Fatalf("a submit once the store takes writes: %d %+v", code, e)
 	}
 	h.submit(spec)
 	h.beat("n1", 1, end)
-	if got := h.job(running.ID); got.State != api.StateSucceeded {
-		t.Errorf("the job is %s after its end was reported again, want SUCCEEDED", got.State)
+	if got := h.job(running.ID); got.State != api.StateSucceeded || got.Attempts != 1 {
+		t.Errorf("the job is %s after %d attempts once its end was reported again, want SUCCEEDED after 1", got.State, got.Attempts)
 	}
 	st = api.ClusterStatus{}
 	if h.do("GET", "/api/v1/status", nil, &st); len(st.Problems) != 0 {
