@@ -40,7 +40,7 @@ type diskRoom struct {
 	mu    sync.Mutex
 	read  time.Time // when free was read from the disk
 	free  int64     // as read, less what was taken since
-	short bool      // free was below keep at the last reading or take
+	short bool      // logs are refused: set by take and refusing, said when it changes
 }
 
 // statfsFree is the bytes an unprivileged writer may still use on dir's file system.
