@@ -61,13 +61,16 @@ type fakeServer struct {
 	logAtEnd map[taskKey]string
 	// batches are the log batches received; oneByOne counts the one-task log requests.
 	// With noBatch the server has no batch route; refuseLogs answers a chunk of those
-	// attempts with 404.
+	// attempts with 404, and putOff the next chunks of those with 503, as a server
+	// whose disk took the batch's time does.
 	batches    []api.LogBatch
 	batchBeat  []int // how many heartbeats had come when each batch came
 	finalSize  map[taskKey]int64
 	oneByOne   int
 	noBatch    bool
 	refuseLogs map[taskKey]bool
+	putOff     map[taskKey]int
+	putOffIn   []int // the batches, by index, in which a chunk was put off
 	// followed is what answers say someone reads (LogsFollowed); a final chunk takes its
 	// log out, as the server does. logSizes makes the answers say the server takes
 	// TaskStatus.LogSize.
@@ -108,6 +111,7 @@ func newFakeState() *fakeServer {
 		logAtEnd:    map[taskKey]string{},
 		finalSize:   map[taskKey]int64{},
 		refuseLogs:  map[taskKey]bool{},
+		putOff:      map[taskKey]int{},
 		events:      map[taskKey][]map[string]any{},
 		stops:       map[api.TaskRef]api.StoppedTask{},
 		stopReports: map[api.TaskRef]int{},
@@ -281,12 +285,18 @@ func (s *fakeServer) logBatch(w http.ResponseWriter, r *http.Request) {
 	ans := api.LogBatchAnswer{Chunks: []api.LogChunkAck{}}
 	for _, c := range b.Chunks {
 		ack := api.LogChunkAck{JobID: c.JobID, Attempt: c.Attempt}
-		if s.refuseLogs[taskKey{c.JobID, c.Attempt}] {
+		k := taskKey{c.JobID, c.Attempt}
+		switch {
+		case s.refuseLogs[k]:
 			ack.Status, ack.Error = http.StatusNotFound, &api.Error{Code: api.CodeNotFound, Message: "no such attempt on this node"}
-		} else {
-			ack.Size, _ = s.writeLog(taskKey{c.JobID, c.Attempt}, int(c.Offset), c.Data)
+		case s.putOff[k] > 0:
+			s.putOff[k]--
+			s.putOffIn = append(s.putOffIn, len(s.batches)-1)
+			ack.Status, ack.Error = http.StatusServiceUnavailable, &api.Error{Code: api.CodeUnavailable, Message: "put off"}
+		default:
+			ack.Size, _ = s.writeLog(k, int(c.Offset), c.Data)
 			if c.Final {
-				s.finalSize[taskKey{c.JobID, c.Attempt}] = ack.Size
+				s.finalSize[k] = ack.Size
 				s.followed = slices.DeleteFunc(s.followed, func(r api.TaskRef) bool { return r.JobID == c.JobID && r.Attempt == c.Attempt })
 			}
 		}

@@ -255,6 +255,49 @@ func TestRefusedLogStopsAlone(t *testing.T) {
 	}
 }
 
+// A chunk the server puts off (503: the chunks before it took the batch's time on its
+// disk) goes again in a later round, from where the server's copy ends: the log arrives
+// whole, and the other task's log, taken meanwhile, is not held back for it.
+func TestPutOffLogIsSentAgain(t *testing.T) {
+	s := newFakeServer(t)
+	first, second := taskKey{1, 1}, taskKey{2, 1}
+	s.putOff[first] = 4
+	stop := filepath.Join(t.TempDir(), "stop")
+	s.setDesired(printer(1, stop), printer(2, stop))
+	startAgent(t, s, testLogger(t))
+	eventually(t, 10*time.Second, "the put-off log on the server", func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.putOff[first] == 0 && strings.Count(string(s.logs[first]), "\n") >= 3
+	})
+	if err := os.WriteFile(stop, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []taskKey{first, second} {
+		eventually(t, 10*time.Second, "the end report", func() bool { _, ok := s.finalOf(k); return ok })
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, k := range []taskKey{first, second} {
+		if !wellFormed(s.logAtEnd[k], true) {
+			t.Errorf("log of job %d when its end was reported: %q; want every line once, in order", k.job, s.logAtEnd[k])
+		}
+	}
+	// The batches in which the first log's chunks were put off wrote the other's.
+	otherWritten := 0
+	for _, i := range s.putOffIn {
+		for _, c := range s.batches[i].Chunks {
+			if c.JobID == 2 && len(c.Data) > 0 {
+				otherWritten++
+				break
+			}
+		}
+	}
+	if len(s.putOffIn) != 4 || otherWritten == 0 {
+		t.Errorf("chunks put off in %d batches, %d of which carried the other log; want 4, and some", len(s.putOffIn), otherWritten)
+	}
+}
+
 // Chunks other than the last are not made durable by the server: a crash of its machine
 // can lose them. The next chunk's offset is then past the copy's end, the server says
 // where the copy ends, and the agent sends again from there: the log ends up whole.

@@ -7,9 +7,12 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -117,6 +120,203 @@ func TestLogBatchWritesEachChunk(t *testing.T) {
 	// The same chunk again changes nothing: a resend after a lost answer is harmless.
 	if _, ans, _ := h.shipBatch("n1", api.LogBatch{Chunks: []api.LogChunk{{JobID: a.ID, Attempt: 1, Offset: 3, Data: []byte("a2\n")}}}); ans.Chunks[0].Size != 6 {
 		t.Errorf("a resent chunk left the log at %d bytes; want 6", ans.Chunks[0].Size)
+	}
+}
+
+// A log slow to be made (a disk slow to allocate files, a network filesystem) holds up
+// the writes of no other log: a log's writes are ordered only with its own.
+func TestSlowLogHoldsUpNoOtherLog(t *testing.T) {
+	h := newHarness(t)
+	h.beat("n1", 1)
+	slow := h.submit(api.JobSpec{GPUs: 1, Command: []string{"a"}})
+	h.cycle()
+	h.beat("n2", 1)
+	fast := h.submit(api.JobSpec{GPUs: 1, Command: []string{"b"}})
+	h.cycle()
+	if a, b := h.job(slow.ID).Nodes, h.job(fast.ID).Nodes; len(a) != 1 || a[0] != "n1" || len(b) != 1 || b[0] != "n2" {
+		t.Fatalf("jobs on %v and %v; want n1 and n2", a, b)
+	}
+	if _, ans, _ := h.shipBatch("n2", api.LogBatch{Chunks: []api.LogChunk{{JobID: fast.ID, Attempt: 1, Data: []byte("b1\n")}}}); ans.Chunks[0].Size != 3 {
+		t.Fatalf("first chunk of the fast log: %+v", ans.Chunks[0])
+	}
+	blocked, release := make(chan struct{}), make(chan struct{})
+	var releaseOnce sync.Once
+	t.Cleanup(func() { releaseOnce.Do(func() { close(release) }) })
+	slowLog := logName(slow.ID, 1, "n1")
+	h.srv.openingLog = func(name string) {
+		if name == slowLog {
+			close(blocked)
+			<-release
+		}
+	}
+	slowDone := make(chan api.LogChunkAck, 1)
+	go func() {
+		_, ans, _ := h.shipBatch("n1", api.LogBatch{Chunks: []api.LogChunk{{JobID: slow.ID, Attempt: 1, Data: []byte("a1\n")}}})
+		slowDone <- ans.Chunks[0]
+	}()
+	<-blocked
+	fastDone := make(chan api.LogChunkAck, 1)
+	go func() {
+		_, ans, _ := h.shipBatch("n2", api.LogBatch{Chunks: []api.LogChunk{{JobID: fast.ID, Attempt: 1, Offset: 3, Data: []byte("b2\n")}}})
+		fastDone <- ans.Chunks[0]
+	}()
+	select {
+	case ack := <-fastDone:
+		if ack.Size != 6 || ack.Status != 0 {
+			t.Errorf("the other log's chunk, written while a log was being made: %+v; want size 6", ack)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the other log's chunk waited for a slow log to be made")
+	}
+	releaseOnce.Do(func() { close(release) })
+	if ack := <-slowDone; ack.Size != 3 || ack.Status != 0 {
+		t.Errorf("the slow log's chunk: %+v; want size 3", ack)
+	}
+	if got, _ := h.readLog(slow.ID, 0, "0"); got != "a1\n" {
+		t.Errorf("slow log %q", got)
+	}
+	if got, _ := h.readLog(fast.ID, 0, "0"); got != "b1\nb2\n" {
+		t.Errorf("fast log %q", got)
+	}
+}
+
+// The chunks of a batch that come after its time on the disk (logBatchTime) has run out
+// are put off: answered 503, naming the chunk, counted on /metrics, and written when the
+// node sends them again. The node's next heartbeat waits for the answer on its
+// connection, so a slow disk does not hold it for the whole batch.
+func TestLogBatchPutsOffWhatItHasNoTimeFor(t *testing.T) {
+	h := newHarness(t)
+	h.beat("n1", 3)
+	var ids []int64
+	for i := range 3 {
+		ids = append(ids, h.submit(api.JobSpec{GPUs: 1, Command: []string{fmt.Sprint(i)}}).ID)
+	}
+	h.cycle()
+	var slowed atomic.Bool
+	first := logName(ids[0], 1, "n1")
+	h.srv.openingLog = func(name string) {
+		if name == first && !slowed.Swap(true) {
+			time.Sleep(logBatchTime + 100*time.Millisecond)
+		}
+	}
+	chunk := func(i int) api.LogChunk {
+		return api.LogChunk{JobID: ids[i], Attempt: 1, Data: []byte(fmt.Sprintf("x%d\n", i))}
+	}
+	code, ans, _ := h.shipBatch("n1", api.LogBatch{Chunks: []api.LogChunk{chunk(0), chunk(1), chunk(2)}})
+	if code != http.StatusOK || len(ans.Chunks) != 3 {
+		t.Fatalf("batch: %d with %d answers; want 200 with 3", code, len(ans.Chunks))
+	}
+	if a := ans.Chunks[0]; a.Status != 0 || a.Size != 3 {
+		t.Errorf("the slow chunk: %+v; want written, size 3", a)
+	}
+	for i := 1; i < 3; i++ {
+		a := ans.Chunks[i]
+		if a.Status != http.StatusServiceUnavailable || a.Error == nil || a.Error.Code != api.CodeUnavailable ||
+			a.Error.Field != fmt.Sprintf("chunks[%d]", i) || !strings.Contains(a.Error.Message, "put off") || a.JobID != ids[i] {
+			t.Errorf("chunk %d after the batch's time: %+v (error %+v); want 503 unavailable, put off, naming chunks[%d]", i, a, a.Error, i)
+		}
+		if got, _ := h.readLog(ids[i], 0, "0"); got != "" {
+			t.Errorf("a put-off chunk was written: %q", got)
+		}
+	}
+	_, fams := h.scrapeMetrics(h.token)
+	if v, _ := fams.value("rota_log_chunks_put_off_total", nil); v != 2 {
+		t.Errorf("rota_log_chunks_put_off_total %v; want 2", v)
+	}
+	_, again, _ := h.shipBatch("n1", api.LogBatch{Chunks: []api.LogChunk{chunk(1), chunk(2)}})
+	for i, a := range again.Chunks {
+		if a.Status != 0 || a.Size != 3 {
+			t.Errorf("chunk %d sent again: %+v; want written", i+1, a)
+		}
+	}
+	for i, id := range ids {
+		if got, _ := h.readLog(id, 0, "0"); got != fmt.Sprintf("x%d\n", i) {
+			t.Errorf("log of job %d: %q", id, got)
+		}
+	}
+}
+
+// Logs are made a few at a time (half the server's cores): a log to be made waits for a
+// place until its batch's time has run out, and is then put off, while a log already
+// there is written without waiting.
+func TestLogsMadeAFewAtATime(t *testing.T) {
+	h := newHarness(t)
+	h.srv.logLocks.making = make(chan struct{}, 1)
+	h.beat("n1", 3)
+	var ids []int64
+	for i := range 3 {
+		ids = append(ids, h.submit(api.JobSpec{GPUs: 1, Command: []string{fmt.Sprint(i)}}).ID)
+	}
+	h.cycle()
+	there, making, waiting := ids[0], ids[1], ids[2]
+	if _, ans, _ := h.shipBatch("n1", api.LogBatch{Chunks: []api.LogChunk{{JobID: there, Attempt: 1, Data: []byte("a\n")}}}); ans.Chunks[0].Size != 2 {
+		t.Fatalf("first chunk: %+v", ans.Chunks[0])
+	}
+	blocked, release := make(chan struct{}), make(chan struct{})
+	var releaseOnce sync.Once
+	t.Cleanup(func() { releaseOnce.Do(func() { close(release) }) })
+	h.srv.openingLog = func(name string) {
+		if name == logName(making, 1, "n1") {
+			close(blocked)
+			<-release
+		}
+	}
+	made := make(chan api.LogChunkAck, 1)
+	go func() {
+		_, ans, _ := h.shipBatch("n1", api.LogBatch{Chunks: []api.LogChunk{{JobID: making, Attempt: 1, Data: []byte("m\n")}}})
+		made <- ans.Chunks[0]
+	}()
+	<-blocked
+	_, ans, _ := h.shipBatch("n1", api.LogBatch{Chunks: []api.LogChunk{
+		{JobID: there, Attempt: 1, Offset: 2, Data: []byte("b\n")},
+		{JobID: waiting, Attempt: 1, Data: []byte("w\n")},
+	}})
+	if a := ans.Chunks[0]; a.Status != 0 || a.Size != 4 {
+		t.Errorf("the log already there, while another is made: %+v; want written", a)
+	}
+	if a := ans.Chunks[1]; a.Status != http.StatusServiceUnavailable || a.Error == nil || !strings.Contains(a.Error.Message, "put off") {
+		t.Errorf("the log waiting for a place past its batch's time: %+v (%+v); want put off", a, a.Error)
+	}
+	releaseOnce.Do(func() { close(release) })
+	if a := <-made; a.Status != 0 || a.Size != 2 {
+		t.Errorf("the log being made: %+v; want written", a)
+	}
+	if _, ans, _ := h.shipBatch("n1", api.LogBatch{Chunks: []api.LogChunk{{JobID: waiting, Attempt: 1, Data: []byte("w\n")}}}); ans.Chunks[0].Status != 0 || ans.Chunks[0].Size != 2 {
+		t.Errorf("the put-off log sent again: %+v; want written", ans.Chunks[0])
+	}
+	for id, want := range map[int64]string{there: "a\nb\n", making: "m\n", waiting: "w\n"} {
+		if got, _ := h.readLog(id, 0, "0"); got != want {
+			t.Errorf("log of job %d: %q; want %q", id, got, want)
+		}
+	}
+}
+
+// A batch whose agent has hung up writes no more of it than the chunk under way: the
+// answer will not be read, and the node sends the rest again.
+func TestLogBatchOfAGoneAgentStops(t *testing.T) {
+	h := newHarness(t)
+	h.beat("n1", 2)
+	a := h.submit(api.JobSpec{GPUs: 1, Command: []string{"a"}})
+	b := h.submit(api.JobSpec{GPUs: 1, Command: []string{"b"}})
+	h.cycle()
+	body, _ := json.Marshal(api.LogBatch{Chunks: []api.LogChunk{
+		{JobID: a.ID, Attempt: 1, Data: []byte("a\n")}, {JobID: b.ID, Attempt: 1, Data: []byte("b\n")}}})
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	req := httptest.NewRequestWithContext(ctx, "POST", "/api/v1/agents/n1/logs", bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.SetPathValue("node", "n1")
+	rec := httptest.NewRecorder()
+	h.srv.handleShipLogBatch(rec, req)
+	var ans api.LogBatchAnswer
+	if err := json.Unmarshal(rec.Body.Bytes(), &ans); err != nil || len(ans.Chunks) != 2 {
+		t.Fatalf("answer %d %s: %v", rec.Code, rec.Body, err)
+	}
+	if ans.Chunks[0].Status != 0 || ans.Chunks[1].Status != http.StatusServiceUnavailable {
+		t.Errorf("answers %+v; want the first written and the second put off", ans.Chunks)
+	}
+	if got, _ := h.readLog(b.ID, 0, "0"); got != "" {
+		t.Errorf("the gone agent's second chunk was written: %q", got)
 	}
 }
 

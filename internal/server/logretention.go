@@ -59,10 +59,10 @@ func (s *Server) sweepLogs(now time.Time) int {
 		if active {
 			continue
 		}
-		// Under logMu, so that no chunk is written into the directory as it goes.
-		s.logMu.Lock()
+		// With every write held, so that no chunk is written into the directory as it goes.
+		s.logLocks.sweep.Lock()
 		err = s.logs.RemoveAll(d.Name())
-		s.logMu.Unlock()
+		s.logLocks.sweep.Unlock()
 		if err != nil {
 			s.log.Warn("remove an expired job's logs", "job", id, "err", err)
 			continue

@@ -3,12 +3,14 @@ package server
 import (
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"io/fs"
 	"math"
 	"net/http"
 	"os"
 	"path"
+	"runtime"
 	"strconv"
 	"sync"
 	"time"
@@ -65,7 +67,7 @@ func (s *Server) handleShipLog(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusInsufficientStorage, e)
 		return
 	}
-	size, err := s.writeLogAt(logName(jobID, attempt, node), offset, data, true)
+	size, err := s.writeLogAt(logName(jobID, attempt, node), offset, data, true, time.Time{})
 	if err != nil {
 		s.logWriteFailed(jobID, attempt, err)
 		writeError(w, http.StatusInternalServerError, &api.Error{Code: api.CodeInternal, Message: "the log chunk could not be stored"})
@@ -127,6 +129,8 @@ const logCutSuffix = ".cut"
 
 // markLogCut records that bytes of the named log past the limit were refused.
 func (s *Server) markLogCut(name string) {
+	s.logLocks.sweep.RLock()
+	defer s.logLocks.sweep.RUnlock()
 	f, err := s.logs.OpenFile(name+logCutSuffix, os.O_WRONLY|os.O_CREATE, 0o640)
 	if err != nil {
 		s.log.Warn("cannot mark a log as cut at the limit", "file", name, "err", err)
@@ -147,18 +151,57 @@ func (s *Server) logFullError(job int64, attempt int, node, field string) *api.E
 		Message: fmt.Sprintf("the log of job %d attempt %d has reached this server's limit of %s a rank (rota server --max-log-size); the rest stays on node %s", job, attempt, api.SizeText(s.cfg.MaxLogSize), node)}
 }
 
+// logLocks order the writes to shipped logs. A log's first write makes its file (and its
+// job's directory), which some disks do slowly: a filesystem that searches long for a
+// free inode (ext4 without a journal passes over every recently deleted one, at up to a
+// millisecond of kernel CPU a file), a network one. So a log that is already there is
+// opened and written under no lock that a log being made holds, and only a log's size and
+// what is written at it must agree, under a lock of the log's stripe.
+type logLocks struct {
+	// sweep is held to read by every write, and to write by the retention's sweep while
+	// it removes a job's logs, so that no chunk is written into a directory as it goes.
+	sweep   sync.RWMutex
+	stripes [64]sync.Mutex
+	// making holds a place for each log being made: at most half the server's cores make
+	// logs at once, so that a burst of new logs (a large array starting) leaves the rest
+	// to heartbeats and submits.
+	making chan struct{}
+}
+
+func (l *logLocks) init() {
+	l.making = make(chan struct{}, max(1, runtime.GOMAXPROCS(0)/2))
+}
+
+// of is the lock of the stripe the named log falls in.
+func (l *logLocks) of(name string) *sync.Mutex {
+	h := fnv.New32a()
+	io.WriteString(h, name)
+	return &l.stripes[h.Sum32()%uint32(len(l.stripes))]
+}
+
+// errLogPutOff is a write that could not begin by its deadline: a log to be made waited
+// that long for a place among those being made.
+var errLogPutOff = errors.New("no place to make the log before the deadline")
+
 // writeLogAt writes data at offset of the named log, unless offset is past its end, and
-// returns the log's size. With durable the data is on disk when it returns. Writes are
-// one at a time, so that a log's size and what is written at it agree; a durable write
-// waits for the disk after letting the next write in.
-func (s *Server) writeLogAt(name string, offset int64, data []byte, durable bool) (int64, error) {
-	s.logMu.Lock()
-	f, size, err := s.writeLogLocked(name, offset, data)
-	s.logMu.Unlock()
+// returns the log's size. With durable the data is on disk when it returns. A log to be
+// made waits for a place until deadline (none where zero), and then fails with
+// errLogPutOff.
+func (s *Server) writeLogAt(name string, offset int64, data []byte, durable bool, deadline time.Time) (int64, error) {
+	s.logLocks.sweep.RLock()
+	defer s.logLocks.sweep.RUnlock()
+	f, err := s.openLog(name, deadline)
 	if err != nil {
 		return 0, err
 	}
 	defer f.Close()
+	mu := s.logLocks.of(name)
+	mu.Lock()
+	size, err := writeOpenLog(f, offset, data)
+	mu.Unlock()
+	if err != nil {
+		return 0, err
+	}
 	if durable {
 		if err := f.Sync(); err != nil {
 			return 0, fmt.Errorf("sync log: %w", err)
@@ -167,34 +210,62 @@ func (s *Server) writeLogAt(name string, offset int64, data []byte, durable bool
 	return size, nil
 }
 
-// writeLogLocked is writeLogAt's part under s.logMu: it returns the log's file, open.
-func (s *Server) writeLogLocked(name string, offset int64, data []byte) (*os.File, int64, error) {
-	f, err := s.logs.OpenFile(name, os.O_RDWR|os.O_CREATE, 0o640)
+// openLog opens the named log to write, making it and its job's directory where it is
+// the job's first, once a place among the logs being made is free, or fails with
+// errLogPutOff at deadline (none where zero). Callers hold s.logLocks.sweep to read.
+func (s *Server) openLog(name string, deadline time.Time) (*os.File, error) {
+	f, err := s.logs.OpenFile(name, os.O_RDWR, 0)
+	if err == nil {
+		return f, nil
+	}
+	if !errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("open log: %w", err)
+	}
+	if deadline.IsZero() {
+		s.logLocks.making <- struct{}{}
+	} else {
+		t := time.NewTimer(time.Until(deadline))
+		select {
+		case s.logLocks.making <- struct{}{}:
+			t.Stop()
+		case <-t.C:
+			return nil, errLogPutOff
+		}
+	}
+	defer func() { <-s.logLocks.making }()
+	if s.openingLog != nil {
+		s.openingLog(name)
+	}
+	f, err = s.logs.OpenFile(name, os.O_RDWR|os.O_CREATE, 0o640)
 	if errors.Is(err, fs.ErrNotExist) {
 		// The job's first log here: its directory comes first. (Made only then, not
 		// before every write: a tenth of what a write cost.)
 		if err := s.logs.MkdirAll(path.Dir(name), 0o750); err != nil {
-			return nil, 0, fmt.Errorf("create log dir: %w", err)
+			return nil, fmt.Errorf("create log dir: %w", err)
 		}
 		f, err = s.logs.OpenFile(name, os.O_RDWR|os.O_CREATE, 0o640)
 	}
 	if err != nil {
-		return nil, 0, fmt.Errorf("open log: %w", err)
+		return nil, fmt.Errorf("open log: %w", err)
 	}
+	return f, nil
+}
+
+// writeOpenLog writes data at offset of the open log f, unless offset is past its end,
+// and returns the log's size. Callers hold the log's stripe lock.
+func writeOpenLog(f *os.File, offset int64, data []byte) (int64, error) {
 	fi, err := f.Stat()
 	if err != nil {
-		f.Close()
-		return nil, 0, fmt.Errorf("stat log: %w", err)
+		return 0, fmt.Errorf("stat log: %w", err)
 	}
 	size := fi.Size()
 	if offset > size || len(data) == 0 {
-		return f, size, nil
+		return size, nil
 	}
 	if _, err := f.WriteAt(data, offset); err != nil {
-		f.Close()
-		return nil, 0, fmt.Errorf("write log: %w", err)
+		return 0, fmt.Errorf("write log: %w", err)
 	}
-	return f, max(size, offset+int64(len(data))), nil
+	return max(size, offset+int64(len(data))), nil
 }
 
 // handleShipLogBatch stores pieces of the logs of a node's tasks, each as handleShipLog
@@ -230,6 +301,7 @@ func (s *Server) handleShipLogBatch(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ans := api.LogBatchAnswer{Chunks: make([]api.LogChunkAck, len(batch.Chunks))}
+	deadline, tried, putOff := time.Now().Add(logBatchTime), 0, 0
 	for i, c := range batch.Chunks {
 		ack := &ans.Chunks[i]
 		ack.JobID, ack.Attempt = c.JobID, c.Attempt
@@ -238,6 +310,18 @@ func (s *Server) handleShipLogBatch(w http.ResponseWriter, r *http.Request) {
 				Message: fmt.Sprintf("job %d has no attempt %d on node %s", c.JobID, c.Attempt, node)}
 			continue
 		}
+		putOffErr := func() *api.Error {
+			return &api.Error{Code: api.CodeUnavailable, Field: fmt.Sprintf("chunks[%d]", i),
+				Message: fmt.Sprintf("put off: this batch has had the %s of this server's disk a batch may take; the node sends it again", logBatchTime)}
+		}
+		if tried > 0 && (time.Now().After(deadline) || r.Context().Err() != nil) {
+			// The node's next heartbeat waits for this answer on its connection: what
+			// the disk could not take in time goes in a later batch.
+			ack.Status, ack.Error = http.StatusServiceUnavailable, putOffErr()
+			putOff++
+			continue
+		}
+		tried++
 		// Bytes past the log's limit are refused, those before it written: the agent
 		// stops sending this log, and the copy here ends at the limit.
 		data, over := s.capLog(c.Offset, c.Data)
@@ -247,7 +331,12 @@ func (s *Server) handleShipLogBatch(w http.ResponseWriter, r *http.Request) {
 			ack.Status, ack.Error = http.StatusInsufficientStorage, e
 			continue
 		}
-		size, err := s.writeLogAt(logName(c.JobID, c.Attempt, node), c.Offset, data, c.Final || over)
+		size, err := s.writeLogAt(logName(c.JobID, c.Attempt, node), c.Offset, data, c.Final || over, deadline)
+		if errors.Is(err, errLogPutOff) {
+			ack.Status, ack.Error = http.StatusServiceUnavailable, putOffErr()
+			putOff++
+			continue
+		}
 		if err != nil {
 			s.logWriteFailed(c.JobID, c.Attempt, err)
 			ack.Status, ack.Error = http.StatusInternalServerError, &api.Error{Code: api.CodeInternal, Field: fmt.Sprintf("chunks[%d]", i),
@@ -265,8 +354,15 @@ func (s *Server) handleShipLogBatch(w http.ResponseWriter, r *http.Request) {
 			s.follows.done(node, c.JobID, c.Attempt)
 		}
 	}
+	s.metrics.logChunksPutOff(putOff)
 	writeJSON(w, http.StatusOK, ans)
 }
+
+// logBatchTime is how long the chunks of one batch may take to write before the rest
+// are put off. An agent sends its batch after its heartbeat, on the same connection, and
+// its next heartbeat waits for the answer: a disk slow to make files must not make the
+// node look silent. A second is 3,000 to 30,000 new logs' worth on a local disk.
+const logBatchTime = time.Second
 
 // maxLogBatchBody bounds a LogBatch's body: its data in base64 and the chunks' fields.
 const maxLogBatchBody = api.MaxLogBatchBytes*4/3 + api.MaxLogBatchChunks*256

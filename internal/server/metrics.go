@@ -47,6 +47,8 @@ type serverMetrics struct {
 
 	// deferred counts the arrivals left to the recompute rather than a cycle (stall.go).
 	deferred prometheus.Counter
+	// logsPutOff counts log chunks answered 503 for their batch's time (logs.go).
+	logsPutOff prometheus.Counter
 
 	webhookDeliveries, webhookRetries, webhookDrops prometheus.Counter
 }
@@ -83,6 +85,10 @@ func newServerMetrics(s *Server) *serverMetrics {
 			Name: "rota_scheduler_arrivals_deferred_total",
 			Help: "Jobs that arrived needing more GPUs on one node than any had free, after a long cycle that placed nothing, and so made no cycle due.",
 		}),
+		logsPutOff: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "rota_log_chunks_put_off_total",
+			Help: "Chunks of agents' log batches put off (answered 503, sent again later) because the chunks before them took the disk longer than a batch may take.",
+		}),
 		webhookDeliveries: prometheus.NewCounter(prometheus.CounterOpts{Name: "rota_webhook_deliveries_total", Help: "Webhook notifications delivered."}),
 		webhookRetries:    prometheus.NewCounter(prometheus.CounterOpts{Name: "rota_webhook_retries_total", Help: "Webhook delivery attempts that failed and were retried."}),
 		webhookDrops:      prometheus.NewCounter(prometheus.CounterOpts{Name: "rota_webhook_drops_total", Help: "Webhook notifications dropped: queue full, or retries exhausted."}),
@@ -96,7 +102,7 @@ func newServerMetrics(s *Server) *serverMetrics {
 		Name: "rota_server_data_dir_keep_free_bytes",
 		Help: "Bytes the server keeps free on its data dir's disk for its store (rota server --keep-free-disk; 0: none).",
 	}, func() float64 { return float64(max(room.keep, 0)) })
-	for _, c := range []prometheus.Collector{m.requests, m.commits, m.cycles, m.groups, m.wait, m.ended, m.deferred,
+	for _, c := range []prometheus.Collector{m.requests, m.commits, m.cycles, m.groups, m.wait, m.ended, m.deferred, m.logsPutOff,
 		m.webhookDeliveries, m.webhookRetries, m.webhookDrops, diskFree, diskKeep} {
 		if err := reg.Register(c); err != nil {
 			s.log.Error("metrics: cannot register a collector", "err", err)
@@ -126,6 +132,12 @@ func (m *serverMetrics) observeGroup(submits int) {
 func (m *serverMetrics) arrivalsDeferred(n int) {
 	if m != nil {
 		m.deferred.Add(float64(n))
+	}
+}
+
+func (m *serverMetrics) logChunksPutOff(n int) {
+	if m != nil && n > 0 {
+		m.logsPutOff.Add(float64(n))
 	}
 }
 

@@ -283,10 +283,13 @@ type Server struct {
 	// attached, if set (by tests), runs as a terminal attaches to a job: after it has
 	// joined the job's session, before the output it is owed is written to it.
 	attached func(job int64)
+	// openingLog, if set (by tests), runs as a write opens a shipped log, before it is
+	// opened or made: a disk slow to make files.
+	openingLog func(name string)
 
-	logMu sync.Mutex // serialises writes to shipped log files
-	room  *diskRoom  // whether the data dir's disk has room for more logs
-	hold  writeHold  // the store's run of refused writes; guarded by mu
+	logLocks logLocks  // order the writes to shipped log files (logs.go)
+	room     *diskRoom // whether the data dir's disk has room for more logs
+	hold     writeHold // the store's run of refused writes; guarded by mu
 
 	logWriteErrs logWriteErrors
 	// logs is the directory of shipped logs; every log file is opened through it.
@@ -345,6 +348,7 @@ func New(ctx context.Context, cfg Config, st store.Store, logger *slog.Logger) (
 	s := &Server{cfg: cfg, log: logger, store: st, kick: make(chan struct{}, 1), wedged: make(chan struct{}), state: cluster.New(), logs: logs, tel: newTelemetry(), ui: newUILinkStore(),
 		started: time.Now().UTC(), leaseKick: make(chan struct{}, 1),
 		beatEvery: cfg.HeartbeatInterval, beatLogged: cfg.HeartbeatInterval}
+	s.logLocks.init()
 	s.room = &diskRoom{dir: cfg.DataDir, keep: cfg.KeepFreeDisk, log: logger, freeOf: statfsFree, now: cfg.Clock.Now}
 	s.state.HalfLife = cfg.HalfLife
 	s.view.reset(s.state)
