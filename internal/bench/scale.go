@@ -293,6 +293,7 @@ func runScale(ctx context.Context, opts Options) (results []Result, err error) {
 	fl.logs.take()
 	fl.logChunks.Store(0)
 	fl.logRefused.Store(0)
+	fl.logPutOff.Store(0)
 	fl.logLine.Store(&line)
 	withLogs, err := measureSteady(ctx, srv, fl, o.Window)
 	fl.logLine.Store(nil)
@@ -306,6 +307,7 @@ func runScale(ctx context.Context, opts Options) (results []Result, err error) {
 	withLogs["log-chunks/s"] = float64(fl.logChunks.Load()) / o.Window.Seconds()
 	withLogs["log-p50-ms"], withLogs["log-p99-ms"] = percentileMS(batches, .5), percentileMS(batches, .99)
 	withLogs["log-errors"], withLogs["log-refused"] = float64(batchErrs), float64(fl.logRefused.Load())
+	withLogs["log-put-off"] = float64(fl.logPutOff.Load())
 	add("heartbeat-logs", beats, o.Window, withLogs)
 
 	// 5. One heartbeat from every node, as fast as the server takes them.

@@ -105,11 +105,13 @@ type fleet struct {
 
 	// logLine, when set, is what every running task prints each interval: after each
 	// heartbeat its agent ships it for all of them in one batch, as rota agent does.
-	// logs are the batches' latencies, logChunks how many chunks they carried, and
-	// logRefused how many of those the server refused.
+	// logs are the batches' latencies, logChunks how many chunks they carried,
+	// logPutOff how many of those the server put off for a later batch (503: its disk
+	// took the batch's time), and logRefused how many it refused otherwise.
 	logLine    atomic.Pointer[[]byte]
 	logs       latencies
 	logChunks  atomic.Int64
+	logPutOff  atomic.Int64
 	logRefused atomic.Int64
 	beaten     atomic.Int64 // agents that have had at least one answer
 
@@ -536,7 +538,11 @@ func (a *simAgent) shipLogs(ctx context.Context) {
 	defer a.mu.Unlock()
 	for _, ack := range ans.Chunks {
 		ref := api.TaskRef{JobID: ack.JobID, Attempt: ack.Attempt}
-		if ack.Status != 0 {
+		switch {
+		case ack.Status == http.StatusServiceUnavailable:
+			a.f.logPutOff.Add(1)
+			continue
+		case ack.Status != 0:
 			a.f.logRefused.Add(1)
 			continue
 		}
