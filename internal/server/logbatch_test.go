@@ -665,3 +665,31 @@ func oneRunning(t *testing.T, cfg func(*Config)) (*harness, api.Job, time.Time) 
 	h.beat("n1", 1, api.TaskStatus{JobID: j.ID, Attempt: 1, State: api.StateRunning, StartTime: &start})
 	return h, j, start
 }
+
+// A place among the logs being made is taken at once where one is free, even past the
+// deadline; otherwise it is waited for until the deadline, or for ever without one.
+func TestLogPlaces(t *testing.T) {
+	var l logLocks
+	l.making = make(chan struct{}, 1)
+	past := time.Now().Add(-time.Second)
+	if !l.place(past) {
+		t.Fatal("a free place was refused past the deadline")
+	}
+	if l.place(past) {
+		t.Error("a place was given past the deadline where none is free")
+	}
+	start := time.Now()
+	if l.place(start.Add(50 * time.Millisecond)) {
+		t.Error("a place was given where none was freed")
+	}
+	if waited := time.Since(start); waited < 50*time.Millisecond {
+		t.Errorf("gave up after %v; want the deadline waited for", waited)
+	}
+	go func() {
+		time.Sleep(20 * time.Millisecond)
+		<-l.making
+	}()
+	if !l.place(time.Time{}) {
+		t.Error("no place after one was freed, with no deadline")
+	}
+}

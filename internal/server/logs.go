@@ -172,6 +172,29 @@ func (l *logLocks) init() {
 	l.making = make(chan struct{}, max(1, runtime.GOMAXPROCS(0)/2))
 }
 
+// place takes a place among the logs being made, waiting for one until deadline (for
+// ever where zero), and reports whether it has one. A free place is taken even past the
+// deadline.
+func (l *logLocks) place(deadline time.Time) bool {
+	select {
+	case l.making <- struct{}{}:
+		return true
+	default:
+	}
+	if deadline.IsZero() {
+		l.making <- struct{}{}
+		return true
+	}
+	t := time.NewTimer(time.Until(deadline))
+	defer t.Stop()
+	select {
+	case l.making <- struct{}{}:
+		return true
+	case <-t.C:
+		return false
+	}
+}
+
 // of is the lock of the stripe the named log falls in.
 func (l *logLocks) of(name string) *sync.Mutex {
 	h := fnv.New32a()
@@ -221,16 +244,8 @@ func (s *Server) openLog(name string, deadline time.Time) (*os.File, error) {
 	if !errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("open log: %w", err)
 	}
-	if deadline.IsZero() {
-		s.logLocks.making <- struct{}{}
-	} else {
-		t := time.NewTimer(time.Until(deadline))
-		select {
-		case s.logLocks.making <- struct{}{}:
-			t.Stop()
-		case <-t.C:
-			return nil, errLogPutOff
-		}
+	if !s.logLocks.place(deadline) {
+		return nil, errLogPutOff
 	}
 	defer func() { <-s.logLocks.making }()
 	if s.openingLog != nil {
