@@ -123,6 +123,22 @@ func TestLogBatchWritesEachChunk(t *testing.T) {
 	}
 }
 
+// holdLogMaking makes the making of the named log wait, once it has its place, until
+// release is called (or the test ends); blocked is closed when it is waiting.
+func (h *harness) holdLogMaking(log string) (blocked <-chan struct{}, release func()) {
+	waiting, released := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	release = func() { once.Do(func() { close(released) }) }
+	h.t.Cleanup(release)
+	h.srv.openingLog = func(name string) {
+		if name == log {
+			close(waiting)
+			<-released
+		}
+	}
+	return waiting, release
+}
+
 // A log slow to be made (a disk slow to allocate files, a network filesystem) holds up
 // the writes of no other log: a log's writes are ordered only with its own.
 func TestSlowLogHoldsUpNoOtherLog(t *testing.T) {
@@ -139,16 +155,7 @@ func TestSlowLogHoldsUpNoOtherLog(t *testing.T) {
 	if _, ans, _ := h.shipBatch("n2", api.LogBatch{Chunks: []api.LogChunk{{JobID: fast.ID, Attempt: 1, Data: []byte("b1\n")}}}); ans.Chunks[0].Size != 3 {
 		t.Fatalf("first chunk of the fast log: %+v", ans.Chunks[0])
 	}
-	blocked, release := make(chan struct{}), make(chan struct{})
-	var releaseOnce sync.Once
-	t.Cleanup(func() { releaseOnce.Do(func() { close(release) }) })
-	slowLog := logName(slow.ID, 1, "n1")
-	h.srv.openingLog = func(name string) {
-		if name == slowLog {
-			close(blocked)
-			<-release
-		}
-	}
+	blocked, release := h.holdLogMaking(logName(slow.ID, 1, "n1"))
 	slowDone := make(chan api.LogChunkAck, 1)
 	go func() {
 		_, ans, _ := h.shipBatch("n1", api.LogBatch{Chunks: []api.LogChunk{{JobID: slow.ID, Attempt: 1, Data: []byte("a1\n")}}})
@@ -168,7 +175,7 @@ func TestSlowLogHoldsUpNoOtherLog(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the other log's chunk waited for a slow log to be made")
 	}
-	releaseOnce.Do(func() { close(release) })
+	release()
 	if ack := <-slowDone; ack.Size != 3 || ack.Status != 0 {
 		t.Errorf("the slow log's chunk: %+v; want size 3", ack)
 	}
@@ -252,15 +259,7 @@ func TestLogsMadeAFewAtATime(t *testing.T) {
 	if _, ans, _ := h.shipBatch("n1", api.LogBatch{Chunks: []api.LogChunk{{JobID: there, Attempt: 1, Data: []byte("a\n")}}}); ans.Chunks[0].Size != 2 {
 		t.Fatalf("first chunk: %+v", ans.Chunks[0])
 	}
-	blocked, release := make(chan struct{}), make(chan struct{})
-	var releaseOnce sync.Once
-	t.Cleanup(func() { releaseOnce.Do(func() { close(release) }) })
-	h.srv.openingLog = func(name string) {
-		if name == logName(making, 1, "n1") {
-			close(blocked)
-			<-release
-		}
-	}
+	blocked, release := h.holdLogMaking(logName(making, 1, "n1"))
 	made := make(chan api.LogChunkAck, 1)
 	go func() {
 		_, ans, _ := h.shipBatch("n1", api.LogBatch{Chunks: []api.LogChunk{{JobID: making, Attempt: 1, Data: []byte("m\n")}}})
@@ -277,7 +276,7 @@ func TestLogsMadeAFewAtATime(t *testing.T) {
 	if a := ans.Chunks[1]; a.Status != http.StatusServiceUnavailable || a.Error == nil || !strings.Contains(a.Error.Message, "put off") {
 		t.Errorf("the log waiting for a place past its batch's time: %+v (%+v); want put off", a, a.Error)
 	}
-	releaseOnce.Do(func() { close(release) })
+	release()
 	if a := <-made; a.Status != 0 || a.Size != 2 {
 		t.Errorf("the log being made: %+v; want written", a)
 	}
