@@ -376,7 +376,8 @@ func (s *Server) handleShipLogBatch(w http.ResponseWriter, r *http.Request) {
 // logBatchTime is how long the chunks of one batch may take to write before the rest
 // are put off. An agent sends its batch after its heartbeat, on the same connection, and
 // its next heartbeat waits for the answer: a disk slow to make files must not make the
-// node look silent. A second is 3,000 to 30,000 new logs' worth on a local disk.
+// node look silent. A second makes a thousand new logs or more even on the slowest disk
+// measured (docs/scale.md), as many as a batch may hold.
 const logBatchTime = time.Second
 
 // maxLogBatchBody bounds a LogBatch's body: its data in base64 and the chunks' fields.

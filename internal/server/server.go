@@ -283,8 +283,8 @@ type Server struct {
 	// attached, if set (by tests), runs as a terminal attaches to a job: after it has
 	// joined the job's session, before the output it is owed is written to it.
 	attached func(job int64)
-	// openingLog, if set (by tests), runs as a write opens a shipped log, before it is
-	// opened or made: a disk slow to make files.
+	// openingLog, if set (by tests), runs as a shipped log is about to be made, once it
+	// has its place among the logs being made: a disk slow to make files.
 	openingLog func(name string)
 
 	logLocks logLocks  // order the writes to shipped log files (logs.go)
