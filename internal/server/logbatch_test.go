@@ -276,6 +276,10 @@ func TestLogsMadeAFewAtATime(t *testing.T) {
 	if a := ans.Chunks[1]; a.Status != http.StatusServiceUnavailable || a.Error == nil || !strings.Contains(a.Error.Message, "put off") {
 		t.Errorf("the log waiting for a place past its batch's time: %+v (%+v); want put off", a, a.Error)
 	}
+	// An agent of an earlier release, one piece a request, is put off the same way.
+	if code, body := h.shipOne("n1", waiting, 1, 0, []byte("w\n")); code != http.StatusServiceUnavailable || !strings.Contains(body, "put off") {
+		t.Errorf("a piece on its own, waiting for a place past a second: %d %s; want 503 put off", code, body)
+	}
 	release()
 	if a := <-made; a.Status != 0 || a.Size != 2 {
 		t.Errorf("the log being made: %+v; want written", a)

@@ -67,7 +67,14 @@ func (s *Server) handleShipLog(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusInsufficientStorage, e)
 		return
 	}
-	size, err := s.writeLogAt(logName(jobID, attempt, node), offset, data, true, time.Time{})
+	size, err := s.writeLogAt(logName(jobID, attempt, node), offset, data, true, time.Now().Add(logBatchTime))
+	if errors.Is(err, errLogPutOff) {
+		s.metrics.logChunksPutOff(1)
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusServiceUnavailable, &api.Error{Code: api.CodeUnavailable,
+			Message: fmt.Sprintf("put off: the log found no place among those this server is making within %s; send it again", logBatchTime)})
+		return
+	}
 	if err != nil {
 		s.logWriteFailed(jobID, attempt, err)
 		writeError(w, http.StatusInternalServerError, &api.Error{Code: api.CodeInternal, Message: "the log chunk could not be stored"})
