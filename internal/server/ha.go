@@ -337,6 +337,9 @@ func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) {
 	if p := s.room.problem(); p != "" {
 		out.Problems = append(out.Problems, p)
 	}
+	if p := s.putOff.problem(s.cfg.Clock.Now()); p != "" {
+		out.Problems = append(out.Problems, p)
+	}
 	s.mu.Lock()
 	p := s.holdProblem()
 	s.mu.Unlock()

@@ -230,6 +230,11 @@ func TestLogBatchPutsOffWhatItHasNoTimeFor(t *testing.T) {
 	if v, _ := fams.value("rota_log_chunks_put_off_total", nil); v != 2 {
 		t.Errorf("rota_log_chunks_put_off_total %v; want 2", v)
 	}
+	var st api.ClusterStatus
+	if h.do("GET", "/api/v1/status", nil, &st); len(st.Problems) != 1 || !strings.Contains(st.Problems[0], "job logs arrive late") ||
+		!strings.Contains(st.Problems[0], "2 pieces") {
+		t.Errorf("status problems %q; want one saying logs arrive late, 2 pieces put off", st.Problems)
+	}
 	_, again, _ := h.shipBatch("n1", api.LogBatch{Chunks: []api.LogChunk{chunk(1), chunk(2)}})
 	for i, a := range again.Chunks {
 		if a.Status != 0 || a.Size != 3 {
@@ -240,6 +245,11 @@ func TestLogBatchPutsOffWhatItHasNoTimeFor(t *testing.T) {
 		if got, _ := h.readLog(id, 0, "0"); got != fmt.Sprintf("x%d\n", i) {
 			t.Errorf("log of job %d: %q", id, got)
 		}
+	}
+	h.clock.Add(putOffShownFor + time.Second)
+	var later api.ClusterStatus
+	if h.do("GET", "/api/v1/status", nil, &later); len(later.Problems) != 0 {
+		t.Errorf("status problems a minute after the last piece put off: %q; want none", later.Problems)
 	}
 }
 

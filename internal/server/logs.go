@@ -69,7 +69,7 @@ func (s *Server) handleShipLog(w http.ResponseWriter, r *http.Request) {
 	}
 	size, err := s.writeLogAt(logName(jobID, attempt, node), offset, data, true, time.Now().Add(logBatchTime))
 	if errors.Is(err, errLogPutOff) {
-		s.metrics.logChunksPutOff(1)
+		s.logsPutOff(1)
 		w.Header().Set("Retry-After", "1")
 		writeError(w, http.StatusServiceUnavailable, &api.Error{Code: api.CodeUnavailable,
 			Message: fmt.Sprintf("put off: the log found no place among those this server is making within %s; send it again", logBatchTime)})
@@ -376,8 +376,52 @@ func (s *Server) handleShipLogBatch(w http.ResponseWriter, r *http.Request) {
 			s.follows.done(node, c.JobID, c.Attempt)
 		}
 	}
-	s.metrics.logChunksPutOff(putOff)
+	s.logsPutOff(putOff)
 	writeJSON(w, http.StatusOK, ans)
+}
+
+// putOffShownFor is how long after the last piece of a log put off rota admin status
+// still says logs arrive late.
+const putOffShownFor = time.Minute
+
+// logsPutOff remembers the pieces of logs put off lately, for rota admin status: a
+// counter on /metrics says it to a scraper, this to whoever asks the server.
+type logsPutOff struct {
+	mu          sync.Mutex
+	since, last time.Time // the first and last put off in this run of them
+	n           int64     // pieces put off since
+}
+
+// add counts n pieces put off at now.
+func (p *logsPutOff) add(n int, now time.Time) {
+	if n == 0 {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.last.IsZero() || now.Sub(p.last) > putOffShownFor {
+		p.since, p.n = now, 0
+	}
+	p.last = now
+	p.n += int64(n)
+}
+
+// problem says that logs arrive late, while pieces were put off within putOffShownFor
+// of now; "" otherwise.
+func (p *logsPutOff) problem(now time.Time) string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.last.IsZero() || now.Sub(p.last) > putOffShownFor {
+		return ""
+	}
+	return fmt.Sprintf("job logs arrive late: this server's disk is slow to make log files, and %d pieces of logs sent since %s were put off, the last at %s; their nodes send them again (rota_log_chunks_put_off_total counts them)",
+		p.n, p.since.UTC().Format(time.RFC3339), p.last.UTC().Format(time.RFC3339))
+}
+
+// logsPutOff counts n pieces of logs put off, for /metrics and rota admin status.
+func (s *Server) logsPutOff(n int) {
+	s.metrics.logChunksPutOff(n)
+	s.putOff.add(n, s.cfg.Clock.Now())
 }
 
 // logBatchTime is how long the chunks of one batch may take to write before the rest

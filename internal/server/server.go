@@ -287,9 +287,10 @@ type Server struct {
 	// has its place among the logs being made: a disk slow to make files.
 	openingLog func(name string)
 
-	logLocks logLocks  // order the writes to shipped log files (logs.go)
-	room     *diskRoom // whether the data dir's disk has room for more logs
-	hold     writeHold // the store's run of refused writes; guarded by mu
+	logLocks logLocks   // order the writes to shipped log files (logs.go)
+	putOff   logsPutOff // the pieces of logs put off lately (logs.go)
+	room     *diskRoom  // whether the data dir's disk has room for more logs
+	hold     writeHold  // the store's run of refused writes; guarded by mu
 
 	logWriteErrs logWriteErrors
 	// logs is the directory of shipped logs; every log file is opened through it.
