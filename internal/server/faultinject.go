@@ -16,10 +16,15 @@ import (
 //     and panics, as a bug between a lock and its unlock would.
 //   - ROTA_FAULT_WEDGED_AFTER: Config.WedgedAfter's default, so that the test need not
 //     wait the 30 s a real server waits.
+//   - ROTA_FAULT_LOG_MAKE_DELAY: how long making each shipped log takes, on top of the
+//     disk's own time: a disk slow to make files (cmd/rota/logslow_e2e_test.go).
 func init() {
 	routes = append(routes, route{"POST", "/api/v1/debug/panic-holding-lock", ruleAdmin, noBody, (*Server).handlePanicHoldingLock})
 	if d, err := time.ParseDuration(os.Getenv("ROTA_FAULT_WEDGED_AFTER")); err == nil && d > 0 {
 		defaultWedgedAfter = d
+	}
+	if d, err := time.ParseDuration(os.Getenv("ROTA_FAULT_LOG_MAKE_DELAY")); err == nil && d > 0 {
+		defaultOpeningLog = func(string) { time.Sleep(d) }
 	}
 }
 

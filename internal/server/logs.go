@@ -209,6 +209,10 @@ func (l *logLocks) of(name string) *sync.Mutex {
 	return &l.stripes[h.Sum32()%uint32(len(l.stripes))]
 }
 
+// defaultOpeningLog is every server's openingLog: nil, but in a build with fault
+// injection (faultinject.go).
+var defaultOpeningLog func(name string)
+
 // errLogPutOff is a write that could not begin by its deadline: a log to be made waited
 // that long for a place among those being made.
 var errLogPutOff = errors.New("no place to make the log before the deadline")

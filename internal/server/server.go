@@ -350,6 +350,7 @@ func New(ctx context.Context, cfg Config, st store.Store, logger *slog.Logger) (
 		started: time.Now().UTC(), leaseKick: make(chan struct{}, 1),
 		beatEvery: cfg.HeartbeatInterval, beatLogged: cfg.HeartbeatInterval}
 	s.logLocks.init()
+	s.openingLog = defaultOpeningLog
 	s.room = &diskRoom{dir: cfg.DataDir, keep: cfg.KeepFreeDisk, log: logger, freeOf: statfsFree, now: cfg.Clock.Now}
 	s.state.HalfLife = cfg.HalfLife
 	s.view.reset(s.state)
