@@ -69,7 +69,7 @@ func (s *Server) handleShipLog(w http.ResponseWriter, r *http.Request) {
 	}
 	size, err := s.writeLogAt(logName(jobID, attempt, node), offset, data, true, time.Now().Add(logBatchTime))
 	if errors.Is(err, errLogPutOff) {
-		s.logsPutOff(1)
+		s.countPutOff(1)
 		w.Header().Set("Retry-After", "1")
 		writeError(w, http.StatusServiceUnavailable, &api.Error{Code: api.CodeUnavailable,
 			Message: fmt.Sprintf("put off: the log found no place among those this server is making within %s; send it again", logBatchTime)})
@@ -380,7 +380,7 @@ func (s *Server) handleShipLogBatch(w http.ResponseWriter, r *http.Request) {
 			s.follows.done(node, c.JobID, c.Attempt)
 		}
 	}
-	s.logsPutOff(putOff)
+	s.countPutOff(putOff)
 	writeJSON(w, http.StatusOK, ans)
 }
 
@@ -422,8 +422,8 @@ func (p *logsPutOff) problem(now time.Time) string {
 		p.n, p.since.UTC().Format(time.RFC3339), p.last.UTC().Format(time.RFC3339))
 }
 
-// logsPutOff counts n pieces of logs put off, for /metrics and rota admin status.
-func (s *Server) logsPutOff(n int) {
+// countPutOff counts n pieces of logs put off, for /metrics and rota admin status.
+func (s *Server) countPutOff(n int) {
 	s.metrics.logChunksPutOff(n)
 	s.putOff.add(n, s.cfg.Clock.Now())
 }
