@@ -276,6 +276,17 @@ func (w writeTx) exec(ctx context.Context, query string, args ...any) (sql.Resul
 	return w.StmtContext(ctx, st).ExecContext(ctx, args...)
 }
 
+// queryRow runs query, which returns one row, in the transaction through its prepared
+// statement and scans the row into dest; with no transaction, it only prepares it.
+// Unprepared, SQLite compiled the query again at each commit.
+func (w writeTx) queryRow(ctx context.Context, query string, dest ...any) error {
+	st, err := w.stmts.get(ctx, query)
+	if err != nil || w.Tx == nil {
+		return err
+	}
+	return w.StmtContext(ctx, st).QueryRowContext(ctx).Scan(dest...)
+}
+
 // stmtCache holds the write statements prepared on the write pool, by their text. The
 // texts are few (a handful of sizes per table: see chunks), so it is never pruned.
 type stmtCache struct {
@@ -522,10 +533,8 @@ func (s *sqlStore) writeBatch(ctx context.Context, w writeTx, b *Batch) (lastID 
 	if len(b.Events) > 0 {
 		// Under the write lock no other transaction can append, so IDs follow commit order
 		// and a reader polling with AfterID never skips an event committed later.
-		if w.Tx != nil {
-			if err := w.QueryRowContext(ctx, "SELECT COALESCE(MAX(id), 0) FROM events").Scan(&lastID); err != nil {
-				return 0, fmt.Errorf("read last event id: %w", err)
-			}
+		if err := w.queryRow(ctx, "SELECT COALESCE(MAX(id), 0) FROM events", &lastID); err != nil {
+			return 0, fmt.Errorf("read last event id: %w", err)
 		}
 		next := lastID
 		appendEvent := func(args []any, e *api.Event) ([]any, error) {
