@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/url"
 	"runtime/debug"
+	"runtime/metrics"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -337,7 +338,7 @@ func runScale(ctx context.Context, opts Options) (results []Result, err error) {
 		if err != nil {
 			return nil, err
 		}
-		self := ownCPU()
+		self, selfGCs := ownCPU(), ownGCs()
 		idleBefore, err := machineIdleSeconds()
 		if err != nil {
 			return nil, err
@@ -346,7 +347,7 @@ func runScale(ctx context.Context, opts Options) (results []Result, err error) {
 		if err != nil {
 			return nil, err
 		}
-		gen := ownCPU() - self
+		gen, genGCs := ownCPU()-self, ownGCs()-selfGCs
 		idleAfter, err := machineIdleSeconds()
 		if err != nil {
 			return nil, err
@@ -384,6 +385,11 @@ func runScale(ctx context.Context, opts Options) (results []Result, err error) {
 			// The CPU no process used: near 0 when the stream is held back by the CPU,
 			// well above it when the submits wait on something else (a lock, the disk).
 			"machine-idle-s/s": (idleAfter - idleBefore) / took.Seconds(),
+			// The garbage collections of each process meanwhile: on a small machine, one
+			// takes the stream's rate down by a third or more, so runs of one build differ
+			// by whether one fell in the stream.
+			"server-gcs":    after.sum("go_gc_duration_seconds_count") - before.sum("go_gc_duration_seconds_count"),
+			"generator-gcs": genGCs,
 		})
 	}
 
@@ -549,6 +555,16 @@ func ownCPU() float64 {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
+}
+
+// ownGCs is how many garbage collections this process has completed.
+func ownGCs() float64 {
+	sample := []metrics.Sample{{Name: "/gc/cycles/total:gc-cycles"}}
+	metrics.Read(sample)
+	if sample[0].Value.Kind() != metrics.KindUint64 {
+		return 0
+	}
+	return float64(sample[0].Value.Uint64())
 }
 
 // submitArrays submits n jobs of gpus GPUs each as arrays of up to arrayChunk jobs.
