@@ -47,6 +47,8 @@ type haCluster struct {
 	replicas []*replica
 	// log, if set, receives every replica's log, each line naming its replica.
 	log io.Writer
+	// cfg, if set, changes each replica's configuration.
+	cfg func(*Config)
 }
 
 func newHACluster(t *testing.T, dbURL string) *haCluster {
@@ -73,6 +75,9 @@ func (c *haCluster) start(name string, interval time.Duration) *replica {
 	}
 	cfg := Config{DataDir: dir, Lease: lease, LeaseInterval: interval, CycleInterval: 20 * time.Millisecond,
 		NotReadyAfter: time.Minute, LostAfter: time.Hour}
+	if c.cfg != nil {
+		c.cfg(&cfg)
+	}
 	var logger *slog.Logger
 	if c.log != nil {
 		logger = slog.New(slog.NewTextHandler(c.log, nil)).With("replica", name)
@@ -232,6 +237,7 @@ func TestHA(t *testing.T) {
 		{"ReplicaWithoutTheCARefused", testHAReplicaWithoutCA},
 		{"StandbyForwards", testHAStandbyForwards},
 		{"AttachThroughStandby", testHAAttachThroughStandby},
+		{"StandbySweepsLogs", testHAStandbySweepsLogs},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.run(t, pg.NewDatabase(t)) })
 	}

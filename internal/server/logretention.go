@@ -8,15 +8,20 @@ import (
 	"time"
 )
 
-// Logs kept for a while: with Config.LogRetention set, the leader removes the logs of
-// jobs that ended longer ago than that, so that the disk under logs/ follows the jobs of
-// the window rather than every job ever run.
+// Logs kept for a while: with Config.LogRetention set, every server removes from its own
+// data dir the logs of jobs that ended longer ago than that, so that the disk under logs/
+// follows the jobs of the window rather than every job ever run. A standby does too: it
+// keeps the logs that arrived while it led, and would otherwise keep them for as long as
+// it never leads again.
 
-// logSweepEvery is how often the leader looks for logs past the retention.
-const logSweepEvery = time.Hour
+const (
+	// logSweepEvery is how often a server looks for logs past the retention.
+	logSweepEvery = time.Hour
+	// jobReadTimeout bounds a standby's read of a job from the store for the sweep.
+	jobReadTimeout = 10 * time.Second
+)
 
-// sweepLogsLoop removes expired logs every logSweepEvery until ctx ends, while this
-// server leads (a standby's memory does not say which jobs still run).
+// sweepLogsLoop removes expired logs every logSweepEvery until ctx ends.
 func (s *Server) sweepLogsLoop(ctx context.Context) {
 	if s.cfg.LogRetention <= 0 {
 		return
@@ -24,9 +29,7 @@ func (s *Server) sweepLogsLoop(ctx context.Context) {
 	t := time.NewTicker(logSweepEvery)
 	defer t.Stop()
 	for {
-		if s.isLeader() {
-			s.sweepLogs(s.cfg.Clock.Now())
-		}
+		s.sweepLogs(ctx, s.cfg.Clock.Now())
 		select {
 		case <-ctx.Done():
 			return
@@ -39,7 +42,7 @@ func (s *Server) sweepLogsLoop(ctx context.Context) {
 // whose logs were last written before now less LogRetention, and returns how many it
 // removed. A job's logs stop growing when it ends, so their age is how long ago it
 // ended; a running job that has printed nothing for that long keeps its logs.
-func (s *Server) sweepLogs(now time.Time) int {
+func (s *Server) sweepLogs(ctx context.Context, now time.Time) int {
 	cutoff := now.Add(-s.cfg.LogRetention)
 	dirs, err := fs.ReadDir(s.logs.FS(), ".")
 	if err != nil {
@@ -52,11 +55,13 @@ func (s *Server) sweepLogs(now time.Time) int {
 		if err != nil || !d.IsDir() || !s.logsOlder(d.Name(), cutoff) {
 			continue
 		}
-		s.mu.Lock()
-		j, ok := s.state.Job(id)
-		active := ok && !j.State.Terminal()
-		s.mu.Unlock()
-		if active {
+		done, err := s.jobDone(ctx, id)
+		if err != nil {
+			// The store is out of reach: the rest would wait on it as long.
+			s.log.Warn("kept expired logs: the store could not say whether their jobs ended; the next sweep tries again", "job", id, "err", err)
+			break
+		}
+		if !done {
 			continue
 		}
 		// With every write held, so that no chunk is written into the directory as it goes.
@@ -73,6 +78,25 @@ func (s *Server) sweepLogs(now time.Time) int {
 		s.log.Info("removed the logs of jobs that ended before the retention", "jobs", removed, "retention", s.cfg.LogRetention)
 	}
 	return removed
+}
+
+// jobDone reports whether job id is neither waiting nor running (or is unknown), for
+// the retention: the leader reads its memory, where ended jobs may have been evicted; a
+// standby, whose memory is not kept up to date, reads the store.
+func (s *Server) jobDone(ctx context.Context, id int64) (bool, error) {
+	if s.isLeader() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		j, ok := s.state.Job(id)
+		return !ok || j.State.Terminal(), nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, jobReadTimeout)
+	defer cancel()
+	j, _, ok, err := s.store.Job(ctx, id)
+	if err != nil {
+		return false, err
+	}
+	return !ok || j.State.Terminal(), nil
 }
 
 // logsOlder reports whether every log in the job directory dir was last written before

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/rotahq/rota/internal/api"
+	"github.com/rotahq/rota/internal/store"
 )
 
 // With a log retention, the leader removes the logs of jobs that ended longer ago than
@@ -60,7 +62,7 @@ func TestLogRetention(t *testing.T) {
 	age(ids[1], oldEnd)
 	age(ids[2], h.clock.Now())
 
-	if n := h.srv.sweepLogs(h.clock.Now()); n != 1 {
+	if n := h.srv.sweepLogs(context.Background(), h.clock.Now()); n != 1 {
 		t.Errorf("the sweep removed the logs of %d jobs; want 1, the job that ended 72h ago", n)
 	}
 	for i, want := range []bool{false, true, true} {
@@ -83,5 +85,75 @@ func TestLogRetention(t *testing.T) {
 	}
 	if body, _ := h.readLog(ids[2], 0, "0"); body != "hello\n" {
 		t.Errorf("the recent job's log: %q", body)
+	}
+}
+
+// A standby removes the expired logs in its own data dir (those that arrived while it
+// led) by what the store says of their jobs, since its memory is not kept up to date:
+// those of jobs ended before the retention, or unknown, go; those of a job still running
+// and of one ended since stay. A store it cannot read keeps every log.
+func testHAStandbySweepsLogs(t *testing.T, dbURL string) {
+	c := newHACluster(t, dbURL)
+	c.cfg = func(cfg *Config) { cfg.LogRetention = 48 * time.Hour }
+	a := c.start("a", time.Hour)
+	b := c.start("b", time.Hour)
+	if !a.srv.isLeader() || b.srv.isLeader() {
+		t.Fatalf("a leads %v, b leads %v; the test needs a to lead", a.srv.isLeader(), b.srv.isLeader())
+	}
+	now := time.Now()
+	long, lately := now.Add(-72*time.Hour), now.Add(-time.Hour)
+	// The jobs as the leader stored them, in the past: written here straight to the
+	// database, which a's memory then does not know, as b's does not.
+	st, err := store.Open(context.Background(), dbURL, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	job := func(id int64, state api.JobState, end *time.Time) api.Job {
+		return api.Job{ID: id, State: state, SubmitTime: long.Add(-time.Hour), EndTime: end,
+			Spec: api.JobSpec{Command: []string{"train"}, User: "ada", Team: "default", Queue: "default", GPUs: 1}}
+	}
+	const endedLong, running, endedLately, unknown = 9001, 9002, 9003, 9004
+	if err := st.Commit(context.Background(), &store.Batch{Jobs: []api.Job{
+		job(endedLong, api.StateSucceeded, &long), job(running, api.StateRunning, nil), job(endedLately, api.StateFailed, &lately),
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	logs := filepath.Join(b.srv.cfg.DataDir, "logs")
+	write := func(id int64, at time.Time) string {
+		f := filepath.Join(logs, logName(id, 1, "n1"))
+		if err := os.MkdirAll(filepath.Dir(f), 0o750); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(f, []byte("hello\n"), 0o640); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(f, at, at); err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	files := map[int64]string{endedLong: write(endedLong, long), running: write(running, long), endedLately: write(endedLately, lately), unknown: write(unknown, long)}
+	kept := func(id int64) bool { _, err := os.Stat(files[id]); return err == nil }
+
+	// The store out of reach (here, a read given no time): every log stays.
+	gone, cancel := context.WithCancel(context.Background())
+	cancel()
+	if n := b.srv.sweepLogs(gone, now); n != 0 {
+		t.Errorf("with the store unread, the standby's sweep removed %d jobs' logs; want none", n)
+	}
+	for id := range files {
+		if !kept(id) {
+			t.Errorf("job %d's log went while the store could not be read", id)
+		}
+	}
+
+	if n := b.srv.sweepLogs(context.Background(), now); n != 2 {
+		t.Errorf("the standby's sweep removed %d jobs' logs; want 2: the job ended 72h ago and the unknown one", n)
+	}
+	for id, want := range map[int64]bool{endedLong: false, running: true, endedLately: true, unknown: false} {
+		if kept(id) != want {
+			t.Errorf("job %d's log kept %v; want %v", id, kept(id), want)
+		}
 	}
 }

@@ -61,7 +61,8 @@ type Config struct {
 	// wait on their nodes (diskroom.go).
 	KeepFreeDisk int64
 	// LogRetention, when more than 0, is how long after a job ends its logs stay on the
-	// server: the leader removes older ones every hour (logretention.go). 0 keeps them.
+	// server: each server removes older ones from its data dir every hour
+	// (logretention.go). 0 keeps them.
 	LogRetention time.Duration
 	// MaxHeartbeatsPerSecond bounds the heartbeats all agents together are asked for
 	// (default 1,000; negative: no bound). Where the nodes at HeartbeatInterval would send
