@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -822,8 +823,8 @@ func (c *Client) sendFollowing(ctx context.Context, r request) (*http.Response, 
 		}
 		tried[base] = true
 		next := ""
-		if apiErr != nil && slices.Contains(c.Servers, apiErr.Leader) && !tried[apiErr.Leader] {
-			next = apiErr.Leader
+		if l := c.leaderNamed(err); l != "" && !tried[l] {
+			next = l
 		}
 		for _, s := range c.Servers {
 			if next == "" && !tried[s] {
@@ -842,13 +843,20 @@ func (c *Client) sendFollowing(ctx context.Context, r request) (*http.Response, 
 			case <-time.After(250 * time.Millisecond):
 			}
 			clear(tried)
-			next = c.Servers[0]
-			if apiErr != nil && slices.Contains(c.Servers, apiErr.Leader) {
-				next = apiErr.Leader
-			}
+			next = cmp.Or(c.leaderNamed(err), c.Servers[0])
 		}
 		base = next
 	}
+}
+
+// leaderNamed is the server err, a standby's answer, named as the leader, when it is one
+// of c.Servers; "" otherwise.
+func (c *Client) leaderNamed(err error) string {
+	var apiErr *APIError
+	if errors.As(err, &apiErr) && slices.Contains(c.Servers, apiErr.Leader) {
+		return apiErr.Leader
+	}
+	return ""
 }
 
 // sendToOne is send for a Client of one server. A rota server's 503 (code unavailable)

@@ -576,9 +576,8 @@ func (c *Client) moveOn(err error) {
 	if len(c.Servers) < 2 {
 		return
 	}
-	var apiErr *APIError
-	if errors.As(err, &apiErr) && slices.Contains(c.Servers, apiErr.Leader) && apiErr.Leader != c.BaseURL {
-		c.BaseURL = apiErr.Leader
+	if l := c.leaderNamed(err); l != "" && l != c.BaseURL {
+		c.BaseURL = l
 		return
 	}
 	i := slices.Index(c.Servers, strings.TrimRight(c.BaseURL, "/"))
